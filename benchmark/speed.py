@@ -1,0 +1,123 @@
+"""Speed benchmark: our scripts against stable-baselines3 at identical hyperparameters.
+
+Runs, alternately and in one invocation, ``cleanrl/ppo.py`` and SB3's ``PPO``, then
+``cleanrl/dqn.py`` and SB3's ``DQN``, on CartPole-v1, each as a fresh process, and prints
+steps per second (environment steps over the wall time of the training loop, as each
+library reports it) and the ratio ours / SB3 (median over the repeats).
+
+    python benchmark/speed.py --algos ppo dqn --total-timesteps 100000 --repeats 3
+
+Both sides use the same number of torch threads (``--torch-threads``). Hyperparameters that
+SB3 cannot express exactly are listed in the output (DQN: SB3 uses the Huber loss and clips
+gradients at norm 10; ours uses the squared error without clipping, as in Mnih et al. 2015).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Hyperparameters shared by both sides; ours are the scripts' defaults.
+PPO = dict(num_envs=4, num_steps=128, learning_rate=2.5e-4, gamma=0.99, gae_lambda=0.95, num_minibatches=4,
+           update_epochs=4, clip_coef=0.2, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5)
+DQN = dict(num_envs=1, buffer_size=10000, learning_rate=2.5e-4, gamma=0.99, tau=1.0, target_network_frequency=500,
+           batch_size=128, start_e=1.0, end_e=0.05, exploration_fraction=0.5, learning_starts=10000,
+           train_frequency=10)
+
+SB3_PPO = """
+import json, sys, time, torch
+from stable_baselines3 import PPO
+from stable_baselines3.common.env_util import make_vec_env
+h, steps, seed, threads = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+torch.set_num_threads(threads)
+env = make_vec_env("CartPole-v1", n_envs=h["num_envs"], seed=seed)
+model = PPO("MlpPolicy", env, n_steps=h["num_steps"], batch_size=h["num_envs"] * h["num_steps"] // h["num_minibatches"],
+            n_epochs=h["update_epochs"], learning_rate=lambda f: f * h["learning_rate"], gamma=h["gamma"],
+            gae_lambda=h["gae_lambda"], clip_range=h["clip_coef"], clip_range_vf=h["clip_coef"], ent_coef=h["ent_coef"],
+            vf_coef=h["vf_coef"], max_grad_norm=h["max_grad_norm"], normalize_advantage=True,
+            policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=torch.nn.Tanh, ortho_init=True),
+            seed=seed, device="cpu", verbose=0)
+start = time.perf_counter()
+model.learn(steps)
+print("SPS", model.num_timesteps / (time.perf_counter() - start))
+"""
+
+SB3_DQN = """
+import json, sys, time, torch
+from stable_baselines3 import DQN
+from stable_baselines3.common.env_util import make_vec_env
+h, steps, seed, threads = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+torch.set_num_threads(threads)
+env = make_vec_env("CartPole-v1", n_envs=h["num_envs"], seed=seed)
+model = DQN("MlpPolicy", env, learning_rate=h["learning_rate"], buffer_size=h["buffer_size"],
+            learning_starts=h["learning_starts"], batch_size=h["batch_size"], tau=h["tau"], gamma=h["gamma"],
+            train_freq=h["train_frequency"], gradient_steps=1, target_update_interval=h["target_network_frequency"],
+            exploration_fraction=h["exploration_fraction"], exploration_initial_eps=h["start_e"],
+            exploration_final_eps=h["end_e"], policy_kwargs=dict(net_arch=[120, 84]), seed=seed, device="cpu", verbose=0)
+start = time.perf_counter()
+model.learn(steps)
+print("SPS", model.num_timesteps / (time.perf_counter() - start))
+"""
+
+
+def flags(hyperparameters: dict) -> list[str]:
+    return [f"--{key.replace('_', '-')}={value}" for key, value in hyperparameters.items()]
+
+
+def run_ours(script: str, hyperparameters: dict, steps: int, seed: int, threads: int) -> float:
+    """Train our script in a fresh process; return the SPS of its last progress line."""
+    with tempfile.TemporaryDirectory() as runs:
+        command = [sys.executable, str(ROOT / "cleanrl" / script), f"--total-timesteps={steps}", f"--seed={seed}",
+                   f"--torch-threads={threads}", *flags(hyperparameters)]
+        out = subprocess.run(command, cwd=runs, capture_output=True, text=True, check=True).stdout
+    return float(re.findall(r"SPS (\d+)", out)[-1])
+
+
+def run_sb3(program: str, hyperparameters: dict, steps: int, seed: int, threads: int) -> float:
+    command = [sys.executable, "-c", program, json.dumps(hyperparameters), str(steps), str(seed), str(threads)]
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    return float(re.findall(r"SPS ([\d.]+)", out)[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--algos", nargs="+", default=["ppo", "dqn"], choices=["ppo", "dqn"])
+    parser.add_argument("--total-timesteps", type=int, default=100_000)
+    parser.add_argument("--repeats", type=int, default=3, help="alternating pairs of runs per algorithm")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--torch-threads", type=int, default=1)
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+
+    results = {}
+    for algo in args.algos:
+        script, hyperparameters, program = {"ppo": ("ppo.py", PPO, SB3_PPO), "dqn": ("dqn.py", DQN, SB3_DQN)}[algo]
+        ours, sb3 = [], []
+        for repeat in range(args.repeats):
+            ours.append(run_ours(script, hyperparameters, args.total_timesteps, args.seed, args.torch_threads))
+            sb3.append(run_sb3(program, hyperparameters, args.total_timesteps, args.seed, args.torch_threads))
+            print(f"{algo} repeat {repeat + 1}: ours {ours[-1]:.0f} SPS, SB3 {sb3[-1]:.0f} SPS", flush=True)
+        ratio = statistics.median(ours) / statistics.median(sb3)
+        results[algo] = dict(ours=ours, sb3=sb3, ratio=ratio)
+        print(f"{algo}: ours {statistics.median(ours):.0f} SPS, SB3 {statistics.median(sb3):.0f} SPS "
+              f"(medians of {args.repeats}), ratio {ratio:.2f}x", flush=True)
+    if "dqn" in results:
+        print("note: SB3's DQN uses the Huber loss and clips gradients at norm 10; dqn.py uses the squared TD error")
+    if args.json:
+        meta = dict(steps=args.total_timesteps, seed=args.seed, torch_threads=args.torch_threads,
+                    cpus=os.cpu_count(), time=time.strftime("%Y-%m-%dT%H:%M:%S"))
+        args.json.write_text(json.dumps(dict(meta=meta, results=results), indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

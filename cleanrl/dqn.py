@@ -1,0 +1,362 @@
+"""DQN for discrete actions on classic-control environments, with double-Q and dueling options.
+
+Deep Q-Network with experience replay, a target network and linearly decayed ε-greedy
+exploration:
+    Mnih et al. (2015), "Human-level control through deep reinforcement learning",
+    Nature 518:529-533 (the loss of Algorithm 1; y = r + γ max_a' Q_target(s', a')).
+Options:
+    --double-q: van Hasselt, Guez, Silver (2016), "Deep Reinforcement Learning with Double
+        Q-learning", arXiv:1509.06461, eq. 4: the online network picks a', the target network
+        scores it.
+    --dueling: Wang et al. (2016), "Dueling Network Architectures for Deep Reinforcement
+        Learning", arXiv:1511.06581, eq. 9: Q = V + A - mean_a A.
+
+What this file changes against them: a time-limit truncation is not a termination. The
+replay stores the real final observation of a truncated episode as s' and the TD target
+bootstraps from it; only a termination sets the bootstrap to zero. The loss is the squared
+TD error (as in CleanRL), without gradient clipping.
+
+Run:
+    python cleanrl/dqn.py --env-id CartPole-v1
+    python cleanrl/dqn.py --env-id CartPole-v1 --double-q --dueling
+"""
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.optim as optim
+import tyro
+
+from cleanrl_utils.buffers import ReplayBuffer
+from cleanrl_utils.evals import run_episodes
+from cleanrl_utils.numpy_net import NumpyMLP
+from cleanrl_utils.run import (
+    Progress,
+    check_env,
+    load_model,
+    log_episodes,
+    make_vector_env,
+    real_next_obs,
+    require,
+    require_positive,
+    save_model,
+    seed_everything,
+    start_run,
+)
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """name of this experiment, part of the run directory name"""
+    seed: int = 1
+    """seed of python, numpy, torch and the environments"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, train on CUDA when it is available"""
+    track: bool = False
+    """if toggled, mirror the logs to Weights & Biases"""
+    wandb_project_name: str = "cleanRL"
+    """Weights & Biases project"""
+    wandb_entity: Optional[str] = None
+    """Weights & Biases entity (team); None means your default"""
+    capture_video: bool = False
+    """if toggled, record videos of env 0's episodes into `{run_dir}/videos`"""
+    save_model: bool = False
+    """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it"""
+    eval_episodes: int = 10
+    """episodes the saved model is evaluated for (with --save-model)"""
+    torch_threads: int = 1
+    """CPU threads for torch (1 is fastest for these small networks)"""
+
+    # Algorithm specific arguments
+    env_id: str = "CartPole-v1"
+    """gymnasium id of the environment (Discrete actions, vector observations)"""
+    env_mode: Literal["sync", "async"] = "sync"
+    """step the envs in this process (sync) or in one subprocess each (async)"""
+    total_timesteps: int = 500000
+    """total environment steps, summed over envs"""
+    learning_rate: float = 2.5e-4
+    """Adam learning rate"""
+    num_envs: int = 1
+    """number of parallel environments"""
+    buffer_size: int = 10000
+    """replay capacity in transitions"""
+    gamma: float = 0.99
+    """discount factor γ"""
+    tau: float = 1.0
+    """target network update rate (1.0: hard copy)"""
+    target_network_frequency: int = 500
+    """vector steps between target network updates"""
+    batch_size: int = 128
+    """transitions per gradient step"""
+    start_e: float = 1.0
+    """ε at the start of exploration"""
+    end_e: float = 0.05
+    """ε at the end of exploration"""
+    exploration_fraction: float = 0.5
+    """fraction of total_timesteps over which ε decays linearly from start_e to end_e"""
+    learning_starts: int = 10000
+    """environment steps of random-policy data collection before training starts"""
+    train_frequency: int = 10
+    """vector steps between gradient steps"""
+    double_q: bool = False
+    """if toggled, use the double-Q target (van Hasselt et al. 2016)"""
+    dueling: bool = False
+    """if toggled, use the dueling architecture (Wang et al. 2016)"""
+
+
+def check_args(args: Args) -> None:
+    """Stop with one line naming the flag on bad input."""
+    require_positive(args, "total_timesteps", "num_envs", "buffer_size", "batch_size", "learning_rate",
+                     "target_network_frequency", "train_frequency", "torch_threads")
+    require(args.learning_starts >= 0, "--learning-starts", f"must be >= 0, got {args.learning_starts}")
+    require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
+    require(0 < args.tau <= 1, "--tau", f"must be in (0, 1], got {args.tau}")
+    for name in ("start_e", "end_e"):
+        value = getattr(args, name)
+        require(0 <= value <= 1, f"--{name.replace('_', '-')}", f"must be in [0, 1], got {value}")
+    require(0 < args.exploration_fraction <= 1, "--exploration-fraction",
+            f"must be in (0, 1], got {args.exploration_fraction}")
+    require(args.buffer_size >= args.num_envs, "--buffer-size",
+            f"{args.buffer_size} cannot hold one step of --num-envs {args.num_envs}")
+    require(args.total_timesteps > args.learning_starts, "--learning-starts",
+            f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}")
+    require(not args.save_model or args.eval_episodes > 0, "--eval-episodes", "must be positive with --save-model")
+
+
+def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str):
+    """A thunk creating env ``idx``; env 0 records videos into ``video_dir`` if asked."""
+
+    def thunk():
+        if capture_video and idx == 0:
+            env = gym.make(env_id, render_mode="rgb_array")
+            env = gym.wrappers.RecordVideo(env, video_dir, gc_trigger=None)
+        else:
+            env = gym.make(env_id)
+        return env
+
+    return thunk
+
+
+class QNetwork(nn.Module):
+    """MLP 120-84 ReLU estimating Q(s, ·); optionally dueling.
+
+    ``head`` outputs Q(s, ·) or, when dueling, the advantages A(s, ·), and ``value`` V(s).
+    In both cases argmax_a head(trunk(s)) is the greedy action, since V and the mean of A do
+    not depend on a.
+
+    Args:
+        obs_dim: size of the flat observation.
+        num_actions: size of the Discrete action space.
+        dueling: use separate value and advantage streams (Wang et al. 2016).
+    """
+
+    def __init__(self, obs_dim: int, num_actions: int, dueling: bool = False):
+        super().__init__()
+        self.trunk = nn.Sequential(nn.Linear(obs_dim, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU())
+        self.head = nn.Sequential(nn.Linear(84, num_actions))
+        self.value = nn.Sequential(nn.Linear(84, 1)) if dueling else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Observations ``[B, obs_dim]`` -> Q-values ``[B, num_actions]``."""
+        hidden = self.trunk(x)
+        if self.value is None:
+            return self.head(hidden)
+        return dueling_q(self.value(hidden), self.head(hidden))
+
+
+def dueling_q(value: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
+    """Q = V + A - mean_a A (Wang et al. 2016, eq. 9): value ``[B, 1]``, advantages ``[B, A]`` -> ``[B, A]``."""
+    return value + advantages - advantages.mean(dim=-1, keepdim=True)
+
+
+def linear_schedule(start_e: float, end_e: float, duration: float, t: int) -> float:
+    """ε at step t: linear from ``start_e`` at t=0 to ``end_e`` at t=duration, then constant."""
+    slope = (end_e - start_e) / duration
+    return max(slope * t + start_e, end_e)
+
+
+def compute_td_target(
+    rewards: torch.Tensor,
+    terminations: torch.Tensor,
+    next_q_target: torch.Tensor,
+    gamma: float,
+    next_q_online: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """One-step TD target y = r + γ (1 - terminated) Q_target(s', a').
+
+    DQN (Mnih et al. 2015): a' = argmax_a Q_target(s', a).
+    Double DQN (van Hasselt et al. 2016, eq. 4): a' = argmax_a Q_online(s', a).
+    s' is the real next state, so a truncated transition (terminated = 0) bootstraps.
+
+    Args:
+        rewards: r, ``[B]``.
+        terminations: 1.0 where s' is terminal, ``[B]``.
+        next_q_target: Q_target(s', ·), ``[B, A]``.
+        gamma: discount γ.
+        next_q_online: Q_online(s', ·), ``[B, A]``; given, the target is double-Q.
+
+    Returns:
+        TD targets ``[B]``.
+    """
+    if next_q_online is None:
+        next_value = next_q_target.max(dim=1).values
+    else:
+        next_value = next_q_target.gather(1, next_q_online.argmax(dim=1, keepdim=True)).squeeze(1)
+    return rewards + gamma * (1.0 - terminations) * next_value
+
+
+def evaluate(
+    model_path: str,
+    eval_episodes: int,
+    env_id: Optional[str] = None,
+    capture_video: bool = False,
+    video_dir: str = "videos",
+    seed: int = 0,
+    epsilon: float = 0.0,
+    device: str = "cpu",
+) -> np.ndarray:
+    """Evaluate a model saved by this script for ``eval_episodes`` episodes, ε-greedy.
+
+    Args:
+        model_path: a ``.cleanrl_model`` file written with ``--save-model``.
+        eval_episodes: number of whole episodes.
+        env_id: environment; the one the model was trained on when None.
+        capture_video: record the episodes into ``video_dir``.
+        seed: seed of the evaluation env and of the ε draws.
+        epsilon: probability of a random action (0: greedy).
+        device: torch device for the network.
+
+    Returns:
+        Episodic returns, float64 ``[eval_episodes]``.
+
+    Raises:
+        ValueError: the file was not saved by dqn.py.
+    """
+    content = load_model(model_path, "dqn")
+    env_id = env_id or content["env_id"]
+    envs = make_vector_env([make_env(env_id, 0, capture_video, video_dir)])
+    envs.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    q_network = QNetwork(int(np.prod(envs.single_observation_space.shape)), int(envs.single_action_space.n),
+                         dueling=content["args"]["dueling"]).to(device)
+    q_network.load_state_dict(content["model"])
+
+    @torch.no_grad()
+    def policy(obs: np.ndarray) -> np.ndarray:
+        actions = q_network(torch.as_tensor(obs, dtype=torch.float32, device=device)).argmax(-1).cpu().numpy()
+        explore = rng.random(len(actions)) < epsilon
+        return np.where(explore, rng.integers(envs.single_action_space.n, size=len(actions)), actions)
+
+    returns = run_episodes(envs, policy, eval_episodes)
+    envs.close()
+    return returns
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    check_args(args)
+    check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "dqn.py",
+              hint="; use ddpg_continuous.py, td3_continuous.py or sac_continuous.py for Box actions")
+    run = start_run(args)
+    writer = run.writer
+
+    seed_everything(args.seed, args.torch_deterministic)
+    torch.set_num_threads(args.torch_threads)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    envs = make_vector_env(
+        [make_env(args.env_id, i, args.capture_video, str(run.video_dir)) for i in range(args.num_envs)],
+        args.env_mode,
+    )
+    obs_shape = envs.single_observation_space.shape
+    num_actions = int(envs.single_action_space.n)
+    q_network = QNetwork(int(np.prod(obs_shape)), num_actions, args.dueling).to(device)
+    optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, fused=True)
+    target_network = QNetwork(int(np.prod(obs_shape)), num_actions, args.dueling).to(device)
+    target_network.load_state_dict(q_network.state_dict())
+    # Greedy actions come from a numpy copy of trunk + head (argmax of the head is argmax Q):
+    # with one env, torch's per-call overhead would cost more than the environment step.
+    acting_network = NumpyMLP(nn.Sequential(*q_network.trunk, *q_network.head))
+
+    N = args.num_envs
+    rb = ReplayBuffer(max(args.buffer_size // N, 1), N, obs_shape, device=device, seed=args.seed)
+    rng = np.random.default_rng(args.seed)
+    num_iterations = args.total_timesteps // N
+    exploration_steps = args.exploration_fraction * args.total_timesteps
+
+    global_step = 0
+    start_time = time.time()
+    progress = Progress(args.total_timesteps)
+    obs, _ = envs.reset(seed=args.seed)
+    for iteration in range(num_iterations):
+        global_step += N
+        # ε-greedy: the network is only run when some env acts greedily.
+        epsilon = linear_schedule(args.start_e, args.end_e, exploration_steps, global_step)
+        uniform = rng.random((2, N))  # one draw for ε, one for the random action
+        greedy = uniform[0] >= epsilon
+        actions = (uniform[1] * num_actions).astype(np.int64)
+        if greedy.any():
+            actions[greedy] = acting_network(obs[greedy]).argmax(axis=-1)
+
+        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+
+        # s' is the real next observation: where an episode ended, its final observation.
+        if "_episode" in infos:
+            progress.episodes(log_episodes(writer, infos, global_step))
+        rb.add(obs, real_next_obs(next_obs, infos), actions, rewards, terminations, truncations)
+        obs = next_obs
+
+        if global_step > args.learning_starts:
+            if iteration % args.train_frequency == 0:
+                data = rb.sample(args.batch_size)
+                with torch.no_grad():
+                    next_q_target = target_network(data.next_obs)
+                    next_q_online = q_network(data.next_obs) if args.double_q else None
+                    td_target = compute_td_target(data.rewards, data.terminations, next_q_target, args.gamma,
+                                                  next_q_online)
+                old_val = q_network(data.obs).gather(1, data.actions.unsqueeze(1)).squeeze(1)
+                loss = F.mse_loss(old_val, td_target)
+
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                acting_network.sync()
+
+                if iteration % (100 * args.train_frequency) == 0:
+                    writer.add_scalar("losses/td_loss", loss.item(), global_step)
+                    writer.add_scalar("losses/q_values", old_val.mean().item(), global_step)
+                    writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+                    writer.add_scalar("charts/epsilon", epsilon, global_step)
+                    writer.add_scalar("charts/SPS", int(global_step / (time.time() - start_time)), global_step)
+
+            # Target network: θ' ← τ θ + (1 - τ) θ'
+            if iteration % args.target_network_frequency == 0:
+                with torch.no_grad():
+                    for target_param, param in zip(target_network.parameters(), q_network.parameters()):
+                        target_param.lerp_(param, args.tau)
+        progress.update(global_step)
+    progress.close()
+
+    if args.save_model:
+        model_path = run.directory / f"{args.exp_name}.cleanrl_model"
+        save_model(model_path, "dqn", args, q_network.state_dict())
+        print(f"model saved to {model_path}")
+        episodic_returns = evaluate(str(model_path), args.eval_episodes, args.env_id, args.capture_video,
+                                    str(run.directory / "videos-eval"), seed=args.seed + 100_000)
+        for idx, episodic_return in enumerate(episodic_returns):
+            writer.add_scalar("eval/episodic_return", episodic_return, idx)
+        print(f"evaluation over {args.eval_episodes} episodes: "
+              f"{episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
+
+    envs.close()
+    run.close()

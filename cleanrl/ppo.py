@@ -1,0 +1,495 @@
+"""PPO for discrete actions on classic-control environments.
+
+Proximal Policy Optimization with the clipped surrogate objective:
+    Schulman, Wolski, Dhariwal, Radford, Klimov (2017), "Proximal Policy Optimization
+    Algorithms", arXiv:1707.06347 (eq. 7 clipped objective, eq. 9 total loss, eq. 11-12 GAE),
+with generalized advantage estimation:
+    Schulman, Moritz, Levine, Jordan, Abbeel (2016), "High-Dimensional Continuous Control
+    Using Generalized Advantage Estimation", arXiv:1506.02438,
+and the implementation details of Huang et al. (2022), "The 37 Implementation Details of
+Proximal Policy Optimization" (ICLR blog track): orthogonal initialisation, Adam epsilon
+1e-5, linear learning-rate annealing, advantage normalisation per minibatch, clipped value
+loss, global gradient clipping, separate 64-64 tanh actor and critic.
+
+What this file changes against them: a time-limit truncation is not a termination. At a
+truncation the advantage bootstraps from V(real final observation) (gymnasium's
+``infos["final_obs"]``), never from the observation after the reset; only a termination
+stops bootstrapping.
+
+Run:
+    python cleanrl/ppo.py --env-id CartPole-v1
+"""
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.optim as optim
+import tyro
+
+from cleanrl_utils.evals import run_episodes
+from cleanrl_utils.numpy_net import NumpyMLP
+from cleanrl_utils.run import (
+    Progress,
+    check_env,
+    load_model,
+    log_episodes,
+    make_vector_env,
+    real_next_obs,
+    require,
+    require_positive,
+    save_model,
+    seed_everything,
+    start_run,
+)
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """name of this experiment, part of the run directory name"""
+    seed: int = 1
+    """seed of python, numpy, torch and the environments"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, train on CUDA when it is available"""
+    track: bool = False
+    """if toggled, mirror the logs to Weights & Biases"""
+    wandb_project_name: str = "cleanRL"
+    """Weights & Biases project"""
+    wandb_entity: Optional[str] = None
+    """Weights & Biases entity (team); None means your default"""
+    capture_video: bool = False
+    """if toggled, record videos of env 0's episodes into `{run_dir}/videos`"""
+    save_model: bool = False
+    """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it"""
+    eval_episodes: int = 10
+    """episodes the saved model is evaluated for (with --save-model)"""
+    torch_threads: int = 1
+    """CPU threads for torch (1 is fastest for these small networks)"""
+
+    # Algorithm specific arguments
+    env_id: str = "CartPole-v1"
+    """gymnasium id of the environment (Discrete actions, vector observations)"""
+    env_mode: Literal["sync", "async"] = "sync"
+    """step the envs in this process (sync) or in one subprocess each (async)"""
+    total_timesteps: int = 500000
+    """total environment steps, summed over envs"""
+    learning_rate: float = 2.5e-4
+    """Adam learning rate at the start (annealed linearly to 0 with --anneal-lr)"""
+    num_envs: int = 4
+    """number of parallel environments"""
+    num_steps: int = 128
+    """steps per environment in each rollout"""
+    anneal_lr: bool = True
+    """if toggled, anneal the learning rate linearly to 0 over training"""
+    gamma: float = 0.99
+    """discount factor γ"""
+    gae_lambda: float = 0.95
+    """GAE λ"""
+    num_minibatches: int = 4
+    """minibatches per epoch"""
+    update_epochs: int = 4
+    """epochs over each rollout"""
+    norm_adv: bool = True
+    """if toggled, normalise advantages within each minibatch"""
+    clip_coef: float = 0.2
+    """surrogate clipping ε (ratio kept in [1-ε, 1+ε])"""
+    clip_vloss: bool = True
+    """if toggled, clip the value loss as in the reference implementation"""
+    ent_coef: float = 0.01
+    """entropy bonus coefficient"""
+    vf_coef: float = 0.5
+    """value loss coefficient"""
+    max_grad_norm: float = 0.5
+    """global gradient-norm clip"""
+    target_kl: Optional[float] = None
+    """stop the epochs of an update early when the approximate KL exceeds this"""
+
+    # filled in at run time
+    batch_size: int = 0
+    """rollout size, num_envs * num_steps (computed)"""
+    minibatch_size: int = 0
+    """batch_size // num_minibatches (computed)"""
+    num_iterations: int = 0
+    """total_timesteps // batch_size (computed)"""
+
+
+def check_args(args: Args) -> None:
+    """Fill in the computed fields; stop with one line naming the flag on bad input."""
+    require_positive(args, "total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs")
+    require_positive(args, "learning_rate", "torch_threads")
+    require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
+    require(0 <= args.gae_lambda <= 1, "--gae-lambda", f"must be in [0, 1], got {args.gae_lambda}")
+    require(args.clip_coef > 0, "--clip-coef", f"must be positive, got {args.clip_coef}")
+    require(args.max_grad_norm > 0, "--max-grad-norm", f"must be positive, got {args.max_grad_norm}")
+    require(not args.save_model or args.eval_episodes > 0, "--eval-episodes", "must be positive with --save-model")
+    args.batch_size = args.num_envs * args.num_steps
+    require(
+        args.batch_size % args.num_minibatches == 0,
+        "--num-minibatches",
+        f"{args.num_minibatches} does not divide the batch of {args.batch_size} "
+        f"(--num-envs {args.num_envs} x --num-steps {args.num_steps})",
+    )
+    args.minibatch_size = args.batch_size // args.num_minibatches
+    require(
+        not args.norm_adv or args.minibatch_size >= 2,
+        "--num-minibatches",
+        f"minibatches of {args.minibatch_size} sample are too small to normalise advantages; "
+        "use fewer minibatches or --no-norm-adv",
+    )
+    require(
+        args.total_timesteps >= args.batch_size,
+        "--total-timesteps",
+        f"{args.total_timesteps} is less than one rollout of {args.batch_size} steps",
+    )
+    args.num_iterations = args.total_timesteps // args.batch_size
+
+
+def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str):
+    """A thunk creating env ``idx``; env 0 records videos into ``video_dir`` if asked."""
+
+    def thunk():
+        if capture_video and idx == 0:
+            env = gym.make(env_id, render_mode="rgb_array")
+            env = gym.wrappers.RecordVideo(env, video_dir, gc_trigger=None)
+        else:
+            env = gym.make(env_id)
+        return env
+
+    return thunk
+
+
+def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
+    """Orthogonal weights with gain ``std`` and constant bias (Huang et al. 2022, detail 2)."""
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    """Separate actor and critic MLPs, 64-64 tanh.
+
+    Args:
+        obs_dim: size of the flat observation.
+        num_actions: size of the Discrete action space.
+    """
+
+    def __init__(self, obs_dim: int, num_actions: int):
+        super().__init__()
+        self.critic = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 1), std=1.0),
+        )
+        self.actor = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, num_actions), std=0.01),
+        )
+
+    def get_value(self, x: torch.Tensor) -> torch.Tensor:
+        """V(x): observations ``[B, obs_dim]`` -> values ``[B]``."""
+        return self.critic(x).squeeze(-1)
+
+    def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
+        """Sample (or score) actions under the categorical policy and evaluate V.
+
+        Args:
+            x: observations ``[B, obs_dim]``.
+            action: actions ``[B]`` (int64) to score; sampled from π(·|x) when None.
+
+        Returns:
+            ``(action [B], log π(action|x) [B], entropy of π(·|x) [B], V(x) [B])``.
+        """
+        log_probs = torch.log_softmax(self.actor(x), dim=-1)
+        if action is None:
+            action = torch.multinomial(log_probs.exp(), 1).squeeze(-1)
+        log_prob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        entropy = -(log_probs.exp() * log_probs).sum(-1)
+        return action, log_prob, entropy, self.critic(x).squeeze(-1)
+
+
+def sample_categorical(logits: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Sample one action per row of ``logits`` from softmax(logits), with its log-probability.
+
+    Uses the Gumbel-max trick: argmax_a (logits_a + g_a), g_a ~ Gumbel(0, 1) i.i.d., is
+    distributed as softmax(logits) (Gumbel 1954; Maddison et al. 2014, arXiv:1411.0030).
+
+    Args:
+        logits: unnormalised log-probabilities ``[B, A]``.
+        rng: numpy generator supplying the noise.
+
+    Returns:
+        ``(actions [B] int64, log π(action) [B] float32)``.
+    """
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    actions = np.argmax(log_probs + rng.gumbel(size=log_probs.shape), axis=-1)
+    return actions, np.take_along_axis(log_probs, actions[:, None], axis=-1)[:, 0]
+
+
+def compute_gae(
+    rewards: np.ndarray,
+    values: np.ndarray,
+    last_values: np.ndarray,
+    final_values: np.ndarray,
+    terminations: np.ndarray,
+    dones: np.ndarray,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Generalized advantage estimation over a rollout, correct at truncations.
+
+    δ_t = r_t + γ (1 - terminated_t) V(s'_t) - V(s_t)
+    A_t = δ_t + γ λ (1 - done_t) A_{t+1}
+    (Schulman et al. 2016, arXiv:1506.02438, eq. 16, with the recursion cut at episode ends.)
+
+    s'_t is the real next state of step t: s_{t+1} within an episode, the episode's final
+    observation where it ended at t (not the reset one), and the observation after the
+    rollout at t = T-1. So a time limit still bootstraps from V(final observation); only a
+    termination stops bootstrapping, and done_t (termination or truncation) stops the
+    recursion, since step t+1 belongs to the next episode.
+
+    Args:
+        rewards: r_t, float ``[T, N]`` (T steps of N envs).
+        values: V(s_t), float ``[T, N]``.
+        last_values: V of the observations after the rollout, ``[N]``.
+        final_values: V(final observation) where step t ended an episode, ``[T, N]``;
+            read only at truncations (a termination does not bootstrap).
+        terminations: 1.0 where step t ended the episode by termination, ``[T, N]``.
+        dones: 1.0 where step t ended the episode (termination or truncation), ``[T, N]``.
+        gamma: discount γ in [0, 1].
+        gae_lambda: λ in [0, 1].
+
+    Returns:
+        ``(advantages [T, N], returns [T, N])`` with returns = advantages + values, the
+        critic's regression target (the λ-return).
+    """
+    next_values = np.concatenate([values[1:], last_values[None]], axis=0)
+    next_values = np.where(dones > 0, final_values, next_values)
+    deltas = rewards + gamma * (1.0 - terminations) * next_values - values
+    carry = gamma * gae_lambda * (1.0 - dones)
+    advantages = np.zeros_like(deltas)
+    last = np.zeros_like(deltas[0])
+    for t in reversed(range(rewards.shape[0])):
+        last = deltas[t] + carry[t] * last
+        advantages[t] = last
+    return advantages, advantages + values
+
+
+def evaluate(
+    model_path: str,
+    eval_episodes: int,
+    env_id: Optional[str] = None,
+    capture_video: bool = False,
+    video_dir: str = "videos",
+    seed: int = 0,
+    deterministic: bool = True,
+    device: str = "cpu",
+) -> np.ndarray:
+    """Evaluate a model saved by this script for ``eval_episodes`` episodes.
+
+    Args:
+        model_path: a ``.cleanrl_model`` file written with ``--save-model``.
+        eval_episodes: number of whole episodes.
+        env_id: environment; the one the model was trained on when None.
+        capture_video: record the episodes into ``video_dir``.
+        seed: seed of the evaluation env and of action sampling.
+        deterministic: take the most probable action instead of sampling.
+        device: torch device for the network.
+
+    Returns:
+        Episodic returns, float64 ``[eval_episodes]``.
+
+    Raises:
+        ValueError: the file was not saved by ppo.py.
+    """
+    content = load_model(model_path, "ppo")
+    env_id = env_id or content["env_id"]
+    envs = make_vector_env([make_env(env_id, 0, capture_video, video_dir)])
+    envs.reset(seed=seed)
+    generator = torch.Generator().manual_seed(seed)
+    agent = Agent(int(np.prod(envs.single_observation_space.shape)), int(envs.single_action_space.n)).to(device)
+    agent.load_state_dict(content["model"])
+    agent.eval()
+
+    @torch.no_grad()
+    def policy(obs: np.ndarray) -> np.ndarray:
+        logits = agent.actor(torch.as_tensor(obs, dtype=torch.float32, device=device))
+        if deterministic:
+            return logits.argmax(-1).cpu().numpy()
+        return torch.multinomial(torch.softmax(logits, -1).cpu(), 1, generator=generator).squeeze(-1).numpy()
+
+    returns = run_episodes(envs, policy, eval_episodes)
+    envs.close()
+    return returns
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    check_args(args)
+    check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "ppo.py",
+              hint="; use ppo_continuous.py for Box actions")
+    run = start_run(args)
+    writer = run.writer
+
+    seed_everything(args.seed, args.torch_deterministic)
+    torch.set_num_threads(args.torch_threads)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    envs = make_vector_env(
+        [make_env(args.env_id, i, args.capture_video, str(run.video_dir)) for i in range(args.num_envs)],
+        args.env_mode,
+    )
+    obs_shape = envs.single_observation_space.shape
+    agent = Agent(int(np.prod(obs_shape)), int(envs.single_action_space.n)).to(device)
+    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
+    # The rollout acts with a numpy copy of actor and critic (one fused forward pass): with a
+    # few envs, torch's per-call overhead would cost more than the environments themselves.
+    policy = NumpyMLP(agent.actor, agent.critic)
+    rng = np.random.default_rng(args.seed)
+
+    # Rollout storage [num_steps, num_envs, ...]. It is numpy: writing a few numbers per step
+    # costs far less in numpy than in torch; the whole batch goes to torch once per update.
+    T, N = args.num_steps, args.num_envs
+    obs = np.zeros((T, N) + obs_shape, dtype=np.float32)
+    actions = np.zeros((T, N), dtype=np.int64)
+    logprobs = np.zeros((T, N), dtype=np.float32)
+    rewards = np.zeros((T, N), dtype=np.float32)
+    terminations = np.zeros((T, N), dtype=np.float32)
+    dones = np.zeros((T, N), dtype=np.float32)
+    values = np.zeros((T, N), dtype=np.float32)
+    final_values = np.zeros((T, N), dtype=np.float32)  # V(real final obs) where truncated
+
+    global_step = 0
+    start_time = time.time()
+    progress = Progress(args.total_timesteps)
+    next_obs, _ = envs.reset(seed=args.seed)
+
+    for iteration in range(1, args.num_iterations + 1):
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / args.num_iterations
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+        final_values.fill(0.0)
+        for step in range(T):
+            global_step += N
+            obs[step] = next_obs
+            logits, value = policy.split(policy(next_obs))
+            actions[step], logprobs[step] = sample_categorical(logits, rng)
+            values[step] = value[:, 0]
+
+            next_obs, reward, termination, truncation, infos = envs.step(actions[step])
+            rewards[step] = reward
+            terminations[step] = termination
+            dones[step] = termination | truncation
+            # Truncated (not terminated) envs bootstrap from their real final observation.
+            truncated = np.flatnonzero(truncation & ~termination)
+            if truncated.size:
+                final_obs = real_next_obs(next_obs, infos)[truncated]
+                final_values[step, truncated] = policy.split(policy(final_obs))[1][:, 0]
+            if "_episode" in infos:
+                progress.episodes(log_episodes(writer, infos, global_step))
+        progress.update(global_step)
+
+        last_values = policy.split(policy(next_obs))[1][:, 0]
+        advantages, returns = compute_gae(rewards, values, last_values, final_values, terminations, dones,
+                                          args.gamma, args.gae_lambda)
+
+        # Flatten the batch and move it to the training device once.
+        b_obs = torch.from_numpy(obs.reshape((-1,) + obs_shape)).to(device)
+        b_logprobs = torch.from_numpy(logprobs.reshape(-1)).to(device)
+        b_actions = torch.from_numpy(actions.reshape(-1)).to(device)
+        b_advantages = torch.from_numpy(advantages.reshape(-1)).to(device)
+        b_returns = torch.from_numpy(returns.reshape(-1)).to(device)
+        b_values = torch.from_numpy(values.reshape(-1)).to(device)
+
+        # Optimise the policy and value networks
+        clipfracs = []
+        for epoch in range(args.update_epochs):
+            b_inds = torch.randperm(args.batch_size, device=device)
+            for start in range(0, args.batch_size, args.minibatch_size):
+                mb_inds = b_inds[start : start + args.minibatch_size]
+
+                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
+                logratio = newlogprob - b_logprobs[mb_inds]
+                ratio = logratio.exp()
+
+                with torch.no_grad():
+                    # http://joschu.net/blog/kl-approx.html
+                    old_approx_kl = (-logratio).mean()
+                    approx_kl = ((ratio - 1) - logratio).mean()
+                    clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
+
+                mb_advantages = b_advantages[mb_inds]
+                if args.norm_adv:
+                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+
+                # Policy loss (clipped surrogate, eq. 7)
+                pg_loss1 = -mb_advantages * ratio
+                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+                # Value loss
+                if args.clip_vloss:
+                    v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
+                    v_clipped = b_values[mb_inds] + torch.clamp(
+                        newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef
+                    )
+                    v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
+                    v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+                else:
+                    v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
+
+                entropy_loss = entropy.mean()
+                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+
+                optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+                optimizer.step()
+
+            if args.target_kl is not None and approx_kl.item() > args.target_kl:
+                break
+        policy.sync()
+
+        y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
+        var_y = np.var(y_true)
+        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+
+        sps = int(global_step / (time.time() - start_time))
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
+        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
+        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
+        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
+        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
+        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+        writer.add_scalar("losses/explained_variance", explained_var, global_step)
+        writer.add_scalar("charts/SPS", sps, global_step)
+
+    progress.close()
+    if args.save_model:
+        model_path = run.directory / f"{args.exp_name}.cleanrl_model"
+        save_model(model_path, "ppo", args, agent.state_dict())
+        print(f"model saved to {model_path}")
+        episodic_returns = evaluate(str(model_path), args.eval_episodes, args.env_id, args.capture_video,
+                                    str(run.directory / "videos-eval"), seed=args.seed + 100_000)
+        for idx, episodic_return in enumerate(episodic_returns):
+            writer.add_scalar("eval/episodic_return", episodic_return, idx)
+        print(f"evaluation over {args.eval_episodes} episodes: "
+              f"{episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
+
+    envs.close()
+    run.close()

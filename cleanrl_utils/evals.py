@@ -1,0 +1,38 @@
+"""Evaluation helper: run a policy for a number of whole episodes.
+
+Each script's ``evaluate()`` builds its own environment and network, loads the saved
+weights and hands both to :func:`run_episodes`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+
+def run_episodes(envs, policy: Callable[[np.ndarray], np.ndarray], num_episodes: int) -> np.ndarray:
+    """Run ``policy`` in ``envs`` until ``num_episodes`` episodes have ended.
+
+    Args:
+        envs: a gymnasium vector env wrapped in
+            ``gymnasium.wrappers.vector.RecordEpisodeStatistics``.
+        policy: maps a batch of observations ``[num_envs, *obs_shape]`` to actions
+            ``[num_envs, *action_shape]`` (numpy in, numpy out).
+        num_episodes: how many episodes to collect; must be positive.
+
+    Returns:
+        Episodic returns, float64 ``[num_episodes]``, in the order the episodes ended.
+
+    Raises:
+        ValueError: ``num_episodes`` is not positive.
+    """
+    if num_episodes <= 0:
+        raise ValueError(f"num_episodes must be positive, got {num_episodes}")
+    returns: list[float] = []
+    obs, _ = envs.reset()
+    while len(returns) < num_episodes:
+        obs, _, _, _, infos = envs.step(policy(obs))
+        if "_episode" in infos:
+            returns.extend(infos["episode"]["r"][infos["_episode"]].tolist())
+    return np.asarray(returns[:num_episodes], dtype=np.float64)

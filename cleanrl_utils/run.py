@@ -1,0 +1,368 @@
+"""Run plumbing every script shares: input checks, seeding, the run directory, trackers,
+progress output, episode logging and model files.
+
+None of this is algorithm logic; it is kept here so that each script reads as its algorithm.
+
+Conventions (see DESIGN.md):
+
+- run directory ``runs/{env_id}__{exp_name}__{seed}__{unix_time}/`` holding the TensorBoard
+  events, ``args.json`` (the resolved arguments), videos and the saved model;
+- TensorBoard tags ``charts/episodic_return``, ``charts/episodic_length``, ``charts/SPS``,
+  ``charts/learning_rate`` and ``losses/<name>``;
+- bad input stops before any work with one line on stderr naming the flag, exit status 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+import random
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, NoReturn, Sequence
+
+import numpy as np
+import torch
+
+USAGE_ERROR = 2
+"""Exit status of a run stopped by bad input (the same as argparse's)."""
+
+
+def fail(flag: str, message: str) -> NoReturn:
+    """Stop the program with one line on stderr, ``error: <flag>: <message>``, exit status 2.
+
+    Used for bad input before any work starts, so the user sees what to change rather than
+    a traceback from deep inside the run.
+    """
+    print(f"error: {flag}: {message}", file=sys.stderr)
+    raise SystemExit(USAGE_ERROR)
+
+
+def require(condition: bool, flag: str, message: str) -> None:
+    """Call :func:`fail` with ``flag`` and ``message`` unless ``condition`` holds."""
+    if not condition:
+        fail(flag, message)
+
+
+def require_positive(args: Any, *names: str) -> None:
+    """Fail on the first of the fields ``names`` of ``args`` that is not > 0.
+
+    Field ``num_envs`` is reported as flag ``--num-envs``.
+    """
+    for name in names:
+        value = getattr(args, name)
+        require(value > 0, flag_name(name), f"must be positive, got {value}")
+
+
+def flag_name(field: str) -> str:
+    """The command-line flag of an ``Args`` field: ``num_envs`` -> ``--num-envs``."""
+    return "--" + field.replace("_", "-")
+
+
+def check_env(
+    env_id: str,
+    action_spaces: tuple[type, ...],
+    observation_spaces: tuple[type, ...],
+    script: str,
+    hint: str = "",
+) -> None:
+    """Check, before any work, that ``env_id`` exists and has spaces the script supports.
+
+    Creates one environment to read its spaces, then closes it.
+
+    Args:
+        env_id: a gymnasium id such as ``"CartPole-v1"``.
+        action_spaces: accepted ``gymnasium.spaces`` classes for the action space.
+        observation_spaces: accepted classes for the observation space.
+        script: the script's file name, used in the message.
+        hint: appended to the message for an unsupported space (say, which script fits).
+
+    Raises:
+        SystemExit: (status 2, one line on stderr) for an unknown id or an unsupported space.
+    """
+    import importlib
+
+    import gymnasium as gym
+
+    module, _, name = env_id.rpartition(":")
+    if module:  # "package.module:Env-v0": importing the module registers the env
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            fail("--env-id", f"cannot import {module!r} to register {name!r}: {error}")
+    if name not in gym.registry:
+        close = difflib.get_close_matches(name, list(gym.registry), n=3)
+        suggestion = f"; did you mean {', '.join(close)}?" if close else ""
+        fail("--env-id", f"unknown environment {env_id!r}{suggestion}")
+    try:
+        env = gym.make(env_id)
+    except Exception as error:  # a missing extra (ale-py, mujoco) or a broken env
+        fail("--env-id", f"cannot create {env_id!r}: {type(error).__name__}: {error}")
+    action_space, observation_space = env.action_space, env.observation_space
+    env.close()
+    accepted = " or ".join(space.__name__ for space in action_spaces)
+    require(
+        isinstance(action_space, action_spaces),
+        "--env-id",
+        f"{env_id} has action space {action_space}; {script} supports {accepted} only{hint}",
+    )
+    accepted = " or ".join(space.__name__ for space in observation_spaces)
+    require(
+        isinstance(observation_space, observation_spaces),
+        "--env-id",
+        f"{env_id} has observation space {observation_space}; {script} supports {accepted} only",
+    )
+
+
+def seed_everything(seed: int, torch_deterministic: bool) -> None:
+    """Seed python's, numpy's and torch's global generators; ask cuDNN for determinism.
+
+    On CPU, the same seed then gives the same numbers run after run.
+    """
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    torch.backends.cudnn.deterministic = torch_deterministic
+
+
+@dataclasses.dataclass
+class Run:
+    """A started run: its name, directory and TensorBoard writer.
+
+    Attributes:
+        name: ``{env_id}__{exp_name}__{seed}__{unix_time}``.
+        directory: ``runs/<name>``; holds events, ``args.json``, videos and models.
+        writer: a ``torch.utils.tensorboard.SummaryWriter`` on ``directory``; with
+            ``--track`` its scalars are mirrored to Weights & Biases.
+        tracked: whether a Weights & Biases run was started.
+    """
+
+    name: str
+    directory: Path
+    writer: Any
+    tracked: bool
+
+    @property
+    def video_dir(self) -> Path:
+        """Where ``--capture-video`` writes env 0's training episodes."""
+        return self.directory / "videos"
+
+    def close(self) -> None:
+        """Flush and close the writer; upload videos and finish the W&B run if tracked."""
+        self.writer.close()
+        if self.tracked:
+            import wandb
+
+            for video in sorted(self.video_dir.glob("*.mp4")):
+                wandb.log({f"videos/{video.stem}": wandb.Video(str(video), format="mp4")})
+            wandb.finish()
+
+
+def start_run(args: Any, runs_dir: str | os.PathLike = "runs") -> Run:
+    """Create the run directory, save the resolved arguments, start TensorBoard (and W&B).
+
+    Args:
+        args: the script's ``Args`` dataclass; must have ``env_id``, ``exp_name``, ``seed``,
+            ``track``, ``wandb_project_name`` and ``wandb_entity``.
+        runs_dir: parent folder of run directories.
+
+    Returns:
+        The started :class:`Run`. With ``args.track`` the W&B run is started first, with
+        ``sync_tensorboard=True``, so every TensorBoard scalar reaches W&B under the same tag.
+        ``WANDB_MODE=offline`` keeps it on disk (``wandb sync`` uploads it later).
+    """
+    from torch.utils.tensorboard import SummaryWriter
+
+    config = dataclasses.asdict(args)
+    name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    directory = Path(runs_dir) / name
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "args.json").write_text(json.dumps(config, indent=2) + "\n")
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=config,
+            name=name,
+            dir=str(directory),
+            save_code=True,
+        )
+    writer = SummaryWriter(str(directory))
+    table = "\n".join(f"|{key}|{value}|" for key, value in config.items())
+    writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
+    return Run(name=name, directory=directory, writer=writer, tracked=args.track)
+
+
+def log_episodes(writer: Any, infos: dict, global_step: int) -> list[float]:
+    """Write the episodes that ended this step to TensorBoard and return their returns.
+
+    Reads the statistics that ``gymnasium.wrappers.vector.RecordEpisodeStatistics`` puts in
+    ``infos["episode"]`` (``"r"`` return, ``"l"`` length) for the envs flagged in
+    ``infos["_episode"]``; tags ``charts/episodic_return`` and ``charts/episodic_length``.
+    """
+    if "_episode" not in infos:
+        return []
+    finished = infos["_episode"].nonzero()[0]
+    returns = infos["episode"]["r"][finished].tolist()
+    lengths = infos["episode"]["l"][finished].tolist()
+    for episodic_return, episodic_length in zip(returns, lengths):
+        writer.add_scalar("charts/episodic_return", episodic_return, global_step)
+        writer.add_scalar("charts/episodic_length", episodic_length, global_step)
+    return returns
+
+
+class Progress:
+    """Progress output: a tqdm bar on a terminal, plain periodic lines otherwise.
+
+    Both show the global step, steps per second and the mean return of the last
+    ``window`` episodes.
+
+    Args:
+        total: total environment steps of the run.
+        interval: seconds between plain lines (and between bar refreshes).
+        stream: where to write; a bar is used when ``stream.isatty()``.
+        window: number of recent episodes in the mean return.
+    """
+
+    def __init__(self, total: int, interval: float = 10.0, stream=None, window: int = 20):
+        self.total = total
+        self.interval = interval
+        self.stream = stream if stream is not None else sys.stdout
+        self.returns: deque[float] = deque(maxlen=window)
+        self.start = time.perf_counter()
+        self.last_print = self.start
+        self.step = 0
+        self.bar = None
+        if self.stream.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="step", file=self.stream, mininterval=0.5)
+
+    def episodes(self, returns: Sequence[float]) -> None:
+        """Add the returns of episodes that just ended."""
+        self.returns.extend(returns)
+
+    @property
+    def mean_return(self) -> float:
+        """Mean return of the recent episodes (nan before the first one ends)."""
+        return float(np.mean(self.returns)) if self.returns else float("nan")
+
+    def update(self, global_step: int) -> None:
+        """Report that the run has reached ``global_step``; prints at most every interval."""
+        now = time.perf_counter()
+        if self.bar is not None:
+            self.bar.update(global_step - self.step)
+            self.step = global_step
+            if now - self.last_print >= 0.5:
+                self.bar.set_postfix_str(f"return={self.mean_return:.1f}", refresh=False)
+                self.last_print = now
+            return
+        self.step = global_step
+        if now - self.last_print >= self.interval or global_step >= self.total:
+            self.last_print = now
+            self._line(now)
+
+    def _line(self, now: float) -> None:
+        sps = int(self.step / max(now - self.start, 1e-9))
+        percent = 100.0 * self.step / self.total
+        print(
+            f"step {self.step}/{self.total} ({percent:.0f}%) | SPS {sps} | "
+            f"return (last {len(self.returns)}) {self.mean_return:.1f}",
+            file=self.stream,
+            flush=True,
+        )
+
+    def close(self) -> None:
+        """Close the bar, or print the final line if the last one is out of date."""
+        if self.bar is not None:
+            self.bar.close()
+        elif self.last_print != time.perf_counter() and self.step < self.total:
+            self._line(time.perf_counter())
+
+
+def save_model(path: str | os.PathLike, script: str, args: Any, state_dict: dict) -> None:
+    """Save a trained model with the metadata needed to load it back.
+
+    The file holds tensors and plain values only (``torch.load(weights_only=True)`` reads it):
+    ``{"script": script, "env_id": ..., "args": dataclasses.asdict(args), "model": state_dict}``.
+    It is written to a temporary file and renamed, so it is never half-written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    content = {
+        "script": script,
+        "env_id": args.env_id,
+        "args": dataclasses.asdict(args),
+        "model": state_dict,
+    }
+    temporary = path.with_name(path.name + ".tmp")
+    torch.save(content, temporary)
+    os.replace(temporary, path)
+
+
+def load_model(path: str | os.PathLike, script: str) -> dict:
+    """Load a file written by :func:`save_model`, checking that ``script`` wrote it.
+
+    Returns:
+        The saved dictionary (``script``, ``env_id``, ``args``, ``model``).
+
+    Raises:
+        ValueError: the file is not a model saved by ``script``.
+        FileNotFoundError: no file at ``path``.
+    """
+    content = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(content, dict) or "model" not in content:
+        raise ValueError(f"{path} is not a model file saved by a cleanrl script")
+    if content.get("script") != script:
+        raise ValueError(
+            f"{path} was saved by {content.get('script')!r}, not {script!r}; "
+            f"evaluate it with that script's evaluate()"
+        )
+    return content
+
+
+def make_vector_env(env_fns: Sequence, env_mode: str = "sync"):
+    """Vectorise ``env_fns`` in one process (``"sync"``) or in subprocesses (``"async"``).
+
+    Both modes use gymnasium's same-step autoreset: when a sub-env's episode ends, the
+    observation returned is the first of the next episode and the real final observation is
+    in ``infos["final_obs"][i]`` (flagged by ``infos["_final_obs"]``). Episode statistics are
+    added by ``RecordEpisodeStatistics`` (``infos["episode"]``, ``infos["_episode"]``).
+
+    Raises:
+        ValueError: ``env_mode`` is neither ``"sync"`` nor ``"async"``.
+    """
+    import gymnasium as gym
+
+    same_step = gym.vector.AutoresetMode.SAME_STEP
+    if env_mode == "sync":
+        envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=same_step)
+    elif env_mode == "async":
+        envs = gym.vector.AsyncVectorEnv(env_fns, autoreset_mode=same_step)
+    else:
+        raise ValueError(f"env_mode must be 'sync' or 'async', got {env_mode!r}")
+    return gym.wrappers.vector.RecordEpisodeStatistics(envs)
+
+
+def real_next_obs(next_obs: np.ndarray, infos: dict) -> np.ndarray:
+    """The real next observations of a vector step, ``[num_envs, *obs_shape]``.
+
+    With same-step autoreset (see :func:`make_vector_env`), ``next_obs[i]`` of an env whose
+    episode just ended is already the first observation of its next episode; the one that
+    ended the episode is ``infos["final_obs"][i]``. This returns ``next_obs`` with those
+    entries replaced (a copy when any are; ``next_obs`` itself otherwise), which is what a
+    TD target or a truncation bootstrap must use as s'.
+    """
+    if "_final_obs" not in infos:
+        return next_obs
+    real = next_obs.copy()
+    for i in np.flatnonzero(infos["_final_obs"]):
+        real[i] = infos["final_obs"][i]
+    return real

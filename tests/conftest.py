@@ -1,0 +1,49 @@
+"""Helpers shared by the tests: run a script in a subprocess and read its TensorBoard events."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_script(script: str, *flags: str, cwd: Path, timeout: float = 600, env: dict | None = None,
+               check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``python cleanrl/<script> <flags>`` with ``cwd`` as working directory (runs/ goes there)."""
+    environ = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    environ.pop("WANDB_API_KEY", None)
+    result = subprocess.run([sys.executable, str(ROOT / "cleanrl" / script), *flags], cwd=cwd, env=environ,
+                            capture_output=True, text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{script} exited {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    return result
+
+
+def run_dir(cwd: Path) -> Path:
+    """The only run directory under ``cwd/runs``."""
+    dirs = list((cwd / "runs").iterdir())
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def scalars(directory: Path) -> dict[str, list[tuple[int, float]]]:
+    """All scalars of the TensorBoard events in ``directory``: tag -> [(step, value)]."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(directory), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    return {tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]}
+
+
+def episodic_returns(directory: Path) -> list[float]:
+    return [value for _, value in scalars(directory).get("charts/episodic_return", [])]
+
+
+@pytest.fixture
+def tmp_cwd(tmp_path: Path) -> Path:
+    return tmp_path

@@ -1,0 +1,32 @@
+"""Tiny environments whose every number is known, for hand-computed tests.
+
+Importing this module registers them; scripts reach them as ``tests.envs:Counter-v0``.
+"""
+
+import gymnasium as gym
+import numpy as np
+
+
+class CounterEnv(gym.Env):
+    """Observation [t] (the step count), reward 1 per step, Discrete(2) actions.
+
+    Action 1 terminates the episode; action 0 never does, so with a time limit of L an
+    episode of zeros is truncated after L steps with final observation [L].
+    """
+
+    metadata = {"render_modes": []}
+    observation_space = gym.spaces.Box(0.0, 1000.0, shape=(1,), dtype=np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([0.0], dtype=np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.array([self.t], dtype=np.float32), 1.0, bool(action == 1), False, {}
+
+
+if "Counter-v0" not in gym.registry:
+    gym.register("Counter-v0", entry_point=CounterEnv, max_episode_steps=3)
