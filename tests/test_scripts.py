@@ -1,0 +1,150 @@
+"""Smoke, bad-input and reproducibility tests of every script (short runs, minutes in all)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.conftest import episodic_returns, run_dir, run_script, scalars
+
+STANDARD_TAGS = {"charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate"}
+SHORT = {
+    "ppo.py": ["--total-timesteps", "2048"],
+    "dqn.py": ["--total-timesteps", "3000", "--learning-starts", "500", "--train-frequency", "2"],
+}
+LOSS_TAGS = {
+    "ppo.py": {"losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/approx_kl"},
+    "dqn.py": {"losses/td_loss", "losses/q_values"},
+}
+
+
+@pytest.mark.parametrize("script", ["ppo.py", "dqn.py"])
+def test_smoke_run_directory_video_model_and_tracking(script, tmp_path):
+    result = run_script(script, *SHORT[script], "--capture-video", "--save-model", "--track",
+                        "--eval-episodes", "2", cwd=tmp_path, env={"WANDB_MODE": "offline"})
+    directory = run_dir(tmp_path)
+    assert directory.name.startswith(f"CartPole-v1__{script[:-3]}__1__")
+    tags = set(scalars(directory))
+    assert STANDARD_TAGS | LOSS_TAGS[script] <= tags, tags
+    assert "eval/episodic_return" in tags
+    saved_args = json.loads((directory / "args.json").read_text())
+    assert saved_args["env_id"] == "CartPole-v1" and saved_args["capture_video"] is True
+    videos = sorted((directory / "videos").glob("*.mp4"))
+    assert videos and all(v.stat().st_size > 1000 for v in videos)
+    model = directory / f"{script[:-3]}.cleanrl_model"
+    assert model.is_file()
+    assert "evaluation over 2 episodes" in result.stdout
+    # --track in offline mode: a W&B run directory with the synced TensorBoard scalars
+    offline = list((directory / "wandb").glob("offline-run-*"))
+    assert offline and list(offline[0].glob("*.wandb"))
+    # plain periodic progress lines when the output is not a terminal
+    assert "SPS" in result.stdout and "return (last" in result.stdout
+
+
+@pytest.mark.parametrize("script", ["ppo", "dqn"])
+def test_evaluate_saved_model(script, tmp_path):
+    import importlib
+
+    module = importlib.import_module(f"cleanrl.{script}")
+    run_script(f"{script}.py", *SHORT[f"{script}.py"], "--save-model", "--eval-episodes", "1", cwd=tmp_path)
+    model = run_dir(tmp_path) / f"{script}.cleanrl_model"
+    returns = module.evaluate(str(model), eval_episodes=3, capture_video=True, video_dir=str(tmp_path / "eval"))
+    assert returns.shape == (3,) and np.all(returns >= 1)
+    assert list((tmp_path / "eval").glob("*.mp4"))
+    other = "dqn" if script == "ppo" else "ppo"
+    with pytest.raises(ValueError, match=f"saved by '{script}'"):
+        importlib.import_module(f"cleanrl.{other}").evaluate(str(model), eval_episodes=1)
+
+
+BAD_INPUT = [
+    ("ppo.py", ["--env-id", "CartPole-v9"], "--env-id", "unknown environment"),
+    ("dqn.py", ["--env-id", "NoSuchEnv-v0"], "--env-id", "unknown environment"),
+    ("ppo.py", ["--env-id", "Pendulum-v1"], "--env-id", "supports Discrete only"),
+    ("dqn.py", ["--env-id", "MountainCarContinuous-v0"], "--env-id", "supports Discrete only"),
+    ("ppo.py", ["--num-minibatches", "3"], "--num-minibatches", "does not divide"),
+    ("ppo.py", ["--num-envs", "1", "--num-steps", "4", "--num-minibatches", "4"], "--num-minibatches", "too small"),
+    ("ppo.py", ["--num-envs", "0"], "--num-envs", "must be positive"),
+    ("ppo.py", ["--update-epochs", "-1"], "--update-epochs", "must be positive"),
+    ("ppo.py", ["--total-timesteps", "100"], "--total-timesteps", "less than one rollout"),
+    ("dqn.py", ["--batch-size", "0"], "--batch-size", "must be positive"),
+    ("dqn.py", ["--buffer-size", "2", "--num-envs", "4"], "--buffer-size", "cannot hold"),
+    ("dqn.py", ["--learning-starts", "600000"], "--learning-starts", "leaves no training"),
+    ("dqn.py", ["--exploration-fraction", "0"], "--exploration-fraction", "must be in"),
+]
+
+
+@pytest.mark.parametrize("script,flags,flag,message", BAD_INPUT)
+def test_bad_input_stops_with_one_line(script, flags, flag, message, tmp_path):
+    result = run_script(script, *flags, cwd=tmp_path, check=False, timeout=120)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert lines == [lines[-1]] and lines[0].startswith(f"error: {flag}: ") and message in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "runs").exists()  # stopped before any work
+
+
+@pytest.mark.parametrize("script", ["ppo.py", "dqn.py"])
+def test_same_seed_same_returns(script, tmp_path):
+    flags = {"ppo.py": ["--total-timesteps", "6144"],
+             "dqn.py": ["--total-timesteps", "4000", "--learning-starts", "1000", "--train-frequency", "1"]}[script]
+    runs = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        run_script(script, *flags, "--seed", "7", cwd=tmp_path / name)
+        runs.append(episodic_returns(run_dir(tmp_path / name)))
+    assert len(runs[0]) > 10
+    assert runs[0] == runs[1]
+    (tmp_path / "c").mkdir()
+    run_script(script, *flags, "--seed", "8", cwd=tmp_path / "c")
+    assert episodic_returns(run_dir(tmp_path / "c")) != runs[0]
+
+
+def test_dqn_double_q_dueling_runs_and_evaluates(tmp_path):
+    from cleanrl.dqn import evaluate
+
+    run_script("dqn.py", *SHORT["dqn.py"], "--double-q", "--dueling", "--save-model", "--eval-episodes", "1",
+               cwd=tmp_path)
+    directory = run_dir(tmp_path)
+    assert {"losses/td_loss", "losses/q_values"} <= set(scalars(directory))
+    assert evaluate(str(directory / "dqn.cleanrl_model"), eval_episodes=2).shape == (2,)
+
+
+@pytest.mark.parametrize("script", ["ppo.py", "dqn.py"])
+def test_async_env_mode_matches_sync(script, tmp_path):
+    """Subprocess envs give the same observations, hence the same returns, as serial ones."""
+    flags = {"ppo.py": ["--total-timesteps", "2048", "--num-envs", "2"],
+             "dqn.py": ["--total-timesteps", "2000", "--num-envs", "2", "--learning-starts", "500"]}[script]
+    returns = {}
+    for mode in ("sync", "async"):
+        (tmp_path / mode).mkdir()
+        run_script(script, *flags, "--env-mode", mode, cwd=tmp_path / mode)
+        returns[mode] = episodic_returns(run_dir(tmp_path / mode))
+    assert returns["sync"] and returns["sync"] == returns["async"]
+
+
+def test_progress_bar_on_a_terminal_and_lines_otherwise():
+    import io
+
+    from cleanrl_utils.run import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    terminal = Terminal()
+    progress = Progress(100, stream=terminal)
+    progress.episodes([10.0, 20.0])
+    progress.update(50)
+    progress.close()
+    assert "50/100" in terminal.getvalue() and "step" in terminal.getvalue()
+
+    plain = io.StringIO()
+    progress = Progress(100, interval=0.0, stream=plain)
+    progress.episodes([10.0, 20.0])
+    progress.update(50)
+    progress.update(100)
+    progress.close()
+    lines = plain.getvalue().splitlines()
+    assert lines == ["step 50/100 (50%) | SPS " + lines[0].split("SPS ")[1].split(" |")[0] + " | return (last 2) 15.0",
+                     lines[1]]
+    assert lines[1].startswith("step 100/100 (100%)")
