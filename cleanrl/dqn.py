@@ -265,8 +265,7 @@ def evaluate(
 if __name__ == "__main__":
     args = tyro.cli(Args)
     check_args(args)
-    check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "dqn.py",
-              hint="; use ddpg_continuous.py, td3_continuous.py or sac_continuous.py for Box actions")
+    check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "dqn.py", obs_ndim=1)
     run = start_run(args)
     writer = run.writer
 

@@ -339,8 +339,7 @@ def evaluate(
 if __name__ == "__main__":
     args = tyro.cli(Args)
     check_args(args)
-    check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "ppo.py",
-              hint="; use ppo_continuous.py for Box actions")
+    check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "ppo.py", obs_ndim=1)
     run = start_run(args)
     writer = run.writer
 

@@ -69,6 +69,7 @@ def check_env(
     observation_spaces: tuple[type, ...],
     script: str,
     hint: str = "",
+    obs_ndim: int | None = None,
 ) -> None:
     """Check, before any work, that ``env_id`` exists and has spaces the script supports.
 
@@ -80,6 +81,7 @@ def check_env(
         observation_spaces: accepted classes for the observation space.
         script: the script's file name, used in the message.
         hint: appended to the message for an unsupported space (say, which script fits).
+        obs_ndim: if given, the number of dimensions observations must have (1: flat vectors).
 
     Raises:
         SystemExit: (status 2, one line on stderr) for an unknown id or an unsupported space.
@@ -116,6 +118,13 @@ def check_env(
         "--env-id",
         f"{env_id} has observation space {observation_space}; {script} supports {accepted} only",
     )
+    if obs_ndim is not None:
+        require(
+            len(observation_space.shape) == obs_ndim,
+            "--env-id",
+            f"{env_id} has observations of shape {observation_space.shape}; {script} supports "
+            f"{obs_ndim}-dimensional observations only",
+        )
 
 
 def seed_everything(seed: int, torch_deterministic: bool) -> None:
@@ -239,6 +248,7 @@ class Progress:
         self.start = time.perf_counter()
         self.last_print = self.start
         self.step = 0
+        self.printed_step = -1
         self.bar = None
         if self.stream.isatty():
             from tqdm import tqdm
@@ -270,6 +280,7 @@ class Progress:
             self._line(now)
 
     def _line(self, now: float) -> None:
+        self.printed_step = self.step
         sps = int(self.step / max(now - self.start, 1e-9))
         percent = 100.0 * self.step / self.total
         print(
@@ -280,10 +291,10 @@ class Progress:
         )
 
     def close(self) -> None:
-        """Close the bar, or print the final line if the last one is out of date."""
+        """Close the bar, or print the final line if the last one printed is out of date."""
         if self.bar is not None:
             self.bar.close()
-        elif self.last_print != time.perf_counter() and self.step < self.total:
+        elif self.printed_step != self.step:
             self._line(time.perf_counter())
 
 

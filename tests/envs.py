@@ -30,3 +30,13 @@ class CounterEnv(gym.Env):
 
 if "Counter-v0" not in gym.registry:
     gym.register("Counter-v0", entry_point=CounterEnv, max_episode_steps=3)
+
+
+class ImageEnv(CounterEnv):
+    """Like CounterEnv but with 2-D observations (a script for flat vectors must refuse it)."""
+
+    observation_space = gym.spaces.Box(0.0, 1000.0, shape=(2, 2), dtype=np.float32)
+
+
+if "Image-v0" not in gym.registry:
+    gym.register("Image-v0", entry_point=ImageEnv, max_episode_steps=3)

@@ -61,6 +61,8 @@ BAD_INPUT = [
     ("dqn.py", ["--env-id", "NoSuchEnv-v0"], "--env-id", "unknown environment"),
     ("ppo.py", ["--env-id", "Pendulum-v1"], "--env-id", "supports Discrete only"),
     ("dqn.py", ["--env-id", "MountainCarContinuous-v0"], "--env-id", "supports Discrete only"),
+    ("ppo.py", ["--env-id", "tests.envs:Image-v0"], "--env-id", "1-dimensional observations only"),
+    ("dqn.py", ["--env-id", "tests.nosuchmodule:Env-v0"], "--env-id", "cannot import"),
     ("ppo.py", ["--num-minibatches", "3"], "--num-minibatches", "does not divide"),
     ("ppo.py", ["--num-envs", "1", "--num-steps", "4", "--num-minibatches", "4"], "--num-minibatches", "too small"),
     ("ppo.py", ["--num-envs", "0"], "--num-envs", "must be positive"),
