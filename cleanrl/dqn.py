@@ -124,6 +124,10 @@ def check_args(args: Args) -> None:
     for name in ("start_e", "end_e"):
         value = getattr(args, name)
         require(0 <= value <= 1, f"--{name.replace('_', '-')}", f"must be in [0, 1], got {value}")
+    require(args.start_e >= args.end_e, "--end-e",
+            f"{args.end_e} is above --start-e {args.start_e}; ε decays from --start-e to --end-e")
+    require(args.buffer_size >= args.batch_size, "--buffer-size",
+            f"{args.buffer_size} is smaller than --batch-size {args.batch_size}")
     require(0 < args.exploration_fraction <= 1, "--exploration-fraction",
             f"must be in (0, 1], got {args.exploration_fraction}")
     require(args.buffer_size >= args.num_envs, "--buffer-size",
@@ -133,13 +137,17 @@ def check_args(args: Args) -> None:
     require(not args.save_model or args.eval_episodes > 0, "--eval-episodes", "must be positive with --save-model")
 
 
-def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str):
-    """A thunk creating env ``idx``; env 0 records videos into ``video_dir`` if asked."""
+def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, video_episodes=None):
+    """A thunk creating env ``idx``; env 0 records videos into ``video_dir`` if asked.
+
+    ``video_episodes(episode_index) -> bool`` picks the episodes to record; by default
+    gymnasium's schedule (episodes 0, 1, 8, 27, ..., 1000, then every 1000th).
+    """
 
     def thunk():
         if capture_video and idx == 0:
             env = gym.make(env_id, render_mode="rgb_array")
-            env = gym.wrappers.RecordVideo(env, video_dir, gc_trigger=None)
+            env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes, gc_trigger=None)
         else:
             env = gym.make(env_id)
         return env
@@ -221,7 +229,7 @@ def evaluate(
     env_id: Optional[str] = None,
     capture_video: bool = False,
     video_dir: str = "videos",
-    seed: int = 0,
+    seed: Optional[int] = None,
     epsilon: float = 0.0,
     device: str = "cpu",
 ) -> np.ndarray:
@@ -231,8 +239,9 @@ def evaluate(
         model_path: a ``.cleanrl_model`` file written with ``--save-model``.
         eval_episodes: number of whole episodes.
         env_id: environment; the one the model was trained on when None.
-        capture_video: record the episodes into ``video_dir``.
-        seed: seed of the evaluation env and of the ε draws.
+        capture_video: record the evaluation episodes into ``video_dir``.
+        seed: seed of the evaluation env and of the ε draws; None means the training
+            seed + 100000, as the evaluation at the end of training uses.
         epsilon: probability of a random action (0: greedy).
         device: torch device for the network.
 
@@ -244,8 +253,8 @@ def evaluate(
     """
     content = load_model(model_path, "dqn")
     env_id = env_id or content["env_id"]
-    envs = make_vector_env([make_env(env_id, 0, capture_video, video_dir)])
-    envs.reset(seed=seed)
+    seed = content["args"]["seed"] + 100_000 if seed is None else seed
+    envs = make_vector_env([make_env(env_id, 0, capture_video, video_dir, lambda episode: episode < eval_episodes)])
     rng = np.random.default_rng(seed)
     q_network = QNetwork(int(np.prod(envs.single_observation_space.shape)), int(envs.single_action_space.n),
                          dueling=content["args"]["dueling"]).to(device)
@@ -257,7 +266,7 @@ def evaluate(
         explore = rng.random(len(actions)) < epsilon
         return np.where(explore, rng.integers(envs.single_action_space.n, size=len(actions)), actions)
 
-    returns = run_episodes(envs, policy, eval_episodes)
+    returns = run_episodes(envs, policy, eval_episodes, seed=seed)
     envs.close()
     return returns
 
@@ -295,7 +304,9 @@ if __name__ == "__main__":
 
     global_step = 0
     start_time = time.time()
-    progress = Progress(args.total_timesteps)
+    if num_iterations * N != args.total_timesteps:
+        print(f"training {num_iterations * N} steps: --total-timesteps rounded down to a multiple of --num-envs {N}")
+    progress = Progress(num_iterations * N)
     obs, _ = envs.reset(seed=args.seed)
     for iteration in range(num_iterations):
         global_step += N
@@ -309,9 +320,9 @@ if __name__ == "__main__":
 
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
 
-        # s' is the real next observation: where an episode ended, its final observation.
         if "_episode" in infos:
             progress.episodes(log_episodes(writer, infos, global_step))
+        # s' is the real next observation: where an episode ended, its final observation.
         rb.add(obs, real_next_obs(next_obs, infos), actions, rewards, terminations, truncations)
         obs = next_obs
 
@@ -351,9 +362,9 @@ if __name__ == "__main__":
         save_model(model_path, "dqn", args, q_network.state_dict())
         print(f"model saved to {model_path}")
         episodic_returns = evaluate(str(model_path), args.eval_episodes, args.env_id, args.capture_video,
-                                    str(run.directory / "videos-eval"), seed=args.seed + 100_000)
-        for idx, episodic_return in enumerate(episodic_returns):
-            writer.add_scalar("eval/episodic_return", episodic_return, idx)
+                                    str(run.directory / "videos-eval"))
+        writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
+        writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
         print(f"evaluation over {args.eval_episodes} episodes: "
               f"{episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
 

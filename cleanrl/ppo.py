@@ -152,13 +152,17 @@ def check_args(args: Args) -> None:
     args.num_iterations = args.total_timesteps // args.batch_size
 
 
-def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str):
-    """A thunk creating env ``idx``; env 0 records videos into ``video_dir`` if asked."""
+def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, video_episodes=None):
+    """A thunk creating env ``idx``; env 0 records videos into ``video_dir`` if asked.
+
+    ``video_episodes(episode_index) -> bool`` picks the episodes to record; by default
+    gymnasium's schedule (episodes 0, 1, 8, 27, ..., 1000, then every 1000th).
+    """
 
     def thunk():
         if capture_video and idx == 0:
             env = gym.make(env_id, render_mode="rgb_array")
-            env = gym.wrappers.RecordVideo(env, video_dir, gc_trigger=None)
+            env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes, gc_trigger=None)
         else:
             env = gym.make(env_id)
         return env
@@ -294,7 +298,7 @@ def evaluate(
     env_id: Optional[str] = None,
     capture_video: bool = False,
     video_dir: str = "videos",
-    seed: int = 0,
+    seed: Optional[int] = None,
     deterministic: bool = True,
     device: str = "cpu",
 ) -> np.ndarray:
@@ -304,8 +308,9 @@ def evaluate(
         model_path: a ``.cleanrl_model`` file written with ``--save-model``.
         eval_episodes: number of whole episodes.
         env_id: environment; the one the model was trained on when None.
-        capture_video: record the episodes into ``video_dir``.
-        seed: seed of the evaluation env and of action sampling.
+        capture_video: record the evaluation episodes into ``video_dir``.
+        seed: seed of the evaluation env and of action sampling; None means the training
+            seed + 100000, as the evaluation at the end of training uses.
         deterministic: take the most probable action instead of sampling.
         device: torch device for the network.
 
@@ -317,8 +322,8 @@ def evaluate(
     """
     content = load_model(model_path, "ppo")
     env_id = env_id or content["env_id"]
-    envs = make_vector_env([make_env(env_id, 0, capture_video, video_dir)])
-    envs.reset(seed=seed)
+    seed = content["args"]["seed"] + 100_000 if seed is None else seed
+    envs = make_vector_env([make_env(env_id, 0, capture_video, video_dir, lambda episode: episode < eval_episodes)])
     generator = torch.Generator().manual_seed(seed)
     agent = Agent(int(np.prod(envs.single_observation_space.shape)), int(envs.single_action_space.n)).to(device)
     agent.load_state_dict(content["model"])
@@ -331,7 +336,7 @@ def evaluate(
             return logits.argmax(-1).cpu().numpy()
         return torch.multinomial(torch.softmax(logits, -1).cpu(), 1, generator=generator).squeeze(-1).numpy()
 
-    returns = run_episodes(envs, policy, eval_episodes)
+    returns = run_episodes(envs, policy, eval_episodes, seed=seed)
     envs.close()
     return returns
 
@@ -373,7 +378,10 @@ if __name__ == "__main__":
 
     global_step = 0
     start_time = time.time()
-    progress = Progress(args.total_timesteps)
+    if args.num_iterations * args.batch_size != args.total_timesteps:
+        print(f"training {args.num_iterations * args.batch_size} steps: --total-timesteps rounded down "
+              f"to whole rollouts of {args.batch_size}")
+    progress = Progress(args.num_iterations * args.batch_size)
     next_obs, _ = envs.reset(seed=args.seed)
 
     for iteration in range(1, args.num_iterations + 1):
@@ -484,9 +492,9 @@ if __name__ == "__main__":
         save_model(model_path, "ppo", args, agent.state_dict())
         print(f"model saved to {model_path}")
         episodic_returns = evaluate(str(model_path), args.eval_episodes, args.env_id, args.capture_video,
-                                    str(run.directory / "videos-eval"), seed=args.seed + 100_000)
-        for idx, episodic_return in enumerate(episodic_returns):
-            writer.add_scalar("eval/episodic_return", episodic_return, idx)
+                                    str(run.directory / "videos-eval"))
+        writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
+        writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
         print(f"evaluation over {args.eval_episodes} episodes: "
               f"{episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
 

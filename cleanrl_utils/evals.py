@@ -11,7 +11,7 @@ from typing import Callable
 import numpy as np
 
 
-def run_episodes(envs, policy: Callable[[np.ndarray], np.ndarray], num_episodes: int) -> np.ndarray:
+def run_episodes(envs, policy: Callable[[np.ndarray], np.ndarray], num_episodes: int, seed: int | None = None) -> np.ndarray:
     """Run ``policy`` in ``envs`` until ``num_episodes`` episodes have ended.
 
     Args:
@@ -20,6 +20,7 @@ def run_episodes(envs, policy: Callable[[np.ndarray], np.ndarray], num_episodes:
         policy: maps a batch of observations ``[num_envs, *obs_shape]`` to actions
             ``[num_envs, *action_shape]`` (numpy in, numpy out).
         num_episodes: how many episodes to collect; must be positive.
+        seed: seed of the first reset (sub-env i gets seed + i).
 
     Returns:
         Episodic returns, float64 ``[num_episodes]``, in the order the episodes ended.
@@ -30,7 +31,7 @@ def run_episodes(envs, policy: Callable[[np.ndarray], np.ndarray], num_episodes:
     if num_episodes <= 0:
         raise ValueError(f"num_episodes must be positive, got {num_episodes}")
     returns: list[float] = []
-    obs, _ = envs.reset()
+    obs, _ = envs.reset(seed=seed)
     while len(returns) < num_episodes:
         obs, _, _, _, infos = envs.step(policy(obs))
         if "_episode" in infos:

@@ -58,6 +58,11 @@ def require_positive(args: Any, *names: str) -> None:
         require(value > 0, flag_name(name), f"must be positive, got {value}")
 
 
+def safe_name(env_id: str) -> str:
+    """``env_id`` usable as part of a folder name: ``ALE/Pong-v5`` -> ``ALE-Pong-v5``."""
+    return env_id.replace("/", "-").replace(":", "-")
+
+
 def flag_name(field: str) -> str:
     """The command-line flag of an ``Args`` field: ``num_envs`` -> ``--num-envs``."""
     return "--" + field.replace("_", "-")
@@ -99,6 +104,8 @@ def check_env(
     if name not in gym.registry:
         close = difflib.get_close_matches(name, list(gym.registry), n=3)
         suggestion = f"; did you mean {', '.join(close)}?" if close else ""
+        if name.startswith("ALE/") or "NoFrameskip" in name:
+            suggestion += " (Atari ids need the atari extra: pip install -e '.[atari]')"
         fail("--env-id", f"unknown environment {env_id!r}{suggestion}")
     try:
         env = gym.make(env_id)
@@ -166,8 +173,8 @@ class Run:
         if self.tracked:
             import wandb
 
-            for video in sorted(self.video_dir.glob("*.mp4")):
-                wandb.log({f"videos/{video.stem}": wandb.Video(str(video), format="mp4")})
+            for video in sorted(self.directory.glob("videos*/*.mp4")):  # training and evaluation
+                wandb.log({f"{video.parent.name}/{video.stem}": wandb.Video(str(video), format="mp4")})
             wandb.finish()
 
 
@@ -182,12 +189,16 @@ def start_run(args: Any, runs_dir: str | os.PathLike = "runs") -> Run:
     Returns:
         The started :class:`Run`. With ``args.track`` the W&B run is started first, with
         ``sync_tensorboard=True``, so every TensorBoard scalar reaches W&B under the same tag.
-        ``WANDB_MODE=offline`` keeps it on disk (``wandb sync`` uploads it later).
+        Its files go to ``./wandb`` (or ``$WANDB_DIR``), never inside the run directory that
+        W&B watches for TensorBoard events. ``WANDB_MODE=offline`` keeps the run on disk
+        (``wandb sync`` uploads it later).
     """
     from torch.utils.tensorboard import SummaryWriter
 
+    require("/" not in args.exp_name and args.exp_name.strip() == args.exp_name and args.exp_name,
+            "--exp-name", f"{args.exp_name!r} must be a non-empty name without '/' or surrounding spaces")
     config = dataclasses.asdict(args)
-    name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    name = f"{safe_name(args.env_id)}__{args.exp_name}__{args.seed}__{int(time.time())}"
     directory = Path(runs_dir) / name
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "args.json").write_text(json.dumps(config, indent=2) + "\n")
@@ -200,7 +211,6 @@ def start_run(args: Any, runs_dir: str | os.PathLike = "runs") -> Run:
             sync_tensorboard=True,
             config=config,
             name=name,
-            dir=str(directory),
             save_code=True,
         )
     writer = SummaryWriter(str(directory))
@@ -352,6 +362,8 @@ def make_vector_env(env_fns: Sequence, env_mode: str = "sync"):
     """
     import gymnasium as gym
 
+    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # headless rgb_array rendering, no SDL noise
     same_step = gym.vector.AutoresetMode.SAME_STEP
     if env_mode == "sync":
         envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=same_step)

@@ -34,9 +34,13 @@ def test_smoke_run_directory_video_model_and_tracking(script, tmp_path):
     model = directory / f"{script[:-3]}.cleanrl_model"
     assert model.is_file()
     assert "evaluation over 2 episodes" in result.stdout
-    # --track in offline mode: a W&B run directory with the synced TensorBoard scalars
-    offline = list((directory / "wandb").glob("offline-run-*"))
+    eval_videos = sorted((directory / "videos-eval").glob("*.mp4"))
+    assert len(eval_videos) == 2 and all(v.stat().st_size > 1000 for v in eval_videos)  # every eval episode
+    # --track in offline mode: a W&B run with the synced scalars, kept outside the run
+    # directory (W&B watches that one for TensorBoard events and must not copy into it)
+    offline = list((tmp_path / "wandb").glob("offline-run-*"))
     assert offline and list(offline[0].glob("*.wandb"))
+    assert not list(directory.rglob("wandb"))
     # plain periodic progress lines when the output is not a terminal
     assert "SPS" in result.stdout and "return (last" in result.stdout
 
@@ -69,9 +73,13 @@ BAD_INPUT = [
     ("ppo.py", ["--update-epochs", "-1"], "--update-epochs", "must be positive"),
     ("ppo.py", ["--total-timesteps", "100"], "--total-timesteps", "less than one rollout"),
     ("dqn.py", ["--batch-size", "0"], "--batch-size", "must be positive"),
-    ("dqn.py", ["--buffer-size", "2", "--num-envs", "4"], "--buffer-size", "cannot hold"),
+    ("dqn.py", ["--buffer-size", "2", "--batch-size", "2", "--num-envs", "4"], "--buffer-size", "cannot hold"),
     ("dqn.py", ["--learning-starts", "600000"], "--learning-starts", "leaves no training"),
     ("dqn.py", ["--exploration-fraction", "0"], "--exploration-fraction", "must be in"),
+    ("dqn.py", ["--start-e", "0.1", "--end-e", "0.5"], "--end-e", "is above --start-e"),
+    ("dqn.py", ["--buffer-size", "64"], "--buffer-size", "smaller than --batch-size"),
+    ("ppo.py", ["--exp-name", "a/b"], "--exp-name", "without '/'"),
+    ("ppo.py", ["--env-id", "ALE/NoSuchGame-v5"], "--env-id", "atari extra"),
 ]
 
 
@@ -150,3 +158,9 @@ def test_progress_bar_on_a_terminal_and_lines_otherwise():
     assert lines == ["step 50/100 (50%) | SPS " + lines[0].split("SPS ")[1].split(" |")[0] + " | return (last 2) 15.0",
                      lines[1]]
     assert lines[1].startswith("step 100/100 (100%)")
+
+
+def test_total_timesteps_rounded_to_whole_rollouts_is_announced(tmp_path):
+    result = run_script("ppo.py", "--total-timesteps", "1000", cwd=tmp_path)
+    assert "training 512 steps: --total-timesteps rounded down to whole rollouts of 512" in result.stdout
+    assert result.stdout.strip().splitlines()[-1].startswith("step 512/512 (100%)")
