@@ -147,7 +147,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, video_e
     def thunk():
         if capture_video and idx == 0:
             env = gym.make(env_id, render_mode="rgb_array")
-            env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes, gc_trigger=None)
+            env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes)
         else:
             env = gym.make(env_id)
         return env
