@@ -224,23 +224,20 @@ class Agent(nn.Module):
         return action, log_prob, entropy, self.critic(x).squeeze(-1)
 
 
-def sample_categorical(logits: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Sample one action per row of ``logits`` from softmax(logits), with its log-probability.
+def sample_categorical(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Sample one action per row of ``logits`` from softmax(logits), by the Gumbel-max trick.
 
-    Uses the Gumbel-max trick: argmax_a (logits_a + g_a), g_a ~ Gumbel(0, 1) i.i.d., is
-    distributed as softmax(logits) (Gumbel 1954; Maddison et al. 2014, arXiv:1411.0030).
+    argmax_a (logits_a + g_a), with g_a ~ Gumbel(0, 1) i.i.d., is distributed as
+    softmax(logits) (Gumbel 1954; Maddison, Tarlow, Minka 2014, arXiv:1411.0030, sec. 2).
 
     Args:
         logits: unnormalised log-probabilities ``[B, A]``.
         rng: numpy generator supplying the noise.
 
     Returns:
-        ``(actions [B] int64, log π(action) [B] float32)``.
+        Actions ``[B]`` int64.
     """
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
-    actions = np.argmax(log_probs + rng.gumbel(size=log_probs.shape), axis=-1)
-    return actions, np.take_along_axis(log_probs, actions[:, None], axis=-1)[:, 0]
+    return np.argmax(logits + rng.gumbel(size=logits.shape), axis=-1)
 
 
 def compute_gae(
@@ -359,9 +356,11 @@ if __name__ == "__main__":
     obs_shape = envs.single_observation_space.shape
     agent = Agent(int(np.prod(obs_shape)), int(envs.single_action_space.n)).to(device)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-    # The rollout acts with a numpy copy of actor and critic (one fused forward pass): with a
-    # few envs, torch's per-call overhead would cost more than the environments themselves.
-    policy = NumpyMLP(agent.actor, agent.critic)
+    # The rollout samples actions from a numpy copy of the actor: with a few envs, torch's
+    # per-call overhead would cost more than the environments. Log-probabilities and values
+    # of the whole rollout are then computed in torch in one batch (the weights do not change
+    # during a rollout, so they are the same numbers).
+    policy = NumpyMLP(agent.actor)
     rng = np.random.default_rng(args.seed)
 
     # Rollout storage [num_steps, num_envs, ...]. It is numpy: writing a few numbers per step
@@ -369,12 +368,11 @@ if __name__ == "__main__":
     T, N = args.num_steps, args.num_envs
     obs = np.zeros((T, N) + obs_shape, dtype=np.float32)
     actions = np.zeros((T, N), dtype=np.int64)
-    logprobs = np.zeros((T, N), dtype=np.float32)
     rewards = np.zeros((T, N), dtype=np.float32)
     terminations = np.zeros((T, N), dtype=np.float32)
     dones = np.zeros((T, N), dtype=np.float32)
-    values = np.zeros((T, N), dtype=np.float32)
-    final_values = np.zeros((T, N), dtype=np.float32)  # V(real final obs) where truncated
+    truncated = np.zeros((T, N), dtype=bool)  # episode ended by truncation, not termination
+    final_obs = np.zeros((T, N) + obs_shape, dtype=np.float32)  # its real final observation
 
     global_step = 0
     start_time = time.time()
@@ -389,38 +387,38 @@ if __name__ == "__main__":
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
-        final_values.fill(0.0)
         for step in range(T):
             global_step += N
             obs[step] = next_obs
-            logits, value = policy.split(policy(next_obs))
-            actions[step], logprobs[step] = sample_categorical(logits, rng)
-            values[step] = value[:, 0]
+            actions[step] = sample_categorical(policy(next_obs), rng)
 
             next_obs, reward, termination, truncation, infos = envs.step(actions[step])
             rewards[step] = reward
             terminations[step] = termination
             dones[step] = termination | truncation
-            # Truncated (not terminated) envs bootstrap from their real final observation.
-            truncated = np.flatnonzero(truncation & ~termination)
-            if truncated.size:
-                final_obs = real_next_obs(next_obs, infos)[truncated]
-                final_values[step, truncated] = policy.split(policy(final_obs))[1][:, 0]
+            # Truncated (not terminated) envs will bootstrap from their real final observation.
+            truncated[step] = truncation & ~termination
+            if truncated[step].any():
+                final_obs[step, truncated[step]] = real_next_obs(next_obs, infos)[truncated[step]]
             if "_episode" in infos:
                 progress.episodes(log_episodes(writer, infos, global_step))
         progress.update(global_step)
 
-        last_values = policy.split(policy(next_obs))[1][:, 0]
+        # Flatten the batch, move it to the training device once, and evaluate it under the
+        # policy that collected it: log π_old(a|s) and V(s), V(final obs), V(obs after rollout).
+        b_obs = torch.from_numpy(obs.reshape((-1,) + obs_shape)).to(device)
+        b_actions = torch.from_numpy(actions.reshape(-1)).to(device)
+        with torch.no_grad():
+            _, b_logprobs, _, b_values = agent.get_action_and_value(b_obs, b_actions)
+            values = b_values.cpu().numpy().reshape(T, N)
+            last_values = agent.get_value(torch.as_tensor(next_obs, dtype=torch.float32, device=device)).cpu().numpy()
+            final_values = np.zeros((T, N), dtype=np.float32)
+            if truncated.any():
+                final_values[truncated] = agent.get_value(torch.from_numpy(final_obs[truncated]).to(device)).cpu().numpy()
         advantages, returns = compute_gae(rewards, values, last_values, final_values, terminations, dones,
                                           args.gamma, args.gae_lambda)
-
-        # Flatten the batch and move it to the training device once.
-        b_obs = torch.from_numpy(obs.reshape((-1,) + obs_shape)).to(device)
-        b_logprobs = torch.from_numpy(logprobs.reshape(-1)).to(device)
-        b_actions = torch.from_numpy(actions.reshape(-1)).to(device)
         b_advantages = torch.from_numpy(advantages.reshape(-1)).to(device)
         b_returns = torch.from_numpy(returns.reshape(-1)).to(device)
-        b_values = torch.from_numpy(values.reshape(-1)).to(device)
 
         # Optimise the policy and value networks
         clipfracs = []

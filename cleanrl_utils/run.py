@@ -195,7 +195,7 @@ def start_run(args: Any, runs_dir: str | os.PathLike = "runs") -> Run:
     """
     from torch.utils.tensorboard import SummaryWriter
 
-    require("/" not in args.exp_name and args.exp_name.strip() == args.exp_name and args.exp_name,
+    require("/" not in args.exp_name and args.exp_name.strip() == args.exp_name != "",
             "--exp-name", f"{args.exp_name!r} must be a non-empty name without '/' or surrounding spaces")
     config = dataclasses.asdict(args)
     name = f"{safe_name(args.env_id)}__{args.exp_name}__{args.seed}__{int(time.time())}"

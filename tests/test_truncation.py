@@ -123,3 +123,13 @@ def test_scripts_train_on_a_custom_time_limited_env(script, tmp_path):
     run_script(f"{script}.py", *flags, cwd=tmp_path)
     lengths = [v for _, v in scalars(run_dir(tmp_path))["charts/episodic_length"]]
     assert lengths and max(lengths) <= 3
+
+
+def test_gumbel_max_sampling_follows_softmax():
+    from cleanrl.ppo import sample_categorical
+
+    logits = np.array([[0.0, 1.0, -1.0]] * 60000, dtype=np.float32)
+    actions = sample_categorical(logits, np.random.default_rng(0))
+    frequencies = np.bincount(actions, minlength=3) / len(actions)
+    probs = np.exp(logits[0]) / np.exp(logits[0]).sum()  # [0.245, 0.665, 0.090]
+    np.testing.assert_allclose(frequencies, probs, atol=0.006)  # > 3 standard errors
