@@ -114,8 +114,10 @@ def main() -> None:
     if "dqn" in results:
         print("note: SB3's DQN uses the Huber loss and clips gradients at norm 10; dqn.py uses the squared TD error")
     if args.json:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                text=True).stdout.strip()
         meta = dict(steps=args.total_timesteps, seed=args.seed, torch_threads=args.torch_threads,
-                    cpus=os.cpu_count(), time=time.strftime("%Y-%m-%dT%H:%M:%S"))
+                    cpus=os.cpu_count(), commit=commit, time=time.strftime("%Y-%m-%dT%H:%M:%S"))
         args.json.write_text(json.dumps(dict(meta=meta, results=results), indent=2) + "\n")
 
 

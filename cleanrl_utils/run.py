@@ -214,6 +214,7 @@ def start_run(args: Any, runs_dir: str | os.PathLike = "runs") -> Run:
             save_code=True,
         )
     writer = SummaryWriter(str(directory))
+    print(f"run directory: {directory}", flush=True)
     table = "\n".join(f"|{key}|{value}|" for key, value in config.items())
     writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
     return Run(name=name, directory=directory, writer=writer, tracked=args.track)
