@@ -40,6 +40,7 @@ from cleanrl_utils.numpy_net import NumpyMLP
 from cleanrl_utils.run import (
     Progress,
     check_env,
+    flag_name,
     load_model,
     log_episodes,
     make_vector_env,
@@ -123,7 +124,7 @@ def check_args(args: Args) -> None:
     require(0 < args.tau <= 1, "--tau", f"must be in (0, 1], got {args.tau}")
     for name in ("start_e", "end_e"):
         value = getattr(args, name)
-        require(0 <= value <= 1, f"--{name.replace('_', '-')}", f"must be in [0, 1], got {value}")
+        require(0 <= value <= 1, flag_name(name), f"must be in [0, 1], got {value}")
     require(args.start_e >= args.end_e, "--end-e",
             f"{args.end_e} is above --start-e {args.start_e}; ε decays from --start-e to --end-e")
     require(args.buffer_size >= args.batch_size, "--buffer-size",

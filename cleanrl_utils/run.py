@@ -73,7 +73,6 @@ def check_env(
     action_spaces: tuple[type, ...],
     observation_spaces: tuple[type, ...],
     script: str,
-    hint: str = "",
     obs_ndim: int | None = None,
 ) -> None:
     """Check, before any work, that ``env_id`` exists and has spaces the script supports.
@@ -85,7 +84,6 @@ def check_env(
         action_spaces: accepted ``gymnasium.spaces`` classes for the action space.
         observation_spaces: accepted classes for the observation space.
         script: the script's file name, used in the message.
-        hint: appended to the message for an unsupported space (say, which script fits).
         obs_ndim: if given, the number of dimensions observations must have (1: flat vectors).
 
     Raises:
@@ -117,7 +115,7 @@ def check_env(
     require(
         isinstance(action_space, action_spaces),
         "--env-id",
-        f"{env_id} has action space {action_space}; {script} supports {accepted} only{hint}",
+        f"{env_id} has action space {action_space}; {script} supports {accepted} only",
     )
     accepted = " or ".join(space.__name__ for space in observation_spaces)
     require(
