@@ -10,6 +10,11 @@ Options:
         scores it.
     --dueling: Wang et al. (2016), "Dueling Network Architectures for Deep Reinforcement
         Learning", arXiv:1511.06581, eq. 9: Q = V + A - mean_a A.
+    --n-step N: n-step returns (Sutton 1988; Hessel et al. 2018, "Rainbow", arXiv:1710.02298,
+        eq. 2): y = sum_{k<n} γ^k r_{t+k} + γ^n max_a' Q_target(s_{t+n}, a').
+    --prioritized-replay: proportional prioritized replay (Schaul et al. 2016, "Prioritized
+        Experience Replay", arXiv:1511.05952): P(i) ∝ (|δ_i| + ε)^α, the loss weighted by the
+        importance weights (N P(i))^-β / max w, β annealed linearly to 1 over training.
 
 What this file changes against them: a time-limit truncation is not a termination. The
 replay stores the real final observation of a truncated episode as s' and the TD target
@@ -18,7 +23,7 @@ TD error (as in CleanRL), without gradient clipping.
 
 Run:
     python cleanrl/dqn.py --env-id CartPole-v1
-    python cleanrl/dqn.py --env-id CartPole-v1 --double-q --dueling
+    python cleanrl/dqn.py --env-id CartPole-v1 --double-q --dueling --n-step 3 --prioritized-replay
 """
 
 import os
@@ -34,12 +39,13 @@ import torch.nn.functional as F
 import torch.optim as optim
 import tyro
 
-from cleanrl_utils.buffers import ReplayBuffer
+from cleanrl_utils.buffers import PrioritizedReplayBuffer, ReplayBuffer
 from cleanrl_utils.evals import run_episodes
 from cleanrl_utils.numpy_net import NumpyMLP
 from cleanrl_utils.run import (
     Progress,
     check_env,
+    fail,
     flag_name,
     load_model,
     log_episodes,
@@ -113,6 +119,16 @@ class Args:
     """if toggled, use the double-Q target (van Hasselt et al. 2016)"""
     dueling: bool = False
     """if toggled, use the dueling architecture (Wang et al. 2016)"""
+    n_step: int = 1
+    """n of the n-step return (1: one-step TD target)"""
+    prioritized_replay: bool = False
+    """if toggled, sample transitions by priority (Schaul et al. 2016)"""
+    prioritized_replay_alpha: float = 0.6
+    """priority exponent α (0: uniform)"""
+    prioritized_replay_beta: float = 0.4
+    """importance-sampling exponent β at the start, annealed linearly to 1 at the end"""
+    prioritized_replay_eps: float = 1e-6
+    """ε added to |δ| in the priority"""
 
 
 def check_args(args: Args) -> None:
@@ -131,8 +147,14 @@ def check_args(args: Args) -> None:
             f"{args.buffer_size} is smaller than --batch-size {args.batch_size}")
     require(0 < args.exploration_fraction <= 1, "--exploration-fraction",
             f"must be in (0, 1], got {args.exploration_fraction}")
-    require(args.buffer_size >= args.num_envs, "--buffer-size",
-            f"{args.buffer_size} cannot hold one step of --num-envs {args.num_envs}")
+    require_positive(args, "n_step", "prioritized_replay_eps")
+    require(args.buffer_size // args.num_envs >= args.n_step + 2, "--buffer-size",
+            f"{args.buffer_size} holds {args.buffer_size // args.num_envs} steps per env; "
+            f"--n-step {args.n_step} needs at least {args.n_step + 2}")
+    require(args.prioritized_replay_alpha >= 0, "--prioritized-replay-alpha",
+            f"must be >= 0, got {args.prioritized_replay_alpha}")
+    require(0 <= args.prioritized_replay_beta <= 1, "--prioritized-replay-beta",
+            f"must be in [0, 1], got {args.prioritized_replay_beta}")
     require(args.total_timesteps > args.learning_starts, "--learning-starts",
             f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}")
     require(not args.save_model or args.eval_episodes > 0, "--eval-episodes", "must be positive with --save-model")
@@ -188,30 +210,28 @@ def dueling_q(value: torch.Tensor, advantages: torch.Tensor) -> torch.Tensor:
     return value + advantages - advantages.mean(dim=-1, keepdim=True)
 
 
-def linear_schedule(start_e: float, end_e: float, duration: float, t: int) -> float:
-    """ε at step t: linear from ``start_e`` at t=0 to ``end_e`` at t=duration, then constant."""
-    slope = (end_e - start_e) / duration
-    return max(slope * t + start_e, end_e)
+def linear_schedule(start: float, end: float, duration: float, t: int) -> float:
+    """Linear from ``start`` at t = 0 to ``end`` at t = ``duration``, then constant (ε decay, β annealing)."""
+    return start + (end - start) * min(t / duration, 1.0)
 
 
 def compute_td_target(
-    rewards: torch.Tensor,
-    terminations: torch.Tensor,
+    returns: torch.Tensor,
+    discounts: torch.Tensor,
     next_q_target: torch.Tensor,
-    gamma: float,
     next_q_online: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
-    """One-step TD target y = r + γ (1 - terminated) Q_target(s', a').
+    """n-step TD target y = G + γ^m Q_target(s', a'), with γ^m = 0 after a termination.
 
-    DQN (Mnih et al. 2015): a' = argmax_a Q_target(s', a).
+    DQN (Mnih et al. 2015): a' = argmax_a Q_target(s', a); n = 1 gives r + γ max_a' Q_target(s', a').
     Double DQN (van Hasselt et al. 2016, eq. 4): a' = argmax_a Q_online(s', a).
-    s' is the real next state, so a truncated transition (terminated = 0) bootstraps.
+    n-step return (Hessel et al. 2018, eq. 2): G = sum_{k<m} γ^k r_{t+k}, m = n unless the
+    episode ended sooner. s' is the real next state, so a truncated transition bootstraps.
 
     Args:
-        rewards: r, ``[B]``.
-        terminations: 1.0 where s' is terminal, ``[B]``.
+        returns: G, ``[B]`` (the replay buffer's ``rewards``).
+        discounts: γ^m, or 0 where the episode terminated, ``[B]``.
         next_q_target: Q_target(s', ·), ``[B, A]``.
-        gamma: discount γ.
         next_q_online: Q_online(s', ·), ``[B, A]``; given, the target is double-Q.
 
     Returns:
@@ -221,7 +241,7 @@ def compute_td_target(
         next_value = next_q_target.max(dim=1).values
     else:
         next_value = next_q_target.gather(1, next_q_online.argmax(dim=1, keepdim=True)).squeeze(1)
-    return rewards + gamma * (1.0 - terminations) * next_value
+    return returns + discounts * next_value
 
 
 def evaluate(
@@ -275,13 +295,26 @@ def evaluate(
 if __name__ == "__main__":
     args = tyro.cli(Args)
     check_args(args)
-    check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "dqn.py", obs_ndim=1)
+    observation_space, action_space = check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "dqn.py",
+                                                obs_ndim=1)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    N = args.num_envs
+    # Replay: n-step transitions in [buffer_size / N, N] rows; uniform, or prioritized by |δ|.
+    replay_args = dict(n_step=args.n_step, gamma=args.gamma, device=device, seed=args.seed)
+    try:
+        if args.prioritized_replay:
+            rb = PrioritizedReplayBuffer(args.buffer_size // N, N, observation_space, action_space,
+                                         alpha=args.prioritized_replay_alpha, eps=args.prioritized_replay_eps,
+                                         **replay_args)
+        else:
+            rb = ReplayBuffer(args.buffer_size // N, N, observation_space, action_space, **replay_args)
+    except MemoryError as error:
+        fail("--buffer-size", str(error))
     run = start_run(args)
     writer = run.writer
 
     seed_everything(args.seed, args.torch_deterministic)
     torch.set_num_threads(args.torch_threads)
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
     envs = make_vector_env(
         [make_env(args.env_id, i, args.capture_video, str(run.video_dir)) for i in range(args.num_envs)],
@@ -297,8 +330,6 @@ if __name__ == "__main__":
     # with one env, torch's per-call overhead would cost more than the environment step.
     acting_network = NumpyMLP(nn.Sequential(*q_network.trunk, *q_network.head))
 
-    N = args.num_envs
-    rb = ReplayBuffer(max(args.buffer_size // N, 1), N, obs_shape, device=device, seed=args.seed)
     rng = np.random.default_rng(args.seed)
     num_iterations = args.total_timesteps // N
     exploration_steps = args.exploration_fraction * args.total_timesteps
@@ -324,19 +355,27 @@ if __name__ == "__main__":
         if "_episode" in infos:
             progress.episodes(log_episodes(writer, infos, global_step))
         # s' is the real next observation: where an episode ended, its final observation.
-        rb.add(obs, real_next_obs(next_obs, infos), actions, rewards, terminations, truncations)
+        rb.add(obs, actions, rewards, terminations, truncations, real_next_obs(next_obs, infos))
         obs = next_obs
 
-        if global_step > args.learning_starts:
+        if global_step > args.learning_starts and len(rb) > 0:
             if iteration % args.train_frequency == 0:
-                data = rb.sample(args.batch_size)
+                if args.prioritized_replay:
+                    beta = linear_schedule(args.prioritized_replay_beta, 1.0, args.total_timesteps, global_step)
+                    data = rb.sample(args.batch_size, beta)
+                else:
+                    data = rb.sample(args.batch_size)
                 with torch.no_grad():
                     next_q_target = target_network(data.next_obs)
                     next_q_online = q_network(data.next_obs) if args.double_q else None
-                    td_target = compute_td_target(data.rewards, data.terminations, next_q_target, args.gamma,
-                                                  next_q_online)
+                    td_target = compute_td_target(data.rewards, data.discounts, next_q_target, next_q_online)
                 old_val = q_network(data.obs).gather(1, data.actions.unsqueeze(1)).squeeze(1)
-                loss = F.mse_loss(old_val, td_target)
+                if args.prioritized_replay:  # importance-weighted squared TD error; priorities |δ|
+                    td_error = td_target - old_val
+                    loss = (data.weights * td_error.square()).mean()
+                    rb.update_priorities(data.indices, td_error.detach().abs())
+                else:
+                    loss = F.mse_loss(old_val, td_target)
 
                 optimizer.zero_grad()
                 loss.backward()

@@ -1,130 +1,878 @@
 """Replay buffers shared by the off-policy scripts.
 
-:class:`ReplayBuffer` is uniform experience replay (Lin 1992; Mnih et al. 2015, "Human-level
-control through deep reinforcement learning", Nature 518) over storage shaped
-``[capacity, num_envs, ...]``: one row per vector-env step, written in a ring.
+- :class:`ReplayBuffer`: uniform experience replay (Lin 1992; Mnih et al. 2015, "Human-level
+  control through deep reinforcement learning", Nature 518) with optional n-step returns
+  (Sutton 1988; Hessel et al. 2018, "Rainbow", arXiv:1710.02298, eq. 2) and optional
+  frame-stacked storage that keeps each Atari frame once.
+- :class:`PrioritizedReplayBuffer`: proportional prioritized replay (Schaul et al. 2016,
+  "Prioritized Experience Replay", arXiv:1511.05952, section 3.3 and Algorithm 1) on a
+  vectorised :class:`SumTree`.
+- :class:`SequenceBuilder` + :class:`SequenceReplayBuffer`: prioritized replay of fixed-length
+  sequences with burn-in and stored recurrent state (Kapturowski et al. 2019, "Recurrent
+  Experience Replay in Distributed Reinforcement Learning", ICLR, section 2.3 and 3).
+
+Storage layout of :class:`ReplayBuffer`: a ring of rows per environment, ``[capacity,
+num_envs, ...]``. Row ``r`` of column ``e`` holds one observation of env ``e`` (its newest frame
+when frames are stacked) and the action, reward, termination and truncation of the step taken
+from it. The next observation of a transition is the observation of the next row, so each
+observation is stored once. When an episode ends, the real final observation (gymnasium's
+``infos["final_obs"]``, not the first observation of the next episode) is written into one
+extra row, which is never sampled itself; columns therefore advance independently.
+
+Every buffer can live in shared memory (``shared=True``) so that several processes use it:
+actors add, a learner samples and updates priorities, all under one lock. Buffers check
+before allocating that their arrays fit in the machine's available memory.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import contextlib
+import math
+import multiprocessing as mp
+import os
+from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
+from cleanrl_utils.namedarraytuple import (
+    buffer_from_example,
+    example_from_space,
+    is_namedarraytuple,
+    namedarraytuple,
+    np_to_torch,
+    torch_to_np,
+)
 
-class ReplaySamples(NamedTuple):
-    """A sampled batch of transitions (s, a, r, s'), each field ``[batch_size, ...]``.
+ReplaySamples = namedarraytuple(
+    "ReplaySamples",
+    ["obs", "actions", "next_obs", "rewards", "terminations", "truncations", "discounts", "indices", "weights"],
+)
+ReplaySamples.__doc__ = """A sampled batch of transitions, a namedarraytuple of torch tensors ``[B, ...]``.
 
-    Attributes:
-        obs: s, ``[B, *obs_shape]``.
-        actions: a, ``[B, *action_shape]``.
-        next_obs: s', the real next observation (at a truncation: the episode's final
-            observation, not the first of the next episode), ``[B, *obs_shape]``.
-        rewards: r, float32 ``[B]``.
-        terminations: 1.0 where the episode terminated at this step (no bootstrap), ``[B]``.
-        truncations: 1.0 where the episode was truncated at this step (bootstrap from
-            ``next_obs``), ``[B]``.
+Fields:
+    obs: s_t, ``[B, *obs_shape]``.
+    actions: a_t, ``[B, *action_shape]``.
+    next_obs: s_{t+m}, the observation the target bootstraps from, ``[B, *obs_shape]``: m = n,
+        or m = k + 1 when the episode ended at step t + k inside the n-step window (then it is
+        the real final observation of that episode, not the first of the next one).
+    rewards: the n-step return G = sum_{j<m} γ^j r_{t+j}, float32 ``[B]`` (r_t when n = 1).
+    terminations: 1.0 where the episode terminated inside the window, float32 ``[B]``.
+    truncations: 1.0 where the episode was truncated inside the window, float32 ``[B]``.
+    discounts: the bootstrap discount γ^m, or 0 after a termination, float32 ``[B]``; the TD
+        target is ``rewards + discounts * V(next_obs)``.
+    indices: flat slot indices ``row * num_envs + env``, int64 ``[B]``, for priority updates.
+    weights: importance-sampling weights, float32 ``[B]`` (prioritized replay; None otherwise).
+"""
+
+Sequences = namedarraytuple(
+    "Sequences", ["obs", "actions", "rewards", "terminations", "truncations", "mask", "learn_mask", "states",
+                  "starts_episode", "indices", "weights"],
+)
+Sequences.__doc__ = """Fixed-length sequences, a namedarraytuple with leading dimension K (sequences).
+
+Fields (T = sequence length):
+    obs: ``[K, T + 1, *obs_shape]``: the observations of the T steps and the one after the last
+        real step (the real final observation where the episode ended); zeros after it.
+    actions: ``[K, T, *action_shape]``; rewards: float32 ``[K, T]``.
+    terminations, truncations: bool ``[K, T]``, at the step that ended the episode.
+    mask: bool ``[K, T]``, True on real steps (False on the padding after an episode end).
+    learn_mask: bool ``[K, T]``, the steps a loss uses: real steps after the burn-in, or all real
+        steps of a sequence that starts its episode (its stored state is exact).
+    states: the recurrent state before the first step, ``[K, *state_shape]`` (zeros at an
+        episode start), an array or namedarraytuple such as ``(h, c)``.
+    starts_episode: bool ``[K]``, the first step is the first of an episode.
+    indices: int64 ``[K]`` slots in the buffer (in sampled batches; None when built).
+    weights: importance-sampling weights float32 ``[K]`` (in sampled batches; None when built).
+"""
+
+
+# --------------------------------------------------------------------------------------------
+# Memory and sharing
+
+
+def available_memory(shared: bool = False) -> int:
+    """Bytes this process may still allocate: ``MemAvailable`` of /proc/meminfo (Linux), or the
+    physical memory elsewhere; with ``shared``, also bounded by the free space of /dev/shm."""
+    available = None
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    if available is None:
+        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if shared and os.path.isdir("/dev/shm"):
+        stat = os.statvfs("/dev/shm")
+        available = min(available, stat.f_bavail * stat.f_frsize)
+    return available
+
+
+def nbytes_of(example: Any, leading_dims: tuple[int, ...]) -> int:
+    """Bytes of a buffer shaped ``leading_dims + example.shape`` (recursing into namedarraytuples)."""
+    if example is None:
+        return 0
+    if is_namedarraytuple(example):
+        return sum(nbytes_of(field, leading_dims) for field in example)
+    return int(np.prod(leading_dims, dtype=np.int64)) * np.asarray(example).nbytes
+
+
+def _format_bytes(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**28 else f"{n / 2**20:.1f} MiB"
+
+
+class _Storage:
+    """Arrays of a buffer, allocated after a memory check, optionally in shared memory.
+
+    Subclasses declare their arrays with :meth:`_allocate` (name -> example and leading
+    dimensions), then read and write them as numpy attributes. In shared mode the arrays are
+    numpy views of torch tensors in shared memory; pickling the buffer (to pass it to a
+    ``multiprocessing`` Process, fork or spawn) sends the tensors by handle, so every process
+    sees the same memory. The lock serialises add / sample / update_priorities.
     """
 
-    obs: torch.Tensor
-    actions: torch.Tensor
-    next_obs: torch.Tensor
-    rewards: torch.Tensor
-    terminations: torch.Tensor
-    truncations: torch.Tensor
+    def _allocate(self, arrays: dict[str, tuple[Any, tuple[int, ...]]], shared: bool) -> None:
+        needed = sum(nbytes_of(example, dims) for example, dims in arrays.values())
+        available = available_memory(shared)
+        if needed > available:
+            raise MemoryError(
+                f"{type(self).__name__} needs {_format_bytes(needed)} but only {_format_bytes(available)} "
+                f"{'of shared memory ' if shared else ''}is available; lower the capacity"
+            )
+        self.nbytes = needed
+        self.shared = shared
+        self._tensors = {}
+        for name, (example, dims) in arrays.items():
+            if shared:
+                tensor = buffer_from_example(np_to_torch(_as_array(example)), dims, share_memory=True)
+                self._tensors[name] = tensor
+                setattr(self, name, torch_to_np(tensor))
+            else:
+                setattr(self, name, buffer_from_example(_as_array(example), dims))
+        self._lock = mp.get_context("spawn").Lock() if shared else contextlib.nullcontext()
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        for name in self._tensors:
+            state[name] = None  # numpy views are rebuilt from the shared tensors
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        for name, tensor in self._tensors.items():
+            setattr(self, name, torch_to_np(tensor))
+        self._bind()
+
+    def _bind(self) -> None:
+        """Build what wraps the arrays (a sum tree over its storage); called again after unpickling."""
+
+    def reseed(self, seed: int | None) -> None:
+        """Give this process its own sampling generator (a pickled copy shares its parent's)."""
+        self.rng = np.random.default_rng(seed)
 
 
-class ReplayBuffer:
-    """Uniform replay over ``[capacity, num_envs]`` transitions, terminations and truncations apart.
+def _as_array(example: Any) -> Any:
+    if example is None or is_namedarraytuple(example):
+        return example
+    return np.asarray(example)
 
-    Each :meth:`add` writes one vector-env step (one transition per env) into the next row;
-    when full, the oldest row is overwritten. :meth:`sample` draws transitions uniformly with
-    replacement among those written.
+
+def _to_torch(x: Any, device: torch.device) -> Any:
+    """numpy (or namedarraytuple of numpy) -> torch on ``device`` (no copy on CPU)."""
+    if x is None:
+        return None
+    if is_namedarraytuple(x):
+        return type(x)(*(_to_torch(field, device) for field in x))
+    return torch.from_numpy(np.ascontiguousarray(x)).to(device)
+
+
+# --------------------------------------------------------------------------------------------
+# Sum tree
+
+
+class SumTree:
+    """A binary tree whose every node holds the sum of its children's values; vectorised numpy.
+
+    Leaf ``i`` holds a non-negative value (a priority p_i^α); the root holds their sum. Updates
+    and prefix-sum searches handle a whole batch of indices per call, level by level, in
+    O(log size) numpy operations (no Python loop over the batch). Schaul et al. (2016),
+    section 3.3 and Appendix B.2.1.
 
     Args:
-        capacity: rows (vector steps) kept; the buffer holds ``capacity * num_envs``
-            transitions.
-        num_envs: environments per row.
-        obs_shape: shape of one observation.
-        action_shape: shape of one action (``()`` for Discrete).
-        obs_dtype: numpy dtype of observations.
-        action_dtype: numpy dtype of actions.
+        size: number of leaves.
+        storage: optional float64 array of ``2 * SumTree.leaf_offset(size)`` zeros to use (a
+            shared-memory buffer); allocated here when None.
+
+    Attributes:
+        tree: float64 ``[2 * leaf_offset]``; node 1 is the root, nodes ``2k`` and ``2k + 1`` are
+            the children of ``k``, leaf ``i`` is node ``leaf_offset + i``.
+    """
+
+    def __init__(self, size: int, storage: np.ndarray | None = None):
+        if size <= 0:
+            raise ValueError(f"size must be positive, got {size}")
+        self.size = size
+        self.leaf_offset = self.leaf_offset_of(size)
+        self.depth = int(math.log2(self.leaf_offset))
+        self.tree = np.zeros(2 * self.leaf_offset) if storage is None else storage
+
+    @staticmethod
+    def leaf_offset_of(size: int) -> int:
+        """The smallest power of two >= ``size``: the node index of leaf 0."""
+        return 1 << max(size - 1, 0).bit_length()
+
+    @property
+    def total(self) -> float:
+        """Sum of all leaves."""
+        return float(self.tree[1])
+
+    def __getitem__(self, indices: np.ndarray) -> np.ndarray:
+        """Values of leaves ``indices``."""
+        return self.tree[self.leaf_offset + np.asarray(indices)]
+
+    def update(self, indices: np.ndarray, values: np.ndarray) -> None:
+        """Set leaves ``indices`` (int ``[K]``) to ``values`` (``[K]`` or scalar) and refresh their ancestors.
+
+        With repeated indices the last value wins. Parents are recomputed as the sum of their
+        children (not by adding differences), so no rounding error accumulates.
+        """
+        tree = self.tree
+        nodes = self.leaf_offset + np.asarray(indices, dtype=np.int64).reshape(-1)
+        tree[nodes] = values
+        if len(nodes) <= 4:  # a few leaves (one vector-env step): plain Python is faster
+            for node in set(nodes.tolist()):
+                for _ in range(self.depth):
+                    node >>= 1
+                    tree[node] = tree[2 * node] + tree[2 * node + 1]
+            return
+        for _ in range(self.depth):  # repeated parents are recomputed twice, to the same value
+            nodes = nodes >> 1
+            tree[nodes] = tree[2 * nodes] + tree[2 * nodes + 1]
+
+    def find(self, prefix_sums: np.ndarray) -> np.ndarray:
+        """Leaves ``i`` with ``sum(leaves[:i]) <= u < sum(leaves[:i + 1])`` for each ``u`` of ``prefix_sums``.
+
+        ``u`` is clipped into ``[0, total)``, so a leaf of value 0 is never returned while the
+        total is positive.
+        """
+        u = np.clip(np.asarray(prefix_sums, dtype=np.float64), 0.0, np.nextafter(self.tree[1], 0.0))
+        nodes = np.ones(u.shape, dtype=np.int64)
+        for _ in range(self.depth):
+            left = 2 * nodes
+            left_sum = self.tree[left]
+            go_right = u >= left_sum
+            u = np.where(go_right, u - left_sum, u)
+            nodes = left + go_right
+        return nodes - self.leaf_offset
+
+    def stratified_sample(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
+        """``batch_size`` leaves drawn with probability value / total, one from each of ``batch_size``
+        equal segments of ``[0, total)`` (Schaul et al. 2016, Appendix B.2.1).
+
+        Raises:
+            ValueError: every leaf is 0.
+        """
+        total = self.tree[1]
+        if total <= 0:
+            raise ValueError("cannot sample: every priority is 0 (nothing stored yet)")
+        segment = total / batch_size
+        return self.find((np.arange(batch_size) + rng.random(batch_size)) * segment)
+
+
+def importance_weights(probabilities: np.ndarray, num_stored: int, beta: float) -> np.ndarray:
+    """w_i = (N · P(i))^-β / max_j w_j over the batch (Schaul et al. 2016, section 3.4).
+
+    Args:
+        probabilities: P(i) of the sampled items, ``[B]``.
+        num_stored: N, items that could have been sampled.
+        beta: β in [0, 1]; 1 fully corrects the bias of prioritized sampling.
+
+    Returns:
+        float32 ``[B]``, the largest equal to 1.
+    """
+    weights = (num_stored * probabilities) ** (-beta)
+    return (weights / weights.max()).astype(np.float32)
+
+
+def _check_beta(beta: float) -> None:
+    if not 0.0 <= beta <= 1.0:
+        raise ValueError(f"beta must be in [0, 1], got {beta}")
+
+
+# --------------------------------------------------------------------------------------------
+# Transition replay
+
+
+class ReplayBuffer(_Storage):
+    """Uniform replay of (n-step) transitions over ``[capacity, num_envs]`` rows.
+
+    Each :meth:`add` takes one vector-env step and must be called for every consecutive step
+    (the next observation of a transition is read from the next row). A transition becomes
+    sampleable once its n-step window is known: n more steps were added, or its episode ended.
+    Terminations and truncations are kept apart: after a termination the bootstrap discount is
+    0; after a truncation the target bootstraps from the real final observation.
+
+    n-step return (Sutton & Barto 2018, eq. 7.1; Hessel et al. 2018, eq. 2):
+    G = sum_{j<m} γ^j r_{t+j} and the target ``G + γ^m (1 - terminated) max_a Q(s_{t+m}, a)``,
+    with m = n or, when the episode ends at step t + k < t + n, m = k + 1.
+
+    Frame stacking (``frame_stack = k > 1``, observations ``[k, *frame_shape]`` stacked on
+    axis 0, newest last, as SB3's ``VecFrameStack(channels_order="first")`` or gymnasium's
+    ``FrameStackObservation(padding_type="zero")`` give): each row keeps only the newest frame,
+    ``[*frame_shape]``, and stacks are rebuilt at sample time from the k - 1 rows before, with the
+    frames from before an episode start set to zero. One million 84x84 Atari transitions then
+    take about 7.1 GB rather than the 56 GB of storing obs and next_obs stacks.
+
+    Args:
+        capacity: rows per environment (observations kept; each episode end uses one extra
+            row for its final observation). Must be >= n_step + frame_stack + 1.
+        num_envs: environments, one column each.
+        observation_space: the single-env observation space (Box, Discrete, Dict or Tuple;
+            Box only when frames are stacked).
+        action_space: the single-env action space.
+        n_step: n of the n-step return (1: one-step TD).
+        gamma: discount γ of the n-step return.
+        frame_stack: frames per observation stored once each (1: store whole observations).
         device: torch device of sampled batches.
         seed: seed of the sampling generator.
+        shared: allocate in shared memory for use by several processes (see :class:`_Storage`).
 
     Raises:
-        ValueError: ``capacity`` or ``num_envs`` is not positive.
+        ValueError: a size is not positive, capacity is too small, or the observation space
+            does not fit ``frame_stack``.
+        MemoryError: the arrays would not fit in available memory (message gives both sizes).
     """
 
     def __init__(
         self,
         capacity: int,
         num_envs: int,
-        obs_shape: tuple[int, ...],
-        action_shape: tuple[int, ...] = (),
-        obs_dtype=np.float32,
-        action_dtype=np.int64,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        n_step: int = 1,
+        gamma: float = 0.99,
+        frame_stack: int = 1,
         device: torch.device | str = "cpu",
         seed: int | None = None,
+        shared: bool = False,
     ):
-        if capacity <= 0 or num_envs <= 0:
-            raise ValueError(f"capacity and num_envs must be positive, got {capacity} and {num_envs}")
-        self.capacity, self.num_envs, self.device = capacity, num_envs, torch.device(device)
-        self.obs = np.zeros((capacity, num_envs, *obs_shape), dtype=obs_dtype)
-        self.next_obs = np.zeros((capacity, num_envs, *obs_shape), dtype=obs_dtype)
-        self.actions = np.zeros((capacity, num_envs, *action_shape), dtype=action_dtype)
-        self.rewards = np.zeros((capacity, num_envs), dtype=np.float32)
-        self.terminations = np.zeros((capacity, num_envs), dtype=np.float32)
-        self.truncations = np.zeros((capacity, num_envs), dtype=np.float32)
-        self.pos = 0
-        self.full = False
+        if num_envs <= 0 or n_step <= 0 or frame_stack <= 0:
+            raise ValueError(f"num_envs, n_step and frame_stack must be positive, got {num_envs}, {n_step}, "
+                             f"{frame_stack}")
+        if capacity < n_step + frame_stack + 1:
+            raise ValueError(f"capacity must be at least n_step + frame_stack + 1 = {n_step + frame_stack + 1}, "
+                             f"got {capacity}")
+        obs_example = example_from_space(observation_space)
+        if frame_stack > 1:
+            if not isinstance(observation_space, gym.spaces.Box) or observation_space.shape[0] != frame_stack:
+                raise ValueError(f"frame_stack={frame_stack} needs Box observations stacked on axis 0, "
+                                 f"got {observation_space}")
+            obs_example = obs_example[0]  # one frame
+        self.capacity, self.num_envs, self.n_step, self.gamma = capacity, num_envs, n_step, gamma
+        self.frame_stack, self.device = frame_stack, torch.device(device)
         self.rng = np.random.default_rng(seed)
+        rows = (capacity, num_envs)
+        self._allocate({
+            "observations": (obs_example, rows),  # the newest frame when stacking
+            "actions": (example_from_space(action_space), rows),
+            "rewards": (np.float32(0), rows),
+            "terminations": (False, rows),
+            "truncations": (False, rows),
+            "first": (False, rows),  # row starts an episode: no frames before it
+            "valid": (False, rows),  # row is a complete transition that may be sampled
+            "versions": (np.int64(0), rows),  # times the row was written (stale priority updates)
+            "pos": (np.int64(0), (num_envs,)),  # next row to write, per column
+            "episode_rows": (np.int64(0), (num_envs,)),  # transition rows of the current episode
+            "written": (np.int64(0), (num_envs,)),  # rows ever written, per column
+            "counts": (np.int64(0), (1,)),  # [valid rows]
+            **self._extra_arrays(),
+        }, shared)
+        self._bind()
+        self._arange = np.arange(num_envs)
+        self._ahead = np.arange(frame_stack + 1)
+        self._behind = np.arange(n_step + 1)
+        self._discounts = gamma ** np.arange(n_step + 1, dtype=np.float64)
+
+    def _extra_arrays(self) -> dict:
+        return {}
+
+    def _bind(self) -> None:
+        self._valid_flat = self.valid.reshape(-1)
 
     def __len__(self) -> int:
-        """Number of transitions stored (rows written times num_envs)."""
-        return (self.capacity if self.full else self.pos) * self.num_envs
+        """Number of transitions that can be sampled now."""
+        return int(self.counts[0])
+
+    # ---- writing
 
     def add(
         self,
-        obs: np.ndarray,
-        next_obs: np.ndarray,
+        obs: Any,
         actions: np.ndarray,
         rewards: np.ndarray,
         terminations: np.ndarray,
         truncations: np.ndarray,
+        next_obs: Any,
     ) -> None:
-        """Store one vector step: arrays ``[num_envs, ...]``.
+        """Store one vector step, arrays ``[num_envs, ...]``.
 
-        ``next_obs`` must be the real next observation: where an episode ended, the final
-        observation (gymnasium's ``infos["final_obs"]``), not the reset one.
+        Args:
+            obs: s_t of each env (a namedarraytuple for Dict/Tuple spaces).
+            actions: a_t.
+            rewards: r_t.
+            terminations, truncations: the episode ended at this step (bool or 0/1).
+            next_obs: the real next observation s_{t+1}: where an episode ended, its final
+                observation (``infos["final_obs"]``), see :func:`cleanrl_utils.run.real_next_obs`.
+                Only the entries of envs whose episode ended are read; the others are the
+                ``obs`` of the next call.
         """
-        self.obs[self.pos] = obs
-        self.next_obs[self.pos] = next_obs
-        self.actions[self.pos] = actions
-        self.rewards[self.pos] = rewards
-        self.terminations[self.pos] = terminations
-        self.truncations[self.pos] = truncations
-        self.pos += 1
-        if self.pos == self.capacity:
-            self.full, self.pos = True, 0
+        with self._lock:
+            self._add(obs, actions, rewards, np.asarray(terminations, bool), np.asarray(truncations, bool), next_obs)
+
+    def _add(self, obs, actions, rewards, terminations, truncations, next_obs) -> None:
+        envs, cap, n, E = self._arange, self.capacity, self.n_step, self.num_envs
+        done = terminations | truncations
+        any_done = done.any()
+        row = self.pos.copy()
+        # Rows about to be written (the transition, and the final observation where an episode
+        # ended) stop being sampleable; so do the frame_stack - 1 rows after them, whose frame
+        # stacks would reach back into the new data.
+        ahead = (row[:, None] + self._ahead) % cap
+        if any_done:
+            self._set_valid((ahead * E + envs[:, None])[self._ahead < self.frame_stack + done[:, None]], False)
+        else:
+            self._set_valid((ahead[:, :-1] * E + envs[:, None]).reshape(-1), False)
+        self.versions[row, envs] += 1
+        self.observations[row, envs] = self._newest_frame(obs)
+        self.actions[row, envs] = actions
+        self.rewards[row, envs] = rewards
+        self.terminations[row, envs] = terminations
+        self.truncations[row, envs] = truncations
+        self.first[row, envs] = self.episode_rows == 0
+        self.episode_rows += 1
+        # Transitions whose n-step window is now known: row - n (this row is its s_{t+n}) when
+        # it is in this episode, and the last min(n, episode length) rows of an ended episode.
+        behind = (row[:, None] - self._behind) % cap * E + envs[:, None]  # offsets 0..n
+        long_enough = self.episode_rows > n
+        if any_done:
+            ended = np.flatnonzero(done)
+            final_row = (row[ended] + 1) % cap
+            self.versions[final_row, ended] += 1
+            self.observations[final_row, ended] = self._newest_frame(next_obs)[ended]
+            self.rewards[final_row, ended] = 0.0
+            self.terminations[final_row, ended] = False
+            self.truncations[final_row, ended] = False
+            self.first[final_row, ended] = False
+            complete = (self._behind == n) & long_enough[:, None] | (
+                (self._behind < n) & done[:, None] & (self._behind < self.episode_rows[:, None]))
+            self._set_valid(behind[complete], True)
+            self.episode_rows[ended] = 0
+            self.pos[:] = (row + 1 + done) % cap
+            self.written += 1 + done
+        else:
+            self._set_valid(behind[long_enough, n], True)
+            self.pos[:] = (row + 1) % cap
+            self.written += 1
+
+    def _newest_frame(self, obs: Any) -> Any:
+        return obs[:, -1] if self.frame_stack > 1 else obs
+
+    def _set_valid(self, flat: np.ndarray, valid: bool) -> None:
+        """Mark flat slots ``flat`` (distinct) sampleable or not, keeping the count."""
+        flat = flat[self._valid_flat[flat] != valid]
+        if len(flat):
+            self._valid_flat[flat] = valid
+            self.counts[0] += len(flat) if valid else -len(flat)
+            self._on_valid_change(flat, valid)
+
+    def _on_valid_change(self, flat: np.ndarray, valid: bool) -> None:
+        pass
+
+    # ---- reading
 
     def sample(self, batch_size: int) -> ReplaySamples:
-        """Draw ``batch_size`` transitions uniformly, with replacement, as torch tensors.
+        """Draw ``batch_size`` complete transitions uniformly, with replacement, as torch tensors.
+
+        Returns:
+            :data:`ReplaySamples` with ``weights`` None.
 
         Raises:
-            ValueError: the buffer is empty.
+            ValueError: no transition is complete yet.
         """
-        rows = self.capacity if self.full else self.pos
-        if rows == 0:
-            raise ValueError("cannot sample from an empty replay buffer")
-        flat = self.rng.integers(0, rows * self.num_envs, size=batch_size)
-        t, env = np.divmod(flat, self.num_envs)
+        with self._lock:
+            flat = self._uniform_indices(batch_size)
+            return self._gather(flat, None)
 
-        def get(array: np.ndarray) -> torch.Tensor:
-            return torch.from_numpy(array[t, env]).to(self.device)
+    def _uniform_indices(self, batch_size: int) -> np.ndarray:
+        if self.counts[0] == 0:
+            raise ValueError("cannot sample: no complete transition in the replay buffer yet")
+        high = min(int(self.written.max()), self.capacity) * self.num_envs
+        valid = self.valid.reshape(-1)
+        flat = self.rng.integers(0, high, size=batch_size)
+        for _ in range(8):  # rejection sampling: almost every written row is valid
+            bad = ~valid[flat]
+            if not bad.any():
+                return flat
+            flat[bad] = self.rng.integers(0, high, size=int(bad.sum()))
+        bad = ~valid[flat]
+        flat[bad] = self.rng.choice(np.flatnonzero(valid[:high]), size=int(bad.sum()))
+        return flat
 
-        return ReplaySamples(
-            get(self.obs), get(self.actions), get(self.next_obs),
-            get(self.rewards), get(self.terminations), get(self.truncations),
+    def _gather(self, flat: np.ndarray, weights: np.ndarray | None) -> ReplaySamples:
+        """Assemble the transitions at flat slots ``flat`` (``[B]``)."""
+        cap, n = self.capacity, self.n_step
+        rows, envs = np.divmod(flat, self.num_envs)
+        window = (rows[:, None] + np.arange(n)) % cap  # [B, n]
+        rewards = self.rewards[window, envs[:, None]]
+        terminated = self.terminations[window, envs[:, None]]
+        truncated = self.truncations[window, envs[:, None]]
+        ended = terminated | truncated
+        # k: offset of the step that ended the episode (n if none); steps after it are not used
+        k = np.where(ended.any(axis=1), ended.argmax(axis=1), n)
+        used = np.arange(n) <= k[:, None]
+        returns = (rewards * used * self._discounts[:n]).sum(axis=1)
+        m = np.minimum(k + 1, n)  # bootstrap from s_{t+m}
+        terminated_in = terminated[np.arange(len(k)), np.minimum(k, n - 1)] & (k < n)
+        truncated_in = truncated[np.arange(len(k)), np.minimum(k, n - 1)] & (k < n)
+        discounts = np.where(terminated_in, 0.0, self._discounts[m])
+        samples = ReplaySamples(
+            obs=self._stack(rows, envs),
+            actions=self.actions[rows, envs],
+            next_obs=self._stack((rows + m) % cap, envs),
+            rewards=returns.astype(np.float32),
+            terminations=terminated_in.astype(np.float32),
+            truncations=truncated_in.astype(np.float32),
+            discounts=discounts.astype(np.float32),
+            indices=flat.astype(np.int64),
+            weights=weights,
         )
+        return _to_torch(samples, self.device)
+
+    def _stack(self, rows: np.ndarray, envs: np.ndarray) -> Any:
+        """Observations ending at ``rows`` of columns ``envs``: ``[B, *obs_shape]``.
+
+        With frame stacking, frames j = 0..k-1 come from rows ``rows - (k - 1) + j``; a frame is
+        zeroed when an episode starts after it (a ``first`` row later in the stack).
+        """
+        k = self.frame_stack
+        if k == 1:
+            return self.observations[rows, envs]
+        window = (rows[:, None] + np.arange(1 - k, 1)) % self.capacity  # [B, k], oldest first
+        frames = self.observations[window, envs[:, None]]  # [B, k, *frame_shape]
+        first = self.first[window, envs[:, None]]
+        # before_start[:, j]: some frame after j (j < k - 1) starts an episode
+        before_start = np.logical_or.accumulate(first[:, :0:-1], axis=1)[:, ::-1]
+        frames[:, :-1][before_start] = 0
+        return frames
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """Proportional prioritized replay (Schaul et al. 2016) of (n-step) transitions.
+
+    P(i) = p_i^α / sum_j p_j^α with priority p_i = |δ_i| + ε (section 3.3); sampling is
+    stratified over ``batch_size`` equal segments of the total (Appendix B.2.1); a new
+    transition gets the largest priority seen so far (Algorithm 1, line 6); importance weights
+    w_i = (N P(i))^-β / max w (section 3.4), with β annealed towards 1 by the caller.
+
+    Args:
+        alpha: priority exponent α (0: uniform).
+        eps: ε added to |δ| so that no transition has probability 0.
+        (others as :class:`ReplayBuffer`)
+    """
+
+    def __init__(self, capacity: int, num_envs: int, observation_space: gym.Space, action_space: gym.Space,
+                 n_step: int = 1, gamma: float = 0.99, frame_stack: int = 1, alpha: float = 0.6,
+                 eps: float = 1e-6, device: torch.device | str = "cpu", seed: int | None = None,
+                 shared: bool = False):
+        if alpha < 0 or eps <= 0:
+            raise ValueError(f"alpha must be >= 0 and eps > 0, got {alpha} and {eps}")
+        self.alpha, self.eps = alpha, eps
+        super().__init__(capacity, num_envs, observation_space, action_space, n_step, gamma, frame_stack,
+                         device, seed, shared)
+        self.max_priority[0] = 1.0
+
+    def _bind(self) -> None:
+        super()._bind()
+        self.tree = SumTree(self.capacity * self.num_envs, self.tree_storage)
+
+    def _extra_arrays(self) -> dict:
+        size = self.capacity * self.num_envs
+        return {"tree_storage": (np.float64(0), (2 * SumTree.leaf_offset_of(size),)),
+                "max_priority": (np.float64(0), (1,))}
+
+    def _on_valid_change(self, flat: np.ndarray, valid: bool) -> None:
+        if len(flat):
+            self.tree.update(flat, self.max_priority[0] ** self.alpha if valid else 0.0)
+
+    def sample(self, batch_size: int, beta: float = 1.0) -> ReplaySamples:
+        """Draw ``batch_size`` transitions with probability P(i), with their importance weights.
+
+        Args:
+            batch_size: B.
+            beta: importance-sampling exponent β in [0, 1].
+
+        Returns:
+            :data:`ReplaySamples` with ``weights`` ``[B]`` and ``indices`` for :meth:`update_priorities`.
+
+        Raises:
+            ValueError: no transition is complete yet, or β is outside [0, 1].
+        """
+        _check_beta(beta)
+        with self._lock:
+            if self.counts[0] == 0:
+                raise ValueError("cannot sample: no complete transition in the replay buffer yet")
+            flat = self.tree.stratified_sample(batch_size, self.rng)
+            probabilities = self.tree[flat] / self.tree.total
+            weights = importance_weights(probabilities, int(self.counts[0]), beta)
+            return self._gather(flat, weights)
+
+    def update_priorities(self, indices: np.ndarray | torch.Tensor, priorities: np.ndarray | torch.Tensor,
+                          versions: np.ndarray | None = None) -> None:
+        """Set p_i = |priorities_i| + ε for the sampled slots ``indices`` (``[B]``), typically |δ_i|.
+
+        Slots that are no longer sampleable (overwritten since they were sampled) are skipped;
+        pass ``versions = buffer.versions.reshape(-1)[indices]`` read at sampling time to also
+        skip slots rewritten and completed again in between (several processes).
+        """
+        indices = np.asarray(torch.as_tensor(indices).cpu(), dtype=np.int64)
+        priorities = np.abs(np.asarray(torch.as_tensor(priorities).detach().cpu(), dtype=np.float64)) + self.eps
+        with self._lock:
+            keep = self.valid.reshape(-1)[indices]
+            if versions is not None:
+                keep &= self.versions.reshape(-1)[indices] == versions
+            if keep.any():
+                self.tree.update(indices[keep], priorities[keep] ** self.alpha)
+                self.max_priority[0] = max(self.max_priority[0], priorities[keep].max())
+
+
+# --------------------------------------------------------------------------------------------
+# Sequence replay
+
+
+def sequence_priority(abs_td_errors: np.ndarray | torch.Tensor, mask: np.ndarray | torch.Tensor,
+                      eta: float = 0.9) -> np.ndarray:
+    """Priority of each sequence: p = η max_t |δ_t| + (1 - η) mean_t |δ_t| over its masked steps.
+
+    Kapturowski et al. (2019), section 2.3 (η = 0.9 in R2D2).
+
+    Args:
+        abs_td_errors: |δ| ``[K, T]``.
+        mask: bool ``[K, T]``, the steps that count (e.g. ``learn_mask``).
+        eta: η in [0, 1].
+
+    Returns:
+        float64 ``[K]``; 0 for a sequence with no masked step.
+    """
+    delta = np.abs(np.asarray(torch.as_tensor(abs_td_errors).detach().cpu(), dtype=np.float64))
+    mask = np.asarray(torch.as_tensor(mask).cpu(), dtype=bool)
+    steps = mask.sum(axis=1)
+    largest = np.where(mask, delta, 0.0).max(axis=1)
+    mean = np.where(mask, delta, 0.0).sum(axis=1) / np.maximum(steps, 1)
+    return eta * largest + (1.0 - eta) * mean
+
+
+class SequenceBuilder:
+    """Cuts each environment's steps into overlapping fixed-length sequences (R2D2, section 3).
+
+    Sequences have length T = ``burn_in + learn_length`` and start every ``learn_length``
+    steps of an episode, so consecutive ones overlap by ``burn_in`` steps and each step is in
+    the learned part of exactly one sequence: the first sequence of an episode learns on all
+    its steps (its stored state, zeros, is exact); a later one learns on its steps after the
+    burn-in, which only warm up the recurrent state. Sequences never cross an episode end:
+    one that reaches the end is padded (``mask`` False) and its observation after the last
+    real step is the real final observation; a sequence whose burn-in covers the whole rest of
+    the episode is not made. The state stored with a sequence is the actor's recurrent state
+    before its first step, zeros at an episode start, so no state leaks across episodes.
+
+    Args:
+        num_envs: environments.
+        burn_in: steps that only warm up the recurrent state (R2D2: 40).
+        learn_length: steps learned on per sequence, and the period of the sequence starts
+            (R2D2: 40, so sequences of 80 overlapping by 40).
+        observation_space, action_space: single-env spaces.
+        state_example: one env's recurrent state, an array or namedarraytuple (e.g. ``(h, c)``
+            each ``[hidden]``); states are passed and stored with the env dimension first.
+
+    Raises:
+        ValueError: ``burn_in`` < 0 or ``learn_length`` <= 0.
+    """
+
+    def __init__(self, num_envs: int, burn_in: int, learn_length: int, observation_space: gym.Space,
+                 action_space: gym.Space, state_example: Any):
+        if burn_in < 0 or learn_length <= 0:
+            raise ValueError(f"burn_in must be >= 0 and learn_length > 0, got {burn_in} and {learn_length}")
+        self.num_envs, self.burn_in, self.learn_length = num_envs, burn_in, learn_length
+        self.length = T = burn_in + learn_length
+        ring = (num_envs, T)  # the last T steps of each env, step i at i % T
+        self.obs = buffer_from_example(_as_array(example_from_space(observation_space)), ring)
+        self.actions = buffer_from_example(_as_array(example_from_space(action_space)), ring)
+        self.rewards = np.zeros(ring, np.float32)
+        self.terminations = np.zeros(ring, bool)
+        self.truncations = np.zeros(ring, bool)
+        self.states = buffer_from_example(_as_array(state_example), ring)
+        self.steps = np.zeros(num_envs, np.int64)  # index in its episode of each env's next step
+        self.template = Sequences(
+            obs=buffer_from_example(_as_array(example_from_space(observation_space)), (T + 1,)),
+            actions=buffer_from_example(_as_array(example_from_space(action_space)), (T,)),
+            rewards=np.zeros(T, np.float32), terminations=np.zeros(T, bool), truncations=np.zeros(T, bool),
+            mask=np.zeros(T, bool), learn_mask=np.zeros(T, bool),
+            states=_as_array(state_example), starts_episode=np.zeros((), bool), indices=None, weights=None,
+        )
+
+    def add(self, obs: Any, actions: np.ndarray, rewards: np.ndarray, terminations: np.ndarray,
+            truncations: np.ndarray, next_obs: Any, states: Any) -> Sequences | None:
+        """Take one vector step (arrays ``[num_envs, ...]``); return the sequences it completes.
+
+        Args:
+            obs, actions, rewards, terminations, truncations: the step of each env.
+            next_obs: the real next observations (final observations where episodes ended).
+            states: each env's recurrent state *before* acting on ``obs``, ``[num_envs, ...]``.
+
+        Returns:
+            :data:`Sequences` with K >= 1 sequences, or None when no sequence is complete.
+        """
+        envs = np.arange(self.num_envs)
+        slot = self.steps % self.length
+        self.obs[envs, slot] = obs
+        self.actions[envs, slot] = actions
+        self.rewards[envs, slot] = rewards
+        self.terminations[envs, slot] = terminations
+        self.truncations[envs, slot] = truncations
+        self.states[envs, slot] = states
+        done = np.asarray(terminations, bool) | np.asarray(truncations, bool)
+        T, L, B = self.length, self.learn_length, self.burn_in
+        made = []
+        for e in range(self.num_envs):
+            i = int(self.steps[e])  # step just added
+            if done[e]:
+                # every sequence still open: starts s = kL <= i with s + T - 1 >= i that learn something
+                for s in range(i - i % L, max(i - T, -1), -L):
+                    if s + T - 1 >= i and (s == 0 or s + B <= i):
+                        made.append(self._cut(e, s, i, next_obs))
+            elif i + 1 >= T and (i + 1 - T) % L == 0:
+                made.append(self._cut(e, i + 1 - T, i, next_obs))
+        self.steps = np.where(done, 0, self.steps + 1)
+        return _stack_all(made) if made else None
+
+    def _cut(self, env: int, start: int, last: int, next_obs: Any) -> Sequences:
+        """The sequence of env ``env`` from step ``start`` to ``last`` (inclusive), padded to T."""
+        T = self.length
+        length = last - start + 1
+        slots = np.arange(start, last + 1) % T
+        seq = buffer_from_example(self.template, ())  # zeros shaped like the template
+        seq.obs[:length] = self.obs[env, slots]
+        seq.obs[length] = next_obs[env]
+        seq.actions[:length] = self.actions[env, slots]
+        seq.rewards[:length] = self.rewards[env, slots]
+        seq.terminations[:length] = self.terminations[env, slots]
+        seq.truncations[:length] = self.truncations[env, slots]
+        seq.mask[:length] = True
+        seq.learn_mask[:length] = True
+        if start > 0:
+            seq.learn_mask[: self.burn_in] = False
+            seq.states[...] = self.states[env, start % T]
+        seq.starts_episode[...] = start == 0
+        return seq
+
+
+def _stack_all(items: list) -> Any:
+    """Stack equally structured arrays / namedarraytuples along a new leading dimension."""
+    if items[0] is None:
+        return None
+    if is_namedarraytuple(items[0]):
+        return type(items[0])(*(_stack_all(list(fields)) for fields in zip(*items)))
+    return np.stack(items)
+
+
+class SequenceReplayBuffer(_Storage):
+    """Prioritized replay of fixed-length sequences with stored recurrent state (R2D2).
+
+    Stores the :data:`Sequences` a :class:`SequenceBuilder` makes, in a ring of ``capacity``
+    sequences; samples them with probability p^α / sum p^α (Schaul et al. 2016) where p is
+    the sequence priority of :func:`sequence_priority` (Kapturowski et al. 2019, section 2.3).
+    In shared mode (``shared=True``) any number of actor processes may add whole sequences
+    while a learner samples and updates priorities.
+
+    Args:
+        capacity: sequences kept.
+        builder: the :class:`SequenceBuilder` whose sequences are stored (gives the shapes).
+        alpha: priority exponent α (R2D2: 0.9).
+        device: torch device of sampled batches.
+        seed: seed of the sampling generator.
+        shared: allocate in shared memory.
+
+    Raises:
+        ValueError: ``capacity`` <= 0.
+        MemoryError: the arrays would not fit in available memory.
+    """
+
+    def __init__(self, capacity: int, builder: SequenceBuilder, alpha: float = 0.9, eps: float = 1e-6,
+                 device: torch.device | str = "cpu", seed: int | None = None, shared: bool = False):
+        if capacity <= 0:
+            raise ValueError(f"capacity must be positive, got {capacity}")
+        self.capacity, self.alpha, self.eps, self.device = capacity, alpha, eps, torch.device(device)
+        self.rng = np.random.default_rng(seed)
+        self._allocate({
+            "data": (builder.template._replace(indices=None, weights=None), (capacity,)),
+            "versions": (np.int64(0), (capacity,)),
+            "tree_storage": (np.float64(0), (2 * SumTree.leaf_offset_of(capacity),)),
+            # [next slot, sequences stored], [largest priority seen]
+            "counts": (np.int64(0), (2,)),
+            "max_priority": (np.float64(1.0), (1,)),
+        }, shared)
+        self.max_priority[0] = 1.0
+        self._bind()
+
+    def _bind(self) -> None:
+        self.tree = SumTree(self.capacity, self.tree_storage)
+
+    def __len__(self) -> int:
+        return int(self.counts[1])
+
+    def add(self, sequences: Sequences, priorities: np.ndarray | None = None) -> None:
+        """Store K sequences (oldest overwritten first), with priorities ``[K]`` or the largest seen."""
+        k = len(sequences.rewards)
+        with self._lock:
+            slots = (self.counts[0] + np.arange(k)) % self.capacity
+            self.data[slots] = sequences._replace(indices=None, weights=None)
+            self.versions[slots] += 1
+            if priorities is None:
+                values = np.full(k, self.max_priority[0])
+            else:
+                values = np.abs(np.asarray(priorities, dtype=np.float64)) + self.eps
+                self.max_priority[0] = max(self.max_priority[0], values.max())
+            self.tree.update(slots, values ** self.alpha)
+            self.counts[0] = (self.counts[0] + k) % self.capacity
+            self.counts[1] = min(self.counts[1] + k, self.capacity)
+
+    def sample(self, batch_size: int, beta: float = 1.0) -> Sequences:
+        """Draw ``batch_size`` sequences with probability P(i), as torch tensors with weights ``[B]``.
+
+        Raises:
+            ValueError: the buffer is empty, or β is outside [0, 1].
+        """
+        _check_beta(beta)
+        with self._lock:
+            if self.counts[1] == 0:
+                raise ValueError("cannot sample: the sequence replay buffer is empty")
+            slots = self.tree.stratified_sample(batch_size, self.rng)
+            weights = importance_weights(self.tree[slots] / self.tree.total, int(self.counts[1]), beta)
+            batch = self.data[slots]._replace(indices=slots.astype(np.int64), weights=weights)
+            return _to_torch(batch, self.device)
+
+    def update_priorities(self, indices, priorities, versions: np.ndarray | None = None) -> None:
+        """Set the priorities ``[B]`` (e.g. :func:`sequence_priority`) of sampled slots ``indices``.
+
+        With ``versions`` (``buffer.versions[indices]`` read when sampling), slots overwritten
+        since are skipped.
+        """
+        indices = np.asarray(torch.as_tensor(indices).cpu(), dtype=np.int64)
+        values = np.abs(np.asarray(torch.as_tensor(priorities).detach().cpu(), dtype=np.float64)) + self.eps
+        with self._lock:
+            keep = np.ones(len(indices), bool) if versions is None else self.versions[indices] == versions
+            if keep.any():
+                self.tree.update(indices[keep], values[keep] ** self.alpha)
+                self.max_priority[0] = max(self.max_priority[0], values[keep].max())

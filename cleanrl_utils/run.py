@@ -74,10 +74,11 @@ def check_env(
     observation_spaces: tuple[type, ...],
     script: str,
     obs_ndim: int | None = None,
-) -> None:
+) -> tuple:
     """Check, before any work, that ``env_id`` exists and has spaces the script supports.
 
-    Creates one environment to read its spaces, then closes it.
+    Creates one environment to read its spaces, then closes it; returns
+    ``(observation_space, action_space)``, e.g. to size a replay buffer before the run starts.
 
     Args:
         env_id: a gymnasium id such as ``"CartPole-v1"``.
@@ -130,6 +131,7 @@ def check_env(
             f"{env_id} has observations of shape {observation_space.shape}; {script} supports "
             f"{obs_ndim}-dimensional observations only",
         )
+    return observation_space, action_space
 
 
 def seed_everything(seed: int, torch_deterministic: bool) -> None:

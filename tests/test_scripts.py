@@ -73,7 +73,10 @@ BAD_INPUT = [
     ("ppo.py", ["--update-epochs", "-1"], "--update-epochs", "must be positive"),
     ("ppo.py", ["--total-timesteps", "100"], "--total-timesteps", "less than one rollout"),
     ("dqn.py", ["--batch-size", "0"], "--batch-size", "must be positive"),
-    ("dqn.py", ["--buffer-size", "2", "--batch-size", "2", "--num-envs", "4"], "--buffer-size", "cannot hold"),
+    ("dqn.py", ["--buffer-size", "8", "--batch-size", "2", "--num-envs", "4"], "--buffer-size", "needs at least 3"),
+    ("dqn.py", ["--n-step", "0"], "--n-step", "must be positive"),
+    ("dqn.py", ["--prioritized-replay-beta", "1.5"], "--prioritized-replay-beta", "must be in [0, 1]"),
+    ("dqn.py", ["--buffer-size", "100000000000"], "--buffer-size", "is available; lower the capacity"),
     ("dqn.py", ["--learning-starts", "600000"], "--learning-starts", "leaves no training"),
     ("dqn.py", ["--exploration-fraction", "0"], "--exploration-fraction", "must be in"),
     ("dqn.py", ["--start-e", "0.1", "--end-e", "0.5"], "--end-e", "is above --start-e"),
@@ -109,11 +112,11 @@ def test_same_seed_same_returns(script, tmp_path):
     assert episodic_returns(run_dir(tmp_path / "c")) != runs[0]
 
 
-def test_dqn_double_q_dueling_runs_and_evaluates(tmp_path):
+def test_dqn_all_options_run_and_evaluate(tmp_path):
     from cleanrl.dqn import evaluate
 
-    run_script("dqn.py", *SHORT["dqn.py"], "--double-q", "--dueling", "--save-model", "--eval-episodes", "1",
-               cwd=tmp_path)
+    run_script("dqn.py", *SHORT["dqn.py"], "--double-q", "--dueling", "--n-step", "3", "--prioritized-replay",
+               "--save-model", "--eval-episodes", "1", cwd=tmp_path)
     directory = run_dir(tmp_path)
     assert {"losses/td_loss", "losses/q_values"} <= set(scalars(directory))
     assert evaluate(str(directory / "dqn.cleanrl_model"), eval_episodes=2).shape == (2,)

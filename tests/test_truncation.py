@@ -58,11 +58,12 @@ def test_td_target_hand_computed():
     terminations = torch.tensor([0.0, 1.0, 0.0])
     next_q_target = torch.tensor([[2.0, 5.0], [3.0, 4.0], [1.0, -1.0]])
     next_q_online = torch.tensor([[9.0, 0.0], [0.0, 1.0], [0.0, 1.0]])
+    discounts = GAMMA * (1 - terminations)  # one-step: γ, or 0 after a termination
     # DQN: y = r + γ (1-d) max_a Q_target(s', a)
-    dqn = compute_td_target(rewards, terminations, next_q_target, GAMMA)
+    dqn = compute_td_target(rewards, discounts, next_q_target)
     torch.testing.assert_close(dqn, torch.tensor([1 + 0.9 * 5.0, 1.0, 0.5 + 0.9 * 1.0]))
     # Double DQN: a' = argmax Q_online(s'), scored by Q_target: [2.0, -, -1.0]
-    double = compute_td_target(rewards, terminations, next_q_target, GAMMA, next_q_online)
+    double = compute_td_target(rewards, discounts, next_q_target, next_q_online)
     torch.testing.assert_close(double, torch.tensor([1 + 0.9 * 2.0, 1.0, 0.5 - 0.9]))
 
 
@@ -92,22 +93,23 @@ def test_vector_env_gives_real_final_obs_at_truncation():
 def test_dqn_replay_stores_final_obs_and_bootstraps_from_it():
     """The dqn.py path: a truncated transition keeps s' = [3] and its target bootstraps."""
     envs = counter_envs()
-    rb = ReplayBuffer(8, 1, (1,), seed=0)
+    rb = ReplayBuffer(8, 1, envs.single_observation_space, envs.single_action_space, gamma=GAMMA, seed=0)
     obs, _ = envs.reset(seed=0)
     for _ in range(3):
         actions = np.array([0])
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
-        rb.add(obs, real_next_obs(next_obs, infos), actions, rewards, terminations, truncations)
+        rb.add(obs, actions, rewards, terminations, truncations, real_next_obs(next_obs, infos))
         obs = next_obs
-    np.testing.assert_array_equal(rb.next_obs[:3, 0, 0], [1.0, 2.0, 3.0])
-    np.testing.assert_array_equal(rb.truncations[:3, 0], [0.0, 0.0, 1.0])
-    np.testing.assert_array_equal(rb.terminations[:3, 0], [0.0, 0.0, 0.0])
+    # rows: observations 0, 1, 2, then the real final observation 3 (the reset one is not kept)
+    np.testing.assert_array_equal(rb.observations[:4, 0, 0], [0.0, 1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(rb.truncations[:3, 0], [False, False, True])
+    np.testing.assert_array_equal(rb.terminations[:3, 0], [False, False, False])
     # Q_target(s') = [s', 2 s'] for the stored s' = 3: y = 1 + .9 * 6
     last = rb.sample(64)
     pick = last.next_obs[:, 0] == 3.0
-    assert pick.any()
+    assert pick.any() and (last.truncations[pick] == 1).all()
     q_next = torch.stack([last.next_obs[:, 0], 2 * last.next_obs[:, 0]], dim=1)
-    targets = compute_td_target(last.rewards, last.terminations, q_next, GAMMA)
+    targets = compute_td_target(last.rewards, last.discounts, q_next)
     torch.testing.assert_close(targets[pick], torch.full((int(pick.sum()),), 1 + 0.9 * 6.0))
     envs.close()
 

@@ -1,0 +1,440 @@
+"""Replay buffers against hand-computed values: n-step returns, frame stacks, sum tree,
+importance weights, sequences with burn-in, memory estimate, and the shared-memory mode."""
+
+import multiprocessing as mp
+from collections import deque
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import cleanrl_utils.buffers as buffers
+from cleanrl_utils.buffers import (
+    PrioritizedReplayBuffer,
+    ReplayBuffer,
+    SequenceBuilder,
+    SequenceReplayBuffer,
+    SumTree,
+    importance_weights,
+    sequence_priority,
+)
+from cleanrl_utils.namedarraytuple import namedarraytuple
+
+SCALAR_OBS = gym.spaces.Box(-1000, 1000, (1,), np.float32)
+DISCRETE = gym.spaces.Discrete(4)
+
+
+def one(x):
+    return np.array([x])
+
+
+def add_scalar_step(rb, obs, reward, terminated=False, truncated=False, final_obs=None):
+    """One step of a single env whose observations are the numbers ``obs``."""
+    next_obs = final_obs if final_obs is not None else -1.0  # -1: must not be read (next add gives it)
+    rb.add(np.array([[obs]], np.float32), one(0), one(reward), one(terminated), one(truncated),
+           np.array([[next_obs]], np.float32))
+
+
+def all_samples(rb, draws=4000, **kwargs):
+    """{obs value: (n-step return, next obs, discount, terminated, truncated)} over many draws."""
+    batch = rb.sample(draws, **kwargs)
+    table = {}
+    for i in range(draws):
+        row = (round(batch.rewards[i].item(), 6), batch.next_obs[i, 0].item(), round(batch.discounts[i].item(), 6),
+               batch.terminations[i].item(), batch.truncations[i].item())
+        assert table.setdefault(batch.obs[i, 0].item(), row) == row
+    return table
+
+
+def test_n_step_returns_across_truncation_and_termination():
+    rb = ReplayBuffer(16, 1, SCALAR_OBS, DISCRETE, n_step=3, gamma=0.5, seed=0)
+    with pytest.raises(ValueError, match="no complete transition"):
+        rb.sample(1)
+    # episode A: obs 0..3, rewards 1..4, truncated after the 4th step with final obs 4
+    for t in range(4):
+        add_scalar_step(rb, t, t + 1, truncated=t == 3, final_obs=4.0 if t == 3 else None)
+    # episode B: obs 10, 11, rewards 10, 20, terminated with final obs 12
+    add_scalar_step(rb, 10, 10)
+    add_scalar_step(rb, 11, 20, terminated=True, final_obs=12.0)
+    # episode C: still running after 3 steps: no window is complete yet
+    for t in range(3):
+        add_scalar_step(rb, 20 + t, 1)
+    assert len(rb) == 6
+    expected = {
+        0.0: (1 + 0.5 * 2 + 0.25 * 3, 3.0, 0.125, 0.0, 0.0),  # a whole window: bootstrap γ^3 V(s_3)
+        1.0: (2 + 0.5 * 3 + 0.25 * 4, 4.0, 0.125, 0.0, 1.0),  # truncated at k = 2: real final obs 4
+        2.0: (3 + 0.5 * 4, 4.0, 0.25, 0.0, 1.0),
+        3.0: (4.0, 4.0, 0.5, 0.0, 1.0),
+        10.0: (10 + 0.5 * 20, 12.0, 0.0, 1.0, 0.0),  # terminated: no bootstrap
+        11.0: (20.0, 12.0, 0.0, 1.0, 0.0),
+    }
+    assert all_samples(rb) == expected
+    add_scalar_step(rb, 23, 1)
+    expected[20.0] = (1.75, 23.0, 0.125, 0.0, 0.0)
+    assert all_samples(rb) == expected
+
+
+def test_one_step_buffer_and_uniform_sampling_over_envs():
+    rb = ReplayBuffer(5, 2, SCALAR_OBS, DISCRETE, gamma=0.9, seed=0)
+    for t in range(9):  # env 0 obs t, env 1 obs 100 + t, reward = obs; env 1's episodes end every 3 steps
+        done = np.array([False, t % 3 == 2])
+        rb.add(np.array([[t], [100 + t]], np.float32), np.array([1, 2]), np.array([t, 100 + t]), np.zeros(2),
+               done, np.array([[-1], [1000 + t]], np.float32))
+    batch = rb.sample(20000)
+    obs, next_obs = batch.obs[:, 0].numpy(), batch.next_obs[:, 0].numpy()
+    values, counts = np.unique(obs, return_counts=True)
+    # env 0: 5 rows, the newest (8) waits for its next obs and the ring kept 4..8 -> 4..7;
+    # env 1 wrote 12 rows (3 final-obs rows): the ring holds 108, 1008 (final), 1005 (final), 106, 107
+    assert values.tolist() == [4, 5, 6, 7, 106, 107, 108]
+    assert counts.min() > 20000 / 7 * 0.9  # uniform
+    np.testing.assert_array_equal(next_obs[obs == 5], 6)
+    np.testing.assert_array_equal(next_obs[obs == 107], 108)
+    np.testing.assert_array_equal(next_obs[obs == 108], 1008)  # truncated: the real final obs
+    np.testing.assert_array_equal(batch.rewards.numpy(), obs)
+    np.testing.assert_array_equal(batch.actions.numpy(), np.where(obs < 100, 1, 2))
+    np.testing.assert_allclose(batch.discounts.numpy(), 0.9)
+    assert batch.weights is None
+
+
+class StackingEnv:
+    """Vector of envs whose frames are distinct numbers, stacked the way FrameStackObservation
+    (padding_type="zero") does; records the true stacks to compare with the buffer's."""
+
+    def __init__(self, num_envs, stack, rng):
+        self.num_envs, self.stack, self.rng, self.counter = num_envs, stack, rng, 0
+        self.frames = [deque([0] * stack, maxlen=stack) for _ in range(num_envs)]
+        for e in range(num_envs):
+            self._push(e)
+
+    def _push(self, e):
+        self.counter += 1
+        self.frames[e].append(self.counter)
+
+    def obs(self):
+        return np.array([[np.full((2, 3), f) for f in d] for d in self.frames], dtype=np.int32)
+
+    def step(self, end_prob):
+        terminated = self.rng.random(self.num_envs) < end_prob
+        truncated = ~terminated & (self.rng.random(self.num_envs) < end_prob)
+        for e in range(self.num_envs):
+            self._push(e)
+        final = self.obs()
+        for e in np.flatnonzero(terminated | truncated):
+            self.frames[e] = deque([0] * self.stack, maxlen=self.stack)
+            self._push(e)
+        return terminated, truncated, final
+
+
+def test_frame_stacks_rebuilt_at_episode_starts_and_ring_wraparound():
+    rng = np.random.default_rng(0)
+    stack, num_envs = 4, 3
+    space = gym.spaces.Box(0, 1_000_000, (stack, 2, 3), np.int32)
+    rb = ReplayBuffer(11, num_envs, space, DISCRETE, frame_stack=stack, seed=1)
+    assert rb.observations.shape == (11, num_envs, 2, 3)  # one frame per row
+    env = StackingEnv(num_envs, stack, rng)
+    truth = {}  # slot -> (obs stack, next obs stack), as the env produced them
+    sampled = 0
+    for step in range(300):
+        obs = env.obs()
+        rows = rb.pos.copy()
+        terminated, truncated, final = env.step(end_prob=0.12)
+        rb.add(obs, np.zeros(num_envs, np.int64), np.zeros(num_envs), terminated, truncated, final)
+        for e in range(num_envs):
+            truth[rows[e] * num_envs + e] = (obs[e, :, 0, 0], final[e, :, 0, 0])
+        if step >= 1:
+            batch = rb.sample(64)
+            for i, slot in enumerate(batch.indices.tolist()):
+                expected_obs, expected_next = truth[slot]
+                np.testing.assert_array_equal(batch.obs[i, :, 0, 0].numpy(), expected_obs)
+                np.testing.assert_array_equal(batch.next_obs[i, :, 0, 0].numpy(), expected_next)
+                assert (batch.obs[i] == batch.obs[i, :, :1, :1]).all()  # whole frames, not mixed
+            sampled += 64
+    assert rb.written.max() > 5 * 11  # wrapped around the ring several times
+    # stacks starting an episode carry zeros: some sampled stacks had them
+    batch = rb.sample(2000)
+    assert (batch.obs[:, 0, 0, 0] == 0).any() and (batch.obs[:, 0, 0, 0] != 0).any()
+
+
+def test_frame_stack_hand_computed_episode_start_and_unwritten_slots():
+    space = gym.spaces.Box(0, 255, (3, 1), np.uint8)
+    rb = ReplayBuffer(8, 1, space, DISCRETE, frame_stack=3, seed=0)
+    stacks = [[0, 0, 1], [0, 1, 2], [1, 2, 3]]  # one episode: frames 1, 2, 3 then truncated with frame 4
+    rb.add(np.array([stacks[0]], np.uint8)[..., None], one(0), one(0), one(False), one(False), None)
+    with pytest.raises(ValueError):  # the first transition's next obs is not written yet
+        rb.sample(1)
+    rb.add(np.array([stacks[1]], np.uint8)[..., None], one(0), one(0), one(False), one(False), None)
+    batch = rb.sample(100)
+    assert batch.obs[:, :, 0].tolist() == [[0, 0, 1]] * 100 and batch.next_obs[:, :, 0].tolist() == [[0, 1, 2]] * 100
+    rb.add(np.array([stacks[2]], np.uint8)[..., None], one(0), one(0), one(False), one(True),
+           np.array([[2, 3, 4]], np.uint8)[..., None])
+    # next episode starts with frame 9: its stack must not show frames 3, 4 of the last one
+    rb.add(np.array([[0, 0, 9]], np.uint8)[..., None], one(0), one(0), one(False), one(False), None)
+    rb.add(np.array([[0, 9, 10]], np.uint8)[..., None], one(0), one(0), one(False), one(False), None)
+    batch = rb.sample(500)
+    got = {tuple(o[:, 0].tolist()): tuple(n[:, 0].tolist()) for o, n in zip(batch.obs, batch.next_obs)}
+    assert got == {(0, 0, 1): (0, 1, 2), (0, 1, 2): (1, 2, 3), (1, 2, 3): (2, 3, 4), (0, 0, 9): (0, 9, 10)}
+
+
+def test_atari_million_transitions_fit_in_7_5_gb(monkeypatch):
+    space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    monkeypatch.setattr(buffers, "available_memory", lambda shared=False: 7.5e9)
+    rb = ReplayBuffer(1_000_000, 1, space, DISCRETE, frame_stack=4)  # numpy allocates lazily: no pages touched
+    assert rb.nbytes <= 7.5e9
+    naive = 2 * 1_000_000 * 4 * 84 * 84
+    assert naive > 56e9
+    del rb
+    monkeypatch.setattr(buffers, "available_memory", lambda shared=False: 2**30)
+    with pytest.raises(MemoryError, match=r"needs 6\.\d+ GiB but only 1\.00 GiB") as error:
+        ReplayBuffer(1_000_000, 1, space, DISCRETE, frame_stack=4)
+    assert "\n" not in str(error.value)
+
+
+def test_bad_sizes_raise():
+    with pytest.raises(ValueError, match="capacity"):
+        ReplayBuffer(3, 1, SCALAR_OBS, DISCRETE, n_step=3)
+    with pytest.raises(ValueError, match="frame_stack"):
+        ReplayBuffer(10, 1, SCALAR_OBS, DISCRETE, frame_stack=4)
+    with pytest.raises(ValueError, match="beta"):
+        buffer = PrioritizedReplayBuffer(10, 1, SCALAR_OBS, DISCRETE)
+        add_scalar_step(buffer, 1, 1, terminated=True, final_obs=2.0)
+        buffer.sample(1, beta=1.5)
+
+
+def test_dict_observations_are_stored_as_namedarraytuples():
+    space = gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (2, 2), np.uint8),
+                             "vector": gym.spaces.Box(-1, 1, (3,), np.float32)})
+    rb = ReplayBuffer(6, 2, space, DISCRETE, seed=0)
+    obs_cls = type(rb.observations)
+    for t in range(3):
+        obs = obs_cls(image=np.full((2, 2, 2), t, np.uint8), vector=np.full((2, 3), t / 10, np.float32))
+        rb.add(obs, np.array([t, t]), np.array([1.0, 1.0]), np.zeros(2), np.zeros(2), obs)
+    batch = rb.sample(50)
+    assert batch.obs.image.shape == (50, 2, 2) and batch.obs.vector.dtype == torch.float32
+    np.testing.assert_allclose(batch.next_obs.vector[:, 0].numpy(), (batch.obs.image[:, 0, 0].numpy() + 1) / 10,
+                               rtol=1e-6)
+
+
+def test_sum_tree_sampling_frequencies_chi_square():
+    tree = SumTree(6)
+    priorities = np.array([1.0, 2.0, 3.0, 4.0, 0.0, 10.0])
+    tree.update(np.arange(6), priorities)
+    assert tree.total == 20.0 and tree.leaf_offset == 8
+    rng = np.random.default_rng(0)
+    draws = np.concatenate([tree.stratified_sample(32, rng) for _ in range(3000)])
+    counts = np.bincount(draws, minlength=6)
+    assert counts[4] == 0  # priority 0: never sampled
+    expected = priorities / priorities.sum() * len(draws)
+    keep = expected > 0
+    chi2 = (((counts - expected)[keep]) ** 2 / expected[keep]).sum()
+    assert chi2 < 18.47  # chi-square, 4 degrees of freedom, p = 0.001
+    # stratified: each of the 32 segments of one batch gives exactly one draw
+    batch = tree.stratified_sample(20, np.random.default_rng(1))
+    assert np.bincount(batch, minlength=6).tolist() == [1, 2, 3, 4, 0, 10]
+
+
+def test_sum_tree_updates_with_repeats_keep_sums_exact():
+    tree = SumTree(1000)
+    rng = np.random.default_rng(0)
+    values = np.zeros(1000)
+    for _ in range(50):
+        idx = rng.integers(0, 1000, size=64)
+        new = rng.random(64)
+        tree.update(idx, new)
+        values[idx] = new  # numpy keeps the last of repeated indices, as the tree does
+    np.testing.assert_allclose(tree[np.arange(1000)], values)
+    assert tree.total == pytest.approx(values.sum(), rel=1e-12)
+    # internal nodes are the sums of their children
+    t = tree.tree
+    np.testing.assert_allclose(t[1:tree.leaf_offset], t[2:2 * tree.leaf_offset:2] + t[3:2 * tree.leaf_offset:2])
+    # find: the prefix-sum boundaries
+    cumulative = np.cumsum(values)
+    u = rng.random(500) * values.sum()
+    np.testing.assert_array_equal(tree.find(u), np.searchsorted(cumulative, u, side="right"))
+
+
+def test_importance_weights_hand_computed():
+    p = np.array([0.5, 0.25, 0.125])
+    w = importance_weights(p, num_stored=8, beta=0.5)
+    # (8 * .5)^-.5 = .5, (8 * .25)^-.5 = .7071, (8 * .125)^-.5 = 1 -> divided by the max 1
+    np.testing.assert_allclose(w, [0.5, 2 ** -0.5, 1.0], rtol=1e-6)
+    np.testing.assert_array_equal(importance_weights(p, 8, 0.0), [1, 1, 1])
+
+
+def test_prioritized_buffer_probabilities_weights_and_updates():
+    rb = PrioritizedReplayBuffer(16, 1, SCALAR_OBS, DISCRETE, alpha=0.5, eps=1e-6, seed=0)
+    for t in range(4):  # four transitions, obs 0..3, one episode terminated at the end
+        add_scalar_step(rb, t, 0, terminated=t == 3, final_obs=4.0)
+    assert len(rb) == 4
+    batch = rb.sample(8, beta=0.4)  # new transitions share the largest priority: uniform, weights 1
+    np.testing.assert_allclose(batch.weights.numpy(), 1.0)
+    slots = np.array([rb.sample(1).indices.item() for _ in range(50)] + list(batch.indices.numpy()))
+    slot_of = {}
+    for s in np.unique(slots):
+        slot_of[int(rb.observations.reshape(-1)[s])] = s
+    td = {0: 1.0, 1: 4.0, 2: 9.0, 3: 0.25}  # |δ|; p^α = (|δ| + ε)^0.5 ≈ 1, 2, 3, 0.5
+    rb.update_priorities(np.array([slot_of[k] for k in td]), np.array(list(td.values())))
+    batch = rb.sample(60000, beta=1.0)
+    obs, weights = batch.obs[:, 0].numpy().astype(int), batch.weights.numpy()
+    freq = np.bincount(obs, minlength=4) / len(obs)
+    p = np.array([1.0, 2.0, 3.0, 0.5]) / 6.5
+    np.testing.assert_allclose(freq, p, atol=0.005)
+    # w = (N P)^-β / max over the batch, N = 4 stored
+    expected = (4 * p[obs]) ** -1.0
+    np.testing.assert_allclose(weights, expected / expected.max(), rtol=1e-4)
+    # with β = 1 the weighted mean under P is the uniform mean: (1 + 2 + 3 + 4) / 4
+    f = obs + 1.0
+    assert (weights * f).sum() / weights.sum() == pytest.approx(2.5, rel=0.02)
+    # a new transition takes the largest priority so far (9 + ε)
+    add_scalar_step(rb, 7, 0, terminated=True, final_obs=8.0)
+    new_slot = int(np.flatnonzero(rb.observations.reshape(-1) == 7)[0])
+    assert rb.tree[np.array([new_slot])][0] == pytest.approx(9.0 ** 0.5)
+    # a stale update (the slot was rewritten since sampling) is skipped
+    versions = rb.versions.reshape(-1)[[new_slot]].copy()
+    rb.versions.reshape(-1)[new_slot] += 1
+    rb.update_priorities(np.array([new_slot]), np.array([100.0]), versions)
+    assert rb.tree[np.array([new_slot])][0] == pytest.approx(9.0 ** 0.5)
+
+
+def test_prioritized_sampling_never_returns_incomplete_slots():
+    rb = PrioritizedReplayBuffer(12, 2, SCALAR_OBS, DISCRETE, n_step=3, seed=0)
+    rng = np.random.default_rng(0)
+    for t in range(40):
+        done = rng.random(2) < 0.2
+        rb.add(np.array([[t], [t]], np.float32), np.zeros(2, np.int64), np.ones(2), done, np.zeros(2), np.zeros((2, 1)))
+        if len(rb):
+            batch = rb.sample(32, beta=0.5)
+            assert rb.valid.reshape(-1)[batch.indices.numpy()].all()
+            rb.update_priorities(batch.indices, rng.random(32))
+    valid_total = rb.tree[np.flatnonzero(rb.valid.reshape(-1))].sum()
+    assert rb.tree.total == pytest.approx(valid_total)  # invalid slots hold priority 0
+
+
+StateHC = namedarraytuple("StateHC", ["h", "c"])
+
+
+def make_builder(num_envs=1):
+    return SequenceBuilder(num_envs, burn_in=2, learn_length=2, observation_space=SCALAR_OBS,
+                           action_space=DISCRETE, state_example=StateHC(np.zeros(3, np.float32), np.zeros(3, np.float32)))
+
+
+def feed_episode(builder, first_obs, length, truncated=False, state_offset=0.0):
+    """One env, observations first_obs + i, the recurrent state before step i = state_offset + i."""
+    out = []
+    for i in range(length):
+        end = i == length - 1
+        state = StateHC(np.full((1, 3), state_offset + i, np.float32), np.full((1, 3), -(state_offset + i), np.float32))
+        seqs = builder.add(np.array([[first_obs + i]], np.float32), one(i % 4), one(float(i)), one(end and not truncated),
+                           one(end and truncated), np.array([[first_obs + i + 1]], np.float32), state)
+        if seqs is not None:
+            out.extend(seqs[j] for j in range(len(seqs.rewards)))
+    return out
+
+
+def test_sequence_builder_burn_in_boundaries_and_padding():
+    builder = make_builder()
+    seqs = feed_episode(builder, 0, 7, state_offset=100.0)  # steps 0..6, T = 4, starts 0, 2, 4
+    assert [s.obs[0, 0].item() for s in seqs] == [0, 2, 4]
+    full0, full2, end4 = seqs
+    assert full0.obs[:, 0].tolist() == [0, 1, 2, 3, 4] and full0.learn_mask.all() and full0.starts_episode
+    assert (full0.states.h == 0).all()  # episode start: zero state, whatever the actor passed
+    assert full2.learn_mask.tolist() == [False, False, True, True]  # burn-in steps 2, 3; learns 4, 5
+    np.testing.assert_array_equal(full2.states.h, 102.0)  # the state before step 2
+    np.testing.assert_array_equal(full2.states.c, -102.0)
+    assert end4.mask.tolist() == [True, True, True, False]  # steps 4, 5, 6 then padding
+    assert end4.learn_mask.tolist() == [False, False, True, False]  # learns step 6 only
+    assert end4.obs[:, 0].tolist() == [4, 5, 6, 7, 0]  # 7: the real final obs after step 6
+    assert end4.terminations.tolist() == [False, False, True, False]
+    # each step of the episode is learned exactly once
+    learned = np.concatenate([s.obs[:-1, 0][s.learn_mask] for s in seqs])
+    assert sorted(learned.tolist()) == list(range(7))
+    # a new episode starts afresh: no state or steps leak from the last one
+    seqs = feed_episode(builder, 50, 3, truncated=True, state_offset=200.0)
+    assert len(seqs) == 1 and seqs[0].obs[:, 0].tolist() == [50, 51, 52, 53, 0]
+    assert (seqs[0].states.h == 0).all() and seqs[0].truncations.tolist() == [False, False, True, False]
+
+
+def test_sequence_builder_skips_sequences_with_nothing_to_learn():
+    builder = make_builder()
+    seqs = feed_episode(builder, 0, 5)  # starts 0 (full, steps 0..3), 2 (steps 2..4, learns 4); 4: burn-in only
+    assert [s.obs[0, 0].item() for s in seqs] == [0, 2]
+
+
+def test_sequence_priority_hand_computed():
+    delta = np.array([[1.0, 3.0, 2.0, 100.0], [0.5, 0.5, 0.5, 0.5]])
+    mask = np.array([[True, True, True, False], [False, False, False, False]])
+    # 0.9 * 3 + 0.1 * 2 = 2.9; an empty mask gives 0
+    np.testing.assert_allclose(sequence_priority(delta, mask, eta=0.9), [2.9, 0.0])
+
+
+def test_sequence_replay_samples_by_priority():
+    builder = make_builder()
+    rb = SequenceReplayBuffer(8, builder, alpha=1.0, seed=0)
+    seqs = feed_episode(builder, 0, 7)
+    rb.add(buffers._stack_all(seqs), priorities=np.array([1.0, 2.0, 5.0]))
+    batch = rb.sample(8000, beta=1.0)
+    freq = np.bincount(batch.indices.numpy(), minlength=3) / 8000
+    np.testing.assert_allclose(freq, [1 / 8, 2 / 8, 5 / 8], atol=0.02)
+    assert batch.states.h.shape == (8000, 3) and batch.obs.shape == (8000, 5, 1)
+    first = batch.indices == 0
+    assert (batch.obs[first, 0, 0] == 0).all() and (batch.obs[batch.indices == 2, 0, 0] == 4).all()
+    # w ∝ (N P)^-1: the least likely sequence has weight 1, the most likely (1/8) / (5/8)
+    np.testing.assert_allclose(batch.weights[batch.indices == 0].numpy(), 1.0)
+    np.testing.assert_allclose(batch.weights[batch.indices == 2].numpy(), 0.2, rtol=1e-5)
+    rb.update_priorities(np.array([2]), sequence_priority(np.array([[0.0, 0.0, 1.0, 0.0]]), np.ones((1, 4), bool)))
+    assert rb.tree[np.array([2])][0] == pytest.approx(0.9 + 0.1 * 0.25 + 1e-6)
+
+
+# ---- shared memory: module-level functions so that spawned processes can import them
+
+
+def _actor_adds_transitions(rb, start, steps):
+    for t in range(start, start + steps):
+        add_scalar_step(rb, t, float(t), terminated=t % 5 == 4, final_obs=float(t) + 0.5)
+
+
+def _actor_adds_sequences(rb, actor, count):
+    builder = make_builder()
+    for k in range(count):
+        seqs = feed_episode(builder, 100_000 * actor + 10 * k, 5)
+        rb.add(buffers._stack_all(seqs))
+
+
+def test_shared_prioritized_buffer_actor_process_and_learner():
+    ctx = mp.get_context("spawn")
+    rb = PrioritizedReplayBuffer(4096, 1, SCALAR_OBS, DISCRETE, n_step=2, gamma=1.0, seed=0, shared=True)
+    actor = ctx.Process(target=_actor_adds_transitions, args=(rb, 0, 2000))
+    actor.start()
+    learner_steps = 0
+    while actor.is_alive() or learner_steps == 0:  # the learner samples while the actor writes
+        if len(rb) > 0:
+            batch = rb.sample(32, beta=0.5)
+            obs = batch.obs[:, 0].numpy()
+            # n-step returns with γ = 1: r_t + r_{t+1} unless the episode ended at t
+            expected = np.where(obs % 5 == 4, obs, 2 * obs + 1)
+            np.testing.assert_allclose(batch.rewards.numpy(), expected)
+            rb.update_priorities(batch.indices, np.abs(obs) + 1)
+            learner_steps += 1
+    actor.join(timeout=60)
+    assert actor.exitcode == 0 and learner_steps > 0
+    assert len(rb) == 2000  # every transition the actor wrote is visible here
+    assert rb.max_priority[0] > 1.0  # the learner's updates landed in shared memory
+
+
+def test_shared_sequence_buffer_two_writers_never_tear_sequences():
+    ctx = mp.get_context("spawn")
+    rb = SequenceReplayBuffer(4000, make_builder(), shared=True, seed=0)
+    writers = [ctx.Process(target=_actor_adds_sequences, args=(rb, a, 150)) for a in (1, 2)]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join(timeout=120)
+        assert w.exitcode == 0
+    assert len(rb) == 2 * 150 * 2  # each 5-step episode gives 2 sequences (starts 0 and 2)
+    obs = rb.data.obs[: len(rb), :, 0]
+    mask = rb.data.mask[: len(rb)]
+    # within a sequence the observations are consecutive: no interleaving of two writers
+    steps = np.diff(obs[:, :3], axis=1)
+    assert (steps[mask[:, 1:3]] == 1).all()
+    owners = obs[:, 0] // 100_000
+    assert sorted(np.bincount(owners.astype(int))[1:].tolist()) == [300, 300]
