@@ -391,9 +391,6 @@ class ReplayBuffer(_Storage):
             **self._extra_arrays(),
         }, shared)
         self._bind()
-        self._arange = np.arange(num_envs)
-        self._ahead = np.arange(frame_stack + 1)
-        self._behind = np.arange(n_step + 1)
         self._discounts = gamma ** np.arange(n_step + 1, dtype=np.float64)
 
     def _extra_arrays(self) -> dict:
@@ -433,63 +430,56 @@ class ReplayBuffer(_Storage):
             self._add(obs, actions, rewards, np.asarray(terminations, bool), np.asarray(truncations, bool), next_obs)
 
     def _add(self, obs, actions, rewards, terminations, truncations, next_obs) -> None:
-        envs, cap, n, E = self._arange, self.capacity, self.n_step, self.num_envs
-        done = terminations | truncations
-        any_done = done.any()
-        row = self.pos.copy()
-        # Rows about to be written (the transition, and the final observation where an episode
-        # ended) stop being sampleable; so do the frame_stack - 1 rows after them, whose frame
-        # stacks would reach back into the new data.
-        ahead = (row[:, None] + self._ahead) % cap
-        if any_done:
-            self._set_valid((ahead * E + envs[:, None])[self._ahead < self.frame_stack + done[:, None]], False)
-        else:
-            self._set_valid((ahead[:, :-1] * E + envs[:, None]).reshape(-1), False)
-        self.versions[row, envs] += 1
-        self.observations[row, envs] = self._newest_frame(obs)
-        self.actions[row, envs] = actions
-        self.rewards[row, envs] = rewards
-        self.terminations[row, envs] = terminations
-        self.truncations[row, envs] = truncations
-        self.first[row, envs] = self.episode_rows == 0
-        self.episode_rows += 1
-        # Transitions whose n-step window is now known: row - n (this row is its s_{t+n}) when
-        # it is in this episode, and the last min(n, episode length) rows of an ended episode.
-        behind = (row[:, None] - self._behind) % cap * E + envs[:, None]  # offsets 0..n
-        long_enough = self.episode_rows > n
-        if any_done:
-            ended = np.flatnonzero(done)
-            final_row = (row[ended] + 1) % cap
-            self.versions[final_row, ended] += 1
-            self.observations[final_row, ended] = self._newest_frame(next_obs)[ended]
-            self.rewards[final_row, ended] = 0.0
-            self.terminations[final_row, ended] = False
-            self.truncations[final_row, ended] = False
-            self.first[final_row, ended] = False
-            complete = (self._behind == n) & long_enough[:, None] | (
-                (self._behind < n) & done[:, None] & (self._behind < self.episode_rows[:, None]))
-            self._set_valid(behind[complete], True)
-            self.episode_rows[ended] = 0
-            self.pos[:] = (row + 1 + done) % cap
-            self.written += 1 + done
-        else:
-            self._set_valid(behind[long_enough, n], True)
-            self.pos[:] = (row + 1) % cap
-            self.written += 1
+        # One environment at a time, in plain Python: for the few envs of an off-policy run this
+        # is several times faster than numpy calls on arrays of num_envs elements.
+        cap, n, E, k = self.capacity, self.n_step, self.num_envs, self.frame_stack
+        frames = self._newest_frame(obs)
+        changed: list[tuple[int, bool]] = []  # slots that became (un)sampleable
+        for e in range(E):
+            row, ended = int(self.pos[e]), bool(terminations[e] or truncations[e])
+            # The rows about to be written (the transition, and the final observation where the
+            # episode ended) stop being sampleable; so do the k - 1 rows after them, the oldest
+            # of the ring, whose frame stacks would reach back into the new data.
+            for j in range(k + ended):
+                self._mark((row + j) % cap * E + e, False, changed)
+            self.versions[row, e] += 1
+            self.observations[row, e] = frames[e]
+            self.actions[row, e] = actions[e]
+            self.rewards[row, e] = rewards[e]
+            self.terminations[row, e] = terminations[e]
+            self.truncations[row, e] = truncations[e]
+            length = int(self.episode_rows[e]) + 1  # transitions of this episode so far
+            self.first[row, e] = length == 1
+            # Transitions whose n-step window is now known: row - n, whose s_{t+n} this row is,
+            if length > n:
+                self._mark((row - n) % cap * E + e, True, changed)
+            if ended:  # and the last min(n, length) transitions of an ended episode.
+                final = (row + 1) % cap
+                self.versions[final, e] += 1
+                self.observations[final, e] = self._newest_frame(next_obs)[e]
+                self.rewards[final, e] = 0.0
+                self.terminations[final, e] = self.truncations[final, e] = self.first[final, e] = False
+                for j in range(min(n, length)):
+                    self._mark((row - j) % cap * E + e, True, changed)
+                length = 0
+            self.episode_rows[e] = length
+            self.pos[e] = (row + 1 + ended) % cap
+            self.written[e] += 1 + ended
+        if changed:
+            self._on_valid_change(changed)
 
     def _newest_frame(self, obs: Any) -> Any:
         return obs[:, -1] if self.frame_stack > 1 else obs
 
-    def _set_valid(self, flat: np.ndarray, valid: bool) -> None:
-        """Mark flat slots ``flat`` (distinct) sampleable or not, keeping the count."""
-        flat = flat[self._valid_flat[flat] != valid]
-        if len(flat):
-            self._valid_flat[flat] = valid
-            self.counts[0] += len(flat) if valid else -len(flat)
-            self._on_valid_change(flat, valid)
+    def _mark(self, slot: int, valid: bool, changed: list) -> None:
+        """Mark flat slot ``row * num_envs + env`` sampleable or not, keeping the count."""
+        if self._valid_flat[slot] != valid:
+            self._valid_flat[slot] = valid
+            self.counts[0] += 1 if valid else -1
+            changed.append((slot, valid))
 
-    def _on_valid_change(self, flat: np.ndarray, valid: bool) -> None:
-        pass
+    def _on_valid_change(self, changed: list[tuple[int, bool]]) -> None:
+        """Hook: ``(slot, valid)`` pairs whose sampleability changed in one :meth:`add`."""
 
     # ---- reading
 
@@ -603,9 +593,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         return {"tree_storage": (np.float64(0), (2 * SumTree.leaf_offset_of(size),)),
                 "max_priority": (np.float64(0), (1,))}
 
-    def _on_valid_change(self, flat: np.ndarray, valid: bool) -> None:
-        if len(flat):
-            self.tree.update(flat, self.max_priority[0] ** self.alpha if valid else 0.0)
+    def _on_valid_change(self, changed: list[tuple[int, bool]]) -> None:
+        # a transition becomes sampleable with the largest priority so far; a stale one with 0
+        slots, valid = zip(*changed)
+        self.tree.update(np.array(slots), np.where(valid, self.max_priority[0] ** self.alpha, 0.0))
 
     def sample(self, batch_size: int, beta: float = 1.0) -> ReplaySamples:
         """Draw ``batch_size`` transitions with probability P(i), with their importance weights.
