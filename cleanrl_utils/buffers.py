@@ -338,7 +338,10 @@ class ReplayBuffer(_Storage):
         frame_stack: frames per observation stored once each (1: store whole observations).
         device: torch device of sampled batches.
         seed: seed of the sampling generator.
-        shared: allocate in shared memory for use by several processes (see :class:`_Storage`).
+        shared: allocate in shared memory for use by several processes (see :class:`_Storage`):
+            one process adds (the rows of a column must be one env's consecutive steps), any
+            number sample and update priorities. Several actors: give each its own buffer,
+            or use :class:`SequenceReplayBuffer`, whose unit is a whole sequence.
 
     Raises:
         ValueError: a size is not positive, capacity is too small, or the observation space
