@@ -336,6 +336,9 @@ if __name__ == "__main__":
 
     global_step = 0
     start_time = time.time()
+    if args.buffer_size % N:
+        print(f"replay capacity {rb.capacity * N} transitions: --buffer-size rounded down to a multiple of "
+              f"--num-envs {N}")
     if num_iterations * N != args.total_timesteps:
         print(f"training {num_iterations * N} steps: --total-timesteps rounded down to a multiple of --num-envs {N}")
     progress = Progress(num_iterations * N)

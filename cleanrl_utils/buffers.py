@@ -30,6 +30,7 @@ import contextlib
 import math
 import multiprocessing as mp
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -180,6 +181,15 @@ def _as_array(example: Any) -> Any:
     return np.asarray(example)
 
 
+def _conform(value: Any, template: Any) -> Any:
+    """``value`` (dicts / tuples of arrays, nested) as the namedarraytuple classes of ``template``."""
+    if not is_namedarraytuple(template) or is_namedarraytuple(value):
+        return value
+    if isinstance(value, Mapping):
+        return type(template)(**{name: _conform(value[name], field) for name, field in template.items()})
+    return type(template)(*(_conform(v, field) for v, field in zip(value, template)))
+
+
 def _to_torch(x: Any, device: torch.device) -> Any:
     """numpy (or namedarraytuple of numpy) -> torch on ``device`` (no copy on CPU)."""
     if x is None:
@@ -295,6 +305,15 @@ def importance_weights(probabilities: np.ndarray, num_stored: int, beta: float) 
     """
     weights = (num_stored * probabilities) ** (-beta)
     return (weights / weights.max()).astype(np.float32)
+
+
+def _priorities(values: Any) -> np.ndarray:
+    """|values| as float64 numpy; a NaN or infinite one (a diverged loss) raises ValueError."""
+    values = np.abs(np.asarray(torch.as_tensor(values).detach().cpu(), dtype=np.float64))
+    if not np.isfinite(values).all():
+        raise ValueError(f"priorities must be finite, got {values[~np.isfinite(values)][:3].tolist()}: "
+                         "has the loss diverged?")
+    return values
 
 
 def _check_beta(beta: float) -> None:
@@ -420,7 +439,8 @@ class ReplayBuffer(_Storage):
         """Store one vector step, arrays ``[num_envs, ...]``.
 
         Args:
-            obs: s_t of each env (a namedarraytuple for Dict/Tuple spaces).
+            obs: s_t of each env; for Dict/Tuple spaces the vector env's dict/tuple of arrays
+                or a namedarraytuple of the class of ``buffer.observations``.
             actions: a_t.
             rewards: r_t.
             terminations, truncations: the episode ended at this step (bool or 0/1).
@@ -428,9 +448,22 @@ class ReplayBuffer(_Storage):
                 observation (``infos["final_obs"]``), see :func:`cleanrl_utils.run.real_next_obs`.
                 Only the entries of envs whose episode ended are read; the others are the
                 ``obs`` of the next call.
+
+        Raises:
+            ValueError: the arrays are not ``[num_envs, ...]``, or (frame stacking) an episode's
+                first stack is not zero-padded.
         """
+        terminations, truncations = np.asarray(terminations, bool), np.asarray(truncations, bool)
+        if np.shape(rewards)[:1] != (self.num_envs,) or terminations.shape != (self.num_envs,):
+            raise ValueError(f"add takes one vector step of num_envs={self.num_envs} envs: rewards and "
+                             f"terminations shaped [{self.num_envs}], got {np.shape(rewards)} and {terminations.shape}")
+        obs, next_obs = self._as_observation(obs), self._as_observation(next_obs)
         with self._lock:
-            self._add(obs, actions, rewards, np.asarray(terminations, bool), np.asarray(truncations, bool), next_obs)
+            self._add(obs, actions, rewards, terminations, truncations, next_obs)
+
+    def _as_observation(self, obs: Any) -> Any:
+        """A vector env's dict / tuple observation as the namedarraytuple the storage uses."""
+        return _conform(obs, self.observations)
 
     def _add(self, obs, actions, rewards, terminations, truncations, next_obs) -> None:
         # One environment at a time, in plain Python: for the few envs of an off-policy run this
@@ -453,6 +486,10 @@ class ReplayBuffer(_Storage):
             self.truncations[row, e] = truncations[e]
             length = int(self.episode_rows[e]) + 1  # transitions of this episode so far
             self.first[row, e] = length == 1
+            if length == 1 and k > 1 and obs[e, :-1].any():
+                raise ValueError("the first frame stack of an episode must be zero-padded before its first frame, as "
+                                 "FrameStackObservation(padding_type='zero') or SB3's VecFrameStack give (and each "
+                                 "env's first add must be the start of an episode)")
             # Transitions whose n-step window is now known: row - n, whose s_{t+n} this row is,
             if length > n:
                 self._mark((row - n) % cap * E + e, True, changed)
@@ -632,7 +669,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         skip slots rewritten and completed again in between (several processes).
         """
         indices = np.asarray(torch.as_tensor(indices).cpu(), dtype=np.int64)
-        priorities = np.abs(np.asarray(torch.as_tensor(priorities).detach().cpu(), dtype=np.float64)) + self.eps
+        priorities = _priorities(priorities) + self.eps
         with self._lock:
             keep = self.valid.reshape(-1)[indices]
             if versions is not None:
@@ -794,6 +831,7 @@ class SequenceReplayBuffer(_Storage):
         capacity: sequences kept.
         builder: the :class:`SequenceBuilder` whose sequences are stored (gives the shapes).
         alpha: priority exponent α (R2D2: 0.9).
+        eps: ε added to every priority so that none is 0.
         device: torch device of sampled batches.
         seed: seed of the sampling generator.
         shared: allocate in shared memory.
@@ -836,7 +874,7 @@ class SequenceReplayBuffer(_Storage):
             if priorities is None:
                 values = np.full(k, self.max_priority[0])
             else:
-                values = np.abs(np.asarray(priorities, dtype=np.float64)) + self.eps
+                values = _priorities(priorities) + self.eps
                 self.max_priority[0] = max(self.max_priority[0], values.max())
             self.tree.update(slots, values ** self.alpha)
             self.counts[0] = (self.counts[0] + k) % self.capacity
@@ -864,7 +902,7 @@ class SequenceReplayBuffer(_Storage):
         since are skipped.
         """
         indices = np.asarray(torch.as_tensor(indices).cpu(), dtype=np.int64)
-        values = np.abs(np.asarray(torch.as_tensor(priorities).detach().cpu(), dtype=np.float64)) + self.eps
+        values = _priorities(priorities) + self.eps
         with self._lock:
             keep = np.ones(len(indices), bool) if versions is None else self.versions[indices] == versions
             if keep.any():

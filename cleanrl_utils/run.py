@@ -375,7 +375,7 @@ def make_vector_env(env_fns: Sequence, env_mode: str = "sync"):
     return gym.wrappers.vector.RecordEpisodeStatistics(envs)
 
 
-def real_next_obs(next_obs: np.ndarray, infos: dict) -> np.ndarray:
+def real_next_obs(next_obs: Any, infos: dict) -> Any:
     """The real next observations of a vector step, ``[num_envs, *obs_shape]``.
 
     With same-step autoreset (see :func:`make_vector_env`), ``next_obs[i]`` of an env whose
@@ -383,10 +383,25 @@ def real_next_obs(next_obs: np.ndarray, infos: dict) -> np.ndarray:
     ended the episode is ``infos["final_obs"][i]``. This returns ``next_obs`` with those
     entries replaced (a copy when any are; ``next_obs`` itself otherwise), which is what a
     TD target or a truncation bootstrap must use as s'.
+
+    Args:
+        next_obs: the vector env's observations: an array, or for Dict / Tuple spaces a dict /
+            tuple of arrays (each ``[num_envs, ...]``, replaced field by field).
+        infos: the vector env's infos of the same step.
     """
     if "_final_obs" not in infos:
         return next_obs
-    real = next_obs.copy()
-    for i in np.flatnonzero(infos["_final_obs"]):
-        real[i] = infos["final_obs"][i]
-    return real
+    ended = np.flatnonzero(infos["_final_obs"])
+    finals = [infos["final_obs"][i] for i in ended]
+
+    def replace(batch: Any, values: list) -> Any:
+        if isinstance(batch, dict):
+            return {key: replace(field, [value[key] for value in values]) for key, field in batch.items()}
+        if isinstance(batch, tuple):
+            return tuple(replace(field, [value[j] for value in values]) for j, field in enumerate(batch))
+        real = batch.copy()
+        for i, value in zip(ended, values):
+            real[i] = value
+        return real
+
+    return replace(next_obs, finals)

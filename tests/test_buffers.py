@@ -438,3 +438,61 @@ def test_shared_sequence_buffer_two_writers_never_tear_sequences():
     assert (steps[mask[:, 1:3]] == 1).all()
     owners = obs[:, 0] // 100_000
     assert sorted(np.bincount(owners.astype(int))[1:].tolist()) == [300, 300]
+
+
+class DictCounter(gym.Env):
+    """Dict observations {"pos": [t, t], "parts": (t % 5, [t])}, time limit set by TimeLimit."""
+
+    observation_space = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1000, (2,), np.float32),
+                                         "parts": gym.spaces.Tuple((gym.spaces.Discrete(5),
+                                                                    gym.spaces.Box(-1, 1000, (1,), np.float32)))})
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def _obs(self):
+        return {"pos": np.full(2, self.t, np.float32), "parts": (self.t % 5, np.full(1, self.t, np.float32))}
+
+    def step(self, action):
+        self.t += 1
+        return self._obs(), 1.0, False, False, {}
+
+
+def test_dict_observations_from_a_vector_env_with_real_final_obs():
+    from cleanrl_utils.run import make_vector_env, real_next_obs
+
+    envs = make_vector_env([lambda: gym.wrappers.TimeLimit(DictCounter(), 3),
+                            lambda: gym.wrappers.TimeLimit(DictCounter(), 2)])
+    rb = ReplayBuffer(10, 2, envs.single_observation_space, envs.single_action_space, gamma=0.5, seed=0)
+    obs, _ = envs.reset(seed=0)
+    for _ in range(6):
+        next_obs, rewards, terminations, truncations, infos = envs.step(np.zeros(2, np.int64))
+        real = real_next_obs(next_obs, infos)
+        if truncations.any():  # the final observation, not the reset one, in every field
+            i = int(np.flatnonzero(truncations)[0])
+            assert real["pos"][i, 0] == real["parts"][1][i, 0] == [3, 2][i] and next_obs["pos"][i, 0] == 0
+        rb.add(obs, np.zeros(2, np.int64), rewards, terminations, truncations, real)  # the raw dict, as is
+        obs = next_obs
+    batch = rb.sample(500)
+    t, next_t = batch.obs.pos[:, 0], batch.next_obs.pos[:, 0]
+    np.testing.assert_array_equal(next_t.numpy(), t.numpy() + 1)  # incl. the truncated steps t = 2 and 1
+    np.testing.assert_array_equal(batch.obs.parts.f0.numpy(), t.numpy() % 5)
+    np.testing.assert_allclose(batch.discounts.numpy(), 0.5)
+    envs.close()
+
+
+def test_bad_calls_raise_clear_errors():
+    rb = PrioritizedReplayBuffer(10, 2, SCALAR_OBS, DISCRETE)
+    with pytest.raises(ValueError, match="num_envs=2"):
+        rb.add(np.zeros((3, 1)), np.zeros(3), np.zeros(3), np.zeros(3), np.zeros(3), np.zeros((3, 1)))
+    rb.add(np.zeros((2, 1)), np.zeros(2), np.zeros(2), np.ones(2), np.zeros(2), np.zeros((2, 1)))
+    batch = rb.sample(4)
+    with pytest.raises(ValueError, match="finite"):
+        rb.update_priorities(batch.indices, torch.tensor([1.0, float("nan"), 1.0, 1.0]))
+    assert np.isfinite(rb.tree.total)
+    stacked = ReplayBuffer(10, 1, gym.spaces.Box(0, 255, (2, 3), np.uint8), DISCRETE, frame_stack=2)
+    with pytest.raises(ValueError, match="zero-padded"):  # e.g. FrameStackObservation's default "reset" padding
+        stacked.add(np.ones((1, 2, 3), np.uint8), one(0), one(0), one(False), one(False), None)
