@@ -1,7 +1,7 @@
 """Learning tests: each script, at its defaults, solves CartPole-v1 with a fixed seed.
 
-Budget: the scripts' default 500k environment steps (ppo.py about 2 minutes, dqn.py about
-4 minutes on 2 cores). Select with ``pytest -m learning``; CI runs them.
+Budget: the scripts' default 500k environment steps (ppo.py about 2 minutes, dqn.py and
+c51.py about 5 minutes each on 2 cores). Select with ``pytest -m learning``; CI runs them.
 """
 
 import numpy as np
@@ -13,7 +13,7 @@ THRESHOLD = 475.0
 
 
 @pytest.mark.learning
-@pytest.mark.parametrize("script", ["ppo.py", "dqn.py"])
+@pytest.mark.parametrize("script", ["ppo.py", "dqn.py", "c51.py"])
 def test_solves_cartpole(script, tmp_path):
     run_script(script, "--env-id", "CartPole-v1", "--seed", "1", "--total-timesteps", "500000",
                cwd=tmp_path, timeout=1500)

@@ -11,14 +11,16 @@ STANDARD_TAGS = {"charts/episodic_return", "charts/episodic_length", "charts/SPS
 SHORT = {
     "ppo.py": ["--total-timesteps", "2048"],
     "dqn.py": ["--total-timesteps", "3000", "--learning-starts", "500", "--train-frequency", "2"],
+    "c51.py": ["--total-timesteps", "3000", "--learning-starts", "500", "--train-frequency", "2"],
 }
 LOSS_TAGS = {
     "ppo.py": {"losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/approx_kl"},
     "dqn.py": {"losses/td_loss", "losses/q_values"},
+    "c51.py": {"losses/loss", "losses/q_values"},
 }
 
 
-@pytest.mark.parametrize("script", ["ppo.py", "dqn.py"])
+@pytest.mark.parametrize("script", ["ppo.py", "dqn.py", "c51.py"])
 def test_smoke_run_directory_video_model_and_tracking(script, tmp_path):
     result = run_script(script, *SHORT[script], "--capture-video", "--save-model", "--track",
                         "--eval-episodes", "2", cwd=tmp_path, env={"WANDB_MODE": "offline"})
@@ -45,7 +47,7 @@ def test_smoke_run_directory_video_model_and_tracking(script, tmp_path):
     assert "SPS" in result.stdout and "return (last" in result.stdout
 
 
-@pytest.mark.parametrize("script", ["ppo", "dqn"])
+@pytest.mark.parametrize("script", ["ppo", "dqn", "c51"])
 def test_evaluate_saved_model(script, tmp_path):
     import importlib
 
@@ -81,6 +83,10 @@ BAD_INPUT = [
     ("dqn.py", ["--exploration-fraction", "0"], "--exploration-fraction", "must be in"),
     ("dqn.py", ["--start-e", "0.1", "--end-e", "0.5"], "--end-e", "is above --start-e"),
     ("dqn.py", ["--buffer-size", "64"], "--buffer-size", "smaller than --batch-size"),
+    ("c51.py", ["--env-id", "Pendulum-v1"], "--env-id", "supports Discrete only"),
+    ("c51.py", ["--v-min", "10", "--v-max", "10"], "--v-max", "is not above --v-min"),
+    ("c51.py", ["--n-atoms", "1"], "--n-atoms", "must be at least 2"),
+    ("c51.py", ["--n-step", "0"], "--n-step", "must be positive"),
     ("ppo.py", ["--exp-name", "a/b"], "--exp-name", "without '/'"),
     ("ppo.py", ["--env-id", "ALE/NoSuchGame-v5"], "--env-id", "atari extra"),
 ]
@@ -96,10 +102,11 @@ def test_bad_input_stops_with_one_line(script, flags, flag, message, tmp_path):
     assert not (tmp_path / "runs").exists()  # stopped before any work
 
 
-@pytest.mark.parametrize("script", ["ppo.py", "dqn.py"])
+@pytest.mark.parametrize("script", ["ppo.py", "dqn.py", "c51.py"])
 def test_same_seed_same_returns(script, tmp_path):
     flags = {"ppo.py": ["--total-timesteps", "6144"],
-             "dqn.py": ["--total-timesteps", "4000", "--learning-starts", "1000", "--train-frequency", "1"]}[script]
+             "dqn.py": ["--total-timesteps", "4000", "--learning-starts", "1000", "--train-frequency", "1"],
+             "c51.py": ["--total-timesteps", "4000", "--learning-starts", "1000", "--train-frequency", "1"]}[script]
     runs = []
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
