@@ -25,6 +25,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -350,13 +351,15 @@ def load_model(path: str | os.PathLike, script: str) -> dict:
     return content
 
 
-def make_vector_env(env_fns: Sequence, env_mode: str = "sync"):
+def make_vector_env(env_fns: Sequence, env_mode: str = "sync", episode_statistics: bool = True):
     """Vectorise ``env_fns`` in one process (``"sync"``) or in subprocesses (``"async"``).
 
     Both modes use gymnasium's same-step autoreset: when a sub-env's episode ends, the
     observation returned is the first of the next episode and the real final observation is
     in ``infos["final_obs"][i]`` (flagged by ``infos["_final_obs"]``). Episode statistics are
-    added by ``RecordEpisodeStatistics`` (``infos["episode"]``, ``infos["_episode"]``).
+    added by ``RecordEpisodeStatistics`` (``infos["episode"]``, ``infos["_episode"]``); pass
+    ``episode_statistics=False`` when each env records its own (Atari: the game score, below
+    episodic life and reward clipping), which the vector env then reports under the same keys.
 
     Raises:
         ValueError: ``env_mode`` is neither ``"sync"`` nor ``"async"``.
@@ -372,7 +375,22 @@ def make_vector_env(env_fns: Sequence, env_mode: str = "sync"):
         envs = gym.vector.AsyncVectorEnv(env_fns, autoreset_mode=same_step)
     else:
         raise ValueError(f"env_mode must be 'sync' or 'async', got {env_mode!r}")
-    return gym.wrappers.vector.RecordEpisodeStatistics(envs)
+    if episode_statistics:
+        return gym.wrappers.vector.RecordEpisodeStatistics(envs)
+    return _EpisodesFromFinalInfo(envs)
+
+
+class _EpisodesFromFinalInfo(gym.vector.VectorWrapper):
+    """Same-step autoreset puts the info of an episode's last step (with the ``episode`` statistics
+    of a per-env ``RecordEpisodeStatistics``) under ``infos["final_info"]``; copy them to the top,
+    where :func:`log_episodes` and the vector ``RecordEpisodeStatistics`` put them."""
+
+    def step(self, actions):
+        obs, rewards, terminations, truncations, infos = self.env.step(actions)
+        final = infos.get("final_info")
+        if final is not None and "_episode" in final:
+            infos["episode"], infos["_episode"] = final["episode"], final["_episode"]
+        return obs, rewards, terminations, truncations, infos
 
 
 def real_next_obs(next_obs: Any, infos: dict) -> Any:

@@ -87,6 +87,8 @@ BAD_INPUT = [
     ("c51.py", ["--v-min", "10", "--v-max", "10"], "--v-max", "is not above --v-min"),
     ("c51.py", ["--n-atoms", "1"], "--n-atoms", "must be at least 2"),
     ("c51.py", ["--n-step", "0"], "--n-step", "must be positive"),
+    ("dqn_atari.py", ["--env-id", "CartPole-v1"], "--env-id", "is not an Atari game"),
+    ("dqn_atari.py", ["--buffer-size", "100000000"], "--buffer-size", "is available; lower the capacity"),
     ("ppo.py", ["--exp-name", "a/b"], "--exp-name", "without '/'"),
     ("ppo.py", ["--env-id", "ALE/NoSuchGame-v5"], "--env-id", "atari extra"),
 ]
@@ -174,3 +176,22 @@ def test_total_timesteps_rounded_to_whole_rollouts_is_announced(tmp_path):
     result = run_script("ppo.py", "--total-timesteps", "1000", cwd=tmp_path)
     assert "training 512 steps: --total-timesteps rounded down to whole rollouts of 512" in result.stdout
     assert result.stdout.strip().splitlines()[-1].startswith("step 512/512 (100%)")
+
+
+def test_dqn_atari_on_breakout_logs_game_scores_and_evaluates(tmp_path):
+    """A real ALE game: the standard preprocessing, the frame-stacked replay, all DQN options."""
+    from cleanrl.dqn_atari import evaluate
+
+    result = run_script("dqn_atari.py", "--total-timesteps", "1500", "--learning-starts", "1000", "--buffer-size",
+                        "2000", "--train-frequency", "4", "--double-q", "--dueling", "--n-step", "3",
+                        "--prioritized-replay", "--save-model", "--eval-episodes", "1", cwd=tmp_path, timeout=600)
+    directory = run_dir(tmp_path)
+    assert directory.name.startswith("BreakoutNoFrameskip-v4__dqn_atari__1__")
+    tags = scalars(directory)
+    assert {"losses/td_loss", "losses/q_values", "charts/episodic_return"} <= set(tags)
+    # whole games (5 lives, unclipped score), not lives: a random Breakout game lasts > 100 agent steps
+    lengths = [v for _, v in tags["charts/episodic_length"]]
+    assert lengths and min(lengths) > 100
+    assert "evaluation over 1 episodes" in result.stdout
+    returns = evaluate(str(directory / "dqn_atari.cleanrl_model"), eval_episodes=1)
+    assert returns.shape == (1,) and returns[0] >= 0
