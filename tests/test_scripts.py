@@ -89,6 +89,7 @@ BAD_INPUT = [
     ("c51.py", ["--n-step", "0"], "--n-step", "must be positive"),
     ("dqn_atari.py", ["--env-id", "CartPole-v1"], "--env-id", "is not an Atari game"),
     ("dqn_atari.py", ["--buffer-size", "100000000"], "--buffer-size", "is available; lower the capacity"),
+    ("c51_atari.py", ["--env-id", "CartPole-v1"], "--env-id", "is not an Atari game"),
     ("ppo.py", ["--exp-name", "a/b"], "--exp-name", "without '/'"),
     ("ppo.py", ["--env-id", "ALE/NoSuchGame-v5"], "--env-id", "atari extra"),
 ]
@@ -195,3 +196,16 @@ def test_dqn_atari_on_breakout_logs_game_scores_and_evaluates(tmp_path):
     assert "evaluation over 1 episodes" in result.stdout
     returns = evaluate(str(directory / "dqn_atari.cleanrl_model"), eval_episodes=1)
     assert returns.shape == (1,) and returns[0] >= 0
+
+
+def test_c51_atari_on_breakout_logs_game_scores_and_evaluates(tmp_path):
+    from cleanrl.c51_atari import evaluate
+
+    result = run_script("c51_atari.py", "--total-timesteps", "1500", "--learning-starts", "1000", "--buffer-size",
+                        "2000", "--n-step", "3", "--save-model", "--eval-episodes", "1", cwd=tmp_path, timeout=600)
+    directory = run_dir(tmp_path)
+    tags = scalars(directory)
+    assert {"losses/loss", "losses/q_values", "charts/episodic_return"} <= set(tags)
+    assert min(v for _, v in tags["charts/episodic_length"]) > 100  # whole games, not lives
+    assert "evaluation over 1 episodes" in result.stdout
+    assert evaluate(str(directory / "c51_atari.cleanrl_model"), eval_episodes=1).shape == (1,)
