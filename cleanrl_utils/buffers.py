@@ -43,6 +43,7 @@ from cleanrl_utils.namedarraytuple import (
     is_namedarraytuple,
     namedarraytuple,
     np_to_torch,
+    to_device,
     torch_to_np,
 )
 
@@ -148,11 +149,11 @@ class _Storage:
         self._tensors = {}
         for name, (example, dims) in arrays.items():
             if shared:
-                tensor = buffer_from_example(np_to_torch(_as_array(example)), dims, share_memory=True)
+                tensor = buffer_from_example(np_to_torch(example), dims, share_memory=True)
                 self._tensors[name] = tensor
                 setattr(self, name, torch_to_np(tensor))
             else:
-                setattr(self, name, buffer_from_example(_as_array(example), dims))
+                setattr(self, name, buffer_from_example(example, dims))
         self._lock = mp.get_context("spawn").Lock() if shared else contextlib.nullcontext()
 
     def __getstate__(self):
@@ -175,12 +176,6 @@ class _Storage:
         self.rng = np.random.default_rng(seed)
 
 
-def _as_array(example: Any) -> Any:
-    if example is None or is_namedarraytuple(example):
-        return example
-    return np.asarray(example)
-
-
 def _conform(value: Any, template: Any) -> Any:
     """``value`` (dicts / tuples of arrays, nested) as the namedarraytuple classes of ``template``."""
     if not is_namedarraytuple(template) or is_namedarraytuple(value):
@@ -188,15 +183,6 @@ def _conform(value: Any, template: Any) -> Any:
     if isinstance(value, Mapping):
         return type(template)(**{name: _conform(value[name], field) for name, field in template.items()})
     return type(template)(*(_conform(v, field) for v, field in zip(value, template)))
-
-
-def _to_torch(x: Any, device: torch.device) -> Any:
-    """numpy (or namedarraytuple of numpy) -> torch on ``device`` (no copy on CPU)."""
-    if x is None:
-        return None
-    if is_namedarraytuple(x):
-        return type(x)(*(_to_torch(field, device) for field in x))
-    return torch.from_numpy(np.ascontiguousarray(x)).to(device)
 
 
 # --------------------------------------------------------------------------------------------
@@ -579,7 +565,7 @@ class ReplayBuffer(_Storage):
             indices=flat.astype(np.int64),
             weights=weights,
         )
-        return _to_torch(samples, self.device)
+        return to_device(samples, self.device)
 
     def _stack(self, rows: np.ndarray, envs: np.ndarray) -> Any:
         """Observations ending at ``rows`` of columns ``envs``: ``[B, *obs_shape]``.
@@ -738,19 +724,19 @@ class SequenceBuilder:
         self.num_envs, self.burn_in, self.learn_length = num_envs, burn_in, learn_length
         self.length = T = burn_in + learn_length
         ring = (num_envs, T)  # the last T steps of each env, step i at i % T
-        self.obs = buffer_from_example(_as_array(example_from_space(observation_space)), ring)
-        self.actions = buffer_from_example(_as_array(example_from_space(action_space)), ring)
+        self.obs = buffer_from_example(example_from_space(observation_space), ring)
+        self.actions = buffer_from_example(example_from_space(action_space), ring)
         self.rewards = np.zeros(ring, np.float32)
         self.terminations = np.zeros(ring, bool)
         self.truncations = np.zeros(ring, bool)
-        self.states = buffer_from_example(_as_array(state_example), ring)
+        self.states = buffer_from_example(state_example, ring)
         self.steps = np.zeros(num_envs, np.int64)  # index in its episode of each env's next step
         self.template = Sequences(
-            obs=buffer_from_example(_as_array(example_from_space(observation_space)), (T + 1,)),
-            actions=buffer_from_example(_as_array(example_from_space(action_space)), (T,)),
+            obs=buffer_from_example(example_from_space(observation_space), (T + 1,)),
+            actions=buffer_from_example(example_from_space(action_space), (T,)),
             rewards=np.zeros(T, np.float32), terminations=np.zeros(T, bool), truncations=np.zeros(T, bool),
             mask=np.zeros(T, bool), learn_mask=np.zeros(T, bool),
-            states=_as_array(state_example), starts_episode=np.zeros((), bool), indices=None, weights=None,
+            states=state_example, starts_episode=np.zeros((), bool), indices=None, weights=None,
         )
 
     def add(self, obs: Any, actions: np.ndarray, rewards: np.ndarray, terminations: np.ndarray,
@@ -893,7 +879,7 @@ class SequenceReplayBuffer(_Storage):
             slots = self.tree.stratified_sample(batch_size, self.rng)
             weights = importance_weights(self.tree[slots] / self.tree.total, int(self.counts[1]), beta)
             batch = self.data[slots]._replace(indices=slots.astype(np.int64), weights=weights)
-            return _to_torch(batch, self.device)
+            return to_device(batch, self.device)
 
     def update_priorities(self, indices, priorities, versions: np.ndarray | None = None) -> None:
         """Set the priorities ``[B]`` (e.g. :func:`sequence_priority`) of sampled slots ``indices``.
