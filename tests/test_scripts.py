@@ -90,6 +90,9 @@ BAD_INPUT = [
     ("dqn_atari.py", ["--env-id", "CartPole-v1"], "--env-id", "is not an Atari game"),
     ("dqn_atari.py", ["--buffer-size", "100000000"], "--buffer-size", "is available; lower the capacity"),
     ("c51_atari.py", ["--env-id", "CartPole-v1"], "--env-id", "is not an Atari game"),
+    ("rainbow_atari.py", ["--env-id", "CartPole-v1"], "--env-id", "is not an Atari game"),
+    ("rainbow_atari.py", ["--noisy-sigma0", "-1"], "--noisy-sigma0", "must be >= 0"),
+    ("rainbow_atari.py", ["--prioritized-replay-beta", "2"], "--prioritized-replay-beta", "must be in [0, 1]"),
     ("ppo.py", ["--exp-name", "a/b"], "--exp-name", "without '/'"),
     ("ppo.py", ["--env-id", "ALE/NoSuchGame-v5"], "--env-id", "atari extra"),
 ]
@@ -209,3 +212,21 @@ def test_c51_atari_on_breakout_logs_game_scores_and_evaluates(tmp_path):
     assert min(v for _, v in tags["charts/episodic_length"]) > 100  # whole games, not lives
     assert "evaluation over 1 episodes" in result.stdout
     assert evaluate(str(directory / "c51_atari.cleanrl_model"), eval_episodes=1).shape == (1,)
+
+
+def test_rainbow_atari_on_breakout_logs_game_scores_and_evaluates(tmp_path):
+    """Noisy dueling distributional network, 3-step prioritized replay, on a real ALE game."""
+    from cleanrl.rainbow_atari import evaluate
+
+    result = run_script("rainbow_atari.py", "--total-timesteps", "1500", "--learning-starts", "1000",
+                        "--buffer-size", "2000", "--target-network-frequency", "100", "--save-model",
+                        "--eval-episodes", "1", cwd=tmp_path, timeout=600)
+    directory = run_dir(tmp_path)
+    assert directory.name.startswith("BreakoutNoFrameskip-v4__rainbow_atari__1__")
+    tags = scalars(directory)
+    assert {"losses/loss", "losses/q_values", "charts/beta", "charts/episodic_return"} <= set(tags)
+    assert min(v for _, v in tags["charts/episodic_length"]) > 100  # whole games, not lives
+    betas = [v for _, v in tags["charts/beta"]]
+    assert all(0.4 <= b <= 1 for b in betas)
+    assert "evaluation over 1 episodes" in result.stdout
+    assert evaluate(str(directory / "rainbow_atari.cleanrl_model"), eval_episodes=1).shape == (1,)

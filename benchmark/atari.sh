@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Reproduces the Breakout learning runs in benchmark/README.md: what each Atari script learns
+# in about 30 minutes of training on this 2-core machine (120k agent steps = 480k frames).
+# Usage: benchmark/atari.sh SCRIPT [SEED]   (SCRIPT: dqn_atari, c51_atari or rainbow_atari)
+# The short budget moves the schedules forward against the 10M-step defaults: training starts
+# after 10k steps and ε (where there is one) reaches its final value at 30k steps. Everything
+# else is the script's defaults, except that Rainbow copies its target network every 2k steps
+# and learns at 1e-4 (as data-efficient Rainbow, van Hasselt et al. 2019) instead of 6.25e-5.
+# The learning curve is in the run's TensorBoard events (charts/episodic_return, full-game
+# scores); benchmark/atari_curve.py summarises it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+script="$1"
+seed="${2:-1}"
+common=(--env-id BreakoutNoFrameskip-v4 --seed "$seed" --total-timesteps 120000
+        --learning-starts 10000 --buffer-size 120000)
+case "$script" in
+  dqn_atari|c51_atari) extra=(--exploration-fraction 0.25 --target-network-frequency 1000) ;;
+  rainbow_atari) extra=(--target-network-frequency 2000 --learning-rate 1e-4) ;;
+  *) echo "unknown script $script" >&2; exit 2 ;;
+esac
+python "cleanrl/${script}.py" "${common[@]}" "${extra[@]}"
