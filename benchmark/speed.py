@@ -1,11 +1,13 @@
 """Speed benchmark: our scripts against stable-baselines3 at identical hyperparameters.
 
 Runs, alternately and in one invocation, ``cleanrl/ppo.py`` and SB3's ``PPO``, then
-``cleanrl/dqn.py`` and SB3's ``DQN``, on CartPole-v1, each as a fresh process, and prints
+``cleanrl/dqn.py`` and SB3's ``DQN``, on CartPole-v1, and ``cleanrl/dqn_atari.py`` and SB3's
+``DQN`` (``CnnPolicy``, memory-optimised buffer) on Breakout, each as a fresh process, and prints
 steps per second (environment steps over the wall time of the training loop, as each
 library reports it) and the ratio ours / SB3 (median over the repeats).
 
     python benchmark/speed.py --algos ppo dqn --total-timesteps 100000 --repeats 3
+    python benchmark/speed.py --algos dqn_atari --atari-timesteps 10000 --repeats 3
 
 Both sides use the same number of torch threads (``--torch-threads``). Hyperparameters that
 SB3 cannot express exactly are listed in the output (DQN: SB3 uses the Huber loss and clips
@@ -33,6 +35,14 @@ PPO = dict(num_envs=4, num_steps=128, learning_rate=2.5e-4, gamma=0.99, gae_lamb
 DQN = dict(num_envs=1, buffer_size=10000, learning_rate=2.5e-4, gamma=0.99, tau=1.0, target_network_frequency=500,
            batch_size=128, start_e=1.0, end_e=0.05, exploration_fraction=0.5, learning_starts=10000,
            train_frequency=10)
+
+# dqn_atari.py at CleanRL's Atari settings (its defaults), on a shorter schedule; both sides
+# preprocess with SB3's Atari wrappers (frame skip 4, 84x84 grayscale, 4 stacked frames, episodic
+# life, FIRE reset, clipped rewards) and train the Nature CNN.
+DQN_ATARI = dict(num_envs=1, buffer_size=100000, learning_rate=1e-4, gamma=0.99, tau=1.0, target_network_frequency=1000,
+                 batch_size=32, start_e=1.0, end_e=0.01, exploration_fraction=0.1, learning_starts=2000,
+                 train_frequency=4)
+ATARI_ENV = "BreakoutNoFrameskip-v4"
 
 SB3_PPO = """
 import json, sys, time, torch
@@ -69,16 +79,37 @@ model.learn(steps)
 print("SPS", model.num_timesteps / (time.perf_counter() - start))
 """
 
+SB3_DQN_ATARI = """
+import json, sys, time, torch
+from stable_baselines3 import DQN
+from stable_baselines3.common.env_util import make_atari_env
+from stable_baselines3.common.vec_env import VecFrameStack
+import gymnasium as gym, ale_py
+gym.register_envs(ale_py)
+h, steps, seed, threads = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+torch.set_num_threads(threads)
+env = VecFrameStack(make_atari_env("%s", n_envs=h["num_envs"], seed=seed), n_stack=4)
+model = DQN("CnnPolicy", env, learning_rate=h["learning_rate"], buffer_size=h["buffer_size"],
+            learning_starts=h["learning_starts"], batch_size=h["batch_size"], tau=h["tau"], gamma=h["gamma"],
+            train_freq=h["train_frequency"], gradient_steps=1, target_update_interval=h["target_network_frequency"],
+            exploration_fraction=h["exploration_fraction"], exploration_initial_eps=h["start_e"],
+            exploration_final_eps=h["end_e"], optimize_memory_usage=True,
+            replay_buffer_kwargs=dict(handle_timeout_termination=False), seed=seed, device="cpu", verbose=0)
+start = time.perf_counter()
+model.learn(steps)
+print("SPS", model.num_timesteps / (time.perf_counter() - start))
+""" % ATARI_ENV
+
 
 def flags(hyperparameters: dict) -> list[str]:
     return [f"--{key.replace('_', '-')}={value}" for key, value in hyperparameters.items()]
 
 
-def run_ours(script: str, hyperparameters: dict, steps: int, seed: int, threads: int) -> float:
+def run_ours(script: str, hyperparameters: dict, steps: int, seed: int, threads: int, env_id: str) -> float:
     """Train our script in a fresh process; return the SPS of its last progress line."""
     with tempfile.TemporaryDirectory() as runs:
-        command = [sys.executable, str(ROOT / "cleanrl" / script), f"--total-timesteps={steps}", f"--seed={seed}",
-                   f"--torch-threads={threads}", *flags(hyperparameters)]
+        command = [sys.executable, str(ROOT / "cleanrl" / script), f"--env-id={env_id}", f"--total-timesteps={steps}",
+                   f"--seed={seed}", f"--torch-threads={threads}", *flags(hyperparameters)]
         out = subprocess.run(command, cwd=runs, capture_output=True, text=True, check=True).stdout
     return float(re.findall(r"SPS (\d+)", out)[-1])
 
@@ -91,8 +122,9 @@ def run_sb3(program: str, hyperparameters: dict, steps: int, seed: int, threads:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--algos", nargs="+", default=["ppo", "dqn"], choices=["ppo", "dqn"])
+    parser.add_argument("--algos", nargs="+", default=["ppo", "dqn"], choices=["ppo", "dqn", "dqn_atari"])
     parser.add_argument("--total-timesteps", type=int, default=100_000)
+    parser.add_argument("--atari-timesteps", type=int, default=10_000, help="steps of the Atari runs")
     parser.add_argument("--repeats", type=int, default=3, help="alternating pairs of runs per algorithm")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--torch-threads", type=int, default=1)
@@ -101,22 +133,27 @@ def main() -> None:
 
     results = {}
     for algo in args.algos:
-        script, hyperparameters, program = {"ppo": ("ppo.py", PPO, SB3_PPO), "dqn": ("dqn.py", DQN, SB3_DQN)}[algo]
+        script, hyperparameters, program, env_id = {
+            "ppo": ("ppo.py", PPO, SB3_PPO, "CartPole-v1"),
+            "dqn": ("dqn.py", DQN, SB3_DQN, "CartPole-v1"),
+            "dqn_atari": ("dqn_atari.py", DQN_ATARI, SB3_DQN_ATARI, ATARI_ENV),
+        }[algo]
+        steps = args.atari_timesteps if algo == "dqn_atari" else args.total_timesteps
         ours, sb3 = [], []
         for repeat in range(args.repeats):
-            ours.append(run_ours(script, hyperparameters, args.total_timesteps, args.seed, args.torch_threads))
-            sb3.append(run_sb3(program, hyperparameters, args.total_timesteps, args.seed, args.torch_threads))
+            ours.append(run_ours(script, hyperparameters, steps, args.seed, args.torch_threads, env_id))
+            sb3.append(run_sb3(program, hyperparameters, steps, args.seed, args.torch_threads))
             print(f"{algo} repeat {repeat + 1}: ours {ours[-1]:.0f} SPS, SB3 {sb3[-1]:.0f} SPS", flush=True)
         ratio = statistics.median(ours) / statistics.median(sb3)
         results[algo] = dict(ours=ours, sb3=sb3, ratio=ratio)
         print(f"{algo}: ours {statistics.median(ours):.0f} SPS, SB3 {statistics.median(sb3):.0f} SPS "
               f"(medians of {args.repeats}), ratio {ratio:.2f}x", flush=True)
-    if "dqn" in results:
-        print("note: SB3's DQN uses the Huber loss and clips gradients at norm 10; dqn.py uses the squared TD error")
+    if "dqn" in results or "dqn_atari" in results:
+        print("note: SB3's DQN uses the Huber loss and clips gradients at norm 10; ours use the squared TD error")
     if args.json:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                                 text=True).stdout.strip()
-        meta = dict(steps=args.total_timesteps, seed=args.seed, torch_threads=args.torch_threads,
+        meta = dict(steps=args.total_timesteps, atari_steps=args.atari_timesteps, seed=args.seed, torch_threads=args.torch_threads,
                     cpus=os.cpu_count(), commit=commit, time=time.strftime("%Y-%m-%dT%H:%M:%S"))
         args.json.write_text(json.dumps(dict(meta=meta, results=results), indent=2) + "\n")
 
