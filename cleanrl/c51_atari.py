@@ -8,7 +8,7 @@ grayscale, 4 stacked frames):
     Learning", arXiv:1707.06887 (Algorithm 1; Atari settings of section 5).
     Mnih et al. (2015), Nature 518:529-533 (network and preprocessing).
 Option:
-    --n-step N: n-step returns (Hessel et al. 2018, arXiv:1710.02298, eq. 7).
+    --n-step N: n-step returns (Hessel et al. 2018, arXiv:1710.02298, section "Multi-step learning").
 
 What this file changes against them: a time-limit truncation is not a termination (the
 replay keeps the real final frame stack and the target bootstraps from it); the replay stores
@@ -312,8 +312,12 @@ if __name__ == "__main__":
     args = tyro.cli(Args)
     check_args(args)
     check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "c51_atari.py")
-    require(hasattr(gym.make(args.env_id).unwrapped, "ale"), "--env-id",
-            f"{args.env_id} is not an Atari game; c51_atari.py takes ALE ids such as BreakoutNoFrameskip-v4")
+    with gym.make(args.env_id) as game:
+        require(hasattr(game.unwrapped, "ale"), "--env-id",
+                f"{args.env_id} is not an Atari game; c51_atari.py takes ALE ids such as BreakoutNoFrameskip-v4")
+        require(game.spec.kwargs.get("frameskip", 1) == 1, "--env-id",
+                f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id (such as BreakoutNoFrameskip-v4): "
+                "the frame skipping is done here")
     probe = make_env(args.env_id, 0, False, "")()  # the preprocessed spaces size the replay
     observation_space, action_space = probe.observation_space, probe.action_space
     probe.close()

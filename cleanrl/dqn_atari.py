@@ -9,7 +9,7 @@ max-pooling, episodic life, FIRE on reset, rewards clipped to their sign, 84x84 
 Options (rlpyt's DQN family):
     --double-q: van Hasselt, Guez, Silver (2016), arXiv:1509.06461, eq. 4.
     --dueling: Wang et al. (2016), arXiv:1511.06581, eq. 9: Q = V + A - mean_a A.
-    --n-step N: n-step returns (Hessel et al. 2018, arXiv:1710.02298, eq. 2).
+    --n-step N: n-step returns (Hessel et al. 2018, arXiv:1710.02298, section "Multi-step learning").
     --prioritized-replay: proportional prioritized replay (Schaul et al. 2016,
         arXiv:1511.05952), importance weights with β annealed linearly to 1.
 
@@ -250,7 +250,7 @@ def compute_td_target(
 
     DQN (Mnih et al. 2015): a' = argmax_a Q_target(s', a); n = 1 gives r + γ max_a' Q_target(s', a').
     Double DQN (van Hasselt et al. 2016, eq. 4): a' = argmax_a Q_online(s', a).
-    n-step return (Hessel et al. 2018, eq. 2): G = sum_{k<m} γ^k r_{t+k}, m = n unless the
+    n-step return (Hessel et al. 2018, "Multi-step learning"): G = sum_{k<m} γ^k r_{t+k}, m = n unless the
     episode ended sooner. s' is the real next state, so a truncated transition bootstraps.
 
     Args:
@@ -321,8 +321,12 @@ if __name__ == "__main__":
     args = tyro.cli(Args)
     check_args(args)
     check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "dqn_atari.py")
-    require(hasattr(gym.make(args.env_id).unwrapped, "ale"), "--env-id",
-            f"{args.env_id} is not an Atari game; dqn_atari.py takes ALE ids such as BreakoutNoFrameskip-v4")
+    with gym.make(args.env_id) as game:
+        require(hasattr(game.unwrapped, "ale"), "--env-id",
+                f"{args.env_id} is not an Atari game; dqn_atari.py takes ALE ids such as BreakoutNoFrameskip-v4")
+        require(game.spec.kwargs.get("frameskip", 1) == 1, "--env-id",
+                f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id (such as BreakoutNoFrameskip-v4): "
+                "the frame skipping is done here")
     probe = make_env(args.env_id, 0, False, "")()  # the preprocessed spaces size the replay
     observation_space, action_space = probe.observation_space, probe.action_space
     probe.close()

@@ -2,18 +2,18 @@
 
 Rainbow combines six extensions of DQN; this file has all of them:
     Hessel et al. (2018), "Rainbow: Combining Improvements in Deep Reinforcement Learning",
-    AAAI, arXiv:1710.02298 (loss: section "Rainbow: the integrated agent", eq. 7-9;
+    AAAI, arXiv:1710.02298 (target, loss and priority: section "The integrated agent";
     hyperparameters: Table 1).
 - distributional Q-learning: 51 atoms on [-10, 10], the categorical projection, the
   cross-entropy loss (Bellemare, Dabney, Munos 2017, arXiv:1707.06887, Algorithm 1);
 - noisy nets for exploration, factorised Gaussian noise, σ0 = 0.5, no ε-greedy (Fortunato et
-  al. 2018, arXiv:1706.10295, section 3 and eq. 10-11);
+  al. 2018, arXiv:1706.10295, section 3);
 - dueling distributional head: p(s, a) = softmax(v(s) + a(s, a) - mean_a' a(s, a')) over atoms
   (Wang et al. 2016, arXiv:1511.06581, eq. 9, applied per atom as in Hessel et al.);
-- multi-step returns, n = 3 (Sutton 1988; Hessel et al. eq. 7);
+- multi-step returns, n = 3 (Sutton 1988; Hessel et al., "Multi-step learning");
 - double-Q action selection: a* = argmax_a of the online network's mean at s', evaluated by
   the target network (van Hasselt et al. 2016, arXiv:1509.06461);
-- prioritized replay with the per-transition cross-entropy loss as priority, α = 0.5,
+- prioritized replay with the per-transition KL divergence of the loss as priority, α = 0.5,
   importance weights with β annealed from 0.4 to 1 (Schaul et al. 2016, arXiv:1511.05952).
 Network and preprocessing: the Nature CNN (Mnih et al. 2015, Nature 518:529-533) and the
 standard Atari wrappers of stable-baselines3.
@@ -21,10 +21,12 @@ standard Atari wrappers of stable-baselines3.
 What this file changes against the paper: a time-limit truncation is not a termination (the
 replay keeps the real final frame stack and the n-step target bootstraps from it); the replay
 stores each 84x84 frame once; gradients are clipped at norm 10 (as in the dueling paper and
-common Rainbow implementations). Noise: the online network's noise is resampled after each
-gradient step (the agent acts with it until the next one, as in NoisyNet-DQN); the online
-network uses one noise sample for s and s' within an update, the target network an
-independent one, resampled every update.
+common Rainbow implementations); before learning starts the agent acts uniformly at random
+(as Dopamine's Rainbow does during its warm-up), so the first replay data is not the few
+actions of one fixed noisy network. Noise: the online network's noise is resampled after
+each gradient step, so the agent acts with one noise sample for the --train-frequency steps
+between updates; within an update the online network uses one noise sample for s and s',
+the target network an independent one, resampled every update.
 
 Run:
     python cleanrl/rainbow_atari.py --env-id BreakoutNoFrameskip-v4
@@ -130,11 +132,11 @@ class Args:
     n_step: int = 3
     """n of the n-step return"""
     target_network_frequency: int = 8000
-    """vector steps between target network copies (32k frames)"""
+    """vector steps between target network copies (32k frames with one env)"""
     batch_size: int = 32
     """transitions per gradient step"""
     learning_starts: int = 20000
-    """environment steps collected before training starts (80k frames)"""
+    """environment steps of uniformly random actions before training starts (80k frames)"""
     train_frequency: int = 4
     """vector steps between gradient steps"""
     max_grad_norm: float = 10.0
@@ -202,7 +204,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, video_e
 
 
 class NoisyLinear(nn.Module):
-    """A linear layer with factorised Gaussian noise (Fortunato et al. 2018, section 3, eq. 10-11).
+    """A linear layer with factorised Gaussian noise (Fortunato et al. 2018, section 3).
 
     y = (μ_w + σ_w ⊙ ε_w) x + μ_b + σ_b ⊙ ε_b with ε_w = f(ε_out) f(ε_in)ᵀ, ε_b = f(ε_out),
     f(x) = sgn(x) sqrt(|x|), ε_in ~ N(0, I_in), ε_out ~ N(0, I_out). Initialisation (section
@@ -354,7 +356,7 @@ def double_q_target_distribution(
 ) -> torch.Tensor:
     """The Rainbow target: projected distribution of G + γ^m Z_target(s', a*), a* from the online network.
 
-    a* = argmax_a sum_i z_i p_i^online(s', a) (double Q, Hessel et al. 2018 eq. 8), its
+    a* = argmax_a sum_i z_i p_i^online(s', a) (double Q, Hessel et al. 2018, "The integrated agent"), its
     distribution taken from the target network and projected with :func:`categorical_projection`.
 
     Args:
@@ -373,7 +375,7 @@ def double_q_target_distribution(
 def weighted_cross_entropy(
     chosen_logits: torch.Tensor, target: torch.Tensor, weights: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Prioritized distributional loss (Hessel et al. 2018, eq. 9 and the priority that follows it).
+    """Prioritized distributional loss and priorities (Hessel et al. 2018, "The integrated agent").
 
     Args:
         chosen_logits: logits of the taken actions, ``[B, n_atoms]``.
@@ -381,12 +383,17 @@ def weighted_cross_entropy(
         weights: importance weights w_i = (N P(i))^-β / max_j w_j, ``[B]``.
 
     Returns:
-        ``(loss, priorities)``: the scalar mean_i w_i L_i with L_i = -sum_k m_k log p_k (the
-        KL divergence of p from m up to m's entropy, which does not depend on the network), and
-        the detached per-transition L_i ``[B]``, the new priorities.
+        ``(loss, priorities)``: the scalar mean_i w_i L_i with the cross-entropy
+        L_i = -sum_k m_k log p_k, and the detached per-transition KL divergence
+        KL(m || p_i) = L_i - H(m_i) ``[B]``, the new priorities. The two differ by the entropy
+        of the target, which does not depend on the network: same gradient, but only the KL is
+        0 when the prediction is exact (a target between two atoms has entropy up to ln 2).
     """
     losses = -(target * torch.log_softmax(chosen_logits, dim=-1)).sum(dim=-1)
-    return (weights * losses).mean(), losses.detach()
+    with torch.no_grad():
+        entropy = -torch.special.xlogy(target, target).sum(dim=-1)
+        kl = (losses - entropy).clamp_min(0.0)
+    return (weights * losses).mean(), kl
 
 
 def evaluate(
@@ -447,8 +454,12 @@ if __name__ == "__main__":
     args = tyro.cli(Args)
     check_args(args)
     check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "rainbow_atari.py")
-    require(hasattr(gym.make(args.env_id).unwrapped, "ale"), "--env-id",
-            f"{args.env_id} is not an Atari game; rainbow_atari.py takes ALE ids such as BreakoutNoFrameskip-v4")
+    with gym.make(args.env_id) as game:
+        require(hasattr(game.unwrapped, "ale"), "--env-id",
+                f"{args.env_id} is not an Atari game; rainbow_atari.py takes ALE ids such as BreakoutNoFrameskip-v4")
+        require(game.spec.kwargs.get("frameskip", 1) == 1, "--env-id",
+                f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id (such as BreakoutNoFrameskip-v4): "
+                "the frame skipping is done here")
     probe = make_env(args.env_id, 0, False, "")()  # the preprocessed spaces size the replay
     observation_space, action_space = probe.observation_space, probe.action_space
     probe.close()
@@ -477,6 +488,7 @@ if __name__ == "__main__":
     optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=True)
     target_network = RainbowNetwork(*network_args).to(device, memory_format=torch.channels_last)
     target_network.load_state_dict(q_network.state_dict())
+    rng = np.random.default_rng(args.seed)
     num_iterations = args.total_timesteps // N
 
     global_step = 0
@@ -490,10 +502,12 @@ if __name__ == "__main__":
     obs, _ = envs.reset(seed=args.seed)
     for iteration in range(num_iterations):
         global_step += N
-        # Exploration comes from the noisy layers: act greedily in the noisy network's mean return.
-        with torch.no_grad():
-            logits = q_network(torch.from_numpy(obs).to(device))
-            actions = q_network.q_values(logits).argmax(dim=-1).cpu().numpy()
+        if global_step <= args.learning_starts:  # warm-up: uniformly random actions
+            actions = rng.integers(num_actions, size=N)
+        else:  # exploration comes from the noisy layers: greedy in the noisy network's mean return
+            with torch.no_grad():
+                logits = q_network(torch.from_numpy(obs).to(device))
+                actions = q_network.q_values(logits).argmax(dim=-1).cpu().numpy()
 
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
 

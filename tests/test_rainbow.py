@@ -113,9 +113,14 @@ def test_weighted_cross_entropy_hand_computed():
     weights = torch.tensor([1.0, 0.5])
     loss, priorities = weighted_cross_entropy(logits, target, weights)
     ce = torch.tensor([-math.log(0.5), -0.5 * math.log(0.8) - 0.5 * math.log(0.1)])
-    torch.testing.assert_close(priorities, ce)
+    entropy = torch.tensor([0.0, math.log(2)])  # H(m)
     torch.testing.assert_close(loss, (weights * ce).mean())
+    torch.testing.assert_close(priorities, ce - entropy)  # KL(m || p)
     assert not priorities.requires_grad
+    # an exact prediction of a target split between two atoms: KL 0, cross-entropy ln 2
+    exact = torch.tensor([[-100.0, 0.0, 0.0]])  # softmax: [~0, 0.5, 0.5]
+    loss0, priority0 = weighted_cross_entropy(exact, torch.tensor([[0.0, 0.5, 0.5]]), torch.ones(1))
+    assert priority0.item() == pytest.approx(0.0, abs=1e-6) and loss0.item() == pytest.approx(math.log(2))
     loss.backward()  # gradient of the mean weighted loss: w_i (softmax - m) / B
     torch.testing.assert_close(logits.grad, weights[:, None] * (torch.softmax(logits, -1) - target) / 2)
 

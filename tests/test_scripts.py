@@ -91,6 +91,8 @@ BAD_INPUT = [
     ("dqn_atari.py", ["--buffer-size", "100000000"], "--buffer-size", "is available; lower the capacity"),
     ("c51_atari.py", ["--env-id", "CartPole-v1"], "--env-id", "is not an Atari game"),
     ("rainbow_atari.py", ["--env-id", "CartPole-v1"], "--env-id", "is not an Atari game"),
+    ("rainbow_atari.py", ["--env-id", "ALE/Breakout-v5"], "--env-id", "skips frames itself"),
+    ("dqn_atari.py", ["--env-id", "Breakout-v4"], "--env-id", "skips frames itself"),
     ("rainbow_atari.py", ["--noisy-sigma0", "-1"], "--noisy-sigma0", "must be >= 0"),
     ("rainbow_atari.py", ["--prioritized-replay-beta", "2"], "--prioritized-replay-beta", "must be in [0, 1]"),
     ("ppo.py", ["--exp-name", "a/b"], "--exp-name", "without '/'"),
