@@ -10,8 +10,8 @@ few thousand env steps of random play, cycled: the memory touched is the same as
 and stepping the game a million times would take an hour here), runs 100 gradient steps, and
 reports the process's peak resident set size (``ru_maxrss``).
 
+    python benchmark/memory_atari.py --capacity 100000 --fill 100000      # both sides
     python benchmark/memory_atari.py --capacity 1000000 --fill 1000000 --side ours
-    python benchmark/memory_atari.py --capacity 1000000 --fill 200000 --side sb3
 
 SB3's buffer at 1M transitions needs 1M x 4 x 84 x 84 bytes = 28.2 GB for the observations alone,
 more than this 24 GiB machine has; it is measured at a partial fill.
@@ -63,7 +63,8 @@ def measure_ours(env_id: str, capacity: int, fill: int, frames: int, seed: int) 
     torch.set_num_threads(1)
     observation_space, action_space, data = real_frames(env_id, frames, seed)
     rb = ReplayBuffer(capacity, 1, observation_space, action_space, n_step=1, gamma=0.99, frame_stack=4, seed=seed)
-    q, target = QNetwork(action_space.n), QNetwork(action_space.n)
+    q = QNetwork(action_space.n).to(memory_format=torch.channels_last)  # as dqn_atari.py trains them
+    target = QNetwork(action_space.n).to(memory_format=torch.channels_last)
     optimizer = torch.optim.Adam(q.parameters(), lr=1e-4, fused=True)
     start = time.perf_counter()
     for i in range(fill):

@@ -11,7 +11,7 @@ library reports it) and the ratio ours / SB3 (median over the repeats).
 
 Both sides use the same number of torch threads (``--torch-threads``). Hyperparameters that
 SB3 cannot express exactly are listed in the output (DQN: SB3 uses the Huber loss and clips
-gradients at norm 10; ours uses the squared error without clipping, as in Mnih et al. 2015).
+gradients at norm 10; ours uses the squared error without clipping, as CleanRL does).
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ DQN = dict(num_envs=1, buffer_size=10000, learning_rate=2.5e-4, gamma=0.99, tau=
            batch_size=128, start_e=1.0, end_e=0.05, exploration_fraction=0.5, learning_starts=10000,
            train_frequency=10)
 
-# dqn_atari.py at CleanRL's Atari settings (its defaults), on a shorter schedule; both sides
+# dqn_atari.py at its defaults (CleanRL's Atari settings) except a 100k buffer and training from
+# step 2000, so that a short run measures training speed; both sides
 # preprocess with SB3's Atari wrappers (frame skip 4, 84x84 grayscale, 4 stacked frames, episodic
 # life, FIRE reset, clipped rewards) and train the Nature CNN.
 DQN_ATARI = dict(num_envs=1, buffer_size=100000, learning_rate=1e-4, gamma=0.99, tau=1.0, target_network_frequency=1000,

@@ -94,7 +94,7 @@ class Args:
     v_max: float = 100.0
     """largest return of the support"""
     buffer_size: int = 10000
-    """replay capacity in transitions"""
+    """replay capacity in transitions (the real final observation of each episode takes one more)"""
     gamma: float = 0.99
     """discount factor γ"""
     target_network_frequency: int = 500

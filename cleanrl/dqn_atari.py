@@ -106,7 +106,7 @@ class Args:
     num_envs: int = 1
     """number of parallel environments"""
     buffer_size: int = 1000000
-    """replay capacity in transitions"""
+    """replay capacity in transitions (the real final observation of each episode takes one more)"""
     gamma: float = 0.99
     """discount factor γ"""
     tau: float = 1.0

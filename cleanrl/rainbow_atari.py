@@ -126,7 +126,7 @@ class Args:
     noisy_sigma0: float = 0.5
     """σ0 of the factorised noisy layers: σ is initialised to σ0 / sqrt(fan-in)"""
     buffer_size: int = 1000000
-    """replay capacity in transitions"""
+    """replay capacity in transitions (the real final observation of each episode takes one more)"""
     gamma: float = 0.99
     """discount factor γ"""
     n_step: int = 3
