@@ -137,10 +137,12 @@ def main() -> None:
             command = [sys.executable, __file__, "--child", "--side", side, "--env-id", args.env_id, "--capacity",
                        str(args.capacity), "--fill", str(fill), "--frames", str(args.frames), "--seed", str(args.seed)]
             out = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
-            if out.returncode:
-                print(f"{side} at fill {fill}: failed with exit status {out.returncode}\n{out.stderr[-2000:]}")
-                continue
-            result = json.loads(out.stdout.strip().splitlines()[-1])
+            if out.returncode:  # recorded: SB3's 1M buffer cannot be allocated on a 24 GiB machine
+                error = out.stderr.strip().splitlines()[-1]
+                print(f"{side} at fill {fill}: failed with exit status {out.returncode}: {error}")
+                result = dict(side=side, error=error)
+            else:
+                result = json.loads(out.stdout.strip().splitlines()[-1])
             result.update(capacity=args.capacity, fill=fill, commit=commit, time=time.strftime("%Y-%m-%dT%H:%M:%S"))
             print(json.dumps(result), flush=True)
             results.append(result)
