@@ -295,9 +295,9 @@ class Progress:
         self.printed_step = self.step
         sps = int(self.step / max(now - self.start, 1e-9))
         percent = 100.0 * self.step / self.total
+        recent = f"return (last {len(self.returns)}) {self.mean_return:.1f}" if self.returns else "no episode ended yet"
         print(
-            f"step {self.step}/{self.total} ({percent:.0f}%) | SPS {sps} | "
-            f"return (last {len(self.returns)}) {self.mean_return:.1f}",
+            f"step {self.step}/{self.total} ({percent:.0f}%) | SPS {sps} | {recent}",
             file=self.stream,
             flush=True,
         )

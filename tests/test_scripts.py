@@ -168,6 +168,10 @@ def test_progress_bar_on_a_terminal_and_lines_otherwise():
 
     plain = io.StringIO()
     progress = Progress(100, interval=0.0, stream=plain)
+    progress.update(10)  # no episode has ended: no mean of nothing
+    assert plain.getvalue().splitlines()[0].endswith("| no episode ended yet")
+    plain.seek(0)
+    plain.truncate()
     progress.episodes([10.0, 20.0])
     progress.update(50)
     progress.update(100)
