@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
+
+import provenance
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -94,8 +95,7 @@ def main() -> None:
                                  std=round(float(np.std(returns)), 2))
         print(f"random policy on {env_id}: {np.mean(returns):.2f} ± {np.std(returns):.2f} over {len(returns)} games")
     if args.json:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True).stdout.strip()
+        commit = provenance.commit()
         summary["meta"] = dict(commit_of_summary=commit, time=time.strftime("%Y-%m-%dT%H:%M:%S"))
         args.json.write_text(json.dumps(summary, indent=2) + "\n")
     if args.plot:

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+import provenance
+
 ROOT = Path(__file__).resolve().parent.parent
 GIB = 2 ** 30
 
@@ -129,8 +131,7 @@ def main() -> None:
         print(json.dumps(result))
         return
     sides = ["ours", "sb3"] if args.side == "both" else [args.side]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
+    commit = provenance.commit()
     results = json.loads(args.json.read_text()) if args.json and args.json.exists() else []
     for fill in args.fill:
         for side in sides:

@@ -33,7 +33,6 @@ import hashlib
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -45,6 +44,7 @@ import torch
 from stable_baselines3.common.buffers import ReplayBuffer as SB3ReplayBuffer
 
 from cleanrl_utils.buffers import PrioritizedReplayBuffer, ReplayBuffer, SumTree
+from provenance import git
 
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = ["ours", "ours_prioritized", "sb3", "sb3_optimized"]
@@ -86,10 +86,6 @@ def reset_peak_rss() -> bool:
         return True
     except OSError:
         return False
-
-
-def git(*args: str) -> str:
-    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False).stdout.strip()
 
 
 def meta() -> dict:

@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import provenance
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # Hyperparameters shared by both sides; ours are the scripts' defaults.
@@ -152,8 +154,7 @@ def main() -> None:
     if "dqn" in results or "dqn_atari" in results:
         print("note: SB3's DQN uses the Huber loss and clips gradients at norm 10; ours use the squared TD error")
     if args.json:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True).stdout.strip()
+        commit = provenance.commit()
         meta = dict(steps=args.total_timesteps, atari_steps=args.atari_timesteps, seed=args.seed, torch_threads=args.torch_threads,
                     cpus=os.cpu_count(), commit=commit, time=time.strftime("%Y-%m-%dT%H:%M:%S"))
         args.json.write_text(json.dumps(dict(meta=meta, results=results), indent=2) + "\n")
