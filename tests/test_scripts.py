@@ -95,6 +95,11 @@ BAD_INPUT = [
     ("dqn_atari.py", ["--env-id", "Breakout-v4"], "--env-id", "skips frames itself"),
     ("rainbow_atari.py", ["--noisy-sigma0", "-1"], "--noisy-sigma0", "must be >= 0"),
     ("rainbow_atari.py", ["--prioritized-replay-beta", "2"], "--prioritized-replay-beta", "must be in [0, 1]"),
+    ("sac_atari.py", ["--env-id", "CartPole-v1"], "--env-id", "is not an Atari game"),
+    ("sac_atari.py", ["--env-id", "ALE/Breakout-v5"], "--env-id", "skips frames itself"),
+    ("sac_atari.py", ["--target-entropy-scale", "1.5"], "--target-entropy-scale", "must be in [0, 1]"),
+    ("sac_atari.py", ["--update-frequency", "0"], "--update-frequency", "must be positive"),
+    ("sac_atari.py", ["--buffer-size", "100", "--num-envs", "20"], "--buffer-size", "needs at least 6"),
     ("ppo.py", ["--exp-name", "a/b"], "--exp-name", "without '/'"),
     ("ppo.py", ["--env-id", "ALE/NoSuchGame-v5"], "--env-id", "atari extra"),
 ]
@@ -236,3 +241,36 @@ def test_rainbow_atari_on_breakout_logs_game_scores_and_evaluates(tmp_path):
     assert all(0.4 <= b <= 1 for b in betas)
     assert "evaluation over 1 episodes" in result.stdout
     assert evaluate(str(directory / "rainbow_atari.cleanrl_model"), eval_episodes=1).shape == (1,)
+
+
+def test_sac_atari_on_breakout_logs_game_scores_and_evaluates(tmp_path):
+    """Categorical actor, twin critics and a learned temperature on a real ALE game; then a fixed temperature."""
+    from cleanrl.dqn_atari import evaluate as dqn_evaluate
+    from cleanrl.sac_atari import evaluate
+
+    (tmp_path / "tuned").mkdir()
+    result = run_script("sac_atari.py", "--total-timesteps", "1500", "--learning-starts", "1000", "--buffer-size",
+                        "2000", "--target-network-frequency", "100", "--save-model", "--eval-episodes", "1",
+                        cwd=tmp_path / "tuned", timeout=600)
+    directory = run_dir(tmp_path / "tuned")
+    assert directory.name.startswith("BreakoutNoFrameskip-v4__sac_atari__1__")
+    tags = scalars(directory)
+    losses = {f"losses/{name}" for name in ("qf1_values", "qf2_values", "qf1_loss", "qf2_loss", "qf_loss",
+                                            "actor_loss", "alpha", "alpha_loss", "entropy")}
+    assert losses | STANDARD_TAGS <= set(tags), set(tags)
+    assert min(v for _, v in tags["charts/episodic_length"]) > 100  # whole games, not lives
+    # α starts at 1 and is tuned by a few dozen Adam steps of 3e-4 in log α
+    assert all(0.9 < v < 1.1 and v != 1.0 for _, v in tags["losses/alpha"])
+    assert "evaluation over 1 episodes" in result.stdout
+    model = str(directory / "sac_atari.cleanrl_model")
+    assert evaluate(model, eval_episodes=1).shape == (1,)  # greedy
+    assert evaluate(model, eval_episodes=1, deterministic=False, epsilon=0.05).shape == (1,)
+    with pytest.raises(ValueError, match="saved by 'sac_atari'"):
+        dqn_evaluate(model, eval_episodes=1)
+
+    # --no-autotune: α stays at --alpha and there is no temperature loss (one update, at step 801, logged)
+    (tmp_path / "fixed").mkdir()
+    run_script("sac_atari.py", "--total-timesteps", "804", "--learning-starts", "800", "--buffer-size", "2000",
+               "--no-autotune", "--alpha", "0.05", cwd=tmp_path / "fixed", timeout=600)
+    tags = scalars(run_dir(tmp_path / "fixed"))
+    assert [v for _, v in tags["losses/alpha"]] == [pytest.approx(0.05)] and "losses/alpha_loss" not in tags

@@ -1,0 +1,546 @@
+"""Soft actor-critic for discrete actions (SAC-Discrete) on Atari.
+
+A categorical policy π(·|s) and twin soft Q-critics Q_1, Q_2 (each outputs Q(s, ·) for every
+action), target critics copied every --target-network-frequency steps, and a temperature α
+tuned so that the policy's entropy tracks a target, on the standard Atari preprocessing
+(no-op starts, frame skip 4 with max-pooling, episodic life, FIRE on reset, rewards clipped to
+their sign, 84x84 grayscale, 4 stacked frames):
+    Christodoulou (2019), "Soft Actor-Critic for Discrete Action Settings", arXiv:1910.07207
+    (section "Soft Actor-Critic for Discrete Action Settings"): with discrete actions the
+    expectations over a ~ π are sums over the actions, so the soft state value, the policy
+    objective and the temperature objective are computed exactly, without sampling or
+    reparameterisation:
+        V(s)  = Σ_a π(a|s) [min_i Q'_i(s, a) - α log π(a|s)],  y = r + γ (1 - done) V(s'),
+        J_π   = E_s Σ_a π(a|s) [α log π(a|s) - min_i Q_i(s, a)],
+        J(α)  = E_s Σ_a π(a|s) [-α (log π(a|s) + H̄)].
+    Haarnoja et al. (2018), "Soft Actor-Critic Algorithms and Applications", arXiv:1812.05905
+    (section "Automating Entropy Adjustment for Maximum Entropy RL"): α is learned by
+    minimising J(α), so that the policy entropy H(π(·|s)) is driven towards the target H̄.
+    Mnih et al. (2015), Nature 518:529-533: the Nature CNN and the Atari preprocessing.
+
+Hyperparameters are those of CleanRL's sac_atari.py (Huang et al. 2022, JMLR 23(274)): 5M
+steps, a 1M replay, batch 64, Adam (lr 3e-4, ε 1e-4) for the actor, the critics and α, one
+update every 4 steps, a hard target copy every 8000 steps, and H̄ = 0.89 log |A|
+(Christodoulou takes 0.98 log |A|).
+
+What this file changes against them: a time-limit truncation is not a termination (the
+replay keeps the real final frame stack and the target bootstraps from it); the replay stores
+each 84x84 frame once; the temperature loss multiplies log α rather than α (see
+:func:`discrete_temperature_loss`: the same sign and fixed point, steps that do not depend on
+α's scale, as stable-baselines3's SAC does), and the actor and temperature losses sum
+over actions and average over states, as written in the paper (CleanRL averages over both,
+which divides the gradients by |A|).
+
+Run:
+    python cleanrl/sac_atari.py --env-id BreakoutNoFrameskip-v4
+"""
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from typing import Literal, Optional, Union
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.optim as optim
+import tyro
+from stable_baselines3.common.atari_wrappers import (
+    ClipRewardEnv,
+    EpisodicLifeEnv,
+    FireResetEnv,
+    MaxAndSkipEnv,
+    NoopResetEnv,
+)
+
+try:  # the Atari games come with the atari extra; without it, --env-id says so
+    import ale_py
+
+    gym.register_envs(ale_py)
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # no banner on stderr
+except ImportError:
+    ale_py = None
+
+from cleanrl_utils.buffers import ReplayBuffer
+from cleanrl_utils.evals import run_episodes
+from cleanrl_utils.run import (
+    Progress,
+    check_env,
+    fail,
+    load_model,
+    log_episodes,
+    make_vector_env,
+    real_next_obs,
+    require,
+    require_positive,
+    save_model,
+    seed_everything,
+    start_run,
+)
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """name of this experiment, part of the run directory name"""
+    seed: int = 1
+    """seed of python, numpy, torch and the environments"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, train on CUDA when it is available"""
+    track: bool = False
+    """if toggled, mirror the logs to Weights & Biases"""
+    wandb_project_name: str = "cleanRL"
+    """Weights & Biases project"""
+    wandb_entity: Optional[str] = None
+    """Weights & Biases entity (team); None means your default"""
+    capture_video: bool = False
+    """if toggled, record videos of env 0's episodes into `{run_dir}/videos`"""
+    save_model: bool = False
+    """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it"""
+    eval_episodes: int = 10
+    """episodes the saved model is evaluated for (with --save-model)"""
+    torch_threads: int = 1
+    """CPU threads for torch (1 is fastest for these small networks)"""
+
+    # Algorithm specific arguments (defaults: CleanRL's sac_atari.py, whose default game is BeamRider)
+    env_id: str = "BreakoutNoFrameskip-v4"
+    """gymnasium id of an Atari game (a NoFrameskip-v4 id: frame skipping is done here)"""
+    env_mode: Literal["sync", "async"] = "sync"
+    """step the envs in this process (sync) or in one subprocess each (async)"""
+    total_timesteps: int = 5000000
+    """total environment steps, summed over envs"""
+    num_envs: int = 1
+    """number of parallel environments"""
+    buffer_size: int = 1000000
+    """replay capacity in transitions (the real final observation of each episode takes one more)"""
+    gamma: float = 0.99
+    """discount factor γ"""
+    tau: float = 1.0
+    """target critic update rate (1.0: hard copy)"""
+    batch_size: int = 64
+    """transitions per gradient step"""
+    learning_starts: int = 20000
+    """environment steps of uniformly random actions before training starts"""
+    policy_lr: float = 3e-4
+    """Adam learning rate of the actor"""
+    q_lr: float = 3e-4
+    """Adam learning rate of the twin critics and of the temperature"""
+    adam_eps: float = 1e-4
+    """Adam ε of all three optimisers (CleanRL's 1e-4, for numerical stability; torch's default is 1e-8)"""
+    update_frequency: int = 4
+    """vector steps between gradient steps (each updates the critics, the actor and α once)"""
+    target_network_frequency: int = 8000
+    """vector steps between target critic updates"""
+    alpha: float = 0.2
+    """entropy temperature α, used as it is with --no-autotune (with --autotune α starts at 1)"""
+    autotune: bool = True
+    """if toggled, learn α so that the policy entropy tracks the target entropy"""
+    target_entropy_scale: float = 0.89
+    """target entropy H̄ as a fraction of the largest entropy log |A| (nats): H̄ = scale · log |A|"""
+
+
+def check_args(args: Args) -> None:
+    """Stop with one line naming the flag on bad input."""
+    require_positive(args, "total_timesteps", "num_envs", "buffer_size", "batch_size", "policy_lr", "q_lr",
+                     "adam_eps", "update_frequency", "target_network_frequency", "torch_threads")
+    require(args.learning_starts >= 0, "--learning-starts", f"must be >= 0, got {args.learning_starts}")
+    require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
+    require(0 < args.tau <= 1, "--tau", f"must be in (0, 1], got {args.tau}")
+    require(args.alpha >= 0, "--alpha", f"must be >= 0, got {args.alpha}")
+    require(0 <= args.target_entropy_scale <= 1, "--target-entropy-scale",
+            f"must be in [0, 1] (a fraction of the largest entropy, log |A|), got {args.target_entropy_scale}")
+    require(args.buffer_size >= args.batch_size, "--buffer-size",
+            f"{args.buffer_size} is smaller than --batch-size {args.batch_size}")
+    require(args.buffer_size // args.num_envs >= 6, "--buffer-size",
+            f"{args.buffer_size} holds {args.buffer_size // args.num_envs} steps per env; "
+            "the frame-stacked replay needs at least 6")
+    require(args.total_timesteps > args.learning_starts, "--learning-starts",
+            f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}")
+    require(not args.save_model or args.eval_episodes > 0, "--eval-episodes", "must be positive with --save-model")
+
+
+def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, video_episodes=None):
+    """A thunk creating env ``idx`` with the standard Atari preprocessing; env 0 records videos if asked.
+
+    Episode statistics are recorded per game (before episodic life and reward clipping), so
+    ``charts/episodic_return`` is the game score. The frame stack is zero-padded at each
+    (life) episode start, as the frame-stacked replay expects. ``video_episodes(i) -> bool``
+    picks the episodes to record.
+    """
+
+    def thunk():
+        if capture_video and idx == 0:
+            env = gym.make(env_id, render_mode="rgb_array")
+            env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes)
+        else:
+            env = gym.make(env_id)
+        env = gym.wrappers.RecordEpisodeStatistics(env)
+        env = NoopResetEnv(env, noop_max=30)
+        env = MaxAndSkipEnv(env, skip=4)
+        env = EpisodicLifeEnv(env)
+        if "FIRE" in env.unwrapped.get_action_meanings():
+            env = FireResetEnv(env)
+        env = ClipRewardEnv(env)
+        env = gym.wrappers.ResizeObservation(env, (84, 84))
+        env = gym.wrappers.GrayscaleObservation(env)
+        env = gym.wrappers.FrameStackObservation(env, 4, padding_type="zero")
+        return env
+
+    return thunk
+
+
+def layer_init(layer: nn.Module) -> nn.Module:
+    """He-normal weights and zero biases, as CleanRL's sac_atari.py initialises every layer."""
+    nn.init.kaiming_normal_(layer.weight)
+    nn.init.constant_(layer.bias, 0.0)
+    return layer
+
+
+class NatureCNN(nn.Module):
+    """The Nature CNN (Mnih et al. 2015): 4 stacked 84x84 frames -> one output per action.
+
+    The actor and each critic is one of these, with its own encoder (nothing shared): the
+    actor's outputs are the logits of π(·|s), a critic's are Q(s, ·).
+
+    Args:
+        num_actions: size of the Discrete action space.
+    """
+
+    def __init__(self, num_actions: int):
+        super().__init__()
+        self.encoder = nn.Sequential(
+            layer_init(nn.Conv2d(4, 32, 8, stride=4)), nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
+            nn.Flatten(),
+            layer_init(nn.Linear(3136, 512)), nn.ReLU(),
+        )
+        self.head = layer_init(nn.Linear(512, num_actions))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Frames uint8 ``[B, 4, 84, 84]`` (0-255) -> ``[B, num_actions]`` (logits or Q-values)."""
+        return self.head(self.encoder(x.float() / 255.0))
+
+
+def soft_state_value(
+    probs: torch.Tensor, log_probs: torch.Tensor, q_min: torch.Tensor, alpha: Union[float, torch.Tensor]
+) -> torch.Tensor:
+    """The soft state value V(s) = Σ_a π(a|s) [Q(s, a) - α log π(a|s)], exactly, as a sum over actions.
+
+    Christodoulou 2019, "Soft Actor-Critic for Discrete Action Settings": with a categorical
+    policy the expectation over a ~ π needs no sampled action. Equivalently V(s) = E_π[Q(s, ·)] +
+    α H(π(·|s)).
+
+    Args:
+        probs: π(·|s), ``[B, A]``, rows summing to 1.
+        log_probs: log π(·|s), ``[B, A]``.
+        q_min: the critic value per action, ``[B, A]`` (the minimum of the twin critics).
+        alpha: the temperature α >= 0.
+
+    Returns:
+        V(s), ``[B]``.
+    """
+    return (probs * (q_min - alpha * log_probs)).sum(dim=-1)
+
+
+def soft_td_target(
+    rewards: torch.Tensor,
+    discounts: torch.Tensor,
+    next_probs: torch.Tensor,
+    next_log_probs: torch.Tensor,
+    next_q1_target: torch.Tensor,
+    next_q2_target: torch.Tensor,
+    alpha: Union[float, torch.Tensor],
+) -> torch.Tensor:
+    """The critics' target y = r + γ (1 - terminated) V(s'), with V from the smaller of the twin target critics.
+
+    V(s') = Σ_a π(a|s') [min_i Q'_i(s', a) - α log π(a|s')] (:func:`soft_state_value`; the
+    minimum of two critics counters the overestimation of a maximum, Fujimoto et al. 2018,
+    arXiv:1802.09477, as SAC does). s' is the real next state, so a truncated transition
+    bootstraps; after a termination the discount is 0 and y = r.
+
+    Args:
+        rewards: r, ``[B]``.
+        discounts: γ, or 0 where the episode terminated (the replay's ``discounts``), ``[B]``.
+        next_probs, next_log_probs: π(·|s') and log π(·|s'), ``[B, A]``.
+        next_q1_target, next_q2_target: Q'_1(s', ·) and Q'_2(s', ·), ``[B, A]``.
+        alpha: the temperature α.
+
+    Returns:
+        Targets y, ``[B]``.
+    """
+    q_min = torch.min(next_q1_target, next_q2_target)
+    return rewards + discounts * soft_state_value(next_probs, next_log_probs, q_min, alpha)
+
+
+def discrete_actor_loss(
+    probs: torch.Tensor, log_probs: torch.Tensor, q_min: torch.Tensor, alpha: Union[float, torch.Tensor]
+) -> torch.Tensor:
+    """The policy loss J_π = mean_s Σ_a π(a|s) [α log π(a|s) - min_i Q_i(s, a)] (Christodoulou 2019).
+
+    The KL divergence from π(·|s) to exp(Q(s, ·) / α) / Z(s), up to α and a constant: its
+    minimum is the softmax of Q / α. The critics are not trained by it (``q_min`` is detached)
+    and neither is α; gradients reach the actor through π and log π.
+
+    Args:
+        probs: π(·|s), ``[B, A]``; log_probs: log π(·|s), ``[B, A]`` (both from the actor, with gradients).
+        q_min: min_i Q_i(s, ·), ``[B, A]``.
+        alpha: the temperature α.
+
+    Returns:
+        The scalar loss.
+    """
+    return (probs * (alpha * log_probs - q_min.detach())).sum(dim=-1).mean()
+
+
+def discrete_temperature_loss(
+    log_alpha: torch.Tensor, probs: torch.Tensor, log_probs: torch.Tensor, target_entropy: float
+) -> torch.Tensor:
+    """The temperature loss on log α: mean_s Σ_a π(a|s) [-log α (log π(a|s) + H̄)], π fixed.
+
+    Derivation. Haarnoja et al. 2018 ("Automating Entropy Adjustment for Maximum Entropy RL")
+    learn α by minimising J(α) = E_{a~π}[-α log π(a|s) - α H̄]; with discrete actions the
+    expectation is a sum (Christodoulou 2019): J(α) = Σ_a π(a|s) [-α (log π(a|s) + H̄)]. Since
+    Σ_a π(a|s) = 1 and -Σ_a π log π = H(π(·|s)), the entropy of the policy,
+
+        J(α) = α (H(π(·|s)) - H̄),
+
+    so gradient descent lowers α while the entropy is above the target and raises it while it
+    is below. Here log α, the parameter (α = exp(log α) stays positive), multiplies in place of α,
+
+        L(log α) = -log α Σ_a π(a|s) (log π(a|s) + H̄) = log α (H(π(·|s)) - H̄),
+        ∂L / ∂log α = H - H̄, against ∂J / ∂log α = α (H - H̄):
+
+    the same sign and fixed point (H = H̄), without the factor α, so a step in log α does not
+    shrink as α does. π is a constant here (``probs`` and ``log_probs`` are detached).
+
+    Args:
+        log_alpha: log α, a scalar tensor (the parameter being learned).
+        probs: π(·|s), ``[B, A]``; log_probs: log π(·|s), ``[B, A]``.
+        target_entropy: H̄ in nats (``target_entropy_scale · log |A|``).
+
+    Returns:
+        The scalar loss, mean over the batch.
+    """
+    return (probs.detach() * (-log_alpha * (log_probs.detach() + target_entropy))).sum(dim=-1).mean()
+
+
+def evaluate(
+    model_path: str,
+    eval_episodes: int,
+    env_id: Optional[str] = None,
+    capture_video: bool = False,
+    video_dir: str = "videos",
+    seed: Optional[int] = None,
+    deterministic: bool = True,
+    epsilon: float = 0.0,
+    device: str = "cpu",
+) -> np.ndarray:
+    """Evaluate a model saved by this script for ``eval_episodes`` episodes.
+
+    By default the actor acts greedily, taking the most probable action (argmax of the logits),
+    as PPO's evaluation does; ``deterministic=False`` samples from π instead. A small
+    ``epsilon`` adds uniformly random actions, as dqn_atari's evaluation does; greedy play
+    cannot loop forever either way, since an ALE game is cut at 108,000 frames.
+
+    Args:
+        model_path: a ``.cleanrl_model`` file written with ``--save-model``.
+        eval_episodes: number of whole episodes.
+        env_id: environment; the one the model was trained on when None.
+        capture_video: record the evaluation episodes into ``video_dir``.
+        seed: seed of the evaluation env and of the action draws; None means the training
+            seed + 100000, as the evaluation at the end of training uses.
+        deterministic: take the most probable action instead of sampling from π.
+        epsilon: probability of a uniformly random action (0: none).
+        device: torch device for the network.
+
+    Returns:
+        Episodic returns, float64 ``[eval_episodes]``.
+
+    Raises:
+        ValueError: the file was not saved by sac_atari.py.
+    """
+    content = load_model(model_path, "sac_atari")
+    env_id = env_id or content["env_id"]
+    seed = content["args"]["seed"] + 100_000 if seed is None else seed
+    envs = make_vector_env([make_env(env_id, 0, capture_video, video_dir, lambda episode: episode < eval_episodes)],
+                           episode_statistics=False)
+    rng = np.random.default_rng(seed)
+    generator = torch.Generator().manual_seed(seed)
+    actor = NatureCNN(int(envs.single_action_space.n)).to(device)
+    actor.load_state_dict(content["model"]["actor"])
+
+    @torch.no_grad()
+    def policy(obs: np.ndarray) -> np.ndarray:
+        logits = actor(torch.as_tensor(obs, device=device)).cpu()
+        if deterministic:
+            actions = logits.argmax(-1).numpy()
+        else:
+            actions = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator).squeeze(-1).numpy()
+        explore = rng.random(len(actions)) < epsilon
+        return np.where(explore, rng.integers(envs.single_action_space.n, size=len(actions)), actions)
+
+    returns = run_episodes(envs, policy, eval_episodes, seed=seed)
+    envs.close()
+    return returns
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    check_args(args)
+    check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "sac_atari.py")
+    with gym.make(args.env_id) as game:
+        require(hasattr(game.unwrapped, "ale"), "--env-id",
+                f"{args.env_id} is not an Atari game; sac_atari.py takes ALE ids such as BreakoutNoFrameskip-v4")
+        require(game.spec.kwargs.get("frameskip", 1) == 1, "--env-id",
+                f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id (such as BreakoutNoFrameskip-v4): "
+                "the frame skipping is done here")
+    probe = make_env(args.env_id, 0, False, "")()  # the preprocessed spaces size the replay
+    observation_space, action_space = probe.observation_space, probe.action_space
+    probe.close()
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    N = args.num_envs
+    try:  # one-step transitions in [buffer_size / N, N] rows, each frame stored once
+        rb = ReplayBuffer(args.buffer_size // N, N, observation_space, action_space, gamma=args.gamma, frame_stack=4,
+                          device=device, seed=args.seed)
+    except MemoryError as error:
+        fail("--buffer-size", str(error))
+    run = start_run(args)
+    writer = run.writer
+
+    seed_everything(args.seed, args.torch_deterministic)
+    torch.set_num_threads(args.torch_threads)
+
+    envs = make_vector_env(  # episode statistics come from each env: game scores
+        [make_env(args.env_id, i, args.capture_video, str(run.video_dir)) for i in range(args.num_envs)],
+        args.env_mode, episode_statistics=False,
+    )
+    num_actions = int(envs.single_action_space.n)
+    # channels-last convolutions: faster updates on CPU (benchmark/README.md)
+    actor = NatureCNN(num_actions).to(device, memory_format=torch.channels_last)
+    qf1 = NatureCNN(num_actions).to(device, memory_format=torch.channels_last)
+    qf2 = NatureCNN(num_actions).to(device, memory_format=torch.channels_last)
+    qf1_target = NatureCNN(num_actions).to(device, memory_format=torch.channels_last)
+    qf2_target = NatureCNN(num_actions).to(device, memory_format=torch.channels_last)
+    qf1_target.load_state_dict(qf1.state_dict())
+    qf2_target.load_state_dict(qf2.state_dict())
+    q_optimizer = optim.Adam([*qf1.parameters(), *qf2.parameters()], lr=args.q_lr, eps=args.adam_eps, fused=True)
+    actor_optimizer = optim.Adam(actor.parameters(), lr=args.policy_lr, eps=args.adam_eps, fused=True)
+
+    # Temperature: learned in log space from α = 1 (autotune), or fixed at --alpha.
+    target_entropy = args.target_entropy_scale * math.log(num_actions)  # H̄ = -scale · log(1 / |A|)
+    if args.autotune:
+        log_alpha = torch.zeros((), device=device, requires_grad=True)
+        alpha_optimizer = optim.Adam([log_alpha], lr=args.q_lr, eps=args.adam_eps)
+        alpha = log_alpha.exp().item()
+    else:
+        alpha = args.alpha
+
+    rng = np.random.default_rng(args.seed)
+    num_iterations = args.total_timesteps // N
+
+    global_step = 0
+    start_time = time.time()
+    if args.buffer_size % N:
+        print(f"replay capacity {rb.capacity * N} transitions: --buffer-size rounded down to a multiple of "
+              f"--num-envs {N}")
+    if num_iterations * N != args.total_timesteps:
+        print(f"training {num_iterations * N} steps: --total-timesteps rounded down to a multiple of --num-envs {N}")
+    progress = Progress(num_iterations * N)
+    obs, _ = envs.reset(seed=args.seed)
+    for iteration in range(num_iterations):
+        global_step += N
+        if global_step <= args.learning_starts:  # warm-up: uniformly random actions
+            actions = rng.integers(num_actions, size=N)
+        else:  # exploration comes from the stochastic policy: a ~ π(·|s)
+            with torch.no_grad():
+                logits = actor(torch.from_numpy(obs).to(device))
+                actions = torch.distributions.Categorical(logits=logits).sample().cpu().numpy()
+
+        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+
+        if "_episode" in infos:
+            progress.episodes(log_episodes(writer, infos, global_step))
+        # s' is the real next observation: where an episode ended, its final observation.
+        rb.add(obs, actions, rewards, terminations, truncations, real_next_obs(next_obs, infos))
+        obs = next_obs
+
+        if global_step > args.learning_starts and len(rb) > 0:
+            if iteration % args.update_frequency == 0:
+                data = rb.sample(args.batch_size)
+                # Critics: regress Q_i(s, a) on y = r + γ (1 - terminated) V(s'), V from the target critics.
+                with torch.no_grad():
+                    next_log_probs = F.log_softmax(actor(data.next_obs), dim=-1)
+                    td_target = soft_td_target(data.rewards, data.discounts, next_log_probs.exp(), next_log_probs,
+                                               qf1_target(data.next_obs), qf2_target(data.next_obs), alpha)
+                qf1_a_values = qf1(data.obs).gather(1, data.actions.unsqueeze(1)).squeeze(1)
+                qf2_a_values = qf2(data.obs).gather(1, data.actions.unsqueeze(1)).squeeze(1)
+                qf1_loss = F.mse_loss(qf1_a_values, td_target)
+                qf2_loss = F.mse_loss(qf2_a_values, td_target)
+                qf_loss = qf1_loss + qf2_loss
+                q_optimizer.zero_grad()
+                qf_loss.backward()
+                q_optimizer.step()
+
+                # Actor: minimise Σ_a π(a|s) [α log π(a|s) - min_i Q_i(s, a)] against the updated critics.
+                log_probs = F.log_softmax(actor(data.obs), dim=-1)
+                probs = log_probs.exp()
+                with torch.no_grad():
+                    q_min = torch.min(qf1(data.obs), qf2(data.obs))
+                actor_loss = discrete_actor_loss(probs, log_probs, q_min, alpha)
+                actor_optimizer.zero_grad()
+                actor_loss.backward()
+                actor_optimizer.step()
+
+                # Temperature: raise α while the entropy is below H̄, lower it while above.
+                if args.autotune:
+                    alpha_loss = discrete_temperature_loss(log_alpha, probs, log_probs, target_entropy)
+                    alpha_optimizer.zero_grad()
+                    alpha_loss.backward()
+                    alpha_optimizer.step()
+                    alpha = log_alpha.exp().item()
+
+                if iteration % (100 * args.update_frequency) == 0:
+                    with torch.no_grad():
+                        entropy = -(probs * log_probs).sum(dim=-1).mean()
+                    writer.add_scalar("losses/qf1_values", qf1_a_values.mean().item(), global_step)
+                    writer.add_scalar("losses/qf2_values", qf2_a_values.mean().item(), global_step)
+                    writer.add_scalar("losses/qf1_loss", qf1_loss.item(), global_step)
+                    writer.add_scalar("losses/qf2_loss", qf2_loss.item(), global_step)
+                    writer.add_scalar("losses/qf_loss", qf_loss.item() / 2.0, global_step)  # mean of the two
+                    writer.add_scalar("losses/actor_loss", actor_loss.item(), global_step)
+                    writer.add_scalar("losses/alpha", alpha, global_step)
+                    writer.add_scalar("losses/entropy", entropy.item(), global_step)
+                    if args.autotune:
+                        writer.add_scalar("losses/alpha_loss", alpha_loss.item(), global_step)
+                    writer.add_scalar("charts/learning_rate", q_optimizer.param_groups[0]["lr"], global_step)
+                    writer.add_scalar("charts/SPS", int(global_step / (time.time() - start_time)), global_step)
+
+            # Target critics: θ' ← τ θ + (1 - τ) θ'
+            if iteration % args.target_network_frequency == 0:
+                with torch.no_grad():
+                    for critic, target in ((qf1, qf1_target), (qf2, qf2_target)):
+                        for target_param, param in zip(target.parameters(), critic.parameters()):
+                            target_param.lerp_(param, args.tau)
+        progress.update(global_step)
+    progress.close()
+
+    if args.save_model:
+        model_path = run.directory / f"{args.exp_name}.cleanrl_model"
+        save_model(model_path, "sac_atari", args, {"actor": actor.state_dict(), "qf1": qf1.state_dict(),
+                                                    "qf2": qf2.state_dict(), "alpha": torch.tensor(alpha)})
+        print(f"model saved to {model_path}")
+        episodic_returns = evaluate(str(model_path), args.eval_episodes, args.env_id, args.capture_video,
+                                    str(run.directory / "videos-eval"))
+        writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
+        writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
+        print(f"evaluation over {args.eval_episodes} episodes: "
+              f"{episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
+
+    envs.close()
+    run.close()
