@@ -7,7 +7,7 @@
 # else is the script's defaults, except that Rainbow copies its target network every 2k steps
 # and learns at 1e-4 (as data-efficient Rainbow, van Hasselt et al. 2019) instead of 6.25e-5.
 # The learning curve is in the run's TensorBoard events (charts/episodic_return, full-game
-# scores); benchmark/atari_curve.py summarises it.
+# scores); benchmark/curve.py summarises it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 script="$1"

@@ -2,12 +2,15 @@
 
 Runs, alternately and in one invocation, ``cleanrl/ppo.py`` and SB3's ``PPO``, then
 ``cleanrl/dqn.py`` and SB3's ``DQN``, on CartPole-v1, and ``cleanrl/dqn_atari.py`` and SB3's
-``DQN`` (``CnnPolicy``, memory-optimised buffer) on Breakout, each as a fresh process, and prints
+``DQN`` (``CnnPolicy``, memory-optimised buffer) on Breakout, and ``cleanrl/sac_continuous.py``,
+``td3_continuous.py`` and ``ddpg_continuous.py`` and SB3's ``SAC``, ``TD3`` and ``DDPG`` on
+Hopper-v5, each as a fresh process, and prints
 steps per second (environment steps over the wall time of the training loop, as each
 library reports it) and the ratio ours / SB3 (median over the repeats).
 
     python benchmark/speed.py --algos ppo dqn --total-timesteps 100000 --repeats 3
     python benchmark/speed.py --algos dqn_atari --atari-timesteps 10000 --repeats 3
+    python benchmark/speed.py --algos sac td3 ddpg --mujoco-timesteps 4000 --repeats 3
 
 Both sides use the same number of torch threads (``--torch-threads``). Hyperparameters that
 SB3 cannot express exactly are listed in the output (DQN: SB3 uses the Huber loss and clips
@@ -46,6 +49,41 @@ DQN_ATARI = dict(num_envs=1, buffer_size=100000, learning_rate=1e-4, gamma=0.99,
                  batch_size=32, start_e=1.0, end_e=0.01, exploration_fraction=0.1, learning_starts=2000,
                  train_frequency=4)
 ATARI_ENV = "BreakoutNoFrameskip-v4"
+
+# The Q-value policy gradients on Hopper-v5 as issue 6 fixes them: one gradient step per
+# environment step, batch 256, 256-256 networks, 1000 random steps first (so a short run
+# measures training: the random steps take about a second of it). SAC updates its policy at
+# every step with one learning rate (SB3 has no policy delay); TD3 every second step; SB3's
+# DDPG updates its policy at every step, so ours does too here (its default is every second).
+MUJOCO_ENV = "Hopper-v5"
+OFF_POLICY = dict(num_envs=1, buffer_size=100000, batch_size=256, gamma=0.99, tau=0.005, learning_starts=1000)
+SAC = dict(OFF_POLICY, policy_lr=3e-4, q_lr=3e-4, policy_frequency=1, target_network_frequency=1, alpha=0.2)
+TD3 = dict(OFF_POLICY, learning_rate=3e-4, policy_frequency=2, exploration_noise=0.1, policy_noise=0.2, noise_clip=0.5)
+DDPG = dict(OFF_POLICY, learning_rate=3e-4, policy_frequency=1, exploration_noise=0.1)
+
+SB3_OFF_POLICY = """
+import json, sys, time, numpy as np, torch, gymnasium as gym
+from stable_baselines3 import SAC, TD3, DDPG
+from stable_baselines3.common.noise import NormalActionNoise
+h, steps, seed, threads = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+torch.set_num_threads(threads)
+env = gym.make("%s")
+common = dict(buffer_size=h["buffer_size"], learning_starts=h["learning_starts"], batch_size=h["batch_size"],
+              tau=h["tau"], gamma=h["gamma"], train_freq=1, gradient_steps=1,
+              policy_kwargs=dict(net_arch=[256, 256]), seed=seed, device="cpu", verbose=0)
+if "alpha" in h:  # SAC, α tuned from 0.2 towards the target entropy -|A|
+    model = SAC("MlpPolicy", env, learning_rate=h["q_lr"], ent_coef=f"auto_{h['alpha']}", **common)
+else:
+    noise = NormalActionNoise(np.zeros(env.action_space.shape), h["exploration_noise"] * np.ones(env.action_space.shape))
+    if "policy_noise" in h:
+        model = TD3("MlpPolicy", env, learning_rate=h["learning_rate"], policy_delay=h["policy_frequency"],
+                    target_policy_noise=h["policy_noise"], target_noise_clip=h["noise_clip"], action_noise=noise, **common)
+    else:
+        model = DDPG("MlpPolicy", env, learning_rate=h["learning_rate"], action_noise=noise, **common)
+start = time.perf_counter()
+model.learn(steps)
+print("SPS", model.num_timesteps / (time.perf_counter() - start))
+""" % MUJOCO_ENV
 
 SB3_PPO = """
 import json, sys, time, torch
@@ -125,9 +163,10 @@ def run_sb3(program: str, hyperparameters: dict, steps: int, seed: int, threads:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--algos", nargs="+", default=["ppo", "dqn"], choices=["ppo", "dqn", "dqn_atari"])
+    parser.add_argument("--algos", nargs="+", default=["ppo", "dqn"], choices=["ppo", "dqn", "dqn_atari", "sac", "td3", "ddpg"])
     parser.add_argument("--total-timesteps", type=int, default=100_000)
     parser.add_argument("--atari-timesteps", type=int, default=10_000, help="steps of the Atari runs")
+    parser.add_argument("--mujoco-timesteps", type=int, default=4000, help="steps of the Hopper runs")
     parser.add_argument("--repeats", type=int, default=3, help="alternating pairs of runs per algorithm")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--torch-threads", type=int, default=1)
@@ -140,8 +179,12 @@ def main() -> None:
             "ppo": ("ppo.py", PPO, SB3_PPO, "CartPole-v1"),
             "dqn": ("dqn.py", DQN, SB3_DQN, "CartPole-v1"),
             "dqn_atari": ("dqn_atari.py", DQN_ATARI, SB3_DQN_ATARI, ATARI_ENV),
+            "sac": ("sac_continuous.py", SAC, SB3_OFF_POLICY, MUJOCO_ENV),
+            "td3": ("td3_continuous.py", TD3, SB3_OFF_POLICY, MUJOCO_ENV),
+            "ddpg": ("ddpg_continuous.py", DDPG, SB3_OFF_POLICY, MUJOCO_ENV),
         }[algo]
-        steps = args.atari_timesteps if algo == "dqn_atari" else args.total_timesteps
+        steps = {"dqn_atari": args.atari_timesteps, "sac": args.mujoco_timesteps, "td3": args.mujoco_timesteps,
+                 "ddpg": args.mujoco_timesteps}.get(algo, args.total_timesteps)
         ours, sb3 = [], []
         for repeat in range(args.repeats):
             ours.append(run_ours(script, hyperparameters, steps, args.seed, args.torch_threads, env_id))
@@ -155,7 +198,8 @@ def main() -> None:
         print("note: SB3's DQN uses the Huber loss and clips gradients at norm 10; ours use the squared TD error")
     if args.json:
         commit = provenance.commit()
-        meta = dict(steps=args.total_timesteps, atari_steps=args.atari_timesteps, seed=args.seed, torch_threads=args.torch_threads,
+        meta = dict(steps=args.total_timesteps, atari_steps=args.atari_timesteps, mujoco_steps=args.mujoco_timesteps,
+                    seed=args.seed, torch_threads=args.torch_threads,
                     cpus=os.cpu_count(), commit=commit, time=time.strftime("%Y-%m-%dT%H:%M:%S"))
         args.json.write_text(json.dumps(dict(meta=meta, results=results), indent=2) + "\n")
 

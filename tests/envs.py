@@ -40,3 +40,16 @@ class ImageEnv(CounterEnv):
 
 if "Image-v0" not in gym.registry:
     gym.register("Image-v0", entry_point=ImageEnv, max_episode_steps=3)
+
+
+class UnboundedActionsEnv(CounterEnv):
+    """Like CounterEnv but with unbounded Box actions (a script that rescales actions into bounds must refuse it)."""
+
+    action_space = gym.spaces.Box(-np.inf, np.inf, shape=(1,), dtype=np.float32)
+
+    def step(self, action):
+        return super().step(0)
+
+
+if "UnboundedActions-v0" not in gym.registry:
+    gym.register("UnboundedActions-v0", entry_point=UnboundedActionsEnv, max_episode_steps=3)

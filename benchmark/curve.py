@@ -1,14 +1,17 @@
-"""Summarise Atari learning runs: the curve of full-game returns, against a random policy.
+"""Summarise learning runs of one environment: the curve of episodic returns, against a random policy.
 
-Reads ``charts/episodic_return`` (game scores, unclipped, all lives) from the TensorBoard
-events of each run directory, bins it by environment steps, and measures a uniformly random
-policy on the same game with the same preprocessing (the scripts' own ``make_env``).
+Reads ``charts/episodic_return`` from the TensorBoard events of each run directory (on Atari
+the game scores, unclipped, all lives), bins it by environment steps, and measures a uniformly
+random policy on the same environment: on Atari through the same preprocessing
+(dqn_atari.py's ``make_env``), elsewhere the plain ``gym.make`` env (uniform actions within
+a Box's bounds).
 
-    python benchmark/atari_curve.py runs/BreakoutNoFrameskip-v4__dqn_atari__1__* \\
+    python benchmark/curve.py runs/BreakoutNoFrameskip-v4__dqn_atari__1__* \\
         --random-games 30 --json benchmark/atari.json --plot benchmark/atari.png
+    python benchmark/curve.py runs/Hopper-v5__* --bin 25000 --json benchmark/mujoco_hopper.json
 
 Each run's line: steps trained, wall-clock minutes from the first to the last event, the mean
-return of the last 20 games, and the mean return per bin of ``--bin`` steps.
+return of the last 20 episodes, and the mean return per bin of ``--bin`` steps.
 """
 
 from __future__ import annotations
@@ -42,16 +45,30 @@ def read_run(directory: Path) -> dict:
     )
 
 
+def is_atari(env_id: str) -> bool:
+    return env_id.startswith("ALE/") or "NoFrameskip" in env_id
+
+
 def random_policy_returns(env_id: str, games: int, seed: int) -> list[float]:
-    """Full-game returns of uniformly random actions through dqn_atari.py's preprocessing."""
-    from cleanrl.dqn_atari import make_env
+    """Episodic returns of uniformly random actions: on Atari full games through dqn_atari.py's preprocessing."""
+    import gymnasium as gym
+
     from cleanrl_utils.evals import run_episodes
     from cleanrl_utils.run import make_vector_env
 
-    envs = make_vector_env([make_env(env_id, 0, False, "")], episode_statistics=False)
+    if is_atari(env_id):
+        from cleanrl.dqn_atari import make_env
+
+        envs = make_vector_env([make_env(env_id, 0, False, "")], episode_statistics=False)
+    else:
+        envs = make_vector_env([lambda: gym.make(env_id)])
     rng = np.random.default_rng(seed)
-    n = envs.single_action_space.n
-    returns = run_episodes(envs, lambda obs: rng.integers(n, size=len(obs)), games, seed=seed)
+    space = envs.single_action_space
+    if isinstance(space, gym.spaces.Discrete):
+        policy = lambda obs: rng.integers(space.n, size=len(obs))  # noqa: E731
+    else:
+        policy = lambda obs: rng.uniform(space.low, space.high, (len(obs), *space.shape))  # noqa: E731
+    returns = run_episodes(envs, policy, games, seed=seed)
     envs.close()
     return [float(r) for r in returns]
 
@@ -86,14 +103,14 @@ def main() -> None:
                                     minutes=round(run["minutes"], 1), last20=round(last20, 2),
                                     curve=[None if v is None else round(v, 2) for v in curve]))
         shown = " ".join("-" if v is None else f"{v:.1f}" for v in curve)
-        print(f"{run['script']} seed {run['seed']}: {run['total_timesteps']} steps, {len(run['returns'])} games, "
-              f"{run['minutes']:.0f} min, last 20 games {last20:.1f}; per {args.bin} steps: {shown}")
+        print(f"{run['script']} seed {run['seed']}: {run['total_timesteps']} steps, {len(run['returns'])} episodes, "
+              f"{run['minutes']:.0f} min, last 20 episodes {last20:.1f}; per {args.bin} steps: {shown}")
     if args.random_games:
         env_id = runs[0]["env_id"]
         returns = random_policy_returns(env_id, args.random_games, seed=0)
         summary["random"] = dict(env_id=env_id, games=len(returns), mean=round(float(np.mean(returns)), 2),
                                  std=round(float(np.std(returns)), 2))
-        print(f"random policy on {env_id}: {np.mean(returns):.2f} ± {np.std(returns):.2f} over {len(returns)} games")
+        print(f"random policy on {env_id}: {np.mean(returns):.2f} ± {np.std(returns):.2f} over {len(returns)} episodes")
     if args.json:
         commit = provenance.commit()
         summary["meta"] = dict(commit_of_summary=commit, time=time.strftime("%Y-%m-%dT%H:%M:%S"))
@@ -113,8 +130,9 @@ def main() -> None:
                 ax.plot(steps[window - 1:], smooth, label=f"{run['script']} (seed {run['seed']})")
         if "random" in summary:
             ax.axhline(summary["random"]["mean"], color="gray", linestyle="--", label="random policy")
-        ax.set_xlabel("environment steps (agent steps; 4 frames each)")
-        ax.set_ylabel("game score, mean of the last 20 games")
+        atari = is_atari(runs[0]["env_id"])
+        ax.set_xlabel("environment steps (agent steps; 4 frames each)" if atari else "environment steps")
+        ax.set_ylabel(f"{'game score' if atari else 'episodic return'}, mean of the last 20 episodes")
         ax.set_title(runs[0]["env_id"])
         ax.legend()
         fig.tight_layout()

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Reproduces the MuJoCo learning runs in benchmark/README.md: DDPG, TD3 and SAC at their defaults
+# (CleanRL's hyperparameters: batch 256, 256-256 networks, one gradient step per environment
+# step; random actions for the first 25k steps (DDPG, TD3) or 5k (SAC)) on Hopper-v5 and
+# HalfCheetah-v5 for STEPS environment steps, one torch thread each, two runs at a time on
+# a 2-core machine.
+# Usage: benchmark/mujoco.sh [STEPS] [SEED]      (defaults: 100000 steps, seed 1)
+# Then: python benchmark/curve.py runs/Hopper-v5__* --bin 10000 --random-games 30 --json benchmark/mujoco_hopper.json
+set -euo pipefail
+cd "$(dirname "$0")/.."
+steps="${1:-100000}"
+seed="${2:-1}"
+run() {  # script env
+  python "cleanrl/$1.py" --env-id "$2" --seed "$seed" --total-timesteps "$steps" --torch-threads 1 \
+    > "runs/$1_$2_$seed.log" 2>&1
+}
+mkdir -p runs
+(run sac_continuous Hopper-v5; run td3_continuous Hopper-v5; run ddpg_continuous Hopper-v5) & hopper=$!
+(run sac_continuous HalfCheetah-v5; run td3_continuous HalfCheetah-v5; run ddpg_continuous HalfCheetah-v5) & cheetah=$!
+wait "$hopper"  # a failed run fails the script (its log is in runs/)
+wait "$cheetah"

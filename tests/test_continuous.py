@@ -1,0 +1,229 @@
+"""DDPG, TD3 and SAC (continuous): their pure parts against hand-computed values, smoke runs,
+evaluation of saved models, and learning on Pendulum-v1 (bad input: tests/test_scripts.py).
+
+Learning budget (marked ``learning``; CI runs them): Pendulum-v1, seed 1, 1000 random steps,
+then 12k steps in all, two torch threads; about 2, 1.5 and 1.5 minutes
+on 2 cores. Pass: mean return of the last 10 episodes above -250 (random play: about -1200).
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+from cleanrl import ddpg_continuous, sac_continuous, td3_continuous
+from tests.conftest import episodic_returns, run_dir, run_script, scalars
+
+SCRIPTS = ["ddpg_continuous.py", "td3_continuous.py", "sac_continuous.py"]
+MODULES = {"ddpg_continuous.py": ddpg_continuous, "td3_continuous.py": td3_continuous,
+           "sac_continuous.py": sac_continuous}
+SHORT = ["--env-id", "Pendulum-v1", "--total-timesteps", "600", "--learning-starts", "300", "--batch-size", "32"]
+LOSS_TAGS = {
+    "ddpg_continuous.py": {"losses/qf1_values", "losses/qf1_loss", "losses/actor_loss"},
+    "td3_continuous.py": {"losses/qf1_values", "losses/qf2_values", "losses/qf1_loss", "losses/qf2_loss",
+                          "losses/qf_loss", "losses/actor_loss"},
+    "sac_continuous.py": {"losses/qf1_values", "losses/qf2_values", "losses/qf1_loss", "losses/qf2_loss",
+                          "losses/qf_loss", "losses/actor_loss", "losses/alpha", "losses/alpha_loss"},
+}
+STANDARD_TAGS = {"charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate"}
+
+
+# ---- action rescaling
+
+@pytest.mark.parametrize("module", MODULES.values())
+def test_action_rescaling_maps_unit_box_onto_bounds_and_back(module):
+    low, high = np.array([-2.0, 0.0]), np.array([2.0, 10.0])
+    u = np.array([[-1.0, 1.0], [0.0, 0.0], [0.5, -0.5]])
+    # a = low + (u + 1) (high - low) / 2: -1 -> low, 1 -> high, 0 -> the middle
+    np.testing.assert_allclose(module.scale_action(u, low, high), [[-2.0, 10.0], [0.0, 5.0], [1.0, 2.5]])
+    np.testing.assert_allclose(module.unscale_action(module.scale_action(u, low, high), low, high), u)
+    np.testing.assert_allclose(module.unscale_action(np.array([1.0, 7.5]), low, high), [0.5, 0.5])
+
+
+# ---- the batched critics
+
+@pytest.mark.parametrize("module", MODULES.values())
+def test_critic_ensemble_is_k_independent_mlps_and_detach_stops_weight_gradients(module):
+    torch.manual_seed(0)
+    qf = module.QEnsemble(obs_dim=3, action_dim=2, num_critics=2, hidden=8)
+    assert [tuple(w.shape) for w in qf.weights] == [(2, 5, 8), (2, 8, 8), (2, 8, 1)]
+    assert qf.weights[0].abs().max() <= 1 / math.sqrt(5) and qf.weights[1].abs().max() <= 1 / math.sqrt(8)
+    obs, actions = torch.randn(4, 3), torch.randn(4, 2, requires_grad=True)
+    q = qf(obs, actions)
+    assert q.shape == (2, 4)
+    for k in range(2):  # critic k is an ordinary MLP with the k-th slices of the weights
+        mlp = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
+        with torch.no_grad():
+            for linear, weight, bias in zip(mlp[::2], qf.weights, qf.biases):
+                linear.weight.copy_(weight[k].T)
+                linear.bias.copy_(bias[k, 0])
+        torch.testing.assert_close(q[k], mlp(torch.cat([obs, actions], -1)).squeeze(-1))
+    assert not torch.allclose(q[0], q[1])  # independently initialised
+    # detach: the gradient reaches the actions, never the critic's weights
+    qf(obs, actions, detach=True).sum().backward()
+    assert actions.grad is not None and actions.grad.abs().sum() > 0
+    assert all(p.grad is None for p in qf.parameters())
+
+
+# ---- SAC
+
+def test_squashed_gaussian_log_probability_by_hand():
+    # μ = 0.5, σ = 0.5, ε = 1: x = 1, u = tanh(1) = 0.761594
+    # log N(1; 0.5, 0.5) = -ε²/2 - log σ - log(2π)/2 = -0.5 + 0.693147 - 0.918939 = -0.725792
+    # log(1 - tanh²(1)) = log(0.419974) = -0.867561;  log π = -0.725792 + 0.867561 = 0.141769
+    # second dimension μ = 0, σ = 1, ε = 0: x = 0, u = 0, log π = -0.918939 (no Jacobian at 0)
+    mean = torch.tensor([[0.5, 0.0]])
+    log_std = torch.tensor([[math.log(0.5), 0.0]])
+    noise = torch.tensor([[1.0, 0.0]])
+    u, log_prob = sac_continuous.squashed_gaussian(mean, log_std, noise)
+    torch.testing.assert_close(u, torch.tensor([[0.761594, 0.0]]))
+    torch.testing.assert_close(log_prob, torch.tensor([0.141769 - 0.918939]), atol=1e-5, rtol=0)
+    # the same density as torch.distributions' tanh-transformed normal, where tanh(x) is not
+    # within float rounding of ±1 (the distribution needs u to invert the tanh)
+    torch.manual_seed(0)
+    mean, log_std, noise = torch.randn(64, 3), torch.randn(64, 3).clamp(-2, 1), torch.randn(64, 3)
+    u, log_prob = sac_continuous.squashed_gaussian(mean, log_std, noise)
+    x = mean + log_std.exp() * noise
+    ordinary = (x.abs() < 3).all(-1)
+    dist = torch.distributions.TransformedDistribution(torch.distributions.Normal(mean, log_std.exp()),
+                                                       torch.distributions.transforms.TanhTransform())
+    torch.testing.assert_close(log_prob[ordinary], dist.log_prob(u).sum(-1)[ordinary], atol=1e-4, rtol=1e-4)
+    assert ordinary.sum() > 40
+    # stays finite where tanh(x) rounds to 1 in float32
+    _, far = sac_continuous.squashed_gaussian(torch.tensor([[20.0]]), torch.tensor([[-5.0]]), torch.tensor([[0.0]]))
+    assert torch.isfinite(far).all()
+
+
+def test_log_std_is_bounded_between_the_limits():
+    raw = torch.tensor([-100.0, 0.0, 100.0])
+    torch.testing.assert_close(sac_continuous.bound_log_std(raw), torch.tensor([-5.0, -1.5, 2.0]))
+
+
+def test_sac_soft_td_target_by_hand():
+    # y = r + γ' (min_k Q'_k(s', a') - α log π(a'|s')): min(3, 1) = 1, 1 - 0.5 (-2) = 2, 1 + 0.99 * 2 = 2.98;
+    # a termination (γ' = 0) leaves the reward: 5
+    rewards, discounts = torch.tensor([1.0, 5.0]), torch.tensor([0.99, 0.0])
+    next_q = torch.tensor([[3.0, 7.0], [1.0, 8.0]])
+    y = sac_continuous.soft_td_target(rewards, discounts, next_q, torch.tensor([-2.0, 4.0]), 0.5)
+    torch.testing.assert_close(y, torch.tensor([2.98, 5.0]))
+
+
+def test_sac_policy_loss_by_hand():
+    # mean over the batch of α log π - min_k Q_k: (0.5 * 1 - 2 + 0.5 * -3 - (-1)) / 2 = -1.0
+    q = torch.tensor([[2.0, -1.0], [4.0, 0.0]])
+    torch.testing.assert_close(sac_continuous.policy_loss(q, torch.tensor([1.0, -3.0]), 0.5), torch.tensor(-1.0))
+
+
+def test_sac_temperature_loss_value_and_gradient_by_hand():
+    # J = mean(-α (log π + H̄)), α = 0.5, log π = (-1, 1), H̄ = -2: -0.5 * ((-3) + (-1)) / 2 = 1.0
+    log_alpha = torch.tensor(math.log(0.5), requires_grad=True)
+    log_probs = torch.tensor([-1.0, 1.0], requires_grad=True)
+    loss = sac_continuous.temperature_loss(log_alpha, log_probs, target_entropy=-2.0)
+    torch.testing.assert_close(loss, torch.tensor(1.0))
+    loss.backward()
+    # dJ/d log α = α dJ/dα = -α mean(log π + H̄) = 1.0 > 0: the entropy (0) is above the target (-2),
+    # so a descent step lowers α; log π is a constant of this loss
+    torch.testing.assert_close(log_alpha.grad, torch.tensor(1.0))
+    assert log_probs.grad is None
+    # below the target entropy the gradient flips and α rises
+    low_entropy = torch.tensor([3.0, 5.0])  # entropy estimate -4 < -2
+    log_alpha.grad = None
+    sac_continuous.temperature_loss(log_alpha, low_entropy, -2.0).backward()
+    assert log_alpha.grad < 0
+
+
+# ---- TD3 and DDPG
+
+def test_td3_smoothed_target_actions_by_hand():
+    # σ̃ ε = (0.2, -0.6, 0.04) clipped to ±0.5 -> (0.2, -0.5, 0.04); μ' + noise = (1.1, -0.7, 0.04)
+    # then clipped to the bounds [-1, 1] -> (1.0, -0.7, 0.04)
+    next_actions = torch.tensor([[0.9, -0.2, 0.0]])
+    noise = torch.tensor([[1.0, -3.0, 0.2]])
+    out = td3_continuous.smoothed_target_actions(next_actions, noise, sigma=0.2, noise_clip=0.5)
+    torch.testing.assert_close(out, torch.tensor([[1.0, -0.7, 0.04]]))
+
+
+def test_td3_smoothing_noise_is_zero_mean_and_per_sample():
+    torch.manual_seed(0)
+    next_actions = torch.zeros(20000, 2)
+    out = td3_continuous.smoothed_target_actions(next_actions, torch.randn(20000, 2), 0.2, 0.5)
+    assert out.mean(0).abs().max() < 0.01  # no bias added on top of μ'
+    assert 0.18 < out.std(0).min() and out.std(0).max() < 0.21
+    assert out.abs().max() <= 0.5
+
+
+def test_td3_clipped_double_q_target_by_hand():
+    # min over the twin target critics: (1, 3); y = (1 + 0.99 * 1, 2 + 0 * 3) = (1.99, 2)
+    next_q = torch.tensor([[1.0, 5.0], [2.0, 3.0]])
+    y = td3_continuous.clipped_double_q_target(torch.tensor([1.0, 2.0]), torch.tensor([0.99, 0.0]), next_q)
+    torch.testing.assert_close(y, torch.tensor([1.99, 2.0]))
+
+
+def test_ddpg_target_by_hand():
+    y = ddpg_continuous.ddpg_target(torch.tensor([1.0, 2.0]), torch.tensor([0.5, 0.0]), torch.tensor([[4.0, 9.0]]))
+    torch.testing.assert_close(y, torch.tensor([3.0, 2.0]))
+
+
+@pytest.mark.parametrize("module", [td3_continuous, ddpg_continuous])
+def test_exploration_noise_is_added_per_entry_and_clipped_to_the_bounds(module):
+    actions = np.array([[0.95, 0.0], [-0.5, 0.2]])
+    noise = np.array([[1.0, -1.0], [-10.0, 0.5]])
+    np.testing.assert_allclose(module.exploration_actions(actions, noise, 0.1), [[1.0, -0.1], [-1.0, 0.25]])
+
+
+# ---- whole scripts
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_smoke_logs_saves_and_evaluates(script, tmp_path):
+    module = MODULES[script]
+    result = run_script(script, *SHORT, "--save-model", "--eval-episodes", "1", "--capture-video", cwd=tmp_path)
+    directory = run_dir(tmp_path)
+    assert directory.name.startswith(f"Pendulum-v1__{script[:-3]}__1__")
+    tags = set(scalars(directory))
+    assert STANDARD_TAGS | LOSS_TAGS[script] | {"eval/episodic_return"} <= tags, tags
+    assert "evaluation over 1 episodes" in result.stdout
+    assert list((directory / "videos").glob("*.mp4")) and list((directory / "videos-eval").glob("*.mp4"))
+    model = directory / f"{script[:-3]}.cleanrl_model"
+    returns = module.evaluate(str(model), eval_episodes=2)
+    assert returns.shape == (2,) and np.all(returns < 0)  # Pendulum's rewards are <= 0
+    # the same seed evaluates to the same returns; a file of another script is refused
+    np.testing.assert_array_equal(module.evaluate(str(model), eval_episodes=2), returns)
+    other = sac_continuous if module is not sac_continuous else td3_continuous
+    with pytest.raises(ValueError, match=f"saved by '{script[:-3]}'"):
+        other.evaluate(str(model), eval_episodes=1)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_same_seed_same_returns(script, tmp_path):
+    runs = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        run_script(script, *SHORT, "--total-timesteps", "1000", "--seed", "3", cwd=tmp_path / name)
+        runs.append(episodic_returns(run_dir(tmp_path / name)))
+    assert len(runs[0]) == 5 and runs[0] == runs[1]
+
+
+def test_sac_on_mujoco_hopper_with_async_envs(tmp_path):
+    """A MuJoCo task (the mujoco extra), two envs in subprocesses, truncation by Hopper's time limit unreachable here."""
+    run_script("sac_continuous.py", "--env-id", "Hopper-v5", "--total-timesteps", "600", "--learning-starts", "300",
+               "--batch-size", "32", "--num-envs", "2", "--env-mode", "async", cwd=tmp_path)
+    directory = run_dir(tmp_path)
+    tags = scalars(directory)
+    assert directory.name.startswith("Hopper-v5__sac_continuous__1__")
+    assert tags["charts/episodic_return"] and "losses/qf1_loss" in tags
+
+
+@pytest.mark.learning
+@pytest.mark.parametrize("script,steps", [("sac_continuous.py", 12000), ("td3_continuous.py", 12000),
+                                          ("ddpg_continuous.py", 12000)])
+def test_learns_pendulum(script, steps, tmp_path):
+    run_script(script, "--env-id", "Pendulum-v1", "--seed", "1", "--total-timesteps", str(steps),
+               "--learning-starts", "1000", "--torch-threads", "2", cwd=tmp_path, timeout=900)
+    returns = episodic_returns(run_dir(tmp_path))
+    last10 = float(np.mean(returns[-10:]))
+    print(f"{script}: mean return over the last 10 episodes {last10:.1f} ({len(returns)} episodes)")
+    assert len(returns) == steps // 200
+    assert np.mean(returns[:5]) < -700  # it starts from random play
+    assert last10 > -250
