@@ -10,7 +10,7 @@ library reports it) and the ratio ours / SB3 (median over the repeats).
 
     python benchmark/speed.py --algos ppo dqn --total-timesteps 100000 --repeats 3
     python benchmark/speed.py --algos dqn_atari --atari-timesteps 10000 --repeats 3
-    python benchmark/speed.py --algos sac td3 ddpg --mujoco-timesteps 4000 --repeats 3
+    python benchmark/speed.py --algos sac td3 ddpg --mujoco-timesteps 3000 --repeats 3
 
 Both sides use the same number of torch threads (``--torch-threads``). Hyperparameters that
 SB3 cannot express exactly are listed in the output (DQN: SB3 uses the Huber loss and clips
@@ -166,7 +166,7 @@ def main() -> None:
     parser.add_argument("--algos", nargs="+", default=["ppo", "dqn"], choices=["ppo", "dqn", "dqn_atari", "sac", "td3", "ddpg"])
     parser.add_argument("--total-timesteps", type=int, default=100_000)
     parser.add_argument("--atari-timesteps", type=int, default=10_000, help="steps of the Atari runs")
-    parser.add_argument("--mujoco-timesteps", type=int, default=4000, help="steps of the Hopper runs")
+    parser.add_argument("--mujoco-timesteps", type=int, default=3000, help="steps of the Hopper runs")
     parser.add_argument("--repeats", type=int, default=3, help="alternating pairs of runs per algorithm")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--torch-threads", type=int, default=1)
