@@ -197,15 +197,19 @@ class QEnsemble(nn.Module):
             self.weights.append(nn.Parameter(torch.empty(num_critics, fan_in, fan_out).uniform_(-bound, bound)))
             self.biases.append(nn.Parameter(torch.empty(num_critics, 1, fan_out).uniform_(-bound, bound)))
 
-    def forward(self, obs: torch.Tensor, actions: torch.Tensor, detach: bool = False) -> torch.Tensor:
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor, detach: bool = False,
+                first: Optional[int] = None) -> torch.Tensor:
         """Q-values ``[K, B]`` of observations ``[B, obs_dim]`` and actions ``[B, |A|]``.
 
         With ``detach``, the weights enter as constants: gradients reach ``actions`` (the
-        policy loss) but no critic parameter.
+        policy loss) but no critic parameter. With ``first = k``, only critics 0..k-1 are
+        evaluated and the result is ``[k, B]``.
         """
-        x = torch.cat([obs, actions], dim=-1).expand(len(self.weights[0]), -1, -1)  # [K, B, in]
+        k = len(self.weights[0]) if first is None else first
+        x = torch.cat([obs, actions], dim=-1).expand(k, -1, -1)  # [k, B, in]
         last = len(self.weights) - 1
         for i, (weight, bias) in enumerate(zip(self.weights, self.biases)):
+            weight, bias = weight[:k], bias[:k]
             if detach:
                 weight, bias = weight.detach(), bias.detach()
             x = torch.baddbmm(bias, x, weight)

@@ -61,6 +61,7 @@ def test_critic_ensemble_is_k_independent_mlps_and_detach_stops_weight_gradients
                 linear.bias.copy_(bias[k, 0])
         torch.testing.assert_close(q[k], mlp(torch.cat([obs, actions], -1)).squeeze(-1))
     assert not torch.allclose(q[0], q[1])  # independently initialised
+    torch.testing.assert_close(qf(obs, actions, first=1), q[:1])  # TD3's policy loss reads critic 1 alone
     # detach: the gradient reaches the actions, never the critic's weights
     qf(obs, actions, detach=True).sum().backward()
     assert actions.grad is not None and actions.grad.abs().sum() > 0
