@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reproduces the Breakout learning runs in benchmark/README.md: what each Atari script learns
 # in about 30 minutes of training on this 2-core machine (120k agent steps = 480k frames).
-# Usage: benchmark/atari.sh SCRIPT [SEED]   (SCRIPT: dqn_atari, c51_atari or rainbow_atari)
+# Usage: benchmark/atari.sh SCRIPT [SEED]   (SCRIPT: dqn_atari, c51_atari, rainbow_atari or sac_atari)
 # The short budget moves the schedules forward against the 10M-step defaults: training starts
 # after 10k steps and ε (where there is one) reaches its final value at 30k steps. Everything
 # else is the script's defaults, except that Rainbow copies its target network every 2k steps
@@ -17,6 +17,10 @@ common=(--env-id BreakoutNoFrameskip-v4 --seed "$seed" --total-timesteps 120000
 case "$script" in
   dqn_atari|c51_atari) extra=(--exploration-fraction 0.25 --target-network-frequency 1000) ;;
   rainbow_atari) extra=(--target-network-frequency 2000 --learning-rate 1e-4) ;;
+  # SAC-Discrete makes about 14 network passes per update (DQN: 4): 40k steps, training from
+  # 5k, target copies every 2k steps, two torch threads
+  sac_atari) extra=(--total-timesteps 40000 --learning-starts 5000 --target-network-frequency 2000
+                    --torch-threads 2) ;;
   *) echo "unknown script $script" >&2; exit 2 ;;
 esac
 python "cleanrl/${script}.py" "${common[@]}" "${extra[@]}"
