@@ -6,11 +6,13 @@ Deep Deterministic Policy Gradient:
         ∇_θ E[Q(s, μ_θ(s))], soft target updates θ' ← τ θ + (1 - τ) θ';
     Silver et al. (2014), "Deterministic Policy Gradient Algorithms", ICML, for the gradient.
 
-What this file changes against it, as CleanRL's ddpg_continuous.py does (following Fujimoto
-et al. 2018, arXiv:1802.09477, "Our DDPG"): Gaussian exploration noise N(0, 0.1²) instead of
-the Ornstein-Uhlenbeck process, 256-256 networks with the action entering the critic's first
-layer, no weight decay, no batch normalisation, uniformly random actions for the first 25k
-steps, and the policy and targets updated every second critic update. And, against CleanRL:
+What this file changes against it, as CleanRL's ddpg_continuous.py does (mostly following
+Fujimoto et al. 2018, arXiv:1802.09477, "Our DDPG"): Gaussian exploration noise N(0, 0.1²)
+instead of the Ornstein-Uhlenbeck process, 256-256 networks with the action entering the
+critic's first layer, no weight decay, no batch normalisation, uniformly random actions for
+the first 25k steps; and, CleanRL's own choice (Our DDPG updates at every step), the policy and
+targets updated every second critic update (`--policy-frequency 1` for the original). And,
+against CleanRL:
 the networks work in the policy's action range [-1, 1]^|A| (the replay stores u in [-1, 1];
 the environment receives a = low + (u + 1)(high - low) / 2, `scale_action`), so the noise is
 a fraction of each dimension's half-range, drawn independently per sample and per dimension,
@@ -73,11 +75,11 @@ class Args:
     wandb_entity: Optional[str] = None
     """Weights & Biases entity (team); None means your default"""
     capture_video: bool = False
-    """if toggled, record videos of env 0's episodes into `{run_dir}/videos`"""
+    """if toggled, record videos of env 0's episodes into `{run_dir}/videos` (MuJoCo without a display: EGL)"""
     save_model: bool = False
     """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it"""
     eval_episodes: int = 10
-    """episodes the saved model is evaluated for (with --save-model), with the mean action"""
+    """episodes the saved model is evaluated for (with --save-model), with the deterministic policy"""
     torch_threads: int = 1
     """CPU threads for torch"""
     compile: bool = False
@@ -271,7 +273,8 @@ def evaluate(
         env_id: environment; the one the model was trained on when None.
         capture_video: record the evaluation episodes into ``video_dir``.
         seed: seed of the evaluation env and noise; None means the training seed + 100000.
-        exploration_noise: σ of Gaussian noise on the action (0: the deterministic policy).
+        exploration_noise: σ of Gaussian noise on the action, as a fraction of each dimension's
+            half-range (0: the deterministic policy).
         device: torch device for the network.
 
     Returns:
@@ -395,7 +398,7 @@ if __name__ == "__main__":
         rb.add(obs, u, rewards, terminations, truncations, real_next_obs(next_obs, infos))
         obs = next_obs
 
-        if global_step > args.learning_starts:
+        if global_step > args.learning_starts and len(rb) > 0:
             for _ in range(args.gradient_steps):
                 data = rb.sample(args.batch_size)
                 q, qf_losses = critic_update(data)

@@ -80,7 +80,7 @@ class Args:
     wandb_entity: Optional[str] = None
     """Weights & Biases entity (team); None means your default"""
     capture_video: bool = False
-    """if toggled, record videos of env 0's episodes into `{run_dir}/videos`"""
+    """if toggled, record videos of env 0's episodes into `{run_dir}/videos` (MuJoCo without a display: EGL)"""
     save_model: bool = False
     """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it"""
     eval_episodes: int = 10
@@ -104,7 +104,7 @@ class Args:
     gamma: float = 0.99
     """discount factor γ"""
     tau: float = 0.005
-    """target smoothing coefficient: θ' ← τ θ + (1 - τ) θ' every --target-network-frequency steps"""
+    """target smoothing coefficient: θ' ← τ θ + (1 - τ) θ' every --target-network-frequency critic updates"""
     batch_size: int = 256
     """transitions per gradient step"""
     learning_starts: int = 5000
@@ -120,17 +120,22 @@ class Args:
     target_network_frequency: int = 1
     """critic updates between target-network updates (Denis Yarats' implementation uses 2)"""
     alpha: float = 0.2
-    """entropy temperature α, the initial value when --autotune"""
+    """entropy temperature α (> 0), the initial value when --autotune; >= 0 with --no-autotune"""
     autotune: bool = True
     """if toggled, learn α by the temperature loss towards the target entropy"""
     target_entropy_scale: float = 1.0
-    """target entropy H̄ = -scale * |A| (the paper's -|A| at 1)"""
+    """target entropy H̄ = -scale * |A| (the paper's -|A| at 1); above -log 2, as H̄ < |A| log 2, the entropy of uniform u"""
 
 
 def check_args(args: Args) -> None:
     """Stop with one line naming the flag on bad input."""
     require_positive(args, "total_timesteps", "num_envs", "buffer_size", "batch_size", "policy_lr", "q_lr",
-                     "gradient_steps", "policy_frequency", "target_network_frequency", "torch_threads", "alpha")
+                     "gradient_steps", "policy_frequency", "target_network_frequency", "torch_threads")
+    require(args.alpha > 0 or (args.alpha == 0 and not args.autotune), "--alpha",
+            f"must be > 0 (>= 0 with --no-autotune), got {args.alpha}")
+    require(args.target_entropy_scale > -math.log(2), "--target-entropy-scale",
+            f"{args.target_entropy_scale} puts the target entropy -scale * |A| at or above |A| log 2, the entropy of "
+            f"uniform actions on [-1, 1]^|A|; it must be above {-math.log(2):.4f}")
     require(args.learning_starts >= 0, "--learning-starts", f"must be >= 0, got {args.learning_starts}")
     require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
     require(0 < args.tau <= 1, "--tau", f"must be in (0, 1], got {args.tau}")
@@ -405,7 +410,8 @@ if __name__ == "__main__":
     q_optimizer = optim.Adam(qf.parameters(), lr=args.q_lr, **fused)
     actor_optimizer = optim.Adam(actor.parameters(), lr=args.policy_lr, **fused)
     target_entropy = -args.target_entropy_scale * action_dim
-    log_alpha = torch.tensor(math.log(args.alpha), device=device, requires_grad=args.autotune)
+    log_alpha = torch.tensor(math.log(args.alpha) if args.alpha > 0 else -math.inf, device=device,
+                             requires_grad=args.autotune)
     a_optimizer = optim.Adam([log_alpha], lr=args.q_lr, **fused) if args.autotune else None
     rng = np.random.default_rng(args.seed)
 
@@ -467,7 +473,7 @@ if __name__ == "__main__":
         rb.add(obs, u, rewards, terminations, truncations, real_next_obs(next_obs, infos))
         obs = next_obs
 
-        if global_step > args.learning_starts:
+        if global_step > args.learning_starts and len(rb) > 0:
             for _ in range(args.gradient_steps):
                 data = rb.sample(args.batch_size)
                 q, qf_losses = critic_update(data)

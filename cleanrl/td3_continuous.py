@@ -16,7 +16,9 @@ truncation is not a termination: the replay keeps the real final observation and
 bootstraps from it. The two critics are one module whose weights are stacked `[2, in, out]`
 and evaluated in one batched matrix product per layer; the policy loss reads Q_1 through
 detached weights, so its backward pass computes no critic weight gradients it would throw away.
-Hyperparameters are CleanRL's td3_continuous.py's (the paper's, with 256-256 networks).
+Hyperparameters are CleanRL's td3_continuous.py's (those of the authors' later code: 256-256
+networks, Adam 3e-4, batch 256, 25k random steps; the paper used 400-300 networks, Adam 1e-3,
+batch 100 and 10k random steps).
 
 Run:
     python cleanrl/td3_continuous.py --env-id Hopper-v5          # needs the mujoco extra
@@ -73,11 +75,11 @@ class Args:
     wandb_entity: Optional[str] = None
     """Weights & Biases entity (team); None means your default"""
     capture_video: bool = False
-    """if toggled, record videos of env 0's episodes into `{run_dir}/videos`"""
+    """if toggled, record videos of env 0's episodes into `{run_dir}/videos` (MuJoCo without a display: EGL)"""
     save_model: bool = False
     """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it"""
     eval_episodes: int = 10
-    """episodes the saved model is evaluated for (with --save-model), with the mean action"""
+    """episodes the saved model is evaluated for (with --save-model), with the deterministic policy"""
     torch_threads: int = 1
     """CPU threads for torch"""
     compile: bool = False
@@ -292,7 +294,8 @@ def evaluate(
         env_id: environment; the one the model was trained on when None.
         capture_video: record the evaluation episodes into ``video_dir``.
         seed: seed of the evaluation env and noise; None means the training seed + 100000.
-        exploration_noise: σ of Gaussian noise on the action (0: the deterministic policy).
+        exploration_noise: σ of Gaussian noise on the action, as a fraction of each dimension's
+            half-range (0: the deterministic policy).
         device: torch device for the network.
 
     Returns:
@@ -418,7 +421,7 @@ if __name__ == "__main__":
         rb.add(obs, u, rewards, terminations, truncations, real_next_obs(next_obs, infos))
         obs = next_obs
 
-        if global_step > args.learning_starts:
+        if global_step > args.learning_starts and len(rb) > 0:
             for _ in range(args.gradient_steps):
                 data = rb.sample(args.batch_size)
                 q, qf_losses = critic_update(data)

@@ -354,7 +354,9 @@ def load_model(path: str | os.PathLike, script: str) -> dict:
 def make_vector_env(env_fns: Sequence, env_mode: str = "sync", episode_statistics: bool = True):
     """Vectorise ``env_fns`` in one process (``"sync"``) or in subprocesses (``"async"``).
 
-    Both modes use gymnasium's same-step autoreset: when a sub-env's episode ends, the
+    Without a display, rendering is set up headless (``SDL_VIDEODRIVER=dummy`` for pygame,
+    ``MUJOCO_GL=egl`` for MuJoCo; variables already set are kept). Both modes use gymnasium's
+    same-step autoreset: when a sub-env's episode ends, the
     observation returned is the first of the next episode and the real final observation is
     in ``infos["final_obs"][i]`` (flagged by ``infos["_final_obs"]``). Episode statistics are
     added by ``RecordEpisodeStatistics`` (``infos["episode"]``, ``infos["_episode"]``); pass
@@ -368,6 +370,7 @@ def make_vector_env(env_fns: Sequence, env_mode: str = "sync", episode_statistic
 
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # headless rgb_array rendering, no SDL noise
+        os.environ.setdefault("MUJOCO_GL", "egl")  # MuJoCo renders off-screen through EGL (no X server)
     same_step = gym.vector.AutoresetMode.SAME_STEP
     if env_mode == "sync":
         envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=same_step)

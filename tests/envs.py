@@ -53,3 +53,32 @@ class UnboundedActionsEnv(CounterEnv):
 
 if "UnboundedActions-v0" not in gym.registry:
     gym.register("UnboundedActions-v0", entry_point=UnboundedActionsEnv, max_episode_steps=3)
+
+
+class ContinuousCounterEnv(gym.Env):
+    """Observation [t] (the step count), reward 1 per step, Box actions in [2, 6]; never terminates.
+
+    With a time limit of L every episode is truncated after L steps with final observation
+    [L]. The actions received are kept in ``received`` (to check rescaling and noise).
+    """
+
+    metadata = {"render_modes": []}
+    observation_space = gym.spaces.Box(0.0, 1000.0, shape=(1,), dtype=np.float32)
+    action_space = gym.spaces.Box(2.0, 6.0, shape=(1,), dtype=np.float32)
+
+    def __init__(self):
+        self.received = []
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([0.0], dtype=np.float32), {}
+
+    def step(self, action):
+        self.received.append(float(np.asarray(action).reshape(-1)[0]))
+        self.t += 1
+        return np.array([self.t], dtype=np.float32), 1.0, False, False, {}
+
+
+if "ContinuousCounter-v0" not in gym.registry:
+    gym.register("ContinuousCounter-v0", entry_point=ContinuousCounterEnv, max_episode_steps=3)

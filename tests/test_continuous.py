@@ -228,3 +228,71 @@ def test_learns_pendulum(script, steps, tmp_path):
     assert len(returns) == steps // 200
     assert np.mean(returns[:5]) < -700  # it starts from random play
     assert last10 > -250
+
+
+# ---- the training loop, run in this process so that its variables can be inspected
+
+def run_in_process(script, monkeypatch, cwd, *flags):
+    """Run ``cleanrl/<script>`` as ``__main__`` in this process; return its global variables."""
+    import runpy
+    import sys
+    from pathlib import Path
+
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(sys, "argv", [script, *flags])
+    path = Path(__file__).resolve().parent.parent / "cleanrl" / script
+    return runpy.run_path(str(path), run_name="__main__")
+
+
+LOOP = ["--env-id", "tests.envs:ContinuousCounter-v0", "--num-envs", "2", "--total-timesteps", "60",
+        "--learning-starts", "20", "--batch-size", "8", "--buffer-size", "100"]
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_loop_stores_final_observations_rescales_actions_and_counts_updates(script, monkeypatch, tmp_path):
+    import tests.envs  # noqa: F401  registers the env
+
+    g = run_in_process(script, monkeypatch, tmp_path, *LOOP)
+    rb, envs = g["rb"], g["envs"]
+    # Episodes of 3 steps, truncated: each column holds s_0, s_1, s_2 and the real final
+    # observation s_3 = [3] of the truncated episode (not the [0] of the next one), 30 steps
+    # per env in 40 rows
+    np.testing.assert_array_equal(rb.observations[:40, 0, 0], np.tile([0.0, 1.0, 2.0, 3.0], 10))
+    assert not rb.terminations[:40].any() and rb.truncations[:40].sum() == 20
+    # the env received a = low + (u + 1)(high - low)/2 of the stored u in [-1, 1], inside [2, 6]
+    for e in range(2):
+        received = np.asarray(envs.env.envs[e].unwrapped.received)
+        assert len(received) == 30 and received.min() >= 2.0 and received.max() <= 6.0
+        stored = np.array([rb.actions[row, e, 0] for row in range(40) if row % 4 != 3])  # skip final-obs rows
+        np.testing.assert_allclose(received, 2.0 + (stored + 1.0) * 2.0, rtol=1e-5)
+    # both envs see the same observation at every step: after the random warm-up, their
+    # actions still differ, since the exploration noise (or SAC's sample) is drawn per env
+    after = slice(10, 30)
+    assert np.all(envs.env.envs[0].unwrapped.received[after] != np.asarray(envs.env.envs[1].unwrapped.received[after]))
+    # one critic update per vector step after the warm-up: 60/2 - 20/2 = 20; policy updates:
+    # DDPG and TD3 one per --policy-frequency (2) critic updates, SAC as many as critic updates
+    num_updates = g["num_updates"]
+    assert num_updates == 20
+
+    def steps(optimizer):
+        return {int(state["step"]) for state in optimizer.state.values()}
+
+    assert steps(g["q_optimizer"]) == {20}
+    assert steps(g["actor_optimizer"]) == ({20} if script == "sac_continuous.py" else {10})
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_loop_moves_target_networks_towards_the_online_ones(script, monkeypatch, tmp_path):
+    """θ' ← τ θ + (1 - τ) θ': after more updates the targets have moved, towards the online weights."""
+    import tests.envs  # noqa: F401
+
+    (tmp_path / "short").mkdir()
+    (tmp_path / "long").mkdir()
+    short = run_in_process(script, monkeypatch, tmp_path / "short", *LOOP, "--total-timesteps", "24", "--tau", "0.5")
+    long = run_in_process(script, monkeypatch, tmp_path / "long", *LOOP, "--total-timesteps", "60", "--tau", "0.5")
+    for g in (short, long):
+        online, target = g["qf"].weights[1], g["qf_target"].weights[1]
+        assert not torch.equal(online, target)
+    # the same seed, so the same initial weights: the targets follow training (they are not
+    # frozen at their initial values, as they would be if the update ran the other way)
+    assert not torch.equal(long["qf_target"].weights[1], short["qf_target"].weights[1])
