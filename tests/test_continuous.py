@@ -209,11 +209,20 @@ def test_same_seed_same_returns(script, tmp_path):
 def test_sac_on_mujoco_hopper_with_async_envs(tmp_path):
     """A MuJoCo task (the mujoco extra), two envs in subprocesses, truncation by Hopper's time limit unreachable here."""
     run_script("sac_continuous.py", "--env-id", "Hopper-v5", "--total-timesteps", "600", "--learning-starts", "300",
-               "--batch-size", "32", "--num-envs", "2", "--env-mode", "async", cwd=tmp_path)
+               "--batch-size", "32", "--num-envs", "2", "--env-mode", "async", "--capture-video", cwd=tmp_path)
     directory = run_dir(tmp_path)
     tags = scalars(directory)
     assert directory.name.startswith("Hopper-v5__sac_continuous__1__")
     assert tags["charts/episodic_return"] and "losses/qf1_loss" in tags
+    # rendered off-screen (EGL without a display)
+    assert [v for v in (directory / "videos").glob("*.mp4") if v.stat().st_size > 1000]
+
+
+def test_training_from_the_first_step(tmp_path):
+    """--learning-starts 0: the first update waits for the first complete transition instead of failing."""
+    run_script("td3_continuous.py", *SHORT, "--learning-starts", "0", "--total-timesteps", "150", "--batch-size", "4",
+               cwd=tmp_path)
+    assert "losses/qf1_loss" in scalars(run_dir(tmp_path))
 
 
 @pytest.mark.learning

@@ -109,6 +109,8 @@ BAD_INPUT = [
     ("sac_continuous.py", ["--learning-starts", "2000000"], "--learning-starts", "leaves no training"),
     ("td3_continuous.py", ["--buffer-size", "100", "--batch-size", "256"], "--buffer-size", "smaller than --batch-size"),
     ("sac_continuous.py", ["--buffer-size", "10000000000"], "--buffer-size", "is available; lower the capacity"),
+    ("sac_continuous.py", ["--target-entropy-scale", "-1"], "--target-entropy-scale", "must be above -0.6931"),
+    ("sac_continuous.py", ["--alpha", "0"], "--alpha", "must be > 0 (>= 0 with --no-autotune)"),
     ("ppo.py", ["--exp-name", "a/b"], "--exp-name", "without '/'"),
     ("ppo.py", ["--env-id", "ALE/NoSuchGame-v5"], "--env-id", "atari extra"),
 ]
