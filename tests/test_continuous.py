@@ -230,7 +230,7 @@ def test_training_from_the_first_step(tmp_path):
                                           ("ddpg_continuous.py", 12000)])
 def test_learns_pendulum(script, steps, tmp_path):
     run_script(script, "--env-id", "Pendulum-v1", "--seed", "1", "--total-timesteps", str(steps),
-               "--learning-starts", "1000", "--torch-threads", "2", cwd=tmp_path, timeout=900)
+               "--learning-starts", "1000", "--torch-threads", "2", cwd=tmp_path, timeout=1800)
     returns = episodic_returns(run_dir(tmp_path))
     last10 = float(np.mean(returns[-10:]))
     print(f"{script}: mean return over the last 10 episodes {last10:.1f} ({len(returns)} episodes)")
