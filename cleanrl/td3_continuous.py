@@ -18,7 +18,7 @@ and evaluated in one batched matrix product per layer; the policy loss reads Q_1
 detached weights, so its backward pass computes no critic weight gradients it would throw away.
 Hyperparameters are CleanRL's td3_continuous.py's (those of the authors' later code: 256-256
 networks, Adam 3e-4, batch 256, 25k random steps; the paper used 400-300 networks, Adam 1e-3,
-batch 100 and 10k random steps).
+batch 100 and a shorter random start).
 
 Run:
     python cleanrl/td3_continuous.py --env-id Hopper-v5          # needs the mujoco extra
