@@ -131,14 +131,6 @@ def check_args(args: Args) -> None:
     require(not args.save_model or args.eval_episodes > 0, "--eval-episodes", "must be positive with --save-model")
 
 
-def check_action_bounds(env_id: str, action_space: gym.spaces.Box, script: str) -> None:
-    """Stop with one line when the action space is not a bounded 1-D Box (actions are rescaled into it)."""
-    require(len(action_space.shape) == 1, "--env-id",
-            f"{env_id} has actions of shape {action_space.shape}; {script} supports 1-dimensional actions only")
-    require(bool(np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))), "--env-id",
-            f"{env_id} has unbounded actions {action_space}; {script} rescales actions into finite bounds")
-
-
 def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, video_episodes=None):
     """A thunk creating env ``idx``; env 0 records videos into ``video_dir`` if asked.
 
@@ -308,8 +300,7 @@ if __name__ == "__main__":
     args = tyro.cli(Args)
     check_args(args)
     observation_space, action_space = check_env(args.env_id, (gym.spaces.Box,), (gym.spaces.Box,),
-                                                "ddpg_continuous.py", obs_ndim=1)
-    check_action_bounds(args.env_id, action_space, "ddpg_continuous.py")
+                                                "ddpg_continuous.py", obs_ndim=1, bounded_actions=True)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     N = args.num_envs
     # Replay of transitions in [buffer_size / N, N] rows: observations as float32 (MuJoCo's are

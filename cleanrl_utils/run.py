@@ -75,6 +75,7 @@ def check_env(
     observation_spaces: tuple[type, ...],
     script: str,
     obs_ndim: int | None = None,
+    bounded_actions: bool = False,
 ) -> tuple:
     """Check, before any work, that ``env_id`` exists and has spaces the script supports.
 
@@ -87,6 +88,8 @@ def check_env(
         observation_spaces: accepted classes for the observation space.
         script: the script's file name, used in the message.
         obs_ndim: if given, the number of dimensions observations must have (1: flat vectors).
+        bounded_actions: require a 1-D Box action space with finite bounds (for scripts that
+            rescale their actions into the bounds).
 
     Raises:
         SystemExit: (status 2, one line on stderr) for an unknown id or an unsupported space.
@@ -131,6 +134,17 @@ def check_env(
             "--env-id",
             f"{env_id} has observations of shape {observation_space.shape}; {script} supports "
             f"{obs_ndim}-dimensional observations only",
+        )
+    if bounded_actions:
+        require(
+            len(action_space.shape) == 1,
+            "--env-id",
+            f"{env_id} has actions of shape {action_space.shape}; {script} supports 1-dimensional actions only",
+        )
+        require(
+            bool(np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))),
+            "--env-id",
+            f"{env_id} has unbounded actions {action_space}; {script} rescales actions into finite bounds",
         )
     return observation_space, action_space
 
