@@ -18,9 +18,11 @@ case "$script" in
   dqn_atari|c51_atari) extra=(--exploration-fraction 0.25 --target-network-frequency 1000) ;;
   rainbow_atari) extra=(--target-network-frequency 2000 --learning-rate 1e-4) ;;
   # SAC-Discrete makes about 14 network passes per update (DQN: 4): 50k steps, training from
-  # 5k, target copies every 2k steps, two torch threads
+  # 5k, target copies every 2k steps. One torch thread, as the other runs: two threads were
+  # 1.6x faster on the idle machine but several times slower than one as soon as anything
+  # else used a core (threads waiting on each other)
   sac_atari) extra=(--total-timesteps 50000 --learning-starts 5000 --target-network-frequency 2000
-                    --torch-threads 2) ;;
+                    --torch-threads 1) ;;
   *) echo "unknown script $script" >&2; exit 2 ;;
 esac
 python "cleanrl/${script}.py" "${common[@]}" "${extra[@]}"
