@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Reproduces the Breakout learning runs in benchmark/README.md: what each Atari script learns
 # in about 30 minutes of training on this 2-core machine (120k agent steps = 480k frames).
-# Usage: benchmark/atari.sh SCRIPT [SEED]   (SCRIPT: dqn_atari, c51_atari, rainbow_atari or sac_atari)
+# Usage: benchmark/atari.sh SCRIPT [SEED]   (SCRIPT: dqn_atari, c51_atari, rainbow_atari or sac_atari;
+# sac_atari runs 50k steps from step 5k instead, see its case below)
 # The short budget moves the schedules forward against the 10M-step defaults: training starts
 # after 10k steps and ε (where there is one) reaches its final value at 30k steps. Everything
 # else is the script's defaults, except that Rainbow copies its target network every 2k steps
@@ -10,7 +11,7 @@
 # scores); benchmark/curve.py summarises it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-script="$1"
+script="${1:?usage: benchmark/atari.sh dqn_atari|c51_atari|rainbow_atari|sac_atari [SEED]}"
 seed="${2:-1}"
 common=(--env-id BreakoutNoFrameskip-v4 --seed "$seed" --total-timesteps 120000
         --learning-starts 10000 --buffer-size 120000)

@@ -5,14 +5,21 @@
 # HalfCheetah-v5 for STEPS environment steps, one torch thread each, two runs at a time on
 # a 2-core machine.
 # Usage: benchmark/mujoco.sh [STEPS] [SEED]      (defaults: 100000 steps, seed 1)
-# Then: python benchmark/curve.py runs/Hopper-v5__* --bin 10000 --random-games 30 --json benchmark/mujoco_hopper.json
+# STEPS must exceed 25000, where DDPG and TD3 start training.
+# Then: python benchmark/curve.py runs/Hopper-v5__* --bin 10000 --random-games 30 --json benchmark/mujoco_hopper.json \
+#         --plot benchmark/mujoco_hopper.png
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps="${1:-100000}"
 seed="${2:-1}"
 run() {  # script env
-  python "cleanrl/$1.py" --env-id "$2" --seed "$seed" --total-timesteps "$steps" --torch-threads 1 \
-    > "runs/$1_$2_$seed.log" 2>&1
+  local log="runs/$1_$2_$seed.log"
+  if ! python "cleanrl/$1.py" --env-id "$2" --seed "$seed" --total-timesteps "$steps" --torch-threads 1 \
+      > "$log" 2>&1; then
+    echo "$1 on $2 failed; the end of $log:" >&2
+    tail -n 5 "$log" >&2
+    return 1
+  fi
 }
 mkdir -p runs
 (run sac_continuous Hopper-v5; run td3_continuous Hopper-v5; run ddpg_continuous Hopper-v5) & hopper=$!

@@ -99,6 +99,14 @@ def check_env(
     import gymnasium as gym
 
     module, _, name = env_id.rpartition(":")
+    if name not in gym.registry and not module:
+        try:  # Atari ids are registered by ale-py, which only the Atari scripts import
+            import ale_py
+
+            gym.register_envs(ale_py)
+            ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # no banner on stderr
+        except ImportError:
+            pass
     if module:  # "package.module:Env-v0": importing the module registers the env
         try:
             importlib.import_module(module)
@@ -206,16 +214,24 @@ def start_run(args: Any, runs_dir: str | os.PathLike = "runs") -> Run:
         ``sync_tensorboard=True``, so every TensorBoard scalar reaches W&B under the same tag.
         Its files go to ``./wandb`` (or ``$WANDB_DIR``), never inside the run directory that
         W&B watches for TensorBoard events. ``WANDB_MODE=offline`` keeps the run on disk
-        (``wandb sync`` uploads it later).
+        (``wandb sync`` uploads it later). Runs started in the same second get distinct
+        directories: the later one takes the next free second in its name.
     """
     from torch.utils.tensorboard import SummaryWriter
 
     require("/" not in args.exp_name and args.exp_name.strip() == args.exp_name != "",
             "--exp-name", f"{args.exp_name!r} must be a non-empty name without '/' or surrounding spaces")
     config = dataclasses.asdict(args)
-    name = f"{safe_name(args.env_id)}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    directory = Path(runs_dir) / name
-    directory.mkdir(parents=True, exist_ok=True)
+    Path(runs_dir).mkdir(parents=True, exist_ok=True)
+    stamp = int(time.time())
+    while True:  # a run started in the same second as another gets the next free second
+        name = f"{safe_name(args.env_id)}__{args.exp_name}__{args.seed}__{stamp}"
+        directory = Path(runs_dir) / name
+        try:
+            directory.mkdir()  # atomic: two runs never share a directory
+            break
+        except FileExistsError:
+            stamp += 1
     (directory / "args.json").write_text(json.dumps(config, indent=2) + "\n")
     if args.track:
         import wandb

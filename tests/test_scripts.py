@@ -113,7 +113,24 @@ BAD_INPUT = [
     ("sac_continuous.py", ["--alpha", "0"], "--alpha", "must be > 0 (>= 0 with --no-autotune)"),
     ("ppo.py", ["--exp-name", "a/b"], "--exp-name", "without '/'"),
     ("ppo.py", ["--env-id", "ALE/NoSuchGame-v5"], "--env-id", "atari extra"),
+    # an Atari id in a script that never imports ale-py: refused for its action space
+    ("sac_continuous.py", ["--env-id", "BreakoutNoFrameskip-v4"], "--env-id", "supports Box only"),
 ]
+
+
+def test_runs_started_in_the_same_second_get_their_own_directories(tmp_path, monkeypatch):
+    import time
+
+    from cleanrl.ppo import Args
+    from cleanrl_utils.run import start_run
+
+    monkeypatch.setattr(time, "time", lambda: 1_000_000.5)
+    runs = [start_run(Args(), runs_dir=tmp_path) for _ in range(3)]
+    for run in runs:
+        run.close()
+    names = [run.directory.name for run in runs]
+    assert names == [f"CartPole-v1__ppo__1__{stamp}" for stamp in (1000000, 1000001, 1000002)]
+    assert all((run.directory / "args.json").is_file() for run in runs)
 
 
 @pytest.mark.parametrize("script,flags,flag,message", BAD_INPUT)
