@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Reproduces the Breakout learning runs in benchmark/README.md: what each Atari script learns
 # in about 30 minutes of training on this 2-core machine (120k agent steps = 480k frames).
-# Usage: benchmark/atari.sh SCRIPT [SEED]   (SCRIPT: dqn_atari, c51_atari, rainbow_atari or sac_atari;
-# sac_atari runs 50k steps from step 5k instead, see its case below)
+# Usage: benchmark/atari.sh SCRIPT [SEED]   (SCRIPT: dqn_atari, c51_atari, rainbow_atari, sac_atari,
+# ppo_atari, ppo_atari_lstm or ppo_atari_envpool; sac_atari and the PPO scripts run other step
+# counts, see their cases below)
 # The short budget moves the schedules forward against the 10M-step defaults: training starts
 # after 10k steps and ε (where there is one) reaches its final value at 30k steps. Everything
 # else is the script's defaults, except that Rainbow copies its target network every 2k steps
@@ -11,10 +12,15 @@
 # scores); benchmark/curve.py summarises it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-script="${1:?usage: benchmark/atari.sh dqn_atari|c51_atari|rainbow_atari|sac_atari [SEED]}"
+script="${1:?usage: benchmark/atari.sh dqn_atari|c51_atari|rainbow_atari|sac_atari|ppo_atari|ppo_atari_lstm|ppo_atari_envpool [SEED]}"
 seed="${2:-1}"
 common=(--env-id BreakoutNoFrameskip-v4 --seed "$seed" --total-timesteps 120000
         --learning-starts 10000 --buffer-size 120000)
+# PPO has no replay and no warm-up: its defaults (CleanRL's Atari settings: 8 envs x 128 steps,
+# learning rate 2.5e-4 annealed to 0 over the run) with 245,760 steps (240 updates), about what
+# this machine trains in 30 minutes at one torch thread; EnvPool's id for the same game is
+# Breakout-v5 (no sticky actions, the same preprocessing, see ppo_atari_envpool.py)
+ppo=(--seed "$seed" --total-timesteps 245760 --torch-threads 1)
 case "$script" in
   dqn_atari|c51_atari) extra=(--exploration-fraction 0.25 --target-network-frequency 1000) ;;
   rainbow_atari) extra=(--target-network-frequency 2000 --learning-rate 1e-4) ;;
@@ -24,6 +30,8 @@ case "$script" in
   # else used a core (threads waiting on each other)
   sac_atari) extra=(--total-timesteps 50000 --learning-starts 5000 --target-network-frequency 2000
                     --torch-threads 1) ;;
+  ppo_atari|ppo_atari_lstm) common=(--env-id BreakoutNoFrameskip-v4 "${ppo[@]}"); extra=() ;;
+  ppo_atari_envpool) common=(--env-id Breakout-v5 "${ppo[@]}"); extra=() ;;
   *) echo "unknown script $script" >&2; exit 2 ;;
 esac
 python "cleanrl/${script}.py" "${common[@]}" "${extra[@]}"

@@ -4,13 +4,17 @@ Runs, alternately and in one invocation, ``cleanrl/ppo.py`` and SB3's ``PPO``, t
 ``cleanrl/dqn.py`` and SB3's ``DQN``, on CartPole-v1, and ``cleanrl/dqn_atari.py`` and SB3's
 ``DQN`` (``CnnPolicy``, memory-optimised buffer) on Breakout, and ``cleanrl/sac_continuous.py``,
 ``td3_continuous.py`` and ``ddpg_continuous.py`` and SB3's ``SAC``, ``TD3`` and ``DDPG`` on
-Hopper-v5, each as a fresh process, and prints
+Hopper-v5, and ``cleanrl/ppo_atari.py`` and SB3's ``PPO`` (``CnnPolicy``) on Breakout, and
+``cleanrl/ppo_continuous.py`` and SB3's ``PPO`` with ``VecNormalize`` on Hopper-v5, and
+``cleanrl/ppo_atari_envpool.py`` against ``cleanrl/ppo_atari.py`` (the baseline there is ours), each as a fresh process, and prints
 steps per second (environment steps over the wall time of the training loop, as each
 library reports it) and the ratio ours / SB3 (median over the repeats).
 
     python benchmark/speed.py --algos ppo dqn --total-timesteps 100000 --repeats 3
     python benchmark/speed.py --algos dqn_atari --atari-timesteps 10000 --repeats 3
     python benchmark/speed.py --algos sac td3 ddpg --mujoco-timesteps 3000 --repeats 3
+    python benchmark/speed.py --algos ppo_atari ppo_atari_envpool --atari-timesteps 20480 --repeats 3
+    python benchmark/speed.py --algos ppo_continuous --total-timesteps 40960 --repeats 3
 
 Both sides use the same number of torch threads (``--torch-threads``). Hyperparameters that
 SB3 cannot express exactly are listed in the output (DQN: SB3 uses the Huber loss and clips
@@ -60,6 +64,58 @@ OFF_POLICY = dict(num_envs=1, buffer_size=100000, batch_size=256, gamma=0.99, ta
 SAC = dict(OFF_POLICY, policy_lr=3e-4, q_lr=3e-4, policy_frequency=1, target_network_frequency=1, alpha=0.2)
 TD3 = dict(OFF_POLICY, learning_rate=3e-4, policy_frequency=2, exploration_noise=0.1, policy_noise=0.2, noise_clip=0.5)
 DDPG = dict(OFF_POLICY, learning_rate=3e-4, policy_frequency=1, exploration_noise=0.1)
+
+# PPO on Atari at the standard settings (ppo_atari.py's defaults): 8 envs x 128 steps, 4 epochs of
+# 4 minibatches, clip 0.1 (also for the value loss), both sides with SB3's Atari wrappers in one
+# process. ppo_atari_envpool.py runs the same with EnvPool's Breakout-v5 (the same preprocessing).
+PPO_ATARI = dict(num_envs=8, num_steps=128, learning_rate=2.5e-4, gamma=0.99, gae_lambda=0.95, num_minibatches=4,
+                 update_epochs=4, clip_coef=0.1, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5)
+ENVPOOL_ATARI_ENV = "Breakout-v5"
+
+# PPO on MuJoCo at the standard settings (ppo_continuous.py's defaults): 1 env x 2048 steps,
+# 10 epochs of 32 minibatches, observation and reward normalisation clipped at 10.
+PPO_CONTINUOUS = dict(num_envs=1, num_steps=2048, learning_rate=3e-4, gamma=0.99, gae_lambda=0.95, num_minibatches=32,
+                      update_epochs=10, clip_coef=0.2, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5)
+
+SB3_PPO_ATARI = """
+import json, sys, time, torch
+from stable_baselines3 import PPO
+from stable_baselines3.common.env_util import make_atari_env
+from stable_baselines3.common.vec_env import VecFrameStack
+import gymnasium as gym, ale_py
+gym.register_envs(ale_py)
+h, steps, seed, threads = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+torch.set_num_threads(threads)
+env = VecFrameStack(make_atari_env("%s", n_envs=h["num_envs"], seed=seed), n_stack=4)
+model = PPO("CnnPolicy", env, n_steps=h["num_steps"], batch_size=h["num_envs"] * h["num_steps"] // h["num_minibatches"],
+            n_epochs=h["update_epochs"], learning_rate=lambda f: f * h["learning_rate"], gamma=h["gamma"],
+            gae_lambda=h["gae_lambda"], clip_range=h["clip_coef"], clip_range_vf=h["clip_coef"], ent_coef=h["ent_coef"],
+            vf_coef=h["vf_coef"], max_grad_norm=h["max_grad_norm"], normalize_advantage=True,
+            seed=seed, device="cpu", verbose=0)
+start = time.perf_counter()
+model.learn(steps)
+print("SPS", model.num_timesteps / (time.perf_counter() - start))
+""" % ATARI_ENV
+
+SB3_PPO_CONTINUOUS = """
+import json, sys, time, torch
+from stable_baselines3 import PPO
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.vec_env import VecNormalize
+h, steps, seed, threads = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+torch.set_num_threads(threads)
+env = VecNormalize(make_vec_env("%s", n_envs=h["num_envs"], seed=seed), gamma=h["gamma"], clip_obs=10.0, clip_reward=10.0)
+model = PPO("MlpPolicy", env, n_steps=h["num_steps"], batch_size=h["num_envs"] * h["num_steps"] // h["num_minibatches"],
+            n_epochs=h["update_epochs"], learning_rate=lambda f: f * h["learning_rate"], gamma=h["gamma"],
+            gae_lambda=h["gae_lambda"], clip_range=h["clip_coef"], clip_range_vf=h["clip_coef"], ent_coef=h["ent_coef"],
+            vf_coef=h["vf_coef"], max_grad_norm=h["max_grad_norm"], normalize_advantage=True,
+            policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=torch.nn.Tanh, ortho_init=True,
+                               log_std_init=0.0),
+            seed=seed, device="cpu", verbose=0)
+start = time.perf_counter()
+model.learn(steps)
+print("SPS", model.num_timesteps / (time.perf_counter() - start))
+""" % MUJOCO_ENV
 
 SB3_OFF_POLICY = """
 import json, sys, time, numpy as np, torch, gymnasium as gym
@@ -163,7 +219,8 @@ def run_sb3(program: str, hyperparameters: dict, steps: int, seed: int, threads:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--algos", nargs="+", default=["ppo", "dqn"], choices=["ppo", "dqn", "dqn_atari", "sac", "td3", "ddpg"])
+    parser.add_argument("--algos", nargs="+", default=["ppo", "dqn"], choices=["ppo", "dqn", "dqn_atari", "sac", "td3", "ddpg", "ppo_atari", "ppo_continuous",
+                                 "ppo_atari_envpool"])
     parser.add_argument("--total-timesteps", type=int, default=100_000)
     parser.add_argument("--atari-timesteps", type=int, default=10_000, help="steps of the Atari runs")
     parser.add_argument("--mujoco-timesteps", type=int, default=3000, help="steps of the Hopper runs")
@@ -182,17 +239,26 @@ def main() -> None:
             "sac": ("sac_continuous.py", SAC, SB3_OFF_POLICY, MUJOCO_ENV),
             "td3": ("td3_continuous.py", TD3, SB3_OFF_POLICY, MUJOCO_ENV),
             "ddpg": ("ddpg_continuous.py", DDPG, SB3_OFF_POLICY, MUJOCO_ENV),
+            "ppo_atari": ("ppo_atari.py", PPO_ATARI, SB3_PPO_ATARI, ATARI_ENV),
+            "ppo_continuous": ("ppo_continuous.py", PPO_CONTINUOUS, SB3_PPO_CONTINUOUS, MUJOCO_ENV),
+            # the baseline of ppo_atari_envpool.py is ours: ppo_atari.py at the same settings
+            "ppo_atari_envpool": ("ppo_atari_envpool.py", PPO_ATARI, None, ENVPOOL_ATARI_ENV),
         }[algo]
         steps = {"dqn_atari": args.atari_timesteps, "sac": args.mujoco_timesteps, "td3": args.mujoco_timesteps,
-                 "ddpg": args.mujoco_timesteps}.get(algo, args.total_timesteps)
+                 "ddpg": args.mujoco_timesteps, "ppo_atari": args.atari_timesteps,
+                 "ppo_atari_envpool": args.atari_timesteps}.get(algo, args.total_timesteps)
+        baseline = "SB3" if program is not None else "ppo_atari.py"
         ours, sb3 = [], []
         for repeat in range(args.repeats):
             ours.append(run_ours(script, hyperparameters, steps, args.seed, args.torch_threads, env_id))
-            sb3.append(run_sb3(program, hyperparameters, steps, args.seed, args.torch_threads))
-            print(f"{algo} repeat {repeat + 1}: ours {ours[-1]:.0f} SPS, SB3 {sb3[-1]:.0f} SPS", flush=True)
+            if program is None:  # against our own ppo_atari.py
+                sb3.append(run_ours("ppo_atari.py", hyperparameters, steps, args.seed, args.torch_threads, ATARI_ENV))
+            else:
+                sb3.append(run_sb3(program, hyperparameters, steps, args.seed, args.torch_threads))
+            print(f"{algo} repeat {repeat + 1}: ours {ours[-1]:.0f} SPS, {baseline} {sb3[-1]:.0f} SPS", flush=True)
         ratio = statistics.median(ours) / statistics.median(sb3)
-        results[algo] = dict(ours=ours, sb3=sb3, ratio=ratio)
-        print(f"{algo}: ours {statistics.median(ours):.0f} SPS, SB3 {statistics.median(sb3):.0f} SPS "
+        results[algo] = dict(ours=ours, sb3=sb3, ratio=ratio, baseline=baseline)
+        print(f"{algo}: ours {statistics.median(ours):.0f} SPS, {baseline} {statistics.median(sb3):.0f} SPS "
               f"(medians of {args.repeats}), ratio {ratio:.2f}x", flush=True)
     if "dqn" in results or "dqn_atari" in results:
         print("note: SB3's DQN uses the Huber loss and clips gradients at norm 10; ours use the squared TD error")

@@ -40,6 +40,16 @@ def scalars(directory: Path) -> dict[str, list[tuple[int, float]]]:
     return {tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]}
 
 
+def assert_stops_with_one_line(script: str, flags: list[str], flag: str, message: str, cwd: Path) -> None:
+    """Bad input: ``script`` exits 2 with one stderr line ``error: <flag>: ...`` containing
+    ``message``, no traceback, and no run directory (it stopped before any work)."""
+    result = run_script(script, *flags, cwd=cwd, check=False, timeout=120)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {flag}: ") and message in lines[0], result.stderr
+    assert not (cwd / "runs").exists()
+
+
 def episodic_returns(directory: Path) -> list[float]:
     return [value for _, value in scalars(directory).get("charts/episodic_return", [])]
 

@@ -18,7 +18,7 @@ import torch
 import tests.envs  # noqa: F401  registers ContinuousCounter-v0
 from cleanrl import ppo, ppo_continuous
 from cleanrl_utils.run import make_vector_env
-from tests.conftest import episodic_returns, run_dir, run_script, scalars
+from tests.conftest import assert_stops_with_one_line, episodic_returns, run_dir, run_script, scalars
 
 LOSS_TAGS = {"losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/old_approx_kl", "losses/approx_kl",
              "losses/clipfrac", "losses/explained_variance"}
@@ -274,11 +274,7 @@ BAD_INPUT = [
 
 @pytest.mark.parametrize("flags,flag,message", BAD_INPUT)
 def test_bad_input_stops_with_one_line(flags, flag, message, tmp_path):
-    result = run_script("ppo_continuous.py", *flags, cwd=tmp_path, check=False, timeout=120)
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: {flag}: ") and message in lines[0], result.stderr
-    assert not (tmp_path / "runs").exists()  # stopped before any work
+    assert_stops_with_one_line("ppo_continuous.py", flags, flag, message, tmp_path)
 
 
 @pytest.mark.learning

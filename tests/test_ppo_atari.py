@@ -1,0 +1,427 @@
+"""PPO on Atari (ppo_atari.py, gymnasium + SB3 wrappers; ppo_atari_envpool.py, EnvPool).
+
+Pure parts against hand-computed values (EnvPool's GAE with truncations and reset steps, the
+masked PPO losses, the game-score accounting), the environment semantics both scripts rely on
+(the 108k-frame limit and the real final observation in gymnasium; EnvPool's next-step reset),
+short runs of both scripts on Breakout (run directory, tags, saved model and its evaluation,
+videos, same seed same numbers), and bad input. No learning tests: learning is shown by the
+benchmark runs (benchmark/atari.sh).
+"""
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from cleanrl import ppo_atari, ppo_atari_envpool
+from cleanrl.ppo_atari_envpool import accumulate_games, compute_gae, masked_mean, ppo_losses
+from cleanrl_utils.run import make_vector_env, real_next_obs
+from tests.conftest import assert_stops_with_one_line, run_dir, run_script, scalars
+
+STANDARD_TAGS = {"charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate"}
+LOSS_TAGS = {f"losses/{name}" for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl",
+                                           "clipfrac", "explained_variance")}
+TINY = ["--num-envs", "2", "--num-steps", "32", "--total-timesteps", "128", "--torch-threads", "1"]
+
+
+# ---- EnvPool's GAE: truncation, termination, reset steps
+
+GAMMA, LAM = 0.9, 0.8  # γλ = 0.72
+# Three envs (columns), five steps. Values of s_0..s_4 and of the observation after the rollout.
+REWARDS = np.array([[1.0, 1.0, 1.0], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0]], np.float32)
+VALUES = np.array([[0.5] * 3, [0.6] * 3, [2.0] * 3, [0.3] * 3, [0.4] * 3], np.float32)
+LAST = np.array([0.7] * 3, np.float32)
+# env 0: truncated at t=1; env 1: terminated at t=1; env 2: no done, but the previous rollout's
+# last step was done, so its step 0 is a reset step. For envs 0 and 1, s_2 is the real final
+# observation of the episode that ended at t=1 (EnvPool resets at the next step), V = 2.0, and
+# step 2 is the reset step (reward 0, action ignored).
+TERMINATIONS = np.array([[0, 0, 0], [0, 1, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]], np.float32)
+DONES = np.array([[0, 0, 0], [1, 1, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]], np.float32)
+RESETS = np.zeros((5, 3), bool)
+RESETS[2, 0] = RESETS[2, 1] = True  # the steps after the dones at t=1
+RESETS[0, 2] = True  # the previous rollout's last step was done
+
+
+def test_gae_bootstraps_truncation_from_the_final_observation_and_masks_reset_steps():
+    advantages, returns = compute_gae(REWARDS, VALUES, LAST, TERMINATIONS, DONES, RESETS, GAMMA, LAM)
+    # env 0 (truncated at t=1):
+    #   δ0 = 1 + .9*.6 - .5 = 1.04;  δ1 = 1 + .9*2.0 - .6 = 2.2 (V of the real final obs s_2)
+    #   step 2 is the reset step: A2 = 0;  δ3 = 1 + .9*.4 - .3 = 1.06;  δ4 = 1 + .9*.7 - .4 = 1.23
+    #   A4 = 1.23; A3 = 1.06 + .72*1.23 = 1.9456; A1 = 2.2 (done cuts the recursion); A0 = 1.04 + .72*2.2 = 2.624
+    np.testing.assert_allclose(advantages[:, 0], [2.624, 2.2, 0.0, 1.9456, 1.23], rtol=1e-6)
+    np.testing.assert_allclose(returns[:, 0], [3.124, 2.8, 2.0, 2.2456, 1.63], rtol=1e-6)
+    # env 1 (terminated at t=1): δ1 = 1 - .6 = .4 (no bootstrap); A0 = 1.04 + .72*.4 = 1.328
+    np.testing.assert_allclose(advantages[:, 1], [1.328, 0.4, 0.0, 1.9456, 1.23], rtol=1e-6)
+    # env 2 (step 0 is a reset step, no done in the rollout): A0 = 0;
+    #   δ2 = 0 + .9*.3 - 2.0 = -1.73; A2 = -1.73 + .72*1.9456 = -0.329168; δ1 = 2.2; A1 = 2.2 + .72*A2 = 1.96299904
+    np.testing.assert_allclose(advantages[:, 2], [0.0, 1.96299904, -0.329168, 1.9456, 1.23], rtol=1e-6)
+    assert advantages.dtype == np.float32 and returns.dtype == np.float32
+
+
+def test_gae_with_lambda_one_and_no_dones_is_discounted_return_minus_value():
+    rng = np.random.default_rng(0)
+    rewards = rng.normal(size=(6, 2)).astype(np.float32)
+    values = rng.normal(size=(6, 2)).astype(np.float32)
+    last = rng.normal(size=2).astype(np.float32)
+    zeros = np.zeros_like(rewards)
+    _, returns = compute_gae(rewards, values, last, zeros, zeros, zeros > 0, 0.99, 1.0)
+    expected = last.copy()
+    for t in reversed(range(6)):
+        expected = rewards[t] + 0.99 * expected
+        np.testing.assert_allclose(returns[t], expected, rtol=1e-5)
+
+
+# ---- masked PPO losses
+
+def _losses(mask, norm_adv=False, clip_vloss=True, extra=None):
+    """Two real samples, then the masked-out ones of ``extra`` (log-ratio, A, V, V_old, R)."""
+    logratio = [math.log(1.2), math.log(0.5)]
+    advantages, newvalue, oldvalue, returns = [1.0, -1.0], [1.0, 0.0], [0.5, 0.0], [2.0, 1.0]
+    for lr, a, v, vo, r in extra or []:
+        logratio.append(lr)
+        advantages.append(a)
+        newvalue.append(v)
+        oldvalue.append(vo)
+        returns.append(r)
+    oldlogprob = torch.full((len(logratio),), -1.0)
+    newlogprob = (oldlogprob + torch.tensor(logratio)).requires_grad_()
+    newvalue = torch.tensor(newvalue).requires_grad_()
+    entropy = torch.tensor([0.5, 1.5] + [100.0] * len(extra or [])).requires_grad_()
+    losses = ppo_losses(newlogprob, entropy, newvalue, oldlogprob, torch.tensor(oldvalue), torch.tensor(advantages),
+                        torch.tensor(returns), torch.tensor(mask), clip_coef=0.1, clip_vloss=clip_vloss,
+                        norm_adv=norm_adv)
+    return losses, (newlogprob, newvalue, entropy)
+
+
+def test_ppo_losses_hand_computed():
+    losses, _ = _losses([1.0, 1.0])
+    # ratios 1.2 and 0.5, ε = 0.1: sample 1 (A = 1): max(-1.2, -1.1) = -1.1; sample 2 (A = -1):
+    # max(0.5, 0.9) = 0.9; policy loss (-1.1 + 0.9) / 2 = -0.1
+    assert losses["policy_loss"].item() == pytest.approx(-0.1, abs=1e-6)
+    # value: sample 1 max((1-2)², (0.5+0.1-2)²) = 1.96; sample 2 max((0-1)², (0+0-1)²) = 1
+    # 0.5 * (1.96 + 1) / 2 = 0.74; unclipped 0.5 * (1 + 1) / 2 = 0.5
+    assert losses["value_loss"].item() == pytest.approx(0.74, abs=1e-6)
+    assert _losses([1.0, 1.0], clip_vloss=False)[0]["value_loss"].item() == pytest.approx(0.5, abs=1e-6)
+    assert losses["entropy"].item() == pytest.approx(1.0)
+    # both ratios are outside [0.9, 1.1]; KL estimates: mean(-log r) and mean((r - 1) - log r)
+    assert losses["clipfrac"].item() == 1.0
+    assert losses["old_approx_kl"].item() == pytest.approx(-(math.log(1.2) + math.log(0.5)) / 2, abs=1e-6)
+    assert losses["approx_kl"].item() == pytest.approx(((0.2 - math.log(1.2)) + (-0.5 - math.log(0.5))) / 2, abs=1e-6)
+
+
+def test_masked_out_samples_change_no_loss_and_get_no_gradient():
+    # inside the clip range, so unmasked they would move the policy loss and its gradient
+    extra = [(0.0, 50.0, -7.0, -7.05, 100.0), (0.05, -80.0, 9.0, 9.0, -60.0)]
+    for norm_adv in (False, True):
+        reference, _ = _losses([1.0, 1.0], norm_adv=norm_adv)
+        masked, (newlogprob, newvalue, entropy) = _losses([1.0, 1.0, 0.0, 0.0], norm_adv=norm_adv, extra=extra)
+        for name in reference:
+            assert masked[name].item() == pytest.approx(reference[name].item(), abs=1e-6), name
+        (masked["policy_loss"] + masked["value_loss"] - masked["entropy"]).backward()
+        for grad in (newlogprob.grad, newvalue.grad, entropy.grad):
+            assert torch.all(grad[2:] == 0)
+        assert torch.any(newvalue.grad[:2] != 0) and torch.all(entropy.grad[:2] != 0)
+    # normalised over the real samples only: A = (1, -1) -> mean 0, unbiased std √2 -> ±0.7071;
+    # ratios 1.2 and 0.5: max(-0.7071*1.2, -0.7071*1.1) = -0.7778; max(0.7071*0.5, 0.7071*0.9) = 0.6364
+    assert reference["policy_loss"].item() == pytest.approx((-0.7071068 * 1.1 + 0.7071068 * 0.9) / 2, abs=1e-6)
+    assert masked_mean(torch.tensor([1.0, 2.0]), torch.zeros(2)).item() == 0.0  # nothing to average
+
+
+# ---- game scores from EnvPool's per-life episodes
+
+def test_accumulate_games_known_sequence():
+    # two envs; unclipped rewards per step; env 0's game ends at step 2, env 1's at step 3
+    # (a lost life before that is not a game over: the score goes on)
+    rewards = [[1.0, 0.0], [4.0, 10.0], [0.0, 0.0], [7.0, 5.0]]
+    over = [[False, False], [False, False], [True, False], [False, True]]
+    running = np.zeros(2)
+    logged = [accumulate_games(running, np.array(r), np.array(o)).tolist() for r, o in zip(rewards, over)]
+    assert logged == [[], [], [5.0], [15.0]]
+    np.testing.assert_array_equal(running, [7.0, 0.0])  # env 0's next game has 7 so far
+    # two games ending at the same step come in env order
+    assert accumulate_games(np.array([1.0, 2.0]), np.array([0.0, 1.0]), np.array([True, True])).tolist() == [1.0, 3.0]
+
+
+class _StepLog:
+    """An EnvPool env that keeps what each step returned (rewards, truncations, infos)."""
+
+    def __init__(self, env):
+        self.env, self.steps = env, []
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+    def step(self, actions):
+        result = self.env.step(actions)
+        _, reward, termination, truncation, info = result
+        self.steps.append((reward.copy(), termination.copy(), truncation.copy(),
+                           {key: np.copy(info[key]) for key in ("reward", "terminated", "lives")}))
+        return result
+
+
+def test_envpool_logs_unclipped_game_scores_over_all_lives(monkeypatch, tmp_path):
+    """SpaceInvaders (5-30 points an alien, 3 lives): the training envs clip rewards and end an
+    episode at each lost life; the script logs, per game, the sum of the unclipped rewards
+    (``info["reward"]``) over all its lives, when ``info["terminated"]`` says the game is over."""
+    logs = []
+    make = ppo_atari_envpool.envpool.make
+
+    def logged_make(*args, **kwargs):
+        logs.append(_StepLog(make(*args, **kwargs)))
+        return logs[-1]
+
+    monkeypatch.setattr(ppo_atari_envpool.envpool, "make", logged_make)
+    run_in_process("ppo_atari_envpool.py", monkeypatch, tmp_path, "--env-id", "SpaceInvaders-v5", "--num-envs", "2",
+                   "--num-steps", "128", "--total-timesteps", "2048", "--update-epochs", "1", "--num-minibatches", "1",
+                   "--torch-threads", "1")
+    logged = [value for _, value in scalars(run_dir(tmp_path))["charts/episodic_return"]]
+    # the games from the raw steps, in the order they ended (env order within a step)
+    expected, running, clipped, lives_lost = [], np.zeros(2), np.zeros(2), np.zeros(2, int)
+    for reward, termination, truncation, info in logs[0].steps:
+        running += info["reward"]
+        clipped += reward
+        lives_lost += termination
+        for i in np.flatnonzero(info["terminated"].astype(bool) | truncation):
+            expected.append(running[i])
+            assert lives_lost[i] == 3 and info["lives"][i] == 0  # three episodes (lives) made one game
+            assert running[i] > clipped[i] > 0 and running[i] % 5 == 0  # alien points, not ±1 per reward
+            running[i], clipped[i], lives_lost[i] = 0, 0, 0
+    assert len(expected) >= 2 and logged == expected  # seed 1: 3 games (75, 120, 110 points) in 1024 steps per env
+
+
+# ---- environment semantics the scripts rely on
+
+def test_envpool_next_step_reset_semantics():
+    """EnvPool 1.2.5: the step that returns done gives the real final observation (the frame
+    stack goes on); the next step ignores its action, returns reward 0 and the new episode's
+    first observation; a time limit is a truncation at max_episode_steps."""
+    def make(steps=27000):
+        return ppo_atari_envpool.envpool.make("Breakout-v5", env_type="gymnasium", num_envs=1, seed=5,
+                                              episodic_life=True, reward_clip=True, num_threads=1,
+                                              repeat_action_probability=0.0, max_episode_steps=steps)
+
+    a, b = make(), make()
+    prev, _ = a.reset()
+    b.reset()
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        action = rng.integers(4, size=1)
+        obs, reward, termination, truncation, info = a.step(action)
+        np.testing.assert_array_equal(b.step(action)[0], obs)
+        if termination[0]:
+            break
+        prev = obs
+    assert termination[0] and info["lives"][0] == 4 and info["terminated"][0] == 0  # a life lost, not the game
+    np.testing.assert_array_equal(obs[0, :3], prev[0, 1:])  # the final observation continues the stack
+    # the reset step: different actions, the same outcome; reward 0; no agent step counted
+    obs_a, reward_a, term_a, trunc_a, info_a = a.step(np.array([0]))
+    obs_b, reward_b, *_ = b.step(np.array([3]))
+    np.testing.assert_array_equal(obs_a, obs_b)
+    assert reward_a[0] == reward_b[0] == 0 and not term_a[0] and not trunc_a[0]
+    assert info_a["elapsed_step"][0] == info["elapsed_step"][0]
+
+    c = make(steps=20)
+    prev, _ = c.reset()
+    for t in range(20):
+        obs, _, termination, truncation, info = c.step(np.array([0]))  # NOOP: the ball is never launched
+        if truncation[0] or termination[0]:
+            break
+        prev = obs
+    assert t == 19 and truncation[0] and not termination[0] and info["elapsed_step"][0] == 20
+    np.testing.assert_array_equal(obs[0, :3], prev[0, 1:])  # the real final observation
+    obs, _, _, _, info = c.step(np.array([0]))
+    assert info["elapsed_step"][0] == 0 and all(np.array_equal(obs[0, 0], obs[0, k]) for k in range(4))
+
+
+def test_gymnasium_atari_time_limit_is_108k_frames_and_a_truncation():
+    env = ppo_atari.make_env("BreakoutNoFrameskip-v4", 0, False, "")()
+    assert env.unwrapped.ale.getInt("max_num_frames_per_episode") == 108_000
+    env.close()
+    # a 200-frame limit, whole games (a lost life is no termination): after the ball launched
+    # at the reset is lost, NOOPs never launch another, so the game is truncated
+    env = ppo_atari.make_env("BreakoutNoFrameskip-v4", 0, False, "", training=False, max_episode_frames=200)()
+    env.reset(seed=0)
+    for step in range(1, 100):
+        _, _, terminated, truncated, info = env.step(0)
+        if terminated or truncated:
+            break
+    assert truncated and not terminated and step <= 50
+    assert info["episode"]["l"] == 200  # RecordEpisodeStatistics counts the game's frames
+    env.close()
+
+
+def test_async_and_sync_envs_give_identical_observations():
+    """--env-mode async: the same observations (structure, dtype, shape and values) as sync,
+    and the same as EnvPool's in structure: uint8 [N, 4, 84, 84]."""
+    results = {}
+    for mode in ("sync", "async"):
+        envs = make_vector_env([ppo_atari.make_env("BreakoutNoFrameskip-v4", i, False, "") for i in range(2)], mode,
+                               episode_statistics=False)
+        first, _ = envs.reset(seed=3)
+        observations = [first]
+        for step in range(40):
+            obs, _, _, _, infos = envs.step(np.array([1, 3]) if step % 2 else np.array([2, 0]))
+            observations.append(real_next_obs(obs, infos))
+        results[mode] = (envs.single_observation_space, np.stack(observations))
+        envs.close()
+    (space_sync, obs_sync), (space_async, obs_async) = results["sync"], results["async"]
+    assert space_sync == space_async == gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    assert obs_sync.dtype == obs_async.dtype == np.uint8 and obs_sync.shape == (41, 2, 4, 84, 84)
+    np.testing.assert_array_equal(obs_sync, obs_async)
+    envpool_envs = ppo_atari_envpool.make_envs("Breakout-v5", 2, seed=3, num_threads=1)
+    obs, _ = envpool_envs.reset()
+    assert envpool_envs.single_observation_space.shape == (4, 84, 84) and obs.dtype == np.uint8
+    assert obs.shape == obs_sync.shape[1:]
+    envpool_envs.close()
+
+
+# ---- the training loop of ppo_atari.py, run in this process
+
+def run_in_process(script, monkeypatch, cwd, *flags):
+    """Run ``cleanrl/<script>`` as ``__main__`` in this process; return its global variables."""
+    import runpy
+    import sys
+    from pathlib import Path
+
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(sys, "argv", [script, *flags])
+    path = Path(__file__).resolve().parent.parent / "cleanrl" / script
+    return runpy.run_path(str(path), run_name="__main__")
+
+
+def test_loop_bootstraps_truncations_from_the_real_final_observation(monkeypatch, tmp_path):
+    """Games cut at 200 frames (about 50 steps): the loop keeps the real final frame stack of
+    each truncated episode, not the zero-padded first stack of the next one, and the advantage
+    of a truncated step bootstraps from its value. (A learning rate of 1e-30 leaves the weights
+    as they were in the rollout, so the values can be recomputed after the run.)"""
+    make = gym.make
+    monkeypatch.setattr(gym, "make",
+                        lambda env_id, **kwargs: make(env_id, **{**kwargs, "max_num_frames_per_episode": 200}))
+    g = run_in_process("ppo_atari.py", monkeypatch, tmp_path, "--num-envs", "2", "--num-steps", "64",
+                       "--total-timesteps", "128", "--torch-threads", "1", "--learning-rate", "1e-30")
+    truncated, final_obs, obs, T = g["truncated"], g["final_obs"], g["obs"], g["T"]
+    assert truncated.sum() >= 2 and not g["terminations"][truncated].any()
+    agent = g["agent"]
+    for t, i in zip(*np.nonzero(truncated)):
+        assert final_obs[t, i, :3].any()  # a stack from inside the episode
+        if t + 1 < T:
+            assert not obs[t + 1, i, :3].any()  # the next episode's first stack is zero-padded
+    with torch.no_grad():
+        final_values = agent.get_value(torch.from_numpy(final_obs[truncated])).numpy()
+    np.testing.assert_allclose(g["final_values"][truncated], final_values, rtol=1e-5)
+    # A_t = δ_t = r_t + γ V(final obs) - V(s_t) at a truncation (the recursion stops there)
+    expected = g["rewards"][truncated] + 0.99 * final_values - g["values"][truncated]
+    np.testing.assert_allclose(g["advantages"][truncated], expected, rtol=1e-5, atol=1e-6)
+    lengths = [value for _, value in scalars(run_dir(tmp_path))["charts/episodic_length"]]
+    assert lengths and set(lengths) == {200.0}  # the games, truncated at 200 frames
+
+
+def test_envpool_loop_masks_reset_steps_and_bootstraps_from_the_final_observation(monkeypatch, tmp_path):
+    """Three rollouts of 2 x 37 steps. Seed 1 loses lives at steps 52 and 106 (env 0) and 23,
+    48, 73, 98 (env 1; the same at any rollout length: one action draw per step, and a learning
+    rate of 1e-30 keeps the weights those of the first rollout), so the last rollout (steps
+    74-110) starts with a reset step (env 1's done at step 73, the previous rollout's last)
+    and has dones at its rows 24 and 32. The steps after a done are masked out of the loss,
+    their advantages are 0, and the row after a done holds the real final observation (the
+    stack goes on), whose value is the truncation bootstrap."""
+    g = run_in_process("ppo_atari_envpool.py", monkeypatch, tmp_path, "--num-envs", "2", "--num-steps", "37",
+                       "--num-minibatches", "2", "--total-timesteps", "222", "--torch-threads", "1",
+                       "--learning-rate", "1e-30")
+    dones, resets, obs, agent = g["dones"], g["resets"], g["obs"], g["agent"]
+    assert np.nonzero(dones[:, 0])[0].tolist() == [32] and np.nonzero(dones[:, 1])[0].tolist() == [24]
+    expected = np.zeros_like(resets)
+    expected[0, 1] = True  # after the previous rollout's last step
+    expected[33, 0] = expected[25, 1] = True
+    np.testing.assert_array_equal(resets, expected)
+    np.testing.assert_array_equal(g["advantages"][resets], 0.0)
+    np.testing.assert_array_equal(g["b_mask"].numpy(), (~resets).reshape(-1).astype(np.float32))
+    for t, i in zip(*np.nonzero(dones[:-1])):
+        np.testing.assert_array_equal(obs[t + 1, i, :3], obs[t, i, 1:])  # the final observation, not a new stack
+    with torch.no_grad():
+        np.testing.assert_allclose(g["values"], agent.get_value(torch.from_numpy(obs.reshape(-1, 4, 84, 84)))
+                                   .numpy().reshape(obs.shape[:2]), rtol=1e-4, atol=1e-5)
+    # the logged losses of the last minibatch are the masked ones
+    mb_inds, b_mask, losses = g["mb_inds"], g["b_mask"], g["losses"]
+    assert b_mask[mb_inds].min() == 0  # this minibatch has a reset step (seed 1)
+    with torch.no_grad():
+        _, newlogprob, entropy, newvalue = agent.get_action_and_value(g["b_obs"][mb_inds], g["b_actions"][mb_inds])
+        args = (newlogprob, entropy, newvalue, g["b_logprobs"][mb_inds], g["b_values"][mb_inds],
+                g["b_advantages"][mb_inds], g["b_returns"][mb_inds])
+        masked = ppo_losses(*args, b_mask[mb_inds], 0.1)
+        unmasked = ppo_losses(*args, torch.ones_like(b_mask[mb_inds]), 0.1)
+    for name in ("value_loss", "policy_loss", "entropy"):
+        assert losses[name].item() == pytest.approx(masked[name].item(), rel=1e-4, abs=1e-7)
+    assert losses["value_loss"].item() != pytest.approx(unmasked["value_loss"].item(), rel=1e-3)
+
+
+# ---- whole scripts
+
+def test_ppo_atari_smoke_video_model_and_evaluation(tmp_path):
+    result = run_script("ppo_atari.py", *TINY, "--save-model", "--eval-episodes", "1", "--capture-video", cwd=tmp_path)
+    directory = run_dir(tmp_path)
+    assert directory.name.startswith("BreakoutNoFrameskip-v4__ppo_atari__1__")
+    tags = set(scalars(directory))
+    assert (STANDARD_TAGS - {"charts/episodic_return", "charts/episodic_length"}) | LOSS_TAGS <= tags, tags
+    assert {"eval/episodic_return", "eval/episodic_return_std"} <= tags
+    assert "evaluation over 1 episodes" in result.stdout
+    assert [v for v in (directory / "videos").glob("*.mp4") if v.stat().st_size > 1000]
+    assert len(list((directory / "videos-eval").glob("*.mp4"))) == 1
+    model = directory / "ppo_atari.cleanrl_model"
+    returns = ppo_atari.evaluate(str(model), eval_episodes=2)
+    assert returns.shape == (2,) and np.all(returns >= 0)
+    np.testing.assert_array_equal(ppo_atari.evaluate(str(model), eval_episodes=2), returns)  # seeded
+    with pytest.raises(ValueError, match="saved by 'ppo_atari'"):
+        ppo_atari_envpool.evaluate(str(model), eval_episodes=1)
+
+
+def test_ppo_atari_envpool_smoke_video_model_and_evaluation(tmp_path):
+    result = run_script("ppo_atari_envpool.py", *TINY, "--total-timesteps", "512", "--save-model",
+                        "--eval-episodes", "1", "--capture-video", cwd=tmp_path)
+    directory = run_dir(tmp_path)
+    assert directory.name.startswith("Breakout-v5__ppo_atari_envpool__1__")
+    tags = scalars(directory)
+    assert STANDARD_TAGS | LOSS_TAGS | {"eval/episodic_return", "eval/episodic_return_std"} <= set(tags), set(tags)
+    # full games: 5 lives of uniform-ish play take about 120-250 steps, so each env ends at least one in 256
+    lengths = [value for _, value in tags["charts/episodic_length"]]
+    assert len(lengths) >= 2 and all(length % 4 == 0 and length >= 4 * 100 for length in lengths)
+    assert "evaluation over 1 episodes" in result.stdout
+    assert [v for v in (directory / "videos").glob("*.mp4") if v.stat().st_size > 1000]
+    assert len(list((directory / "videos-eval").glob("*.mp4"))) == 1
+    model = directory / "ppo_atari_envpool.cleanrl_model"
+    returns = ppo_atari_envpool.evaluate(str(model), eval_episodes=2)
+    assert returns.shape == (2,) and np.all(returns >= 0)
+    np.testing.assert_array_equal(ppo_atari_envpool.evaluate(str(model), eval_episodes=2), returns)
+    with pytest.raises(ValueError, match="saved by 'ppo_atari_envpool'"):
+        ppo_atari.evaluate(str(model), eval_episodes=1)
+
+
+@pytest.mark.parametrize("script", ["ppo_atari.py", "ppo_atari_envpool.py"])
+def test_same_seed_same_numbers(script, tmp_path):
+    runs = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        run_script(script, *TINY, "--total-timesteps", "256", "--seed", "7", cwd=tmp_path / name)
+        tags = scalars(run_dir(tmp_path / name))
+        runs.append({tag: [value for _, value in values] for tag, values in tags.items() if tag != "charts/SPS"})
+    assert len(runs[0]["losses/value_loss"]) == 4  # 4 rollouts of 2 x 32 steps
+    assert runs[0] == runs[1]
+
+
+BAD_INPUT = [
+    ("ppo_atari.py", ["--env-id", "CartPole-v1"], "--env-id", "is not an Atari game"),
+    ("ppo_atari.py", ["--env-id", "ALE/Breakout-v5"], "--env-id", "skips frames itself"),
+    ("ppo_atari.py", ["--num-minibatches", "3"], "--num-minibatches", "does not divide the batch of 1024"),
+    ("ppo_atari_envpool.py", ["--env-id", "CartPole-v1"], "--env-id", "is not an Atari game"),
+    ("ppo_atari_envpool.py", ["--env-id", "BreakoutNoFrameskip-v4"], "--env-id", "did you mean Breakout-v5?"),
+    ("ppo_atari_envpool.py", ["--env-id", "NoSuchGame-v5"], "--env-id", "unknown EnvPool environment"),
+    ("ppo_atari_envpool.py", ["--num-minibatches", "3"], "--num-minibatches", "does not divide the batch of 1024"),
+    ("ppo_atari_envpool.py", ["--env-mode", "async"], "--env-mode", "EnvPool already steps the envs"),
+    ("ppo_atari_envpool.py", ["--num-threads", "0"], "--num-threads", "must be positive"),
+]
+
+
+@pytest.mark.parametrize("script,flags,flag,message", BAD_INPUT)
+def test_bad_input_stops_with_one_line(script, flags, flag, message, tmp_path):
+    assert_stops_with_one_line(script, flags, flag, message, tmp_path)
