@@ -117,10 +117,10 @@ class Args:
     """updates between two writes of the losses to TensorBoard"""
 
     # filled in at run time
-    batch_size: int = 0
-    """rollout size, num_envs * num_steps (computed)"""
-    num_iterations: int = 0
-    """total_timesteps // batch_size, the number of updates (computed)"""
+    batch_size: tyro.conf.Suppress[int] = 0
+    """rollout size, num_envs * num_steps (computed; not a flag)"""
+    num_iterations: tyro.conf.Suppress[int] = 0
+    """total_timesteps // batch_size, the number of updates (computed; not a flag)"""
 
 
 def check_args(args: Args) -> None:

@@ -320,7 +320,7 @@ def evaluate(
 if __name__ == "__main__":
     args = tyro.cli(Args)
     check_args(args)
-    check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "dqn_atari.py")
+    check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "dqn_atari.py", id_suffix="NoFrameskip-v4")
     with gym.make(args.env_id) as game:
         require(hasattr(game.unwrapped, "ale"), "--env-id",
                 f"{args.env_id} is not an Atari game; dqn_atari.py takes ALE ids such as BreakoutNoFrameskip-v4")

@@ -142,12 +142,12 @@ class Args:
     """stop the epochs of an update early when the approximate KL exceeds this"""
 
     # filled in at run time
-    batch_size: int = 0
-    """rollout size, num_envs * num_steps (computed)"""
-    minibatch_size: int = 0
-    """batch_size // num_minibatches (computed)"""
-    num_iterations: int = 0
-    """total_timesteps // batch_size (computed)"""
+    batch_size: tyro.conf.Suppress[int] = 0
+    """rollout size, num_envs * num_steps (computed; not a flag)"""
+    minibatch_size: tyro.conf.Suppress[int] = 0
+    """batch_size // num_minibatches (computed; not a flag)"""
+    num_iterations: tyro.conf.Suppress[int] = 0
+    """total_timesteps // batch_size (computed; not a flag)"""
 
 
 def check_args(args: Args) -> None:
@@ -183,7 +183,7 @@ def check_args(args: Args) -> None:
 
 def check_atari(env_id: str) -> None:
     """Stop with one line unless ``env_id`` is an ALE game that does not skip frames itself."""
-    check_env(env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "ppo_atari.py")
+    check_env(env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "ppo_atari.py", id_suffix="NoFrameskip-v4")
     with gym.make(env_id) as game:
         require(hasattr(game.unwrapped, "ale"), "--env-id",
                 f"{env_id} is not an Atari game; ppo_atari.py takes ALE ids such as BreakoutNoFrameskip-v4")

@@ -90,7 +90,7 @@ class Args:
     eval_episodes: int = 10
     """episodes (whole games) the saved model is evaluated for (with --save-model)"""
     torch_threads: int = 1
-    """CPU threads for torch"""
+    """CPU threads for torch (1: on a 2-core machine shared with other jobs, 2 threads ran 3-5x slower)"""
 
     # Algorithm specific arguments
     env_id: str = "BreakoutNoFrameskip-v4"
@@ -131,12 +131,12 @@ class Args:
     """stop the epochs of an update early when the approximate KL exceeds this"""
 
     # filled in at run time
-    batch_size: int = 0
-    """rollout size, num_envs * num_steps (computed)"""
-    minibatch_size: int = 0
-    """steps per minibatch, batch_size // num_minibatches (computed)"""
-    num_iterations: int = 0
-    """total_timesteps // batch_size (computed)"""
+    batch_size: tyro.conf.Suppress[int] = 0
+    """rollout size, num_envs * num_steps (computed; not a flag)"""
+    minibatch_size: tyro.conf.Suppress[int] = 0
+    """steps per minibatch, batch_size // num_minibatches (computed; not a flag)"""
+    num_iterations: tyro.conf.Suppress[int] = 0
+    """total_timesteps // batch_size (computed; not a flag)"""
 
 
 def check_args(args: Args) -> None:
@@ -437,7 +437,7 @@ def evaluate(
 if __name__ == "__main__":
     args = tyro.cli(Args)
     check_args(args)
-    check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "ppo_atari_lstm.py")
+    check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "ppo_atari_lstm.py", id_suffix="NoFrameskip-v4")
     with gym.make(args.env_id) as game:
         require(hasattr(game.unwrapped, "ale"), "--env-id",
                 f"{args.env_id} is not an Atari game; ppo_atari_lstm.py takes ALE ids such as BreakoutNoFrameskip-v4")

@@ -130,12 +130,12 @@ class Args:
     """stop the epochs of an update early when the approximate KL exceeds this"""
 
     # filled in at run time
-    batch_size: int = 0
-    """rollout size, num_envs * num_steps (computed)"""
-    minibatch_size: int = 0
-    """steps per minibatch, batch_size // num_minibatches (computed)"""
-    num_iterations: int = 0
-    """total_timesteps // batch_size (computed)"""
+    batch_size: tyro.conf.Suppress[int] = 0
+    """rollout size, num_envs * num_steps (computed; not a flag)"""
+    minibatch_size: tyro.conf.Suppress[int] = 0
+    """steps per minibatch, batch_size // num_minibatches (computed; not a flag)"""
+    num_iterations: tyro.conf.Suppress[int] = 0
+    """total_timesteps // batch_size (computed; not a flag)"""
 
 
 def check_args(args: Args) -> None:

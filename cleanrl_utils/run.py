@@ -19,6 +19,7 @@ import difflib
 import json
 import os
 import random
+import re
 import sys
 import time
 from collections import deque
@@ -76,6 +77,7 @@ def check_env(
     script: str,
     obs_ndim: int | None = None,
     bounded_actions: bool = False,
+    id_suffix: str | None = None,
 ) -> tuple:
     """Check, before any work, that ``env_id`` exists and has spaces the script supports.
 
@@ -90,6 +92,9 @@ def check_env(
         obs_ndim: if given, the number of dimensions observations must have (1: flat vectors).
         bounded_actions: require a 1-D Box action space with finite bounds (for scripts that
             rescale their actions into the bounds).
+        id_suffix: if given, an unknown id is answered with suggestions among the ids ending
+            with it only (the Atari scripts: ``"NoFrameskip-v4"``, so ``Breakout-v5`` gets
+            ``BreakoutNoFrameskip-v4``), matched by spelling or else by the game's name.
 
     Raises:
         SystemExit: (status 2, one line on stderr) for an unknown id or an unsupported space.
@@ -113,7 +118,11 @@ def check_env(
         except ImportError as error:
             fail("--env-id", f"cannot import {module!r} to register {name!r}: {error}")
     if name not in gym.registry:
-        close = difflib.get_close_matches(name, list(gym.registry), n=3)
+        candidates = [i for i in gym.registry if id_suffix is None or i.endswith(id_suffix)]
+        close = difflib.get_close_matches(name, candidates, n=3)
+        if id_suffix and not close:  # "Pong-v5", "ALE/Pong-v5" -> PongNoFrameskip-v4
+            game = re.split(r"NoFrameskip|-v\d", name.removeprefix("ALE/"))[0].lower()
+            close = [i for i in candidates if i[: -len(id_suffix)].lower() == game]
         suggestion = f"; did you mean {', '.join(close)}?" if close else ""
         if name.startswith("ALE/") or "NoFrameskip" in name:
             suggestion += " (Atari ids need the atari extra: pip install -e '.[atari]')"

@@ -412,6 +412,7 @@ def test_same_seed_same_numbers(script, tmp_path):
 BAD_INPUT = [
     ("ppo_atari.py", ["--env-id", "CartPole-v1"], "--env-id", "is not an Atari game"),
     ("ppo_atari.py", ["--env-id", "ALE/Breakout-v5"], "--env-id", "skips frames itself"),
+    ("ppo_atari.py", ["--env-id", "Pong-v5"], "--env-id", "did you mean PongNoFrameskip-v4?"),
     ("ppo_atari.py", ["--num-minibatches", "3"], "--num-minibatches", "does not divide the batch of 1024"),
     ("ppo_atari_envpool.py", ["--env-id", "CartPole-v1"], "--env-id", "is not an Atari game"),
     ("ppo_atari_envpool.py", ["--env-id", "BreakoutNoFrameskip-v4"], "--env-id", "did you mean Breakout-v5?"),

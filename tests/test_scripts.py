@@ -297,3 +297,13 @@ def test_sac_atari_on_breakout_logs_game_scores_and_evaluates(tmp_path):
                "--no-autotune", "--alpha", "0.05", cwd=tmp_path / "fixed", timeout=600)
     tags = scalars(run_dir(tmp_path / "fixed"))
     assert [v for _, v in tags["losses/alpha"]] == [pytest.approx(0.05)] and "losses/alpha_loss" not in tags
+
+
+@pytest.mark.parametrize("script,flag", [("ppo.py", "--batch-size"), ("a2c.py", "--num-iterations"),
+                                         ("ppo_lstm.py", "--minibatch-size"), ("ppo_atari.py", "--batch-size")])
+def test_computed_fields_are_not_flags(script, flag, tmp_path):
+    """Fields computed from other flags (batch size, minibatch size, iterations) cannot be set:
+    tyro refuses them (exit status 2) rather than the script silently overriding them."""
+    result = run_script(script, flag, "64", cwd=tmp_path, check=False, timeout=120)
+    assert result.returncode == 2 and "Unrecognized options" in result.stderr, result.stderr
+    assert not (tmp_path / "runs").exists()
