@@ -248,7 +248,9 @@ def run_local(jobs: Sequence[Job], core_sets: Sequence[list[int]], log_dir: Path
     def on_sigterm(signum, frame):
         raise KeyboardInterrupt
 
-    previous_handler = signal.signal(signal.SIGTERM, on_sigterm)
+    previous_handlers = {signal.SIGTERM: signal.signal(signal.SIGTERM, on_sigterm),
+                         # Ctrl-C even where SIGINT was ignored when the launcher started (`cmd &` in a script)
+                         signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
     try:
         while pending or running:
             while pending and free:
@@ -302,7 +304,8 @@ def run_local(jobs: Sequence[Job], core_sets: Sequence[list[int]], log_dir: Path
               file=err, flush=True)
         return INTERRUPTED
     finally:
-        signal.signal(signal.SIGTERM, previous_handler)
+        for signum, handler in previous_handlers.items():
+            signal.signal(signum, handler)
     write_summary(log_dir, outcomes)
     return report(outcomes, log_dir, time.monotonic() - start_all, out, err)
 
