@@ -467,10 +467,14 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         argv, passthrough = argv[:cut], argv[cut + 1:]
     parser = _Parser(
         prog="python -m cleanrl_utils.benchmark",
-        description="Run a command over every environment x seed: locally, N at a time, each run pinned to "
+        description="Run a command over every environment x seed: locally, N at a time, each run pinned to\n"
                     "its own cores; or as a Slurm array job. Arguments after -- are passed to every run.",
-        epilog='example: python -m cleanrl_utils.benchmark --env-ids CartPole-v1 Acrobot-v1 '
-               '--command "python cleanrl/ppo.py" --num-seeds 3 --workers 2 -- --total-timesteps 50000',
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n"
+               "  python -m cleanrl_utils.benchmark --env-ids CartPole-v1 Acrobot-v1 \\\n"
+               '      --command "python cleanrl/ppo.py" --num-seeds 3 --workers 2 -- --total-timesteps 50000\n'
+               "  python -m cleanrl_utils.benchmark --env-ids Hopper-v5 --command \"python cleanrl/sac_continuous.py\" \\\n"
+               "      --slurm --slurm-partition cpu --slurm-time 12:00:00 --torch-threads-flag",
     )
     parser.add_argument("--env-ids", nargs="*", default=[], metavar="ENV_ID", help="environment ids (--env-id of each run)")
     parser.add_argument("--command", default="", help='the command, e.g. "python cleanrl/ppo.py"; each run appends '
@@ -480,7 +484,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=None,
                         help="local: runs at a time, each on its own 1/N of the cores (default 1); "
                              "Slurm: at most this many array tasks at once (default: no limit)")
-    parser.add_argument("--extra", default="", help='arguments for every run, as one string: --extra "--total-timesteps 50000"')
+    parser.add_argument("--extra", default="", help='arguments for every run, as one string: --extra="--total-timesteps 50000 --cuda" '
+                        "(or put them after --)")
     parser.add_argument("--torch-threads-flag", action="store_true",
                         help="also pass --torch-threads K (K = cores of the run) to every run; "
                              "only for scripts that have that flag")
