@@ -99,7 +99,8 @@ PROBE = textwrap.dedent("""\
 def test_failed_run_is_reported_with_status_and_log_tail(tmp_path):
     (tmp_path / "probe.py").write_text(PROBE)
     result = launch("--env-ids", "Fake-v0", "--command", f"{sys.executable} probe.py", "--num-seeds", "3",
-                    "--workers", str(min(2, len(CORES))), "--extra", "--flag 'a b'", cwd=tmp_path)
+                    "--workers", str(min(2, len(CORES))), "--extra", "--flag 'a b'", cwd=tmp_path,
+                    env={"OMP_NUM_THREADS": "7"})  # replaced by each run's core count
     assert result.returncode == 1, result.stdout + result.stderr
     assert "FAILED (exit 3) Fake-v0 seed 2" in result.stdout
     assert "2 ok, 1 failed" in result.stdout
