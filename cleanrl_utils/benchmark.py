@@ -293,6 +293,7 @@ def run_local(jobs: Sequence[Job], core_sets: Sequence[list[int]], log_dir: Path
             if running:
                 time.sleep(poll)
     except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C does not cut the clean-up short
         _stop(running)
         for process, outcome, started, slot in running.values():
             outcome.status, outcome.returncode = "interrupted", process.returncode
