@@ -26,7 +26,8 @@ the end of its log printed) and the study goes on with the next trial.
 
 Files: ``{runs_dir}/{study_name}/trial_{number:04d}/`` holds each run's log
 ``{env}__{seed}.log`` and its run directory under ``runs/``. Each trial records
-``scores`` (raw, per env), ``normalized_scores`` and ``run_dirs`` as Optuna user attributes.
+``flags`` (of its runs, less ``--env-id`` and ``--seed``), ``scores`` (raw, per env),
+``normalized_scores`` and ``run_dirs`` as Optuna user attributes.
 
 Search-space syntax of the command line (``--search``, repeatable):
 
@@ -411,6 +412,7 @@ class Tuner:
         run_dirs: list[str] = []
         total_runs = len(envs) * num_seeds
         step = 0
+        trial.set_user_attr("flags", flags)
         self._print(f"trial {trial.number}: {' '.join(flags)}")
         for env_id in envs:
             for seed in range(1, num_seeds + 1):
@@ -522,7 +524,8 @@ def best_summary(study: Any, script: str, fixed: Mapping[str, Any]) -> str:
     lines += [f"  {name} = {value!r}" for name, value in trial.params.items()]
     if trial.user_attrs.get("scores"):
         lines.append("  scores: " + ", ".join(f"{e} {s:.4g}" for e, s in trial.user_attrs["scores"].items()))
-    lines.append("  command: python " + " ".join([script, *to_flags({**fixed, **trial.params})]))
+    flags = trial.user_attrs.get("flags") or to_flags({**fixed, **trial.params})
+    lines.append("  command: python " + " ".join([script, *flags]))
     return "\n".join(lines)
 
 
@@ -569,9 +572,11 @@ def make_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """The command line: check every input (one-line errors, exit 2), tune, print the best."""
-    import optuna
-
     args = make_parser().parse_args(argv)
+    try:
+        import optuna
+    except ImportError:
+        fail("--script", "the tuner needs optuna: pip install -e '.[tune]'")
     script = Path(args.script)
     require(script.is_file(), "--script", f"no file {args.script!r}")
     require(len(set(args.env_ids)) == len(args.env_ids), "--env-ids", "an env is given twice")

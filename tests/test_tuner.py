@@ -148,6 +148,7 @@ def test_pruning_after_the_first_env(tmp_path: Path, stub: Path):
     # score = mean of the last 2 values, quality * 100 + 3.5; A normalised by [0, 100], B by [-100, 100]
     a, b = 93.5, 93.5
     assert trials[0].value == pytest.approx(((a - 0) / 100 + (b + 100) / 200) / 2)
+    assert trials[0].user_attrs["flags"] == ["--quality", "0.9"]
     assert trials[0].user_attrs["scores"] == pytest.approx({"A-v0": 93.5, "B-v0": 93.5})
     assert trials[0].intermediate_values == pytest.approx({0: 0.935, 1: trials[0].value})
     assert trials[2].intermediate_values == pytest.approx({0: 0.135})  # reported, then pruned
