@@ -129,8 +129,9 @@ def test_ctrl_c_stops_running_process_groups(tmp_path):
                                  f"{sys.executable} sleeper.py", "--num-seeds", "3", "--workers", "1"],
                                 cwd=tmp_path, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
-    while not (tmp_path / "pids1").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    while time.monotonic() < deadline and not ((tmp_path / "pids1").exists() and
+                                               (tmp_path / "pids1").read_text().endswith("\n")):
+        time.sleep(0.1)  # the file is written whole, newline last
     grandchild = int((tmp_path / "pids1").read_text())
     launcher.send_signal(signal.SIGINT)
     out, err = launcher.communicate(timeout=30)
