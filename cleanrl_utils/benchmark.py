@@ -42,27 +42,12 @@ from collections import deque
 from pathlib import Path
 from typing import NoReturn, Sequence
 
-USAGE_ERROR = 2
-"""Exit status for bad input (the same as argparse's and ``cleanrl_utils.run``'s)."""
+from cleanrl_utils.cli import USAGE_ERROR, fail, log_tail, safe_name
+
 INTERRUPTED = 130
 """Exit status after Ctrl-C or SIGTERM (128 + SIGINT, as a shell reports it)."""
 TAIL_LINES = 20
 """Lines of a failed run's log shown at the end."""
-
-
-def fail(flag: str, message: str) -> NoReturn:
-    """Stop with one line on stderr, ``error: <flag>: <message>``, exit status 2.
-
-    The same format as ``cleanrl_utils.run.fail``; repeated here so that the launcher does not
-    import torch and gymnasium (which ``cleanrl_utils.run`` does) just to start its runs.
-    """
-    print(f"error: {flag}: {message}", file=sys.stderr)
-    raise SystemExit(USAGE_ERROR)
-
-
-def safe_name(env_id: str) -> str:
-    """``env_id`` usable in a file name: ``ALE/Pong-v5`` -> ``ALE-Pong-v5`` (as in run directories)."""
-    return env_id.replace("/", "-").replace(":", "-")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,15 +165,6 @@ def describe_status(returncode: int) -> str:
         return f"killed by {signal.Signals(-returncode).name}"
     except ValueError:
         return f"killed by signal {-returncode}"
-
-
-def tail(path: Path, lines: int = TAIL_LINES) -> list[str]:
-    """The last ``lines`` lines of a text file (undecodable bytes replaced)."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as file:
-            return [line.rstrip("\n") for line in deque(file, maxlen=lines)]
-    except OSError as error:
-        return [f"(cannot read {path}: {error})"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,7 +329,7 @@ def report(outcomes: Sequence[Outcome], log_dir: Path, seconds: float, out, err)
         status = describe_status(o.returncode) if o.returncode is not None else o.status
         print(f"\nFAILED {o.job.env_id} seed {o.job.seed} ({status}): {shlex.join(o.argv or o.job.argv)}\n"
               f"last {TAIL_LINES} lines of {o.log}:", file=err)
-        for line in tail(o.log):
+        for line in log_tail(o.log, TAIL_LINES):
             print(f"    {line}", file=err)
     if failed:
         print(f"\n{len(failed)} of {len(outcomes)} runs failed", file=err, flush=True)

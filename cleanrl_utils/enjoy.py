@@ -18,19 +18,15 @@ import argparse
 import ast
 import importlib.util
 import inspect
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 
+from cleanrl_utils.cli import fail
+
 SCRIPTS_DIR = Path(__file__).resolve().parent.parent / "cleanrl"
 """Where the scripts live (``cleanrl/`` beside ``cleanrl_utils/``)."""
-
-
-def _fail(flag: str, message: str):
-    print(f"error: {flag}: {message}", file=sys.stderr)
-    raise SystemExit(2)
 
 
 def find_model(path: Path) -> Path:
@@ -123,17 +119,17 @@ def main(argv: list[str] | None = None) -> np.ndarray:
                         help="a script-specific option of its evaluate(), e.g. epsilon=0.05 or deterministic=False")
     args = parser.parse_args(argv)
     if args.eval_episodes < 1:
-        _fail("--eval-episodes", f"must be positive, got {args.eval_episodes}")
+        fail("--eval-episodes", f"must be positive, got {args.eval_episodes}")
     try:
         model = find_model(args.model)
         script = saved_script(model)
         module = load_script(script)
     except (FileNotFoundError, ValueError) as error:
-        _fail("model", str(error))
+        fail("model", str(error))
     try:
         options = parse_options(args.option, module.evaluate)
     except ValueError as error:
-        _fail("--option", str(error))
+        fail("--option", str(error))
     returns = module.evaluate(str(model), args.eval_episodes, env_id=args.env_id, capture_video=args.capture_video,
                               video_dir=args.video_dir, seed=args.seed, device=args.device, **options)
     print(f"{script}.py, {model}: {args.eval_episodes} episodes, return {returns.mean():.2f} ± {returns.std():.2f}")

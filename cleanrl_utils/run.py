@@ -24,31 +24,13 @@ import sys
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, NoReturn, Sequence
+from typing import Any, Sequence
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-USAGE_ERROR = 2
-"""Exit status of a run stopped by bad input (the same as argparse's)."""
-
-
-def fail(flag: str, message: str) -> NoReturn:
-    """Stop the program with one line on stderr, ``error: <flag>: <message>``, exit status 2.
-
-    Used for bad input before any work starts, so the user sees what to change rather than
-    a traceback from deep inside the run.
-    """
-    print(f"error: {flag}: {message}", file=sys.stderr)
-    raise SystemExit(USAGE_ERROR)
-
-
-def require(condition: bool, flag: str, message: str) -> None:
-    """Call :func:`fail` with ``flag`` and ``message`` unless ``condition`` holds."""
-    if not condition:
-        fail(flag, message)
-
+from cleanrl_utils.cli import USAGE_ERROR, fail, require, safe_name  # noqa: F401  (re-exported)
 
 def require_positive(args: Any, *names: str) -> None:
     """Fail on the first of the fields ``names`` of ``args`` that is not > 0.
@@ -58,11 +40,6 @@ def require_positive(args: Any, *names: str) -> None:
     for name in names:
         value = getattr(args, name)
         require(value > 0, flag_name(name), f"must be positive, got {value}")
-
-
-def safe_name(env_id: str) -> str:
-    """``env_id`` usable as part of a folder name: ``ALE/Pong-v5`` -> ``ALE-Pong-v5``."""
-    return env_id.replace("/", "-").replace(":", "-")
 
 
 def flag_name(field: str) -> str:

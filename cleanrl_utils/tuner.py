@@ -63,7 +63,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from cleanrl_utils.run import USAGE_ERROR, fail, require, safe_name
+from cleanrl_utils.cli import USAGE_ERROR, fail, log_tail, require, safe_name
 
 AGGREGATIONS: dict[str, Callable[[Sequence[float]], float]] = {
     "average": lambda values: float(np.mean(values)),
@@ -241,14 +241,6 @@ def aggregate(normalized: Sequence[float], aggregation: str) -> float:
     return AGGREGATIONS[aggregation](list(normalized))
 
 
-def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    """The last ``lines`` lines of the text file ``path`` ("" when it cannot be read)."""
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
 # ---------------------------------------------------------------------------------------
 # the tuner
 
@@ -382,7 +374,7 @@ class Tuner:
             status = subprocess.run(command, cwd=trial_dir, env=environ, stdout=output,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
         if status != 0:
-            raise RunFailed(f"{env_id} seed {seed} exited with status {status}; log {log}:\n{log_tail(log)}")
+            raise RunFailed(f"{env_id} seed {seed} exited with status {status}; log {log}:\n{chr(10).join(log_tail(log, LOG_TAIL_LINES))}")
         printed = re.findall(r"^run directory: (.+)$", log.read_text(errors="replace"), flags=re.MULTILINE)
         if printed:
             run_dir = trial_dir / printed[-1].strip()
