@@ -50,6 +50,17 @@ def assert_stops_with_one_line(script: str, flags: list[str], flag: str, message
     assert not (cwd / "runs").exists()
 
 
+def returns_by_env_mode(script: str, *flags: str, cwd: Path) -> dict[str, list[float]]:
+    """Run ``script`` with ``flags`` once with ``--env-mode sync`` and once with ``async`` (each in
+    its own folder under ``cwd``); the episodic returns of each: ``{"sync": [...], "async": [...]}``."""
+    returns = {}
+    for mode in ("sync", "async"):
+        (cwd / mode).mkdir()
+        run_script(script, *flags, "--env-mode", mode, cwd=cwd / mode)
+        returns[mode] = episodic_returns(run_dir(cwd / mode))
+    return returns
+
+
 def episodic_returns(directory: Path) -> list[float]:
     return [value for _, value in scalars(directory).get("charts/episodic_return", [])]
 
