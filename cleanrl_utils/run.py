@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import json
 import os
 import random
@@ -411,6 +412,8 @@ def make_vector_env(env_fns: Sequence, env_mode: str = "sync", episode_statistic
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # headless rgb_array rendering, no SDL noise
         os.environ.setdefault("MUJOCO_GL", "egl")  # MuJoCo renders off-screen through EGL (no X server)
     same_step = gym.vector.AutoresetMode.SAME_STEP
+    # each env records a replay log of its state, for checkpoints (cleanrl_utils/checkpoint.py)
+    env_fns = [functools.partial(_replayable, env_fn, index) for index, env_fn in enumerate(env_fns)]
     if env_mode == "sync":
         envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=same_step)
     elif env_mode == "async":
@@ -420,6 +423,13 @@ def make_vector_env(env_fns: Sequence, env_mode: str = "sync", episode_statistic
     if episode_statistics:
         return gym.wrappers.vector.RecordEpisodeStatistics(envs)
     return _EpisodesFromFinalInfo(envs)
+
+
+def _replayable(env_fn, index: int):
+    """``env_fn()`` wrapped in a :class:`~cleanrl_utils.checkpoint.ReplayableEnv` with its index."""
+    from cleanrl_utils.checkpoint import ReplayableEnv
+
+    return ReplayableEnv(env_fn(), index)
 
 
 class _EpisodesFromFinalInfo(gym.vector.VectorWrapper):
