@@ -26,8 +26,11 @@ checkpoint"); the replay idea is the one of deterministic simulators, e.g. the A
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
+import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -291,3 +294,103 @@ def load_checkpoint(path: str | os.PathLike, script: str) -> dict:
         raise ValueError(f"{path} was written by {content['script']}.py, not {script}.py")
     content["path"] = str(path)
     return content
+
+
+RESUMABLE_WITH_OTHER_VALUES = ("resume", "checkpoint_interval", "track", "wandb_project_name", "wandb_entity", "cuda",
+                               "torch_threads", "env_mode", "capture_video")
+"""Flags a resumed run may set differently from its checkpoint; every other flag comes from the checkpoint."""
+
+
+def resume_args(args: Any, script: str) -> tuple[Any, dict | None]:
+    """With ``--resume``, the arguments of the checkpoint's run and the checkpoint; else ``(args, None)``.
+
+    The resumed run continues with the checkpoint's arguments, except the flags in
+    :data:`RESUMABLE_WITH_OTHER_VALUES`, which are taken from the command line. A flag given
+    on the command line with a value other than the checkpoint's (and other than its
+    default) is refused, rather than silently ignored.
+
+    Raises:
+        SystemExit: (status 2, one line naming ``--resume`` or the flag) for a missing or
+            foreign checkpoint, or a flag that contradicts it.
+    """
+    from cleanrl_utils.run import fail, flag_name
+
+    if not args.resume:
+        return args, None
+    try:
+        checkpoint = load_checkpoint(args.resume, script)
+    except (OSError, ValueError, RuntimeError) as error:
+        fail("--resume", str(error))
+    saved = checkpoint["args"]
+    defaults = type(args)()
+    fields = [field.name for field in dataclasses.fields(args)]
+    unknown = sorted(set(saved) - set(fields))
+    if unknown:
+        fail("--resume", f"the checkpoint has arguments this {script}.py does not know: {', '.join(unknown)}")
+    for name in fields:
+        given = getattr(args, name)
+        if name in RESUMABLE_WITH_OTHER_VALUES or name not in saved:
+            continue
+        if given != getattr(defaults, name) and given != saved[name]:
+            fail(flag_name(name), f"{given!r} differs from the resumed run's {saved[name]!r}; "
+                                  f"leave it out to continue the run as it was started")
+    values = {name: (getattr(args, name) if name in RESUMABLE_WITH_OTHER_VALUES or name not in saved else saved[name])
+              for name in fields}
+    return type(args)(**values), checkpoint
+
+
+class Checkpointer:
+    """When to write checkpoints, and a SIGTERM that writes one before the run exits.
+
+    A checkpoint is due once ``global_step`` reaches the next multiple of ``interval`` (0:
+    never), and always after SIGTERM (a spot instance reclaimed, a job scheduler's time
+    limit): the handler only sets a flag; the script writes the checkpoint at its next safe
+    point (the end of a rollout or of a step) and exits with status 143 (128 + SIGTERM).
+    Files: ``{run_dir}/checkpoints/step_{global_step}.pt``; the ``keep`` most recent are kept.
+
+    Args:
+        run_dir: the run directory.
+        script: the script's name, stored in the file.
+        args: the run's ``Args``.
+        interval: environment steps between checkpoints (0: only on SIGTERM).
+        start_step: the global step the run starts from (a resumed run's).
+        keep: how many checkpoint files to keep (older ones are deleted).
+        writer: the run's TensorBoard writer, flushed before each checkpoint so that the
+            events up to the checkpoint's step are on disk when the checkpoint is.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike, script: str, args: Any, interval: int, start_step: int = 0,
+                 keep: int = 2, writer: Any = None):
+        self.directory = Path(run_dir) / "checkpoints"
+        self.script, self.args, self.interval, self.keep, self.writer = script, args, interval, keep, writer
+        self.next_step = (start_step // interval + 1) * interval if interval > 0 else None
+        self.stop_requested = False
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum, frame) -> None:
+        self.stop_requested = True
+
+    def due(self, global_step: int) -> bool:
+        """Whether a checkpoint should be written now (the interval reached, or SIGTERM received)."""
+        return self.stop_requested or (self.next_step is not None and global_step >= self.next_step)
+
+    def save(self, global_step: int, content: dict) -> Path:
+        """Write ``content`` (with ``global_step``) as ``step_{global_step}.pt``; prune old files; exit if asked.
+
+        Raises:
+            SystemExit: status 143 after writing, when SIGTERM was received.
+        """
+        if self.writer is not None:
+            self.writer.flush()
+        path = save_checkpoint(self.directory / f"step_{global_step}.pt", self.script, self.args,
+                               {**content, "global_step": global_step})
+        if self.interval > 0:
+            while self.next_step <= global_step:
+                self.next_step += self.interval
+        files = sorted(self.directory.glob("step_*.pt"), key=lambda file: int(file.stem.removeprefix("step_")))
+        for old in files[: -self.keep]:
+            old.unlink()
+        if self.stop_requested:
+            print(f"SIGTERM: checkpoint written to {path}; resume with --resume {path.parent.parent}", flush=True)
+            sys.exit(128 + signal.SIGTERM)
+        return path

@@ -11,6 +11,7 @@ import torch
 
 from cleanrl_utils import checkpoint
 from cleanrl_utils.run import make_vector_env
+from tests.conftest import ROOT, assert_stops_with_one_line, run_dir, run_script, scalars
 
 
 def _roundtrip(value, tmp_path):
@@ -157,3 +158,65 @@ def test_save_is_atomic_and_load_refuses_other_scripts(tmp_path):
     torch.save({"model": {}}, tmp_path / "model.pt")
     with pytest.raises(ValueError, match="not a cleanrl checkpoint"):
         checkpoint.load_checkpoint(tmp_path / "model.pt", "ppo")
+
+
+# ---- a script interrupted and resumed ends as if it had run uninterrupted (ppo.py, the pattern)
+
+PPO_RUN = ["--env-id", "CartPole-v1", "--num-envs", "2", "--num-steps", "128", "--total-timesteps", "40960",
+           "--save-model", "--eval-episodes", "1"]
+
+
+def _model(run):
+    return torch.load(next(run.glob("*.cleanrl_model")), weights_only=True)["model"]
+
+
+def _curves(run):
+    return {tag: values for tag, values in scalars(run).items() if tag != "charts/SPS"}
+
+
+def test_ppo_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "whole").mkdir()
+    run_script("ppo.py", *PPO_RUN, cwd=tmp_path / "whole")
+    whole = run_dir(tmp_path / "whole")
+
+    (tmp_path / "cut").mkdir()
+    environ = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, str(ROOT / "cleanrl" / "ppo.py"), *PPO_RUN, "--checkpoint-interval",
+                                "4096"], cwd=tmp_path / "cut", env=environ, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    while not list((tmp_path / "cut").glob("runs/*/checkpoints/step_4096.pt")):  # training is under way
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 143, err
+    cut = run_dir(tmp_path / "cut")
+    written = checkpoint.latest_checkpoint(cut)
+    step = int(written.stem.removeprefix("step_"))
+    assert 4096 < step < 40960 and "SIGTERM: checkpoint written" in out
+    assert not list(cut.glob("*.cleanrl_model"))  # it stopped before the end
+
+    result = run_script("ppo.py", "--resume", str(cut), cwd=tmp_path / "cut")
+    assert f"resumed at step {step}" in result.stdout
+    assert run_dir(tmp_path / "cut") == cut  # the same run directory continues
+    for name, tensor in _model(whole).items():
+        assert torch.equal(tensor, _model(cut)[name]), name
+    assert _curves(cut) == _curves(whole)  # TensorBoard curves continue without a fold or a repeat
+
+
+def test_resume_refuses_contradicting_flags_and_foreign_checkpoints(tmp_path):
+    run_script("ppo.py", "--env-id", "CartPole-v1", "--num-envs", "1", "--num-steps", "128", "--total-timesteps", "512",
+               "--checkpoint-interval", "256", cwd=tmp_path)
+    run = run_dir(tmp_path)
+    (tmp_path / "other").mkdir()
+    assert sorted(file.name for file in (run / "checkpoints").iterdir()) == ["step_256.pt", "step_512.pt"]
+    assert_stops_with_one_line("ppo.py", ["--resume", str(run), "--learning-rate", "0.1"], "--learning-rate",
+                               "differs from the resumed run's 0.00025", tmp_path / "other")
+    assert_stops_with_one_line("ppo.py", ["--resume", str(tmp_path / "nothing")], "--resume", "No such file",
+                               tmp_path / "other")
