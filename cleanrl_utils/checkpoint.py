@@ -118,9 +118,8 @@ class ReplayableEnv(gym.Wrapper):
     """Record what is needed to rebuild this env's exact state: a replay log since the last real reset.
 
     Wrap the outermost layer of each env (``make_vector_env`` does, with the env's index).
-    The log holds the base env's ``np_random`` state at the start of the call that reset the
-    base env (a "real" reset: an episodic-life wrapper's reset after a lost life is not one),
-    and every ``reset``/``step`` call on this wrapper since, with its arguments. The base
+    The log holds the base env's ``np_random`` state just before the base env's last reset
+    (a "real" reset: an episodic-life wrapper's reset after a lost life is not one), and every ``reset``/``step`` call on this wrapper since, with its arguments. The base
     env's ``reset`` is observed by shadowing it on the instance; nothing else changes.
 
     Args:
@@ -131,24 +130,28 @@ class ReplayableEnv(gym.Wrapper):
     def __init__(self, env: gym.Env, index: int = 0):
         super().__init__(env)
         self.index = index
-        self._start: dict | None = None  # np_random state before the call with the last real reset
+        self._start: dict | None = None  # base env's np_random state just before the last real reset
         self._events: list = []
-        self._real_reset = False
+        self._reset_start: dict | None = None  # set by a real reset during the current call
+        self._replay_start: dict | None = None  # while restoring: the generator state to reset with
         base = env.unwrapped
         original_reset = base.reset
 
         def observed_reset(*args, **kwargs):
-            self._real_reset = True
+            if self._replay_start is not None:  # restoring: the generator as it was at the recorded reset
+                base.np_random = make_generator(self._replay_start)
+                self._replay_start = None
+            if self._reset_start is None:  # the first real reset of this call (a no-op reset may reset again)
+                self._reset_start = generator_state(base.np_random)
             return original_reset(*args, **kwargs)
 
         base.reset = observed_reset  # the wrappers below call base.reset: an instance attribute wins
 
     def _record(self, event: list, call):
-        before = generator_state(self.env.unwrapped.np_random)
-        self._real_reset = False
+        self._reset_start = None
         result = call()
-        if self._real_reset:  # this call reset the base env: the log starts again here
-            self._start, self._events = before, []
+        if self._reset_start is not None:  # this call reset the base env: the log starts again here
+            self._start, self._events = self._reset_start, []
         self._events.append(event)
         return result
 
@@ -181,8 +184,8 @@ class ReplayableEnv(gym.Wrapper):
             raise ValueError("empty replay log: the env was never reset")
         observation, info = None, {}
         for number, event in enumerate(events):
-            if number == 0 and log["start"] is not None:
-                self.env.unwrapped.np_random = make_generator(log["start"])
+            if number == 0:  # the first call resets the base env: with the recorded generator state
+                self._replay_start = log["start"]
             if event[0] == "reset":
                 observation, info = self.reset(seed=event[1], options=_unplain(event[2]))
             else:
