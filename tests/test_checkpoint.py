@@ -11,7 +11,7 @@ import torch
 
 from cleanrl_utils import checkpoint
 from cleanrl_utils.run import make_vector_env
-from tests.conftest import ROOT, assert_stops_with_one_line, run_dir, run_script, scalars
+from tests.conftest import assert_stops_with_one_line, run_dir, run_script, sigterm_then_resume
 
 
 def _roundtrip(value, tmp_path):
@@ -166,48 +166,11 @@ PPO_RUN = ["--env-id", "CartPole-v1", "--num-envs", "2", "--num-steps", "128", "
            "--save-model", "--eval-episodes", "1"]
 
 
-def _model(run):
-    return torch.load(next(run.glob("*.cleanrl_model")), weights_only=True)["model"]
-
-
-def _curves(run):
-    return {tag: values for tag, values in scalars(run).items() if tag != "charts/SPS"}
-
-
 def test_ppo_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    (tmp_path / "whole").mkdir()
-    run_script("ppo.py", *PPO_RUN, cwd=tmp_path / "whole")
-    whole = run_dir(tmp_path / "whole")
-
-    (tmp_path / "cut").mkdir()
-    environ = {**os.environ, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen([sys.executable, str(ROOT / "cleanrl" / "ppo.py"), *PPO_RUN, "--checkpoint-interval",
-                                "4096"], cwd=tmp_path / "cut", env=environ, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    while not list((tmp_path / "cut").glob("runs/*/checkpoints/step_4096.pt")):  # training is under way
-        assert process.poll() is None, process.communicate()
-        time.sleep(0.05)
-    process.send_signal(signal.SIGTERM)
-    out, err = process.communicate(timeout=120)
-    assert process.returncode == 143, err
-    cut = run_dir(tmp_path / "cut")
-    written = checkpoint.latest_checkpoint(cut)
-    step = int(written.stem.removeprefix("step_"))
-    assert 4096 < step < 40960 and "SIGTERM: checkpoint written" in out
-    assert not list(cut.glob("*.cleanrl_model"))  # it stopped before the end
-
-    result = run_script("ppo.py", "--resume", str(cut), cwd=tmp_path / "cut")
-    assert f"resumed at step {step}" in result.stdout
-    assert run_dir(tmp_path / "cut") == cut  # the same run directory continues
-    for name, tensor in _model(whole).items():
-        assert torch.equal(tensor, _model(cut)[name]), name
-    assert _curves(cut) == _curves(whole)  # TensorBoard curves continue without a fold or a repeat
+    whole, resumed = sigterm_then_resume("ppo.py", PPO_RUN, 4096, 40960, tmp_path)
+    for name, tensor in whole["model"].items():
+        assert torch.equal(tensor, resumed["model"][name]), name
+    assert resumed["curves"] == whole["curves"]  # TensorBoard curves continue without a fold or a repeat
 
 
 def test_resume_refuses_contradicting_flags_and_foreign_checkpoints(tmp_path):
