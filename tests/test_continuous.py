@@ -306,6 +306,8 @@ def test_resume_without_the_buffer_refills_it_then_updates_on(tmp_path):
     (tmp_path / "other").mkdir()
     assert_stops_with_one_line("td3_continuous.py", ["--resume", str(whole)], "--resume",
                                "was written by sac_continuous.py, not td3_continuous.py", tmp_path / "other")
+    assert_stops_with_one_line("ddpg_continuous.py", ["--checkpoint-interval", "-1"], "--checkpoint-interval",
+                               "must be >= 0, got -1", tmp_path / "other")
 
 
 @pytest.mark.learning

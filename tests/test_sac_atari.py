@@ -226,3 +226,5 @@ def test_resume_without_the_buffer_refills_it_then_updates_on(tmp_path):
     other = save_checkpoint(tmp_path / "other" / "step_1.pt", "sac_continuous", Args(), {"global_step": 1})
     assert_stops_with_one_line("sac_atari.py", ["--resume", str(other)], "--resume",
                                "was written by sac_continuous.py, not sac_atari.py", tmp_path / "other")
+    assert_stops_with_one_line("sac_atari.py", ["--checkpoint-interval", "-1"], "--checkpoint-interval",
+                               "must be >= 0, got -1", tmp_path / "other")
