@@ -234,8 +234,8 @@ def test_training_from_the_first_step(tmp_path):
 
 # ---- checkpoints: interrupted by SIGTERM, resumed with --resume
 
-CHECKPOINTED = ["--env-id", "Pendulum-v1", "--total-timesteps", "1600", "--learning-starts", "200", "--buffer-size",
-                "1000", "--batch-size", "32", "--save-model", "--eval-episodes", "1"]
+CHECKPOINTED = ["--env-id", "Pendulum-v1", "--num-envs", "2", "--total-timesteps", "1200", "--learning-starts", "200",
+                "--buffer-size", "800", "--batch-size", "32", "--save-model", "--eval-episodes", "1"]
 
 
 def _tensors(value, prefix=""):
@@ -247,14 +247,14 @@ def _tensors(value, prefix=""):
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run(script, tmp_path):
-    # the replay (1000 transitions) wraps around within the 1600 steps, before and after the resume
-    whole, resumed = sigterm_then_resume(script, [*CHECKPOINTED, "--checkpoint-buffer"], 400, 1600, tmp_path)
+    # two envs; the replay (400 steps of each) wraps around within the 600 steps, before and after the resume
+    whole, resumed = sigterm_then_resume(script, [*CHECKPOINTED, "--checkpoint-buffer"], 300, 1200, tmp_path)
     expected, got = _tensors(whole["model"]), _tensors(resumed["model"])
     assert expected.keys() == got.keys() and len(expected) >= 8
     for name, tensor in expected.items():
         assert torch.equal(tensor, got[name]), name
     assert resumed["curves"] == whole["curves"]  # TensorBoard curves continue without a fold or a repeat
-    assert len(whole["curves"]["losses/qf1_loss"]) == 13  # logged at steps 301, 401, ..., 1501
+    assert [step for step, _ in whole["curves"]["losses/qf1_loss"]] == [402, 602, 802, 1002]  # every 100 iterations
 
 
 def test_resume_without_the_buffer_refills_it_then_updates_on(tmp_path):
