@@ -31,6 +31,15 @@ each 84x84 frame once; the temperature loss multiplies log α rather than α (se
 over actions and average over states, as written in the paper (CleanRL averages over both,
 which divides the gradients by |A|).
 
+Checkpoints (`--checkpoint-interval`, and on SIGTERM) hold the actor, the twin critics and
+their targets, the optimisers, log α, the random generators and the environments' states;
+`--resume` continues from one. With `--checkpoint-buffer` they hold the replay buffer too and
+the resumed run is the uninterrupted one exactly. Without it the resumed run starts with an
+empty buffer: it acts with its policy for `--learning-starts` steps to refill it and only then
+updates again (the trained networks and optimisers carry on). The replay rebuilds frame stacks
+from the frames it stores, and holds none from before the resume: the first transitions of the
+episodes under way then have zeros for the frames before it, as at an episode start.
+
 Run:
     python cleanrl/sac_atari.py --env-id BreakoutNoFrameskip-v4
 """
@@ -65,6 +74,15 @@ except ImportError:
     ale_py = None
 
 from cleanrl_utils.buffers import ReplayBuffer
+from cleanrl_utils.checkpoint import (
+    Checkpointer,
+    envs_state,
+    generator_state,
+    make_generator,
+    restore_envs,
+    resume_args,
+    set_rng_state,
+)
 from cleanrl_utils.evals import run_episodes
 from cleanrl_utils.run import (
     Progress,
@@ -104,6 +122,12 @@ class Args:
     """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it"""
     eval_episodes: int = 10
     """episodes the saved model is evaluated for (with --save-model)"""
+    checkpoint_interval: int = 0
+    """write a checkpoint to `{run_dir}/checkpoints/` every this many environment steps, at the end of the vector step that reaches it (0: only when the run receives SIGTERM)"""
+    checkpoint_buffer: bool = False
+    """if toggled, checkpoints hold the whole replay buffer (its size is printed at the start: about 7.1 GB per million transitions, as much memory again while one is written) and a resumed run continues exactly; without it a resumed run starts with an empty buffer and refills it for --learning-starts steps, acting with its policy, before updating again"""
+    resume: Optional[str] = None
+    """continue the run of this checkpoint file, or of the latest checkpoint in this run directory; its other flags come from the checkpoint"""
     torch_threads: int = 1
     """CPU threads for torch (1 is fastest for these small networks)"""
 
@@ -149,6 +173,7 @@ def check_args(args: Args) -> None:
     require_positive(args, "total_timesteps", "num_envs", "buffer_size", "batch_size", "policy_lr", "q_lr",
                      "adam_eps", "update_frequency", "target_network_frequency", "torch_threads")
     require(args.learning_starts >= 0, "--learning-starts", f"must be >= 0, got {args.learning_starts}")
+    require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
     require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
     require(0 < args.tau <= 1, "--tau", f"must be in (0, 1], got {args.tau}")
     require(args.alpha >= 0, "--alpha", f"must be >= 0, got {args.alpha}")
@@ -392,6 +417,7 @@ def evaluate(
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
+    args, resumed = resume_args(args, "sac_atari")  # with --resume: the checkpoint's run and its arguments
     check_args(args)
     check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "sac_atari.py", id_suffix="NoFrameskip-v4")
     with gym.make(args.env_id) as game:
@@ -410,7 +436,7 @@ if __name__ == "__main__":
                           device=device, seed=args.seed)
     except MemoryError as error:
         fail("--buffer-size", str(error))
-    run = start_run(args)
+    run = start_run(args, resume=resumed)
     writer = run.writer
 
     seed_everything(args.seed, args.torch_deterministic)
@@ -444,16 +470,42 @@ if __name__ == "__main__":
     rng = np.random.default_rng(args.seed)
     num_iterations = args.total_timesteps // N
 
-    global_step = 0
-    start_time = time.time()
+    global_step, first_iteration = 0, 0
+    updates_start = args.learning_starts  # the global step after which the networks are updated
+    pad_first_add = False  # the first add of a resume without the replay: no frames before it are stored
+    if args.checkpoint_buffer:
+        print(f"checkpoints hold the replay buffer: {rb.nbytes / 2**20:.3g} MiB each")
+    if resumed is None:
+        obs, _ = envs.reset(seed=args.seed)
+    else:  # continue: networks, optimisers, temperature, step, envs (replayed), random generators
+        for module, key in ((actor, "actor"), (qf1, "qf1"), (qf2, "qf2"), (qf1_target, "qf1_target"),
+                            (qf2_target, "qf2_target"), (q_optimizer, "q_optimizer"),
+                            (actor_optimizer, "actor_optimizer")):
+            module.load_state_dict(resumed[key])
+        if args.autotune:
+            with torch.no_grad():
+                log_alpha.copy_(resumed["log_alpha"])
+            alpha_optimizer.load_state_dict(resumed["alpha_optimizer"])
+            alpha = log_alpha.exp().item()
+        rng = make_generator(resumed["action_rng"])
+        rb.rng = make_generator(resumed["replay_rng"])
+        global_step, first_iteration = resumed["global_step"], resumed["iteration"] + 1
+        if "buffer" in resumed:
+            rb.load_state_dict(resumed["buffer"])
+        else:  # an empty buffer: refill it for --learning-starts steps before updating again
+            updates_start, pad_first_add = global_step + args.learning_starts, True
+            print(f"the checkpoint has no replay buffer: refilling it until step {updates_start} before updating")
+        obs = restore_envs(envs, resumed["envs"])
+        set_rng_state(resumed["rng"])
+    checkpointer = Checkpointer(run.directory, "sac_atari", args, args.checkpoint_interval, global_step, writer=writer)
+    start_step, start_time = global_step, time.time()
     if args.buffer_size % N:
         print(f"replay capacity {rb.capacity * N} transitions: --buffer-size rounded down to a multiple of "
               f"--num-envs {N}")
     if num_iterations * N != args.total_timesteps:
         print(f"training {num_iterations * N} steps: --total-timesteps rounded down to a multiple of --num-envs {N}")
-    progress = Progress(num_iterations * N)
-    obs, _ = envs.reset(seed=args.seed)
-    for iteration in range(num_iterations):
+    progress = Progress(num_iterations * N, start_step=global_step)
+    for iteration in range(first_iteration, num_iterations):
         global_step += N
         if global_step <= args.learning_starts:  # warm-up: uniformly random actions
             actions = rng.integers(num_actions, size=N)
@@ -466,11 +518,14 @@ if __name__ == "__main__":
 
         if "_episode" in infos:
             progress.episodes(log_episodes(writer, infos, global_step))
+        if pad_first_add:  # the replay starts here: its episodes start here, zero-padded as at a reset
+            obs, pad_first_add = obs.copy(), False
+            obs[:, :-1] = 0
         # s' is the real next observation: where an episode ended, its final observation.
         rb.add(obs, actions, rewards, terminations, truncations, real_next_obs(next_obs, infos))
         obs = next_obs
 
-        if global_step > args.learning_starts and len(rb) > 0:
+        if global_step > updates_start and len(rb) > 0:
             if iteration % args.update_frequency == 0:
                 data = rb.sample(args.batch_size)
                 # Critics: regress Q_i(s, a) on y = r + γ (1 - terminated) V(s'), V from the target critics.
@@ -519,7 +574,8 @@ if __name__ == "__main__":
                     if args.autotune:
                         writer.add_scalar("losses/alpha_loss", alpha_loss.item(), global_step)
                     writer.add_scalar("charts/learning_rate", q_optimizer.param_groups[0]["lr"], global_step)
-                    writer.add_scalar("charts/SPS", int(global_step / (time.time() - start_time)), global_step)
+                    writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)),
+                                      global_step)
 
             # Target critics: θ' ← τ θ + (1 - τ) θ'
             if iteration % args.target_network_frequency == 0:
@@ -528,6 +584,16 @@ if __name__ == "__main__":
                         for target_param, param in zip(target.parameters(), critic.parameters()):
                             target_param.lerp_(param, args.tau)
         progress.update(global_step)
+        if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
+            checkpointer.save(global_step, {
+                "iteration": iteration, "actor": actor.state_dict(), "qf1": qf1.state_dict(), "qf2": qf2.state_dict(),
+                "qf1_target": qf1_target.state_dict(), "qf2_target": qf2_target.state_dict(),
+                "q_optimizer": q_optimizer.state_dict(), "actor_optimizer": actor_optimizer.state_dict(),
+                **({"log_alpha": log_alpha.detach(), "alpha_optimizer": alpha_optimizer.state_dict()}
+                   if args.autotune else {}),
+                "action_rng": generator_state(rng), "replay_rng": generator_state(rb.rng),
+                **({"buffer": rb.state_dict()} if args.checkpoint_buffer else {}), "envs": envs_state(envs),
+                "wandb_id": run.wandb_id})
     progress.close()
 
     if args.save_model:

@@ -24,6 +24,13 @@ log α. And, against CleanRL:
     one batched matrix product per layer; the policy loss reads the critics through detached
     weights, so its backward pass computes no critic weight gradients it would throw away.
 
+Checkpoints (`--checkpoint-interval`, and on SIGTERM) hold the actor, the critics and their
+targets, the three optimisers, log α, the update count, the random generators and the
+environments' states; `--resume` continues from one. With `--checkpoint-buffer` they hold the
+replay buffer too and the resumed run is the uninterrupted one exactly. Without it the resumed
+run starts with an empty buffer: it acts with its policy for `--learning-starts` steps to
+refill it and only then updates again (the trained networks and optimisers carry on).
+
 Run:
     python cleanrl/sac_continuous.py --env-id Hopper-v5          # needs the mujoco extra
     python cleanrl/sac_continuous.py --env-id Pendulum-v1 --total-timesteps 20000
@@ -44,6 +51,15 @@ import torch.optim as optim
 import tyro
 
 from cleanrl_utils.buffers import ReplayBuffer
+from cleanrl_utils.checkpoint import (
+    Checkpointer,
+    envs_state,
+    generator_state,
+    make_generator,
+    restore_envs,
+    resume_args,
+    set_rng_state,
+)
 from cleanrl_utils.evals import run_episodes
 from cleanrl_utils.run import (
     Progress,
@@ -85,6 +101,12 @@ class Args:
     """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it"""
     eval_episodes: int = 10
     """episodes the saved model is evaluated for (with --save-model), with the mean action"""
+    checkpoint_interval: int = 0
+    """write a checkpoint to `{run_dir}/checkpoints/` every this many environment steps, at the end of the vector step that reaches it (0: only when the run receives SIGTERM)"""
+    checkpoint_buffer: bool = False
+    """if toggled, checkpoints hold the whole replay buffer (its size is printed at the start: about 72 MB per million Hopper transitions, as much memory again while one is written) and a resumed run continues exactly; without it a resumed run starts with an empty buffer and refills it for --learning-starts steps, acting with its policy, before updating again"""
+    resume: Optional[str] = None
+    """continue the run of this checkpoint file, or of the latest checkpoint in this run directory; its other flags come from the checkpoint"""
     torch_threads: int = 1
     """CPU threads for torch"""
     compile: bool = False
@@ -137,6 +159,7 @@ def check_args(args: Args) -> None:
             f"{args.target_entropy_scale} puts the target entropy -scale * |A| at or above |A| log 2, the entropy of "
             f"uniform actions on [-1, 1]^|A|; it must be above {-math.log(2):.4f}")
     require(args.learning_starts >= 0, "--learning-starts", f"must be >= 0, got {args.learning_starts}")
+    require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
     require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
     require(0 < args.tau <= 1, "--tau", f"must be in (0, 1], got {args.tau}")
     require(args.buffer_size >= args.batch_size, "--buffer-size",
@@ -365,6 +388,7 @@ def evaluate(
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
+    args, resumed = resume_args(args, "sac_continuous")  # with --resume: the checkpoint's run and its arguments
     check_args(args)
     observation_space, action_space = check_env(args.env_id, (gym.spaces.Box,), (gym.spaces.Box,),
                                                 "sac_continuous.py", obs_ndim=1, bounded_actions=True)
@@ -380,7 +404,7 @@ if __name__ == "__main__":
                           seed=args.seed)
     except MemoryError as error:
         fail("--buffer-size", str(error))
-    run = start_run(args)
+    run = start_run(args, resume=resumed)
     writer = run.writer
 
     seed_everything(args.seed, args.torch_deterministic)
@@ -440,16 +464,45 @@ if __name__ == "__main__":
 
     target_params, online_params = list(qf_target.parameters()), list(qf.parameters())
     num_iterations = args.total_timesteps // N
-    global_step, num_updates = 0, 0
-    start_time = time.time()
+    global_step, num_updates, first_iteration = 0, 0, 0
+    updates_start = args.learning_starts  # the global step after which the networks are updated
+    actor_loss, alpha_loss = None, torch.zeros(())  # the last policy and temperature losses, for the logs
+    if args.checkpoint_buffer:
+        print(f"checkpoints hold the replay buffer: {rb.nbytes / 2**20:.3g} MiB each")
+    if resumed is None:
+        obs, _ = envs.reset(seed=args.seed)
+    else:  # continue: networks, optimisers, temperature, step, envs (replayed), random generators
+        actor.load_state_dict(resumed["actor"])
+        qf.load_state_dict(resumed["qf"])
+        qf_target.load_state_dict(resumed["qf_target"])
+        q_optimizer.load_state_dict(resumed["q_optimizer"])
+        actor_optimizer.load_state_dict(resumed["actor_optimizer"])
+        with torch.no_grad():
+            log_alpha.copy_(resumed["log_alpha"])
+        if a_optimizer is not None:
+            a_optimizer.load_state_dict(resumed["a_optimizer"])
+        actor_loss, alpha_loss = resumed["actor_loss"], resumed["alpha_loss"]
+        rng = make_generator(resumed["action_rng"])
+        rb.rng = make_generator(resumed["replay_rng"])
+        global_step, num_updates = resumed["global_step"], resumed["num_updates"]
+        first_iteration = resumed["iteration"] + 1
+        if "buffer" in resumed:
+            rb.load_state_dict(resumed["buffer"])
+        else:  # an empty buffer: refill it for --learning-starts steps before updating again
+            updates_start = global_step + args.learning_starts
+            print(f"the checkpoint has no replay buffer: refilling it until step {updates_start} before updating")
+        obs = restore_envs(envs, resumed["envs"])
+        set_rng_state(resumed["rng"])
+    checkpointer = Checkpointer(run.directory, "sac_continuous", args, args.checkpoint_interval, global_step,
+                                writer=writer)
+    start_step, start_time = global_step, time.time()
     if args.buffer_size % N:
         print(f"replay capacity {rb.capacity * N} transitions: --buffer-size rounded down to a multiple of "
               f"--num-envs {N}")
     if num_iterations * N != args.total_timesteps:
         print(f"training {num_iterations * N} steps: --total-timesteps rounded down to a multiple of --num-envs {N}")
-    progress = Progress(num_iterations * N)
-    obs, _ = envs.reset(seed=args.seed)
-    for iteration in range(num_iterations):
+    progress = Progress(num_iterations * N, start_step=global_step)
+    for iteration in range(first_iteration, num_iterations):
         global_step += N
         if global_step <= args.learning_starts:
             u = rng.uniform(-1.0, 1.0, (N, action_dim))
@@ -464,7 +517,7 @@ if __name__ == "__main__":
         rb.add(obs, u, rewards, terminations, truncations, real_next_obs(next_obs, infos))
         obs = next_obs
 
-        if global_step > args.learning_starts and len(rb) > 0:
+        if global_step > updates_start and len(rb) > 0:
             for _ in range(args.gradient_steps):
                 data = rb.sample(args.batch_size)
                 q, qf_losses = critic_update(data)
@@ -487,8 +540,18 @@ if __name__ == "__main__":
                 if args.autotune:
                     writer.add_scalar("losses/alpha_loss", alpha_loss.item(), global_step)
                 writer.add_scalar("charts/learning_rate", q_optimizer.param_groups[0]["lr"], global_step)
-                writer.add_scalar("charts/SPS", int(global_step / (time.time() - start_time)), global_step)
+                writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)),
+                                  global_step)
         progress.update(global_step)
+        if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
+            checkpointer.save(global_step, {
+                "iteration": iteration, "num_updates": num_updates, "actor": actor.state_dict(),
+                "qf": qf.state_dict(), "qf_target": qf_target.state_dict(), "q_optimizer": q_optimizer.state_dict(),
+                "actor_optimizer": actor_optimizer.state_dict(), "log_alpha": log_alpha.detach(),
+                **({"a_optimizer": a_optimizer.state_dict()} if a_optimizer is not None else {}),
+                "actor_loss": actor_loss, "alpha_loss": alpha_loss, "action_rng": generator_state(rng),
+                "replay_rng": generator_state(rb.rng), **({"buffer": rb.state_dict()} if args.checkpoint_buffer else {}),
+                "envs": envs_state(envs), "wandb_id": run.wandb_id})
     progress.close()
 
     if args.save_model:

@@ -14,7 +14,14 @@ import torch
 import torch.nn as nn
 
 from cleanrl import ddpg_continuous, sac_continuous, td3_continuous
-from tests.conftest import episodic_returns, run_dir, run_script, scalars
+from tests.conftest import (
+    assert_stops_with_one_line,
+    episodic_returns,
+    run_dir,
+    run_script,
+    scalars,
+    sigterm_then_resume,
+)
 
 SCRIPTS = ["ddpg_continuous.py", "td3_continuous.py", "sac_continuous.py"]
 MODULES = {"ddpg_continuous.py": ddpg_continuous, "td3_continuous.py": td3_continuous,
@@ -225,6 +232,84 @@ def test_training_from_the_first_step(tmp_path):
     assert "losses/qf1_loss" in scalars(run_dir(tmp_path))
 
 
+# ---- checkpoints: interrupted by SIGTERM, resumed with --resume
+
+CHECKPOINTED = ["--env-id", "Pendulum-v1", "--num-envs", "2", "--total-timesteps", "1200", "--learning-starts", "200",
+                "--buffer-size", "800", "--batch-size", "32", "--save-model", "--eval-episodes", "1"]
+
+
+def _tensors(value, prefix=""):
+    """The tensors of a nested dict of state dicts, by dotted name."""
+    if isinstance(value, torch.Tensor):
+        return {prefix: value}
+    return {name: tensor for key, item in value.items() for name, tensor in _tensors(item, f"{prefix}.{key}").items()}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run(script, tmp_path):
+    # two envs; the replay (400 steps of each) wraps around within the 600 steps, before and after the resume
+    whole, resumed = sigterm_then_resume(script, [*CHECKPOINTED, "--checkpoint-buffer"], 300, 1200, tmp_path)
+    expected, got = _tensors(whole["model"]), _tensors(resumed["model"])
+    assert expected.keys() == got.keys() and len(expected) >= 8
+    for name, tensor in expected.items():
+        assert torch.equal(tensor, got[name]), name
+    assert resumed["curves"] == whole["curves"]  # TensorBoard curves continue without a fold or a repeat
+    assert [step for step, _ in whole["curves"]["losses/qf1_loss"]] == [402, 602, 802, 1002]  # every 100 iterations
+
+
+def test_resume_without_the_buffer_refills_it_then_updates_on(tmp_path):
+    """Resumed from a checkpoint without the replay, SAC acts for --learning-starts steps, then updates again,
+    with its trained optimisers and temperature (the networks load as in the exact test above)."""
+    from shutil import copytree
+
+    flags = ["--env-id", "Pendulum-v1", "--total-timesteps", "1200", "--learning-starts", "200", "--buffer-size", "1000",
+             "--batch-size", "32", "--checkpoint-interval", "400"]
+    (tmp_path / "whole").mkdir()
+    run_script("sac_continuous.py", *flags, cwd=tmp_path / "whole")
+    whole = run_dir(tmp_path / "whole")
+    assert sorted(path.name for path in (whole / "checkpoints").iterdir()) == ["step_1200.pt", "step_800.pt"]
+    # the run continued from its step-800 checkpoint, in a copy of its directory
+    copy = copytree(whole, tmp_path / "resumed" / "runs" / whole.name)
+    (copy / "checkpoints" / "step_1200.pt").unlink()
+    result = run_script("sac_continuous.py", "--resume", str(copy / "checkpoints" / "step_800.pt"),
+                        "--checkpoint-interval", "400", cwd=tmp_path / "resumed")
+    assert "resumed at step 800" in result.stdout and "refilling it until step 1000" in result.stdout
+
+    def load(run):
+        return torch.load(run / "checkpoints" / "step_1200.pt", weights_only=True)
+
+    before = torch.load(whole / "checkpoints" / "step_800.pt", weights_only=True)
+    uninterrupted, after = load(whole), load(copy)
+    assert "buffer" not in before
+    # one update per step after step 200, none in steps 801-1000 of the resumed run
+    assert (before["num_updates"], uninterrupted["num_updates"], after["num_updates"]) == (600, 1000, 800)
+    # the optimisers continued (Adam's step counts), they did not start again
+    for name in ("q_optimizer", "actor_optimizer", "a_optimizer"):
+        assert {int(s["step"]) for s in after[name]["state"].values()} == {800}, name
+    curves, original = scalars(copy), scalars(whole)
+    losses = [step for step, _ in curves["losses/qf1_loss"]]
+    # logged every 100 steps; the step-801 values, written after the checkpoint, were dropped on resuming,
+    # and nothing is logged while the replay refills
+    assert losses == [301, 401, 501, 601, 701, 1001, 1101]
+    assert [step for step, _ in original["losses/qf1_loss"]] == [*losses[:5], 801, 901, 1001, 1101]
+    for tag, values in original.items():  # the curves up to the checkpoint are the run's, unchanged
+        if tag != "charts/SPS":
+            assert [v for v in curves[tag] if v[0] <= 800] == [v for v in values if v[0] <= 800], tag
+    assert [step for step, _ in curves["charts/episodic_return"]] == [200, 400, 600, 800, 1000, 1200]
+    # the first update after the refill starts from the trained state: α one Adam step past the checkpoint's,
+    # as at step 801 of the uninterrupted run (it fell from 0.2), and the critics' values as low as trained ones
+    alpha, original_alpha = dict(curves["losses/alpha"]), dict(original["losses/alpha"])
+    assert original_alpha[801] < 0.15 and abs(math.log(alpha[1001] / original_alpha[801])) < 0.005
+    q_values = dict(curves["losses/qf1_values"])
+    assert q_values[1001] < q_values[401] < q_values[301] < 0
+    # another script's checkpoint is refused
+    (tmp_path / "other").mkdir()
+    assert_stops_with_one_line("td3_continuous.py", ["--resume", str(whole)], "--resume",
+                               "was written by sac_continuous.py, not td3_continuous.py", tmp_path / "other")
+    assert_stops_with_one_line("ddpg_continuous.py", ["--checkpoint-interval", "-1"], "--checkpoint-interval",
+                               "must be >= 0, got -1", tmp_path / "other")
+
+
 @pytest.mark.learning
 @pytest.mark.parametrize("script,steps", [("sac_continuous.py", 12000), ("td3_continuous.py", 12000),
                                           ("ddpg_continuous.py", 12000)])
@@ -242,15 +327,23 @@ def test_learns_pendulum(script, steps, tmp_path):
 # ---- the training loop, run in this process so that its variables can be inspected
 
 def run_in_process(script, monkeypatch, cwd, *flags):
-    """Run ``cleanrl/<script>`` as ``__main__`` in this process; return its global variables."""
+    """Run ``cleanrl/<script>`` as ``__main__`` in this process; return its global variables.
+
+    The SIGTERM handler the script's checkpointer installs is removed afterwards, so that pytest
+    still ends on SIGTERM."""
     import runpy
+    import signal
     import sys
     from pathlib import Path
 
     monkeypatch.chdir(cwd)
     monkeypatch.setattr(sys, "argv", [script, *flags])
     path = Path(__file__).resolve().parent.parent / "cleanrl" / script
-    return runpy.run_path(str(path), run_name="__main__")
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        return runpy.run_path(str(path), run_name="__main__")
+    finally:
+        signal.signal(signal.SIGTERM, handler)
 
 
 LOOP = ["--env-id", "tests.envs:ContinuousCounter-v0", "--num-envs", "2", "--total-timesteps", "60",

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from cleanrl.sac_atari import (
+    Args,
     NatureCNN,
     discrete_actor_loss,
     discrete_temperature_loss,
@@ -170,3 +171,60 @@ def test_network_outputs_one_value_per_action_from_frames():
     # pixels are scaled by 1/255: a frame of 255s equals a float input of 1s through the encoder
     ones = torch.full((1, 4, 84, 84), 255, dtype=torch.uint8)
     torch.testing.assert_close(net(ones), net.head(net.encoder(torch.ones(1, 4, 84, 84))))
+
+
+# ---- checkpoints: interrupted by SIGTERM, resumed with --resume (whole runs on Breakout, a few seconds each)
+
+CHECKPOINTED = ["--total-timesteps", "800", "--learning-starts", "400", "--buffer-size", "600", "--batch-size", "16",
+                "--update-frequency", "8", "--target-network-frequency", "48", "--torch-threads", "1"]
+
+
+def test_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run(tmp_path):
+    from tests.conftest import sigterm_then_resume
+
+    # the frame-stacked replay (600 transitions) wraps around; the target critics are copied every 48 steps
+    whole, resumed = sigterm_then_resume("sac_atari.py", [*CHECKPOINTED, "--checkpoint-buffer", "--save-model",
+                                                          "--eval-episodes", "1"], 200, 800, tmp_path)
+    assert whole["model"].keys() == resumed["model"].keys() == {"actor", "qf1", "qf2", "alpha"}
+    for part in ("actor", "qf1", "qf2"):
+        for name, tensor in whole["model"][part].items():
+            assert torch.equal(tensor, resumed["model"][part][name]), (part, name)
+    assert whole["model"]["alpha"] == resumed["model"]["alpha"] != 1.0  # tuned from 1
+    assert resumed["curves"] == whole["curves"]  # TensorBoard curves continue without a fold or a repeat
+    assert len(whole["curves"]["charts/episodic_return"]) >= 2
+
+
+def test_resume_without_the_buffer_refills_it_then_updates_on(tmp_path):
+    """Resumed without the replay in the middle of a life (its frame stack full of frames the new replay does not
+    hold), the run refills the replay for --learning-starts steps, then updates on with its trained optimisers."""
+    from shutil import copytree
+
+    from cleanrl_utils.checkpoint import save_checkpoint
+    from tests.conftest import assert_stops_with_one_line, run_dir, run_script
+
+    flags = [*CHECKPOINTED, "--learning-starts", "100", "--checkpoint-interval", "200"]
+    (tmp_path / "whole").mkdir()
+    run_script("sac_atari.py", *flags, cwd=tmp_path / "whole")
+    whole = run_dir(tmp_path / "whole")
+    copy = copytree(whole, tmp_path / "resumed" / "runs" / whole.name)
+    (copy / "checkpoints" / "step_800.pt").unlink()
+    result = run_script("sac_atari.py", "--resume", str(copy / "checkpoints" / "step_600.pt"), "--checkpoint-interval",
+                        "200", cwd=tmp_path / "resumed")
+    assert "resumed at step 600" in result.stdout and "refilling it until step 700" in result.stdout
+
+    def adam_steps(run, step):
+        checkpoint = torch.load(run / "checkpoints" / f"step_{step}.pt", weights_only=True)
+        assert "buffer" not in checkpoint
+        return [{int(s["step"]) for s in checkpoint[name]["state"].values()}
+                for name in ("q_optimizer", "actor_optimizer", "alpha_optimizer")]
+
+    # updates at every 8th iteration after step 100: 62 by step 600, 87 by step 800; resumed at 600, none in
+    # steps 601-700 and 12 in steps 701-800 (iterations 704, ..., 792), from the trained optimisers' states
+    assert adam_steps(whole, 600) == [{62}] * 3 and adam_steps(whole, 800) == [{87}] * 3
+    assert adam_steps(copy, 800) == [{62 + 12}] * 3
+    # another script's checkpoint is refused
+    other = save_checkpoint(tmp_path / "other" / "step_1.pt", "sac_continuous", Args(), {"global_step": 1})
+    assert_stops_with_one_line("sac_atari.py", ["--resume", str(other)], "--resume",
+                               "was written by sac_continuous.py, not sac_atari.py", tmp_path / "other")
+    assert_stops_with_one_line("sac_atari.py", ["--checkpoint-interval", "-1"], "--checkpoint-interval",
+                               "must be >= 0, got -1", tmp_path / "other")
