@@ -181,12 +181,14 @@ class _Storage:
 
         Returns:
             ``{"arrays": {name: tensor or nested dict/list of tensors}, "rng": bit-generator
-            state}``: copies of every array (transitions, positions, counts, the sum tree of a
-            prioritized buffer), so the dict loads with ``torch.load(..., weights_only=True)``.
-            Its size is the buffer's ``nbytes``.
+            state}``: every array (transitions, positions, counts, the sum tree of a
+            prioritized buffer) as tensors, so the dict loads with ``torch.load(...,
+            weights_only=True)``. Its size is the buffer's ``nbytes``. The tensors share the
+            buffer's memory (save them before the next ``add``); a shared-memory buffer is
+            copied under its lock instead, since other processes may write to it.
         """
-        with self._lock:
-            arrays = {name: _to_tensors(getattr(self, name)) for name in self._array_names}
+        with self._lock:  # a shared buffer is copied (other processes may write on); otherwise no copy
+            arrays = {name: _to_tensors(getattr(self, name), copy=self.shared) for name in self._array_names}
         return {"arrays": arrays, "rng": self.rng.bit_generator.state}
 
     def load_state_dict(self, state: dict) -> None:
@@ -205,13 +207,14 @@ class _Storage:
         self.rng.bit_generator.state = state["rng"]
 
 
-def _to_tensors(value: Any) -> Any:
-    """A copy of an array (or namedarraytuple / tuple of arrays, nested) as tensors in dicts and lists."""
+def _to_tensors(value: Any, copy: bool) -> Any:
+    """An array (or namedarraytuple / tuple of arrays, nested) as tensors in dicts and lists,
+    sharing its memory or (``copy``) copied."""
     if isinstance(value, np.ndarray):
-        return torch.from_numpy(value.copy())
+        return torch.from_numpy(value.copy() if copy else value)
     if is_namedarraytuple(value):
-        return {field: _to_tensors(item) for field, item in zip(value._fields, value)}
-    return [_to_tensors(item) for item in value]
+        return {field: _to_tensors(item, copy) for field, item in zip(value._fields, value)}
+    return [_to_tensors(item, copy) for item in value]
 
 
 def _copy_into(target: Any, saved: Any, name: str) -> None:

@@ -299,18 +299,20 @@ def load_checkpoint(path: str | os.PathLike, script: str) -> dict:
     return content
 
 
-RESUMABLE_WITH_OTHER_VALUES = ("resume", "checkpoint_interval", "track", "wandb_project_name", "wandb_entity", "cuda",
-                               "torch_threads", "env_mode", "capture_video")
-"""Flags a resumed run may set differently from its checkpoint; every other flag comes from the checkpoint."""
+RESUMABLE_WITH_OTHER_VALUES = ("resume", "checkpoint_interval", "checkpoint_buffer", "track", "wandb_project_name",
+                               "wandb_entity", "cuda", "torch_threads", "env_mode", "capture_video")
+"""Flags a resumed run may set differently from its checkpoint (left at their defaults, they keep
+the checkpoint's values); every other flag comes from the checkpoint."""
 
 
 def resume_args(args: Any, script: str) -> tuple[Any, dict | None]:
     """With ``--resume``, the arguments of the checkpoint's run and the checkpoint; else ``(args, None)``.
 
     The resumed run continues with the checkpoint's arguments, except the flags in
-    :data:`RESUMABLE_WITH_OTHER_VALUES`, which are taken from the command line. A flag given
-    on the command line with a value other than the checkpoint's (and other than its
-    default) is refused, rather than silently ignored.
+    :data:`RESUMABLE_WITH_OTHER_VALUES` given on the command line with a value other than
+    their default, which take that value (so a plain ``--resume`` keeps writing checkpoints at
+    the run's ``--checkpoint-interval``). Any other flag given with a value other than the
+    checkpoint's (and other than its default) is refused, rather than silently ignored.
 
     Raises:
         SystemExit: (status 2, one line naming ``--resume`` or the flag) for a missing or
@@ -337,8 +339,15 @@ def resume_args(args: Any, script: str) -> tuple[Any, dict | None]:
         if given != getattr(defaults, name) and given != saved[name]:
             fail(flag_name(name), f"{given!r} differs from the resumed run's {saved[name]!r}; "
                                   f"leave it out to continue the run as it was started")
-    values = {name: (getattr(args, name) if name in RESUMABLE_WITH_OTHER_VALUES or name not in saved else saved[name])
-              for name in fields}
+    values = {}
+    for name in fields:
+        given = getattr(args, name)
+        if name == "resume" or name not in saved:
+            values[name] = given
+        elif name in RESUMABLE_WITH_OTHER_VALUES and given != getattr(defaults, name):
+            values[name] = given  # changed on the command line
+        else:
+            values[name] = saved[name]
     return type(args)(**values), checkpoint
 
 

@@ -183,3 +183,15 @@ def test_resume_refuses_contradicting_flags_and_foreign_checkpoints(tmp_path):
                                "differs from the resumed run's 0.00025", tmp_path / "other")
     assert_stops_with_one_line("ppo.py", ["--resume", str(tmp_path / "nothing")], "--resume", "No such file",
                                tmp_path / "other")
+
+
+def test_resume_keeps_the_runs_checkpoint_flags_unless_given(tmp_path):
+    from cleanrl.ppo import Args
+
+    path = checkpoint.save_checkpoint(tmp_path / "run" / "checkpoints" / "step_512.pt", "ppo",
+                                      Args(env_id="Acrobot-v1", checkpoint_interval=256, torch_threads=2),
+                                      {"global_step": 512})
+    plain, _ = checkpoint.resume_args(Args(resume=str(path)), "ppo")
+    assert (plain.env_id, plain.checkpoint_interval, plain.torch_threads) == ("Acrobot-v1", 256, 2)
+    changed, _ = checkpoint.resume_args(Args(resume=str(path), checkpoint_interval=100, torch_threads=3), "ppo")
+    assert (changed.env_id, changed.checkpoint_interval, changed.torch_threads) == ("Acrobot-v1", 100, 3)
