@@ -314,31 +314,29 @@ def test_computed_fields_are_not_flags(script, flag, tmp_path):
 
 # ---- checkpoints of the off-policy scripts: SIGTERM, then --resume (cleanrl_utils/checkpoint.py)
 
-DQN_RESUME = {
-    "dqn.py": ["--total-timesteps", "2000", "--learning-starts", "500", "--buffer-size", "1000", "--train-frequency",
-               "2", "--target-network-frequency", "100"],
-    "dqn.py all options": ["--total-timesteps", "2000", "--learning-starts", "500", "--buffer-size", "1000",
-                           "--train-frequency", "2", "--target-network-frequency", "100", "--double-q", "--dueling",
-                           "--n-step", "3", "--prioritized-replay"],
-    "dqn_atari.py": ["--total-timesteps", "1200", "--learning-starts", "200", "--buffer-size", "1000",
-                     "--target-network-frequency", "100", "--n-step", "3", "--prioritized-replay"],
+DQN_RESUME = {  # tiny runs: few updates (an Atari update costs tens of ms on one core, whatever the batch)
+    "dqn.py": ["--total-timesteps", "2000", "--learning-starts", "500", "--buffer-size", "1000", "--batch-size", "32",
+               "--train-frequency", "4", "--target-network-frequency", "100"],
+    "dqn_atari.py": ["--total-timesteps", "800", "--learning-starts", "200", "--buffer-size", "1000", "--batch-size",
+                     "4", "--train-frequency", "4", "--target-network-frequency", "100", "--double-q", "--dueling",
+                     "--n-step", "3", "--prioritized-replay"],
 }
 
 
-@pytest.mark.parametrize("case", DQN_RESUME)
-def test_dqn_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run(case, tmp_path):
+@pytest.mark.parametrize("script", DQN_RESUME)
+def test_dqn_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run(script, tmp_path):
     import torch
 
     from tests.conftest import sigterm_then_resume
 
-    script, flags = case.split()[0], DQN_RESUME[case]
+    flags = DQN_RESUME[script]
     total = int(flags[flags.index("--total-timesteps") + 1])
     whole, resumed = sigterm_then_resume(script, [*flags, "--checkpoint-buffer", "--save-model", "--eval-episodes",
                                                   "1"], total // 4, total, tmp_path)
     for name, tensor in whole["model"].items():
         assert torch.equal(tensor, resumed["model"][name]), name
     assert resumed["curves"] == whole["curves"]  # TensorBoard curves continue without a fold or a repeat
-    assert any(step > total // 2 for step, _ in resumed["curves"]["losses/td_loss"])
+    assert any(step > total // 2 for step, _ in resumed["curves"]["losses/td_loss"])  # updates after the cut
 
 
 def resume_without_the_buffer(script: str, flags: list[str], total: int, loss_tag: str, cwd) -> None:
@@ -347,8 +345,9 @@ def resume_without_the_buffer(script: str, flags: list[str], total: int, loss_ta
 
     Runs ``script`` for ``total`` steps with --learning-starts total/4 and checkpoints at total/2
     and total, then resumes the one at total/2 with checkpoints every total/4: the checkpoint at
-    3 total/4, the end of the refill, must hold the resumed parameters exactly; the one at the
-    end other ones; and the loss curve ``loss_tag`` continues only after the refill.
+    3 total/4, the end of the refill, must hold the resumed parameters exactly (kept, and not
+    updated while refilling), the one at the end other ones (updated again), and the loss curve
+    ``loss_tag`` has no point during the refill.
     """
     import torch
 
@@ -369,14 +368,14 @@ def resume_without_the_buffer(script: str, flags: list[str], total: int, loss_ta
         assert torch.equal(refilled[name], tensor), name
     assert any(not torch.equal(final[name], refilled[name]) for name in final)  # the updates resumed
     curves = scalars(run)
-    logged = [step for step, _ in curves[loss_tag] if step > half]
-    assert logged and min(logged) > half + quarter, logged
+    assert not [step for step, _ in curves[loss_tag] if half < step <= half + quarter]
     assert any(step > half for step, _ in curves["charts/episodic_return"])  # the episodes went on
 
 
 @pytest.mark.parametrize("script,flags,total", [
-    ("dqn.py", ["--buffer-size", "1000", "--train-frequency", "2", "--target-network-frequency", "100"], 2000),
-    ("dqn_atari.py", ["--buffer-size", "1000", "--target-network-frequency", "100", "--n-step", "3"], 1600),
+    ("dqn.py", ["--buffer-size", "1000", "--batch-size", "32", "--train-frequency", "2"], 2000),
+    ("dqn_atari.py", ["--buffer-size", "1000", "--batch-size", "4", "--target-network-frequency", "100",
+                      "--n-step", "3"], 800),
 ])
 def test_dqn_resume_without_the_buffer_refills_it_then_updates(script, flags, total, tmp_path):
     resume_without_the_buffer(script, flags, total, "losses/td_loss", tmp_path)
