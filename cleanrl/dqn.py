@@ -435,7 +435,8 @@ if __name__ == "__main__":
                     writer.add_scalar("losses/q_values", old_val.mean().item(), global_step)
                     writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
                     writer.add_scalar("charts/epsilon", epsilon, global_step)
-                    writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)), global_step)
+                    sps = int((global_step - start_step) / (time.time() - start_time))
+                    writer.add_scalar("charts/SPS", sps, global_step)
 
             # Target network: θ' ← τ θ + (1 - τ) θ'
             if iteration % args.target_network_frequency == 0:
@@ -445,10 +446,10 @@ if __name__ == "__main__":
         progress.update(global_step)
         if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
             replay = {"replay": rb.state_dict()} if args.checkpoint_buffer else {"replay_rng": generator_state(rb.rng)}
-            checkpointer.save(global_step, {"model": q_network.state_dict(), "target_model": target_network.state_dict(),
-                                            "optimizer": optimizer.state_dict(), "action_rng": generator_state(rng),
-                                            "train_start": train_start, "envs": envs_state(envs),
-                                            "wandb_id": run.wandb_id, **replay})
+            checkpointer.save(global_step, {
+                "model": q_network.state_dict(), "target_model": target_network.state_dict(),
+                "optimizer": optimizer.state_dict(), "action_rng": generator_state(rng), "train_start": train_start,
+                "envs": envs_state(envs), "wandb_id": run.wandb_id, **replay})
     progress.close()
 
     if args.save_model:

@@ -485,10 +485,10 @@ if __name__ == "__main__":
         progress.update(global_step)
         if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
             replay = {"replay": rb.state_dict()} if args.checkpoint_buffer else {"replay_rng": generator_state(rb.rng)}
-            checkpointer.save(global_step, {"model": q_network.state_dict(), "target_model": target_network.state_dict(),
-                                            "optimizer": optimizer.state_dict(), "action_rng": generator_state(rng),
-                                            "train_start": train_start, "envs": envs_state(envs),
-                                            "wandb_id": run.wandb_id, **replay})
+            checkpointer.save(global_step, {
+                "model": q_network.state_dict(), "target_model": target_network.state_dict(),
+                "optimizer": optimizer.state_dict(), "action_rng": generator_state(rng), "train_start": train_start,
+                "envs": envs_state(envs), "wandb_id": run.wandb_id, **replay})
     progress.close()
 
     if args.save_model:
