@@ -135,7 +135,7 @@ class Args:
     exploration_fraction: float = 0.5
     """fraction of total_timesteps over which ε decays linearly from start_e to end_e"""
     learning_starts: int = 10000
-    """environment steps of random-policy data collection before training starts"""
+    """environment steps of data collection before training starts (ε-greedy from --start-e; also the refill after a --resume whose checkpoint has no replay buffer)"""
     train_frequency: int = 10
     """vector steps between gradient steps"""
     double_q: bool = False

@@ -162,7 +162,7 @@ class Args:
     batch_size: int = 32
     """transitions per gradient step"""
     learning_starts: int = 20000
-    """environment steps of uniformly random actions before training starts (80k frames)"""
+    """environment steps of uniformly random actions before training starts (80k frames; also the refill after a --resume whose checkpoint has no replay buffer)"""
     train_frequency: int = 4
     """vector steps between gradient steps"""
     max_grad_norm: float = 10.0
