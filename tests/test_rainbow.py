@@ -189,26 +189,28 @@ def test_noise_is_saved_and_restored_outside_the_state_dict(tmp_path):
     assert torch.equal(other(x), expected)
 
 
-RAINBOW_RESUME = ["--total-timesteps", "800", "--learning-starts", "200", "--buffer-size", "1000", "--batch-size", "4",
-                  "--train-frequency", "4", "--target-network-frequency", "100"]
+RAINBOW_RESUME = ["--buffer-size", "1000", "--batch-size", "4", "--train-frequency", "4", "--target-network-frequency",
+                  "100"]  # tiny runs: each noisy-network step (acting or update) costs several ms on one core
 
 
 def test_rainbow_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run(tmp_path):
     from tests.conftest import sigterm_then_resume
 
-    whole, resumed = sigterm_then_resume("rainbow_atari.py", [*RAINBOW_RESUME, "--checkpoint-buffer", "--save-model",
-                                                              "--eval-episodes", "1"], 200, 800, tmp_path)
+    # stopped after the first updates (from step 251), so that the noise they drew must come back
+    whole, resumed = sigterm_then_resume("rainbow_atari.py", [*RAINBOW_RESUME, "--total-timesteps", "600",
+                                                              "--learning-starts", "250", "--checkpoint-buffer",
+                                                              "--save-model", "--eval-episodes", "1"], 300, 600,
+                                         tmp_path)
     for name, tensor in whole["model"].items():
         assert torch.equal(tensor, resumed["model"][name]), name
     assert resumed["curves"] == whole["curves"]  # TensorBoard curves continue without a fold or a repeat
-    assert any(step > 400 for step, _ in resumed["curves"]["losses/loss"])  # updates after the cut
+    assert any(step > 300 for step, _ in resumed["curves"]["losses/loss"])  # updates after the cut
 
 
 def test_rainbow_resume_without_the_buffer_refills_it_then_updates(tmp_path):
     from tests.test_scripts import resume_without_the_buffer
 
-    resume_without_the_buffer("rainbow_atari.py", ["--buffer-size", "1000", "--batch-size", "4",
-                                                   "--target-network-frequency", "100"], 800, "losses/loss", tmp_path)
+    resume_without_the_buffer("rainbow_atari.py", RAINBOW_RESUME, 600, "losses/loss", tmp_path)
 
 
 def test_rainbow_resume_refuses_another_scripts_checkpoint(tmp_path):
