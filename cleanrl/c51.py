@@ -15,8 +15,16 @@ replay keeps the real final observation of a truncated episode and the target bo
 it; only a termination collapses the target distribution onto the return G. The loss is
 CleanRL's (cross-entropy of the projected target, mean over the batch).
 
+Checkpoints (--checkpoint-interval, SIGTERM) hold the networks, the optimiser, the global step
+(ε is a function of it), the random generators and the environments' states; with
+--checkpoint-buffer also the replay buffer, and --resume then continues exactly. Without it the
+resumed run starts with an empty buffer and refills it for --learning-starts steps (acting
+ε-greedily with the trained network) before the updates resume.
+
 Run:
     python cleanrl/c51.py --env-id CartPole-v1
+    python cleanrl/c51.py --checkpoint-interval 100000   # then, if stopped:
+    python cleanrl/c51.py --resume runs/CartPole-v1__c51__1__<time>
 """
 
 import os
@@ -32,6 +40,15 @@ import torch.optim as optim
 import tyro
 
 from cleanrl_utils.buffers import ReplayBuffer
+from cleanrl_utils.checkpoint import (
+    Checkpointer,
+    envs_state,
+    generator_state,
+    make_generator,
+    restore_envs,
+    resume_args,
+    set_rng_state,
+)
 from cleanrl_utils.evals import run_episodes
 from cleanrl_utils.numpy_net import NumpyMLP
 from cleanrl_utils.run import (
@@ -73,6 +90,12 @@ class Args:
     """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it"""
     eval_episodes: int = 10
     """episodes the saved model is evaluated for (with --save-model)"""
+    checkpoint_interval: int = 0
+    """write a checkpoint to `{run_dir}/checkpoints/` every this many environment steps, at the end of the vector step that reaches it (0: only when the run receives SIGTERM)"""
+    checkpoint_buffer: bool = False
+    """if toggled, each checkpoint also holds the whole replay buffer (--buffer-size transitions: about 0.4 MB for 10000 CartPole-v1 ones; the size is printed at the start), and --resume continues exactly; without it the resumed run starts with an empty buffer and refills it for --learning-starts steps before the updates resume"""
+    resume: Optional[str] = None
+    """continue the run of this checkpoint file, or of the latest checkpoint in this run directory; its other flags come from the checkpoint"""
     torch_threads: int = 1
     """CPU threads for torch (1 is fastest for these small networks)"""
 
@@ -108,7 +131,7 @@ class Args:
     exploration_fraction: float = 0.5
     """fraction of total_timesteps over which ε decays linearly from start_e to end_e"""
     learning_starts: int = 10000
-    """environment steps of random-policy data collection before training starts"""
+    """environment steps of data collection before training starts (ε-greedy from --start-e; also the refill after a --resume whose checkpoint has no replay buffer)"""
     train_frequency: int = 10
     """vector steps between gradient steps"""
     n_step: int = 1
@@ -122,6 +145,7 @@ def check_args(args: Args) -> None:
     require(args.n_atoms >= 2, "--n-atoms", f"must be at least 2, got {args.n_atoms}")
     require(args.v_min < args.v_max, "--v-max", f"{args.v_max} is not above --v-min {args.v_min}")
     require(args.learning_starts >= 0, "--learning-starts", f"must be >= 0, got {args.learning_starts}")
+    require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
     require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
     for name in ("start_e", "end_e"):
         value = getattr(args, name)
@@ -281,6 +305,7 @@ def evaluate(
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
+    args, resumed = resume_args(args, "c51")  # with --resume: the checkpoint's run and its arguments
     check_args(args)
     observation_space, action_space = check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "c51.py",
                                                 obs_ndim=1)
@@ -291,7 +316,7 @@ if __name__ == "__main__":
                           gamma=args.gamma, device=device, seed=args.seed)
     except MemoryError as error:
         fail("--buffer-size", str(error))
-    run = start_run(args)
+    run = start_run(args, resume=resumed)
     writer = run.writer
 
     seed_everything(args.seed, args.torch_deterministic)
@@ -321,16 +346,36 @@ if __name__ == "__main__":
     num_iterations = args.total_timesteps // N
     exploration_steps = args.exploration_fraction * args.total_timesteps
 
-    global_step = 0
-    start_time = time.time()
+    global_step, train_start = 0, args.learning_starts  # updates once global_step > train_start
+    if resumed is None:
+        obs, _ = envs.reset(seed=args.seed)
+    else:  # continue: networks, optimiser, step (ε follows from it), envs (replayed), generators
+        q_network.load_state_dict(resumed["model"])
+        target_network.load_state_dict(resumed["target_model"])
+        optimizer.load_state_dict(resumed["optimizer"])
+        acting_network.sync()
+        rng = make_generator(resumed["action_rng"])
+        global_step = resumed["global_step"]
+        if "replay" in resumed:  # exactly
+            rb.load_state_dict(resumed["replay"])
+            train_start = resumed["train_start"]
+        else:  # an empty buffer: refill it for --learning-starts steps before updating again
+            rb.rng.bit_generator.state = resumed["replay_rng"]
+            train_start = global_step + args.learning_starts
+            print(f"the checkpoint has no replay buffer: refilling it until step {train_start} before updating")
+        obs = restore_envs(envs, resumed["envs"])
+        set_rng_state(resumed["rng"])
+    if args.checkpoint_buffer:
+        print(f"checkpoints hold the replay buffer: {rb.nbytes / 2**20:.1f} MiB each")
+    checkpointer = Checkpointer(run.directory, "c51", args, args.checkpoint_interval, global_step, writer=writer)
+    start_step, start_time = global_step, time.time()
     if args.buffer_size % N:
         print(f"replay capacity {rb.capacity * N} transitions: --buffer-size rounded down to a multiple of "
               f"--num-envs {N}")
     if num_iterations * N != args.total_timesteps:
         print(f"training {num_iterations * N} steps: --total-timesteps rounded down to a multiple of --num-envs {N}")
-    progress = Progress(num_iterations * N)
-    obs, _ = envs.reset(seed=args.seed)
-    for iteration in range(num_iterations):
+    progress = Progress(num_iterations * N, start_step=global_step)
+    for iteration in range(global_step // N, num_iterations):
         global_step += N
         # ε-greedy: the network is only run when some env acts greedily.
         epsilon = linear_schedule(args.start_e, args.end_e, exploration_steps, global_step)
@@ -348,7 +393,7 @@ if __name__ == "__main__":
         rb.add(obs, actions, rewards, terminations, truncations, real_next_obs(next_obs, infos))
         obs = next_obs
 
-        if global_step > args.learning_starts and len(rb) > 0:
+        if global_step > train_start and len(rb) > 0:
             if iteration % args.train_frequency == 0:
                 data = rb.sample(args.batch_size)
                 with torch.no_grad():
@@ -372,11 +417,18 @@ if __name__ == "__main__":
                     writer.add_scalar("losses/q_values", q_taken.mean().item(), global_step)
                     writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
                     writer.add_scalar("charts/epsilon", epsilon, global_step)
-                    writer.add_scalar("charts/SPS", int(global_step / (time.time() - start_time)), global_step)
+                    sps = int((global_step - start_step) / (time.time() - start_time))
+                    writer.add_scalar("charts/SPS", sps, global_step)
 
             if iteration % args.target_network_frequency == 0:
                 target_network.load_state_dict(q_network.state_dict())
         progress.update(global_step)
+        if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
+            replay = {"replay": rb.state_dict()} if args.checkpoint_buffer else {"replay_rng": generator_state(rb.rng)}
+            checkpointer.save(global_step, {
+                "model": q_network.state_dict(), "target_model": target_network.state_dict(),
+                "optimizer": optimizer.state_dict(), "action_rng": generator_state(rng), "train_start": train_start,
+                "envs": envs_state(envs), "wandb_id": run.wandb_id, **replay})
     progress.close()
 
     if args.save_model:

@@ -18,8 +18,18 @@ replay keeps the real final frame stack and the target bootstraps from it); the 
 each 84x84 frame once (a 1M-transition buffer takes about 7.1 GB); the loss is the squared TD
 error and the optimiser Adam, as in CleanRL's dqn_atari.py.
 
+Checkpoints (--checkpoint-interval, SIGTERM) hold the networks, the optimiser, the global step
+(ε and β are functions of it), the random generators and the games' states (replayed from their
+last reset); with --checkpoint-buffer also the replay buffer, and --resume then continues
+exactly. Without it the resumed run starts with an empty buffer and refills it for
+--learning-starts steps (acting ε-greedily with the trained network) before the updates resume;
+the buffer then takes each game's current frame as the start of its column, so the stacks of
+its first three transitions lack the frames from before the resume.
+
 Run:
     python cleanrl/dqn_atari.py --env-id BreakoutNoFrameskip-v4
+    python cleanrl/dqn_atari.py --checkpoint-interval 500000   # then, if stopped:
+    python cleanrl/dqn_atari.py --resume runs/BreakoutNoFrameskip-v4__dqn_atari__1__<time>
 """
 
 import os
@@ -51,6 +61,15 @@ except ImportError:
     ale_py = None
 
 from cleanrl_utils.buffers import PrioritizedReplayBuffer, ReplayBuffer
+from cleanrl_utils.checkpoint import (
+    Checkpointer,
+    envs_state,
+    generator_state,
+    make_generator,
+    restore_envs,
+    resume_args,
+    set_rng_state,
+)
 from cleanrl_utils.evals import run_episodes
 from cleanrl_utils.run import (
     Progress,
@@ -91,6 +110,12 @@ class Args:
     """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it"""
     eval_episodes: int = 10
     """episodes the saved model is evaluated for (with --save-model)"""
+    checkpoint_interval: int = 0
+    """write a checkpoint to `{run_dir}/checkpoints/` every this many environment steps, at the end of the vector step that reaches it (0: only when the run receives SIGTERM)"""
+    checkpoint_buffer: bool = False
+    """if toggled, each checkpoint also holds the whole replay buffer (--buffer-size transitions: about 7.1 GB for a million Atari ones, each frame stored once; the size is printed at the start), and --resume continues exactly; without it the resumed run starts with an empty buffer and refills it for --learning-starts steps before the updates resume"""
+    resume: Optional[str] = None
+    """continue the run of this checkpoint file, or of the latest checkpoint in this run directory; its other flags come from the checkpoint"""
     torch_threads: int = 1
     """CPU threads for torch (1 is fastest for these small networks)"""
 
@@ -122,7 +147,7 @@ class Args:
     exploration_fraction: float = 0.10
     """fraction of total_timesteps over which ε decays linearly from start_e to end_e"""
     learning_starts: int = 80000
-    """environment steps of random-policy data collection before training starts"""
+    """environment steps of data collection before training starts (ε-greedy from --start-e; also the refill after a --resume whose checkpoint has no replay buffer)"""
     train_frequency: int = 4
     """vector steps between gradient steps"""
     double_q: bool = False
@@ -146,6 +171,7 @@ def check_args(args: Args) -> None:
     require_positive(args, "total_timesteps", "num_envs", "buffer_size", "batch_size", "learning_rate",
                      "target_network_frequency", "train_frequency", "torch_threads")
     require(args.learning_starts >= 0, "--learning-starts", f"must be >= 0, got {args.learning_starts}")
+    require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
     require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
     require(0 < args.tau <= 1, "--tau", f"must be in (0, 1], got {args.tau}")
     for name in ("start_e", "end_e"):
@@ -319,6 +345,7 @@ def evaluate(
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
+    args, resumed = resume_args(args, "dqn_atari")  # with --resume: the checkpoint's run and its arguments
     check_args(args)
     check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "dqn_atari.py", id_suffix="NoFrameskip-v4")
     with gym.make(args.env_id) as game:
@@ -345,7 +372,7 @@ if __name__ == "__main__":
                               **replay_args)
     except MemoryError as error:
         fail("--buffer-size", str(error))
-    run = start_run(args)
+    run = start_run(args, resume=resumed)
     writer = run.writer
 
     seed_everything(args.seed, args.torch_deterministic)
@@ -366,16 +393,38 @@ if __name__ == "__main__":
     num_iterations = args.total_timesteps // N
     exploration_steps = args.exploration_fraction * args.total_timesteps
 
-    global_step = 0
-    start_time = time.time()
+    global_step, train_start = 0, args.learning_starts  # updates once global_step > train_start
+    fresh_buffer_mid_episode = False  # a resume without the buffer: its first stacks lack older frames
+    if resumed is None:
+        obs, _ = envs.reset(seed=args.seed)
+    else:  # continue: networks, optimiser, step (ε and β follow from it), envs (replayed), generators
+        q_network.load_state_dict(resumed["model"])
+        target_network.load_state_dict(resumed["target_model"])
+        optimizer.load_state_dict(resumed["optimizer"])
+        rng = make_generator(resumed["action_rng"])
+        global_step = resumed["global_step"]
+        if "replay" in resumed:  # exactly
+            rb.load_state_dict(resumed["replay"])
+            train_start = resumed["train_start"]
+        else:  # an empty buffer: refill it for --learning-starts steps before updating again
+            rb.rng.bit_generator.state = resumed["replay_rng"]
+            train_start = global_step + args.learning_starts
+            fresh_buffer_mid_episode = True
+            print(f"the checkpoint has no replay buffer: refilling it until step {train_start} before updating")
+        obs = restore_envs(envs, resumed["envs"])
+        set_rng_state(resumed["rng"])
+    if args.checkpoint_buffer:
+        print(f"checkpoints hold the replay buffer: {rb.nbytes / 2**20:.1f} MiB each")
+    checkpointer = Checkpointer(run.directory, "dqn_atari", args, args.checkpoint_interval, global_step,
+                                writer=writer)
+    start_step, start_time = global_step, time.time()
     if args.buffer_size % N:
         print(f"replay capacity {rb.capacity * N} transitions: --buffer-size rounded down to a multiple of "
               f"--num-envs {N}")
     if num_iterations * N != args.total_timesteps:
         print(f"training {num_iterations * N} steps: --total-timesteps rounded down to a multiple of --num-envs {N}")
-    progress = Progress(num_iterations * N)
-    obs, _ = envs.reset(seed=args.seed)
-    for iteration in range(num_iterations):
+    progress = Progress(num_iterations * N, start_step=global_step)
+    for iteration in range(global_step // N, num_iterations):
         global_step += N
         # ε-greedy: the network is only run when some env acts greedily.
         epsilon = linear_schedule(args.start_e, args.end_e, exploration_steps, global_step)
@@ -391,11 +440,13 @@ if __name__ == "__main__":
 
         if "_episode" in infos:
             progress.episodes(log_episodes(writer, infos, global_step))
+        if fresh_buffer_mid_episode:  # the empty buffer starts its columns here, as at an episode start
+            obs, fresh_buffer_mid_episode = np.concatenate([np.zeros_like(obs[:, :-1]), obs[:, -1:]], 1), False
         # s' is the real next observation: where an episode ended, its final observation.
         rb.add(obs, actions, rewards, terminations, truncations, real_next_obs(next_obs, infos))
         obs = next_obs
 
-        if global_step > args.learning_starts and len(rb) > 0:
+        if global_step > train_start and len(rb) > 0:
             if iteration % args.train_frequency == 0:
                 if args.prioritized_replay:
                     beta = linear_schedule(args.prioritized_replay_beta, 1.0, args.total_timesteps, global_step)
@@ -423,7 +474,8 @@ if __name__ == "__main__":
                     writer.add_scalar("losses/q_values", old_val.mean().item(), global_step)
                     writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
                     writer.add_scalar("charts/epsilon", epsilon, global_step)
-                    writer.add_scalar("charts/SPS", int(global_step / (time.time() - start_time)), global_step)
+                    sps = int((global_step - start_step) / (time.time() - start_time))
+                    writer.add_scalar("charts/SPS", sps, global_step)
 
             # Target network: θ' ← τ θ + (1 - τ) θ'
             if iteration % args.target_network_frequency == 0:
@@ -431,6 +483,12 @@ if __name__ == "__main__":
                     for target_param, param in zip(target_network.parameters(), q_network.parameters()):
                         target_param.lerp_(param, args.tau)
         progress.update(global_step)
+        if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
+            replay = {"replay": rb.state_dict()} if args.checkpoint_buffer else {"replay_rng": generator_state(rb.rng)}
+            checkpointer.save(global_step, {
+                "model": q_network.state_dict(), "target_model": target_network.state_dict(),
+                "optimizer": optimizer.state_dict(), "action_rng": generator_state(rng), "train_start": train_start,
+                "envs": envs_state(envs), "wandb_id": run.wandb_id, **replay})
     progress.close()
 
     if args.save_model:

@@ -28,8 +28,19 @@ each gradient step, so the agent acts with one noise sample for the --train-freq
 between updates; within an update the online network uses one noise sample for s and s',
 the target network an independent one, resampled every update.
 
+Checkpoints (--checkpoint-interval, SIGTERM) hold the networks and their current noise, the
+optimiser, the global step (β is a function of it), the random generators (the noise is drawn
+from torch's) and the games' states (replayed from their last reset); with --checkpoint-buffer
+also the prioritized replay buffer (its sum tree included), and --resume then continues exactly.
+Without it the resumed run starts with an empty buffer and refills it for --learning-starts
+steps, acting uniformly at random as during the warm-up, before the updates resume; the buffer
+then takes each game's current frame as the start of its column, so the stacks of its first
+three transitions lack the frames from before the resume.
+
 Run:
     python cleanrl/rainbow_atari.py --env-id BreakoutNoFrameskip-v4
+    python cleanrl/rainbow_atari.py --checkpoint-interval 500000   # then, if stopped:
+    python cleanrl/rainbow_atari.py --resume runs/BreakoutNoFrameskip-v4__rainbow_atari__1__<time>
 """
 
 import math
@@ -62,6 +73,15 @@ except ImportError:
     ale_py = None
 
 from cleanrl_utils.buffers import PrioritizedReplayBuffer
+from cleanrl_utils.checkpoint import (
+    Checkpointer,
+    envs_state,
+    generator_state,
+    make_generator,
+    restore_envs,
+    resume_args,
+    set_rng_state,
+)
 from cleanrl_utils.evals import run_episodes
 from cleanrl_utils.run import (
     Progress,
@@ -101,6 +121,12 @@ class Args:
     """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it"""
     eval_episodes: int = 10
     """episodes the saved model is evaluated for (with --save-model)"""
+    checkpoint_interval: int = 0
+    """write a checkpoint to `{run_dir}/checkpoints/` every this many environment steps, at the end of the vector step that reaches it (0: only when the run receives SIGTERM)"""
+    checkpoint_buffer: bool = False
+    """if toggled, each checkpoint also holds the whole replay buffer (--buffer-size transitions: about 7.1 GB for a million Atari ones, each frame stored once; the size is printed at the start), and --resume continues exactly; without it the resumed run starts with an empty buffer and refills it for --learning-starts steps before the updates resume"""
+    resume: Optional[str] = None
+    """continue the run of this checkpoint file, or of the latest checkpoint in this run directory; its other flags come from the checkpoint"""
     torch_threads: int = 1
     """CPU threads for torch (1 is fastest for these small networks)"""
 
@@ -136,7 +162,7 @@ class Args:
     batch_size: int = 32
     """transitions per gradient step"""
     learning_starts: int = 20000
-    """environment steps of uniformly random actions before training starts (80k frames)"""
+    """environment steps of uniformly random actions before training starts (80k frames; also the refill after a --resume whose checkpoint has no replay buffer)"""
     train_frequency: int = 4
     """vector steps between gradient steps"""
     max_grad_norm: float = 10.0
@@ -158,6 +184,7 @@ def check_args(args: Args) -> None:
     require(args.v_min < args.v_max, "--v-max", f"{args.v_max} is not above --v-min {args.v_min}")
     require(args.noisy_sigma0 >= 0, "--noisy-sigma0", f"must be >= 0, got {args.noisy_sigma0}")
     require(args.learning_starts >= 0, "--learning-starts", f"must be >= 0, got {args.learning_starts}")
+    require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
     require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
     require(args.prioritized_replay_alpha >= 0, "--prioritized-replay-alpha",
             f"must be >= 0, got {args.prioritized_replay_alpha}")
@@ -306,6 +333,28 @@ class RainbowNetwork(nn.Module):
                 module.reset_noise()
 
 
+def noise(network: nn.Module) -> dict:
+    """The current noise of ``network``'s noisy layers, ``{buffer name: tensor}`` (copies).
+
+    The noise buffers are not part of ``state_dict()`` (a saved model has no use for them), but
+    a checkpoint needs them: the agent keeps acting with the same noise sample until the next
+    update, and the next noise is then drawn from torch's generator (saved with the checkpoint).
+    """
+    return {name: buffer.clone() for name, buffer in network.named_buffers() if name.rsplit(".", 1)[-1] in
+            ("epsilon_in", "weight_epsilon", "bias_epsilon")}
+
+
+def load_noise(network: nn.Module, state: dict) -> None:
+    """Set the noise of ``network``'s noisy layers to ``state``, from :func:`noise`.
+
+    Raises:
+        KeyError: ``state`` names a buffer ``network`` does not have.
+    """
+    buffers = dict(network.named_buffers())
+    for name, value in state.items():
+        buffers[name].copy_(value)
+
+
 def linear_schedule(start: float, end: float, duration: float, t: int) -> float:
     """Linear from ``start`` at t = 0 to ``end`` at t = ``duration``, then constant (β annealing)."""
     return start + (end - start) * min(t / duration, 1.0)
@@ -452,6 +501,7 @@ def evaluate(
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
+    args, resumed = resume_args(args, "rainbow_atari")  # with --resume: the checkpoint's run and its arguments
     check_args(args)
     check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "rainbow_atari.py", id_suffix="NoFrameskip-v4")
     with gym.make(args.env_id) as game:
@@ -471,7 +521,7 @@ if __name__ == "__main__":
                                      eps=args.prioritized_replay_eps, device=device, seed=args.seed)
     except MemoryError as error:
         fail("--buffer-size", str(error))
-    run = start_run(args)
+    run = start_run(args, resume=resumed)
     writer = run.writer
 
     seed_everything(args.seed, args.torch_deterministic)
@@ -491,18 +541,42 @@ if __name__ == "__main__":
     rng = np.random.default_rng(args.seed)
     num_iterations = args.total_timesteps // N
 
-    global_step = 0
-    start_time = time.time()
+    global_step, train_start = 0, args.learning_starts  # random actions, no updates, up to train_start
+    fresh_buffer_mid_episode = False  # a resume without the buffer: its first stacks lack older frames
+    if resumed is None:
+        obs, _ = envs.reset(seed=args.seed)
+    else:  # continue: networks and their noise, optimiser, step (β follows from it), envs (replayed), generators
+        q_network.load_state_dict(resumed["model"])
+        target_network.load_state_dict(resumed["target_model"])
+        load_noise(q_network, resumed["noise"])
+        load_noise(target_network, resumed["target_noise"])
+        optimizer.load_state_dict(resumed["optimizer"])
+        rng = make_generator(resumed["action_rng"])
+        global_step = resumed["global_step"]
+        if "replay" in resumed:  # exactly
+            rb.load_state_dict(resumed["replay"])
+            train_start = resumed["train_start"]
+        else:  # an empty buffer: refill it for --learning-starts steps before updating again
+            rb.rng.bit_generator.state = resumed["replay_rng"]
+            train_start = global_step + args.learning_starts
+            fresh_buffer_mid_episode = True
+            print(f"the checkpoint has no replay buffer: refilling it until step {train_start} before updating")
+        obs = restore_envs(envs, resumed["envs"])
+        set_rng_state(resumed["rng"])
+    if args.checkpoint_buffer:
+        print(f"checkpoints hold the replay buffer: {rb.nbytes / 2**20:.1f} MiB each")
+    checkpointer = Checkpointer(run.directory, "rainbow_atari", args, args.checkpoint_interval, global_step,
+                                writer=writer)
+    start_step, start_time = global_step, time.time()
     if args.buffer_size % N:
         print(f"replay capacity {rb.capacity * N} transitions: --buffer-size rounded down to a multiple of "
               f"--num-envs {N}")
     if num_iterations * N != args.total_timesteps:
         print(f"training {num_iterations * N} steps: --total-timesteps rounded down to a multiple of --num-envs {N}")
-    progress = Progress(num_iterations * N)
-    obs, _ = envs.reset(seed=args.seed)
-    for iteration in range(num_iterations):
+    progress = Progress(num_iterations * N, start_step=global_step)
+    for iteration in range(global_step // N, num_iterations):
         global_step += N
-        if global_step <= args.learning_starts:  # warm-up: uniformly random actions
+        if global_step <= train_start:  # warm-up (and refill after a resume without the buffer): random actions
             actions = rng.integers(num_actions, size=N)
         else:  # exploration comes from the noisy layers: greedy in the noisy network's mean return
             with torch.no_grad():
@@ -513,11 +587,13 @@ if __name__ == "__main__":
 
         if "_episode" in infos:
             progress.episodes(log_episodes(writer, infos, global_step))
+        if fresh_buffer_mid_episode:  # the empty buffer starts its columns here, as at an episode start
+            obs, fresh_buffer_mid_episode = np.concatenate([np.zeros_like(obs[:, :-1]), obs[:, -1:]], 1), False
         # s' is the real next observation: where an episode ended, its final observation.
         rb.add(obs, actions, rewards, terminations, truncations, real_next_obs(next_obs, infos))
         obs = next_obs
 
-        if global_step > args.learning_starts and len(rb) > 0:
+        if global_step > train_start and len(rb) > 0:
             if iteration % args.train_frequency == 0:
                 beta = linear_schedule(args.prioritized_replay_beta, 1.0, args.total_timesteps, global_step)
                 data = rb.sample(args.batch_size, beta)
@@ -545,11 +621,19 @@ if __name__ == "__main__":
                     writer.add_scalar("losses/grad_norm", grad_norm.item(), global_step)
                     writer.add_scalar("charts/beta", beta, global_step)
                     writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-                    writer.add_scalar("charts/SPS", int(global_step / (time.time() - start_time)), global_step)
+                    sps = int((global_step - start_step) / (time.time() - start_time))
+                    writer.add_scalar("charts/SPS", sps, global_step)
 
             if iteration % args.target_network_frequency == 0:
                 target_network.load_state_dict(q_network.state_dict())
         progress.update(global_step)
+        if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
+            replay = {"replay": rb.state_dict()} if args.checkpoint_buffer else {"replay_rng": generator_state(rb.rng)}
+            checkpointer.save(global_step, {
+                "model": q_network.state_dict(), "target_model": target_network.state_dict(),
+                "noise": noise(q_network), "target_noise": noise(target_network),
+                "optimizer": optimizer.state_dict(), "action_rng": generator_state(rng), "train_start": train_start,
+                "envs": envs_state(envs), "wandb_id": run.wandb_id, **replay})
     progress.close()
 
     if args.save_model:

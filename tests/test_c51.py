@@ -1,5 +1,7 @@
-"""C51's categorical projection (Bellemare et al. 2017, Algorithm 1) against hand-computed values."""
+"""C51's categorical projection (Bellemare et al. 2017, Algorithm 1) against hand-computed values;
+c51.py's and c51_atari.py's checkpoints."""
 
+import pytest
 import torch
 
 from cleanrl.c51 import QNetwork, categorical_projection
@@ -47,3 +49,47 @@ def test_q_values_are_the_means_of_the_distributions():
     logits = torch.zeros(1, 2, 5)
     logits[0, 1, 4] = 100.0  # action 1: all mass on z = 2
     torch.testing.assert_close(net.q_values(logits), torch.tensor([[0.0, 2.0]]))
+
+
+# ---- checkpoints: SIGTERM, then --resume (cleanrl_utils/checkpoint.py)
+
+C51_RESUME = {  # tiny runs: few updates (an Atari update costs tens of ms on one core, whatever the batch)
+    "c51.py": ["--total-timesteps", "2000", "--learning-starts", "500", "--buffer-size", "1000", "--batch-size", "32",
+               "--train-frequency", "4", "--target-network-frequency", "100", "--n-step", "3"],
+    "c51_atari.py": ["--total-timesteps", "800", "--learning-starts", "200", "--buffer-size", "1000", "--batch-size",
+                     "4", "--train-frequency", "4", "--target-network-frequency", "100", "--n-step", "3"],
+}
+
+
+@pytest.mark.parametrize("script", C51_RESUME)
+def test_c51_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run(script, tmp_path):
+    from tests.conftest import sigterm_then_resume
+
+    flags = C51_RESUME[script]
+    total = int(flags[flags.index("--total-timesteps") + 1])
+    whole, resumed = sigterm_then_resume(script, [*flags, "--checkpoint-buffer", "--save-model", "--eval-episodes",
+                                                  "1"], total // 4, total, tmp_path)
+    for name, tensor in whole["model"].items():
+        assert torch.equal(tensor, resumed["model"][name]), name
+    assert resumed["curves"] == whole["curves"]  # TensorBoard curves continue without a fold or a repeat
+    assert any(step > total // 2 for step, _ in resumed["curves"]["losses/loss"])  # updates after the cut
+
+
+@pytest.mark.parametrize("script,flags,total", [
+    ("c51.py", ["--buffer-size", "1000", "--batch-size", "32", "--train-frequency", "2"], 2000),
+    ("c51_atari.py", ["--buffer-size", "1000", "--batch-size", "4", "--target-network-frequency", "100"], 800),
+])
+def test_c51_resume_without_the_buffer_refills_it_then_updates(script, flags, total, tmp_path):
+    from tests.test_scripts import resume_without_the_buffer
+
+    resume_without_the_buffer(script, flags, total, "losses/loss", tmp_path)
+
+
+def test_c51_resume_refuses_another_scripts_checkpoint(tmp_path):
+    from cleanrl.dqn import Args
+    from cleanrl_utils.checkpoint import save_checkpoint
+    from tests.conftest import assert_stops_with_one_line
+
+    path = save_checkpoint(tmp_path / "run" / "checkpoints" / "step_100.pt", "dqn", Args(), {"global_step": 100})
+    assert_stops_with_one_line("c51.py", ["--resume", str(path.parent.parent)], "--resume",
+                               "written by dqn.py, not c51.py", tmp_path)

@@ -12,6 +12,8 @@ from cleanrl.rainbow_atari import (
     NoisyLinear,
     RainbowNetwork,
     double_q_target_distribution,
+    load_noise,
+    noise,
     weighted_cross_entropy,
 )
 from cleanrl_utils.buffers import PrioritizedReplayBuffer
@@ -164,3 +166,58 @@ def test_n_step_targets_with_prioritized_importance_weights():
     per_sample = torch.tensor([losses[o] for o in obs])
     weighted = (batch.weights * per_sample).sum() / batch.weights.sum()
     assert weighted.item() == pytest.approx(np.mean(list(losses.values())), rel=0.05)
+
+
+# ---- checkpoints: the noise, and SIGTERM then --resume (cleanrl_utils/checkpoint.py)
+
+
+def test_noise_is_saved_and_restored_outside_the_state_dict(tmp_path):
+    torch.manual_seed(0)
+    network = RainbowNetwork(4, n_atoms=5)
+    network.reset_noise()
+    path = tmp_path / "noise.pt"
+    torch.save({"model": network.state_dict(), "noise": noise(network)}, path)
+    saved = torch.load(path, weights_only=True)
+    assert not any("epsilon" in name for name in saved["model"])  # not in a saved model
+    assert len(saved["noise"]) == 3 * 4  # ε_in, ε_w, ε_b of the four noisy layers
+    x = torch.rand(2, 4, 84, 84)
+    expected = network(x)
+    other = RainbowNetwork(4, n_atoms=5)  # other parameters and noise
+    other.load_state_dict(saved["model"])
+    assert not torch.equal(other(x), expected)
+    load_noise(other, saved["noise"])
+    assert torch.equal(other(x), expected)
+
+
+RAINBOW_RESUME = ["--buffer-size", "1000", "--batch-size", "4", "--train-frequency", "4", "--target-network-frequency",
+                  "100"]  # tiny runs: each noisy-network step (acting or update) costs several ms on one core
+
+
+def test_rainbow_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run(tmp_path):
+    from tests.conftest import sigterm_then_resume
+
+    # stopped after the first updates (from step 251), so that the noise they drew must come back
+    whole, resumed = sigterm_then_resume("rainbow_atari.py", [*RAINBOW_RESUME, "--total-timesteps", "600",
+                                                              "--learning-starts", "250", "--checkpoint-buffer",
+                                                              "--save-model", "--eval-episodes", "1"], 300, 600,
+                                         tmp_path)
+    for name, tensor in whole["model"].items():
+        assert torch.equal(tensor, resumed["model"][name]), name
+    assert resumed["curves"] == whole["curves"]  # TensorBoard curves continue without a fold or a repeat
+    assert any(step > 300 for step, _ in resumed["curves"]["losses/loss"])  # updates after the cut
+
+
+def test_rainbow_resume_without_the_buffer_refills_it_then_updates(tmp_path):
+    from tests.test_scripts import resume_without_the_buffer
+
+    resume_without_the_buffer("rainbow_atari.py", RAINBOW_RESUME, 600, "losses/loss", tmp_path)
+
+
+def test_rainbow_resume_refuses_another_scripts_checkpoint(tmp_path):
+    from cleanrl.dqn_atari import Args
+    from cleanrl_utils.checkpoint import save_checkpoint
+    from tests.conftest import assert_stops_with_one_line
+
+    path = save_checkpoint(tmp_path / "run" / "checkpoints" / "step_100.pt", "dqn_atari", Args(), {"global_step": 100})
+    assert_stops_with_one_line("rainbow_atari.py", ["--resume", str(path)], "--resume",
+                               "written by dqn_atari.py, not rainbow_atari.py", tmp_path)

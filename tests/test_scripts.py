@@ -310,3 +310,81 @@ def test_computed_fields_are_not_flags(script, flag, tmp_path):
     result = run_script(script, flag, "64", cwd=tmp_path, check=False, timeout=120)
     assert result.returncode == 2 and "Unrecognized options" in result.stderr, result.stderr
     assert not (tmp_path / "runs").exists()
+
+
+# ---- checkpoints of the off-policy scripts: SIGTERM, then --resume (cleanrl_utils/checkpoint.py)
+
+DQN_RESUME = {  # tiny runs: few updates (an Atari update costs tens of ms on one core, whatever the batch)
+    "dqn.py": ["--total-timesteps", "2000", "--learning-starts", "500", "--buffer-size", "1000", "--batch-size", "32",
+               "--train-frequency", "4", "--target-network-frequency", "100"],
+    "dqn_atari.py": ["--total-timesteps", "800", "--learning-starts", "200", "--buffer-size", "1000", "--batch-size",
+                     "4", "--train-frequency", "4", "--target-network-frequency", "100", "--double-q", "--dueling",
+                     "--n-step", "3", "--prioritized-replay"],
+}
+
+
+@pytest.mark.parametrize("script", DQN_RESUME)
+def test_dqn_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run(script, tmp_path):
+    import torch
+
+    from tests.conftest import sigterm_then_resume
+
+    flags = DQN_RESUME[script]
+    total = int(flags[flags.index("--total-timesteps") + 1])
+    whole, resumed = sigterm_then_resume(script, [*flags, "--checkpoint-buffer", "--save-model", "--eval-episodes",
+                                                  "1"], total // 4, total, tmp_path)
+    for name, tensor in whole["model"].items():
+        assert torch.equal(tensor, resumed["model"][name]), name
+    assert resumed["curves"] == whole["curves"]  # TensorBoard curves continue without a fold or a repeat
+    assert any(step > total // 2 for step, _ in resumed["curves"]["losses/td_loss"])  # updates after the cut
+
+
+def resume_without_the_buffer(script: str, flags: list[str], total: int, loss_tag: str, cwd) -> None:
+    """An off-policy script resumed from a checkpoint without its replay buffer refills the buffer
+    for --learning-starts steps, with the trained networks, before it updates them again.
+
+    Runs ``script`` for ``total`` steps with --learning-starts total/4 and checkpoints at total/2
+    and total, then resumes the one at total/2 with checkpoints every total/4: the checkpoint at
+    3 total/4, the end of the refill, must hold the resumed parameters exactly (kept, and not
+    updated while refilling), the one at the end other ones (updated again), and the loss curve
+    ``loss_tag`` has no point during the refill.
+    """
+    import torch
+
+    half, quarter = total // 2, total // 4
+    run_script(script, *flags, "--total-timesteps", str(total), "--learning-starts", str(quarter),
+               "--checkpoint-interval", str(half), cwd=cwd)
+    run = run_dir(cwd)
+    resumed_from = torch.load(run / "checkpoints" / f"step_{half}.pt", weights_only=True)
+    assert "replay" not in resumed_from
+    result = run_script(script, "--resume", str(run / "checkpoints" / f"step_{half}.pt"), "--checkpoint-interval",
+                        str(quarter), cwd=cwd)
+    assert f"resumed at step {half}" in result.stdout
+    assert f"refilling it until step {half + quarter} before updating" in result.stdout
+    assert run_dir(cwd) == run
+    refilled = torch.load(run / "checkpoints" / f"step_{half + quarter}.pt", weights_only=True)["model"]
+    final = torch.load(run / "checkpoints" / f"step_{total}.pt", weights_only=True)["model"]
+    for name, tensor in resumed_from["model"].items():  # kept, not re-initialised; no update while refilling
+        assert torch.equal(refilled[name], tensor), name
+    assert any(not torch.equal(final[name], refilled[name]) for name in final)  # the updates resumed
+    curves = scalars(run)
+    assert not [step for step, _ in curves[loss_tag] if half < step <= half + quarter]
+    assert any(step > half for step, _ in curves["charts/episodic_return"])  # the episodes went on
+
+
+@pytest.mark.parametrize("script,flags,total", [
+    ("dqn.py", ["--buffer-size", "1000", "--batch-size", "32", "--train-frequency", "2"], 2000),
+    ("dqn_atari.py", ["--buffer-size", "1000", "--batch-size", "4", "--target-network-frequency", "100",
+                      "--n-step", "3"], 800),
+])
+def test_dqn_resume_without_the_buffer_refills_it_then_updates(script, flags, total, tmp_path):
+    resume_without_the_buffer(script, flags, total, "losses/td_loss", tmp_path)
+
+
+def test_dqn_resume_refuses_another_scripts_checkpoint(tmp_path):
+    from cleanrl.c51 import Args
+    from cleanrl_utils.checkpoint import save_checkpoint
+
+    path = save_checkpoint(tmp_path / "run" / "checkpoints" / "step_100.pt", "c51", Args(), {"global_step": 100})
+    assert_stops_with_one_line("dqn.py", ["--resume", str(path)], "--resume", "written by c51.py, not dqn.py",
+                               tmp_path)
