@@ -346,7 +346,7 @@ if __name__ == "__main__":
     num_iterations = args.total_timesteps // N
     exploration_steps = args.exploration_fraction * args.total_timesteps
 
-    global_step, train_start = 0, args.learning_starts  # updates once global_step > train_start
+    global_step, updates_start = 0, args.learning_starts  # updates once global_step > updates_start
     if resumed is None:
         obs, _ = envs.reset(seed=args.seed)
     else:  # continue: networks, optimiser, step (ε follows from it), envs (replayed), generators
@@ -356,13 +356,13 @@ if __name__ == "__main__":
         acting_network.sync()
         rng = make_generator(resumed["action_rng"])
         global_step = resumed["global_step"]
-        if "replay" in resumed:  # exactly
-            rb.load_state_dict(resumed["replay"])
-            train_start = resumed["train_start"]
+        if "buffer" in resumed:  # exactly
+            rb.load_state_dict(resumed["buffer"])
+            updates_start = resumed["updates_start"]
         else:  # an empty buffer: refill it for --learning-starts steps before updating again
             rb.rng.bit_generator.state = resumed["replay_rng"]
-            train_start = global_step + args.learning_starts
-            print(f"the checkpoint has no replay buffer: refilling it until step {train_start} before updating")
+            updates_start = global_step + args.learning_starts
+            print(f"the checkpoint has no replay buffer: refilling it until step {updates_start} before updating")
         obs = restore_envs(envs, resumed["envs"])
         set_rng_state(resumed["rng"])
     if args.checkpoint_buffer:
@@ -393,7 +393,7 @@ if __name__ == "__main__":
         rb.add(obs, actions, rewards, terminations, truncations, real_next_obs(next_obs, infos))
         obs = next_obs
 
-        if global_step > train_start and len(rb) > 0:
+        if global_step > updates_start and len(rb) > 0:
             if iteration % args.train_frequency == 0:
                 data = rb.sample(args.batch_size)
                 with torch.no_grad():
@@ -424,10 +424,10 @@ if __name__ == "__main__":
                 target_network.load_state_dict(q_network.state_dict())
         progress.update(global_step)
         if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
-            replay = {"replay": rb.state_dict()} if args.checkpoint_buffer else {"replay_rng": generator_state(rb.rng)}
+            replay = {"buffer": rb.state_dict()} if args.checkpoint_buffer else {"replay_rng": generator_state(rb.rng)}
             checkpointer.save(global_step, {
                 "model": q_network.state_dict(), "target_model": target_network.state_dict(),
-                "optimizer": optimizer.state_dict(), "action_rng": generator_state(rng), "train_start": train_start,
+                "optimizer": optimizer.state_dict(), "action_rng": generator_state(rng), "updates_start": updates_start,
                 "envs": envs_state(envs), "wandb_id": run.wandb_id, **replay})
     progress.close()
 

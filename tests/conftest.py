@@ -116,3 +116,36 @@ def sigterm_then_resume(script: str, flags: list[str], interval: int, total: int
     assert f"resumed at step {step}" in resumed.stdout
     assert run_dir(cwd / "cut") == cut  # the same run directory continues
     return result(whole), result(cut)
+
+
+def resume_without_the_buffer(script: str, flags: list[str], total: int, loss_tag: str, cwd) -> None:
+    """An off-policy script resumed from a checkpoint without its replay buffer refills the buffer
+    for --learning-starts steps, with the trained networks, before it updates them again.
+
+    Runs ``script`` for ``total`` steps with --learning-starts total/4 and checkpoints at total/2
+    and total, then resumes the one at total/2 with checkpoints every total/4: the checkpoint at
+    3 total/4, the end of the refill, must hold the resumed parameters exactly (kept, and not
+    updated while refilling), the one at the end other ones (updated again), and the loss curve
+    ``loss_tag`` has no point during the refill.
+    """
+    import torch
+
+    half, quarter = total // 2, total // 4
+    run_script(script, *flags, "--total-timesteps", str(total), "--learning-starts", str(quarter),
+               "--checkpoint-interval", str(half), cwd=cwd)
+    run = run_dir(cwd)
+    resumed_from = torch.load(run / "checkpoints" / f"step_{half}.pt", weights_only=True)
+    assert "buffer" not in resumed_from
+    result = run_script(script, "--resume", str(run / "checkpoints" / f"step_{half}.pt"), "--checkpoint-interval",
+                        str(quarter), cwd=cwd)
+    assert f"resumed at step {half}" in result.stdout
+    assert f"refilling it until step {half + quarter} before updating" in result.stdout
+    assert run_dir(cwd) == run
+    refilled = torch.load(run / "checkpoints" / f"step_{half + quarter}.pt", weights_only=True)["model"]
+    final = torch.load(run / "checkpoints" / f"step_{total}.pt", weights_only=True)["model"]
+    for name, tensor in resumed_from["model"].items():  # kept, not re-initialised; no update while refilling
+        assert torch.equal(refilled[name], tensor), name
+    assert any(not torch.equal(final[name], refilled[name]) for name in final)  # the updates resumed
+    curves = scalars(run)
+    assert not [step for step, _ in curves[loss_tag] if half < step <= half + quarter]
+    assert any(step > half for step, _ in curves["charts/episodic_return"])  # the episodes went on

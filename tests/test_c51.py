@@ -80,7 +80,7 @@ def test_c51_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run(scr
     ("c51_atari.py", ["--buffer-size", "1000", "--batch-size", "4", "--target-network-frequency", "100"], 800),
 ])
 def test_c51_resume_without_the_buffer_refills_it_then_updates(script, flags, total, tmp_path):
-    from tests.test_scripts import resume_without_the_buffer
+    from tests.conftest import resume_without_the_buffer
 
     resume_without_the_buffer(script, flags, total, "losses/loss", tmp_path)
 

@@ -208,7 +208,7 @@ def test_rainbow_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run
 
 
 def test_rainbow_resume_without_the_buffer_refills_it_then_updates(tmp_path):
-    from tests.test_scripts import resume_without_the_buffer
+    from tests.conftest import resume_without_the_buffer
 
     resume_without_the_buffer("rainbow_atari.py", RAINBOW_RESUME, 600, "losses/loss", tmp_path)
 
