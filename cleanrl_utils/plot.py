@@ -45,7 +45,7 @@ import math
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -372,7 +372,7 @@ def plot_curves(groups: Mapping[tuple[str, str], Sequence[RunData]], out: Path, 
             if grid.size == 0:
                 continue
             mean, lower, upper = band(matrix, band_kind, reps, seed)
-            ax.plot(grid, mean, color=colors[name], label=f"{name} ({len(runs)} seeds)")
+            ax.plot(grid, mean, color=colors[name], label=f"{name} ({len(runs)} seed{'s' if len(runs) != 1 else ''})")
             ax.fill_between(grid, lower, upper, color=colors[name], alpha=0.25, linewidth=0)
         ax.set_title(env_id)
         ax.set_xlabel("environment steps" if x == "steps" else "wall-clock minutes")
