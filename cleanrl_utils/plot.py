@@ -44,8 +44,8 @@ import json
 import math
 import sys
 from collections import Counter
-from pathlib import Path
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -65,7 +65,7 @@ class RunData:
         steps: environment steps of the events, int64 ``[n]``.
         values: the scalar values (episodic returns by default), float64 ``[n]``.
         minutes: wall-clock minutes of each event since the run's first event (the writer's
-            start), float64 ``[n]``.
+            start; a resumed run's pause counts too), float64 ``[n]``.
     """
 
     directory: Path
@@ -408,7 +408,7 @@ def plot_aggregate(points: Mapping[str, np.ndarray], intervals: Mapping[str, np.
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line; see ``python -m cleanrl_utils.plot --help``."""
     parser = argparse.ArgumentParser(
-        prog="python -m cleanrl_utils.plot",
+        prog="python -m cleanrl_utils.plot", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Learning curves, a table of final returns and (with --scores) rliable aggregate metrics "
                     "from the TensorBoard events of run directories.")
     parser.add_argument("runs", nargs="+", help="run directories, or folders holding them (runs/)")

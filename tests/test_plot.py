@@ -14,7 +14,7 @@ import pytest
 import scipy.stats
 
 from cleanrl_utils import plot
-from tests.conftest import ROOT, run_dir, run_script, scalars
+from tests.conftest import ROOT, episodic_returns, run_dir, run_script
 
 ENVS = {"CartPole-v1": {"ppo": 100.0, "dqn": 40.0}, "Acrobot-v1": {"ppo": -150.0, "dqn": -300.0}}
 SEEDS = (1, 2, 3)
@@ -133,6 +133,7 @@ def test_aggregate_metrics_by_hand():
 
 def test_stratified_bootstrap_resamples_within_each_env():
     scores = np.array([[0.0, 10.0], [1.0, 11.0], [0.0, 11.0], [1.0, 10.0]])
+
     def column_means(m):
         return m.mean(axis=0)
 
@@ -162,7 +163,7 @@ def test_smooth_interpolate_and_band(tmp_path):
 
 def test_real_ppo_run(tmp_path, capsys):
     run_script("ppo.py", "--total-timesteps", "2048", "--num-envs", "1", "--torch-threads", "1", cwd=tmp_path)
-    returns = [v for _, v in scalars(run_dir(tmp_path))["charts/episodic_return"]]
+    returns = episodic_returns(run_dir(tmp_path))
     out = tmp_path / "out"
     plot.main([str(tmp_path / "runs"), "--out", str(out), "--x", "wall_time", "--band", "std", "--reps", "100"])
     printed = capsys.readouterr().out
