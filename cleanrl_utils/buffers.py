@@ -146,6 +146,7 @@ class _Storage:
             )
         self.nbytes = needed
         self.shared = shared
+        self._array_names = tuple(arrays)
         self._tensors = {}
         for name, (example, dims) in arrays.items():
             if shared:
@@ -174,6 +175,57 @@ class _Storage:
     def reseed(self, seed: int | None) -> None:
         """Give this process its own sampling generator (a pickled copy shares its parent's)."""
         self.rng = np.random.default_rng(seed)
+
+    def state_dict(self) -> dict:
+        """The buffer's contents and sampling generator as tensors and plain data, for checkpoints.
+
+        Returns:
+            ``{"arrays": {name: tensor or nested dict/list of tensors}, "rng": bit-generator
+            state}``: copies of every array (transitions, positions, counts, the sum tree of a
+            prioritized buffer), so the dict loads with ``torch.load(..., weights_only=True)``.
+            Its size is the buffer's ``nbytes``.
+        """
+        with self._lock:
+            arrays = {name: _to_tensors(getattr(self, name)) for name in self._array_names}
+        return {"arrays": arrays, "rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Copy the contents saved by :meth:`state_dict` into this buffer (built with the same arguments).
+
+        Raises:
+            ValueError: the saved arrays do not match this buffer's (names, shapes or dtypes),
+                e.g. a checkpoint of a buffer with another capacity or observation space.
+        """
+        arrays = state["arrays"]
+        if set(arrays) != set(self._array_names):
+            raise ValueError(f"the saved buffer has arrays {sorted(arrays)}, this one {sorted(self._array_names)}")
+        with self._lock:
+            for name in self._array_names:
+                _copy_into(getattr(self, name), arrays[name], name)
+        self.rng.bit_generator.state = state["rng"]
+
+
+def _to_tensors(value: Any) -> Any:
+    """A copy of an array (or namedarraytuple / tuple of arrays, nested) as tensors in dicts and lists."""
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value.copy())
+    if is_namedarraytuple(value):
+        return {field: _to_tensors(item) for field, item in zip(value._fields, value)}
+    return [_to_tensors(item) for item in value]
+
+
+def _copy_into(target: Any, saved: Any, name: str) -> None:
+    """Copy ``saved`` (from :func:`_to_tensors`) into the arrays of ``target`` in place."""
+    if isinstance(target, np.ndarray):
+        source = saved.numpy() if isinstance(saved, torch.Tensor) else None
+        if source is None or source.shape != target.shape or source.dtype != target.dtype:
+            got = f"{tuple(source.shape)} {source.dtype}" if source is not None else type(saved).__name__
+            raise ValueError(f"buffer array {name!r}: saved {got}, this buffer {target.shape} {target.dtype}")
+        np.copyto(target, source)
+        return
+    items = [saved[field] for field in target._fields] if is_namedarraytuple(target) else saved
+    for index, (part, item) in enumerate(zip(target, items, strict=True)):
+        _copy_into(part, item, f"{name}[{index}]")
 
 
 def _conform(value: Any, template: Any) -> Any:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import json
 import os
 import random
@@ -24,31 +25,13 @@ import sys
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, NoReturn, Sequence
+from typing import Any, Sequence
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-USAGE_ERROR = 2
-"""Exit status of a run stopped by bad input (the same as argparse's)."""
-
-
-def fail(flag: str, message: str) -> NoReturn:
-    """Stop the program with one line on stderr, ``error: <flag>: <message>``, exit status 2.
-
-    Used for bad input before any work starts, so the user sees what to change rather than
-    a traceback from deep inside the run.
-    """
-    print(f"error: {flag}: {message}", file=sys.stderr)
-    raise SystemExit(USAGE_ERROR)
-
-
-def require(condition: bool, flag: str, message: str) -> None:
-    """Call :func:`fail` with ``flag`` and ``message`` unless ``condition`` holds."""
-    if not condition:
-        fail(flag, message)
-
+from cleanrl_utils.cli import USAGE_ERROR, fail, require, safe_name  # noqa: F401  (re-exported)
 
 def require_positive(args: Any, *names: str) -> None:
     """Fail on the first of the fields ``names`` of ``args`` that is not > 0.
@@ -58,11 +41,6 @@ def require_positive(args: Any, *names: str) -> None:
     for name in names:
         value = getattr(args, name)
         require(value > 0, flag_name(name), f"must be positive, got {value}")
-
-
-def safe_name(env_id: str) -> str:
-    """``env_id`` usable as part of a folder name: ``ALE/Pong-v5`` -> ``ALE-Pong-v5``."""
-    return env_id.replace("/", "-").replace(":", "-")
 
 
 def flag_name(field: str) -> str:
@@ -199,6 +177,15 @@ class Run:
         """Where ``--capture-video`` writes env 0's training episodes."""
         return self.directory / "videos"
 
+    @property
+    def wandb_id(self) -> str | None:
+        """The W&B run's id (saved in checkpoints, so a resumed run continues it), None untracked."""
+        if not self.tracked:
+            return None
+        import wandb
+
+        return wandb.run.id if wandb.run is not None else None
+
     def close(self) -> None:
         """Flush and close the writer; upload videos and finish the W&B run if tracked."""
         self.writer.close()
@@ -210,13 +197,17 @@ class Run:
             wandb.finish()
 
 
-def start_run(args: Any, runs_dir: str | os.PathLike = "runs") -> Run:
+def start_run(args: Any, runs_dir: str | os.PathLike = "runs", resume: dict | None = None) -> Run:
     """Create the run directory, save the resolved arguments, start TensorBoard (and W&B).
 
     Args:
         args: the script's ``Args`` dataclass; must have ``env_id``, ``exp_name``, ``seed``,
             ``track``, ``wandb_project_name`` and ``wandb_entity``.
         runs_dir: parent folder of run directories.
+        resume: a checkpoint from :func:`cleanrl_utils.checkpoint.load_checkpoint` to continue:
+            its run directory is reused, TensorBoard events logged after the checkpoint's
+            ``global_step`` by the interrupted process are dropped (``purge_step``), so the
+            curves continue without a fold, and the W&B run (``wandb_id``) is resumed.
 
     Returns:
         The started :class:`Run`. With ``args.track`` the W&B run is started first, with
@@ -231,20 +222,25 @@ def start_run(args: Any, runs_dir: str | os.PathLike = "runs") -> Run:
     require("/" not in args.exp_name and args.exp_name.strip() == args.exp_name != "",
             "--exp-name", f"{args.exp_name!r} must be a non-empty name without '/' or surrounding spaces")
     config = dataclasses.asdict(args)
-    Path(runs_dir).mkdir(parents=True, exist_ok=True)
-    stamp = int(time.time())
-    while True:  # a run started in the same second as another gets the next free second
-        name = f"{safe_name(args.env_id)}__{args.exp_name}__{args.seed}__{stamp}"
-        directory = Path(runs_dir) / name
-        try:
-            directory.mkdir()  # atomic: two runs never share a directory
-            break
-        except FileExistsError:
-            stamp += 1
-    (directory / "args.json").write_text(json.dumps(config, indent=2) + "\n")
+    if resume is not None:  # continue the checkpoint's run, in its directory
+        directory = Path(resume["path"]).parent.parent
+        name = directory.name
+    else:
+        Path(runs_dir).mkdir(parents=True, exist_ok=True)
+        stamp = int(time.time())
+        while True:  # a run started in the same second as another gets the next free second
+            name = f"{safe_name(args.env_id)}__{args.exp_name}__{args.seed}__{stamp}"
+            directory = Path(runs_dir) / name
+            try:
+                directory.mkdir()  # atomic: two runs never share a directory
+                break
+            except FileExistsError:
+                stamp += 1
+        (directory / "args.json").write_text(json.dumps(config, indent=2) + "\n")
     if args.track:
         import wandb
 
+        wandb_id = resume.get("wandb_id") if resume is not None else None
         wandb.init(
             project=args.wandb_project_name,
             entity=args.wandb_entity,
@@ -252,9 +248,12 @@ def start_run(args: Any, runs_dir: str | os.PathLike = "runs") -> Run:
             config=config,
             name=name,
             save_code=True,
+            **({"id": wandb_id, "resume": "allow"} if wandb_id else {}),
         )
-    writer = SummaryWriter(str(directory))
-    print(f"run directory: {directory}", flush=True)
+    purge_step = resume["global_step"] + 1 if resume is not None else None
+    writer = SummaryWriter(str(directory), purge_step=purge_step)
+    print(f"run directory: {directory}" + (f" (resumed at step {resume['global_step']})" if resume else ""),
+          flush=True)
     table = "\n".join(f"|{key}|{value}|" for key, value in config.items())
     writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
     return Run(name=name, directory=directory, writer=writer, tracked=args.track)
@@ -289,22 +288,24 @@ class Progress:
         interval: seconds between plain lines (and between bar refreshes).
         stream: where to write; a bar is used when ``stream.isatty()``.
         window: number of recent episodes in the mean return.
+        start_step: the global step the run starts from (a resumed run's checkpoint step).
     """
 
-    def __init__(self, total: int, interval: float = 10.0, stream=None, window: int = 20):
+    def __init__(self, total: int, interval: float = 10.0, stream=None, window: int = 20, start_step: int = 0):
         self.total = total
+        self.start_step = start_step  # a resumed run starts here; SPS counts the steps of this process
         self.interval = interval
         self.stream = stream if stream is not None else sys.stdout
         self.returns: deque[float] = deque(maxlen=window)
         self.start = time.perf_counter()
         self.last_print = self.start
-        self.step = 0
+        self.step = start_step
         self.printed_step = -1
         self.bar = None
         if self.stream.isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, unit="step", file=self.stream, mininterval=0.5)
+            self.bar = tqdm(total=total, initial=start_step, unit="step", file=self.stream, mininterval=0.5)
 
     def episodes(self, returns: Sequence[float]) -> None:
         """Add the returns of episodes that just ended."""
@@ -332,7 +333,7 @@ class Progress:
 
     def _line(self, now: float) -> None:
         self.printed_step = self.step
-        sps = int(self.step / max(now - self.start, 1e-9))
+        sps = int((self.step - self.start_step) / max(now - self.start, 1e-9))
         percent = 100.0 * self.step / self.total
         recent = f"return (last {len(self.returns)}) {self.mean_return:.1f}" if self.returns else "no episode ended yet"
         print(
@@ -411,6 +412,8 @@ def make_vector_env(env_fns: Sequence, env_mode: str = "sync", episode_statistic
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # headless rgb_array rendering, no SDL noise
         os.environ.setdefault("MUJOCO_GL", "egl")  # MuJoCo renders off-screen through EGL (no X server)
     same_step = gym.vector.AutoresetMode.SAME_STEP
+    # each env records a replay log of its state, for checkpoints (cleanrl_utils/checkpoint.py)
+    env_fns = [functools.partial(_replayable, env_fn, index) for index, env_fn in enumerate(env_fns)]
     if env_mode == "sync":
         envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=same_step)
     elif env_mode == "async":
@@ -420,6 +423,13 @@ def make_vector_env(env_fns: Sequence, env_mode: str = "sync", episode_statistic
     if episode_statistics:
         return gym.wrappers.vector.RecordEpisodeStatistics(envs)
     return _EpisodesFromFinalInfo(envs)
+
+
+def _replayable(env_fn, index: int):
+    """``env_fn()`` wrapped in a :class:`~cleanrl_utils.checkpoint.ReplayableEnv` with its index."""
+    from cleanrl_utils.checkpoint import ReplayableEnv
+
+    return ReplayableEnv(env_fn(), index)
 
 
 class _EpisodesFromFinalInfo(gym.vector.VectorWrapper):

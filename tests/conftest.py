@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -50,6 +52,17 @@ def assert_stops_with_one_line(script: str, flags: list[str], flag: str, message
     assert not (cwd / "runs").exists()
 
 
+def returns_by_env_mode(script: str, *flags: str, cwd: Path) -> dict[str, list[float]]:
+    """Run ``script`` with ``flags`` once with ``--env-mode sync`` and once with ``async`` (each in
+    its own folder under ``cwd``); the episodic returns of each: ``{"sync": [...], "async": [...]}``."""
+    returns = {}
+    for mode in ("sync", "async"):
+        (cwd / mode).mkdir()
+        run_script(script, *flags, "--env-mode", mode, cwd=cwd / mode)
+        returns[mode] = episodic_returns(run_dir(cwd / mode))
+    return returns
+
+
 def episodic_returns(directory: Path) -> list[float]:
     return [value for _, value in scalars(directory).get("charts/episodic_return", [])]
 
@@ -57,3 +70,49 @@ def episodic_returns(directory: Path) -> list[float]:
 @pytest.fixture
 def tmp_cwd(tmp_path: Path) -> Path:
     return tmp_path
+
+
+def sigterm_then_resume(script: str, flags: list[str], interval: int, total: int, cwd: Path,
+                        model_key: str = "model") -> tuple[dict, dict]:
+    """Run ``script`` uninterrupted, and again with ``--checkpoint-interval interval`` stopped by
+    SIGTERM once its first checkpoint exists, then resumed with ``--resume RUN_DIR``.
+
+    Checks that the interrupted run exits with 143 after writing a checkpoint past ``interval``
+    and before ``total`` steps, and that the resumed run continues the same run directory.
+    ``flags`` must include ``--save-model``. Returns ``(whole, resumed)``: for each run,
+    ``{"model": state dict of the saved model (its ``model_key`` entry), "curves": its scalars
+    without charts/SPS}``, for the caller to compare (exactly, or as far as the script can).
+    """
+    from cleanrl_utils.checkpoint import latest_checkpoint
+
+    def result(directory: Path) -> dict:
+        import torch
+
+        saved = torch.load(next(directory.glob("*.cleanrl_model")), weights_only=True)
+        curves = {tag: values for tag, values in scalars(directory).items() if tag != "charts/SPS"}
+        return {"model": saved[model_key], "curves": curves}
+
+    (cwd / "whole").mkdir()
+    run_script(script, *flags, cwd=cwd / "whole")
+    whole = run_dir(cwd / "whole")
+
+    (cwd / "cut").mkdir()
+    environ = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, str(ROOT / "cleanrl" / script), *flags, "--checkpoint-interval",
+                                str(interval)], cwd=cwd / "cut", env=environ, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    while not list((cwd / "cut").glob("runs/*/checkpoints/step_*.pt")):  # training is under way
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 143, err
+    cut = run_dir(cwd / "cut")
+    step = int(latest_checkpoint(cut).stem.removeprefix("step_"))
+    assert interval <= step < total and "SIGTERM: checkpoint written" in out, (step, out)
+    assert not list(cut.glob("*.cleanrl_model"))  # it stopped before the end
+
+    resumed = run_script(script, "--resume", str(cut), cwd=cwd / "cut")
+    assert f"resumed at step {step}" in resumed.stdout
+    assert run_dir(cwd / "cut") == cut  # the same run directory continues
+    return result(whole), result(cut)

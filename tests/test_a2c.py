@@ -19,7 +19,14 @@ import pytest
 import torch
 
 from cleanrl import a2c, ppo
-from tests.conftest import assert_stops_with_one_line, episodic_returns, run_dir, run_script, scalars
+from tests.conftest import (
+    assert_stops_with_one_line,
+    episodic_returns,
+    returns_by_env_mode,
+    run_dir,
+    run_script,
+    scalars,
+)
 
 SHORT = ["--total-timesteps", "2000"]
 TAGS = {"charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
@@ -186,11 +193,7 @@ def test_smoke_async_envs_logs_saves_and_evaluates(tmp_path):
 
 def test_async_envs_give_the_same_returns_as_sync_ones(tmp_path):
     """Same seed, same numbers: serial and subprocess environments give identical runs."""
-    returns = {}
-    for mode in ("sync", "async"):
-        (tmp_path / mode).mkdir()
-        run_script("a2c.py", *SHORT, "--num-envs", "2", "--seed", "3", "--env-mode", mode, cwd=tmp_path / mode)
-        returns[mode] = episodic_returns(run_dir(tmp_path / mode))
+    returns = returns_by_env_mode("a2c.py", *SHORT, "--num-envs", "2", "--seed", "3", cwd=tmp_path)
     assert len(returns["sync"]) > 10 and returns["sync"] == returns["async"]
 
 

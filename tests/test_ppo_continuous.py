@@ -18,7 +18,14 @@ import torch
 import tests.envs  # noqa: F401  registers ContinuousCounter-v0
 from cleanrl import ppo, ppo_continuous
 from cleanrl_utils.run import make_vector_env
-from tests.conftest import assert_stops_with_one_line, episodic_returns, run_dir, run_script, scalars
+from tests.conftest import (
+    assert_stops_with_one_line,
+    episodic_returns,
+    returns_by_env_mode,
+    run_dir,
+    run_script,
+    scalars,
+)
 
 LOSS_TAGS = {"losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/old_approx_kl", "losses/approx_kl",
              "losses/clipfrac", "losses/explained_variance"}
@@ -254,12 +261,8 @@ def test_evaluation_uses_the_saved_statistics_frozen(hopper_run, monkeypatch):
 
 def test_async_envs_give_the_same_returns_as_sync_ones(tmp_path):
     """Same seed, same numbers: the statistics live in the main process in both modes."""
-    returns = {}
-    for mode in ("sync", "async"):
-        (tmp_path / mode).mkdir()
-        run_script("ppo_continuous.py", "--env-id", "InvertedPendulum-v5", "--num-steps", "256", "--num-minibatches",
-                   "4", "--total-timesteps", "768", "--num-envs", "2", "--env-mode", mode, cwd=tmp_path / mode)
-        returns[mode] = episodic_returns(run_dir(tmp_path / mode))
+    returns = returns_by_env_mode("ppo_continuous.py", "--env-id", "InvertedPendulum-v5", "--num-steps", "256",
+                                  "--num-minibatches", "4", "--total-timesteps", "768", "--num-envs", "2", cwd=tmp_path)
     assert len(returns["sync"]) > 20 and returns["sync"] == returns["async"]
 
 

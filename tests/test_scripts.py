@@ -5,7 +5,14 @@ import json
 import numpy as np
 import pytest
 
-from tests.conftest import assert_stops_with_one_line, episodic_returns, run_dir, run_script, scalars
+from tests.conftest import (
+    assert_stops_with_one_line,
+    episodic_returns,
+    returns_by_env_mode,
+    run_dir,
+    run_script,
+    scalars,
+)
 
 STANDARD_TAGS = {"charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate"}
 SHORT = {
@@ -170,11 +177,7 @@ def test_async_env_mode_matches_sync(script, tmp_path):
     """Subprocess envs give the same observations, hence the same returns, as serial ones."""
     flags = {"ppo.py": ["--total-timesteps", "2048", "--num-envs", "2"],
              "dqn.py": ["--total-timesteps", "2000", "--num-envs", "2", "--learning-starts", "500"]}[script]
-    returns = {}
-    for mode in ("sync", "async"):
-        (tmp_path / mode).mkdir()
-        run_script(script, *flags, "--env-mode", mode, cwd=tmp_path / mode)
-        returns[mode] = episodic_returns(run_dir(tmp_path / mode))
+    returns = returns_by_env_mode(script, *flags, cwd=tmp_path)
     assert returns["sync"] and returns["sync"] == returns["async"]
 
 

@@ -1,0 +1,185 @@
+"""Checkpoint plumbing: RNG states, env replay logs, atomic files, refusal of foreign checkpoints."""
+
+from __future__ import annotations
+
+import random
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from cleanrl_utils import checkpoint
+from cleanrl_utils.run import make_vector_env
+from tests.conftest import assert_stops_with_one_line, run_dir, run_script, sigterm_then_resume
+
+
+def _roundtrip(value, tmp_path):
+    path = tmp_path / "value.pt"
+    torch.save(value, path)
+    return torch.load(path, weights_only=True)
+
+
+def test_rng_state_roundtrip_restores_every_generator(tmp_path):
+    random.seed(3), np.random.seed(3), torch.manual_seed(3)
+    state = _roundtrip(checkpoint.rng_state(), tmp_path)
+    expected = (random.random(), np.random.rand(), torch.rand(1).item())
+    random.seed(99), np.random.seed(99), torch.manual_seed(99)
+    checkpoint.set_rng_state(state)
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
+
+
+def test_generator_state_roundtrip(tmp_path):
+    generator = np.random.default_rng(5)
+    generator.normal(size=7)
+    state = _roundtrip(checkpoint.generator_state(generator), tmp_path)
+    expected = generator.integers(1 << 30, size=5)
+    assert np.array_equal(checkpoint.make_generator(state).integers(1 << 30, size=5), expected)
+
+
+def _vector(make, n, mode="sync"):
+    return make_vector_env([make for _ in range(n)], mode)
+
+
+def _play(envs, actions):
+    """Step ``envs`` through ``actions``; everything the run would see, per step."""
+    seen = []
+    for action in actions:
+        obs, reward, terminated, truncated, infos = envs.step(action)
+        episode = infos.get("episode", {})
+        seen.append((obs.copy(), reward.copy(), terminated.copy(), truncated.copy(),
+                     np.asarray(episode.get("r", [])).copy(), np.asarray(infos.get("_episode", [])).copy()))
+    return seen
+
+
+def _assert_same(a, b):
+    assert len(a) == len(b)
+    for step_a, step_b in zip(a, b):
+        for x, y in zip(step_a, step_b):
+            assert np.array_equal(x, y)
+
+
+def _check_resume(make, n, steps_before, steps_after, mode="sync", seed=7, tmp_path=None):
+    """Run, save the envs' state, run on; a fresh vector env restored from the state sees the same."""
+    envs = _vector(make, n, mode)
+    rng = np.random.default_rng(0)
+    envs.action_space.seed(1)
+    actions = [envs.action_space.sample() for _ in range(steps_before + steps_after)]
+    obs, _ = envs.reset(seed=seed)
+    _play(envs, actions[:steps_before])
+    state = checkpoint.envs_state(envs)
+    if tmp_path is not None:
+        state = _roundtrip(state, tmp_path)
+    after = _play(envs, actions[steps_before:])
+    current = None
+    envs.close()
+    fresh = _vector(make, n, mode)
+    current = checkpoint.restore_envs(fresh, state)
+    replayed = _play(fresh, actions[steps_before:])
+    fresh.close()
+    _assert_same(after, replayed)
+    del rng, obs, current
+
+
+def test_cartpole_resumes_exactly_across_episode_ends(tmp_path):
+    # 600 random steps of 3 envs: many episodes end and autoreset before and after the checkpoint
+    _check_resume(lambda: gym.make("CartPole-v1"), 3, 300, 300, tmp_path=tmp_path)
+
+
+def test_restore_returns_the_observation_to_act_on():
+    envs = _vector(lambda: gym.make("CartPole-v1"), 2)
+    envs.reset(seed=1)
+    for _ in range(37):
+        obs, *_ = envs.step(envs.action_space.sample())
+    state = checkpoint.envs_state(envs)
+    fresh = _vector(lambda: gym.make("CartPole-v1"), 2)
+    assert np.array_equal(checkpoint.restore_envs(fresh, state), obs)
+
+
+def test_pendulum_time_limit_is_restored():
+    # Pendulum ends only by its 200-step limit: the TimeLimit counter must come back exactly
+    _check_resume(lambda: gym.make("Pendulum-v1"), 2, 150, 120)
+
+
+def test_async_envs_resume_exactly():
+    _check_resume(lambda: gym.make("CartPole-v1"), 2, 120, 120, mode="async")
+
+
+def test_episode_statistics_continue_across_the_resume():
+    envs = _vector(lambda: gym.make("CartPole-v1"), 1)
+    envs.reset(seed=3)
+    for _ in range(5):
+        envs.step(np.array([0]))
+    state = checkpoint.envs_state(envs)
+    assert state["episode_lengths"].tolist() == [5]
+    fresh = _vector(lambda: gym.make("CartPole-v1"), 1)
+    checkpoint.restore_envs(fresh, state)
+    lengths = []
+    while not lengths:
+        _, _, _, _, infos = fresh.step(np.array([0]))
+        if "_episode" in infos and infos["_episode"][0]:
+            lengths.append(int(infos["episode"]["l"][0]))
+    # the episode that started before the checkpoint is counted whole
+    original = _vector(lambda: gym.make("CartPole-v1"), 1)
+    original.reset(seed=3)
+    length = 0
+    while True:
+        length += 1
+        _, _, terminated, truncated, _ = original.step(np.array([0]))
+        if terminated[0] or truncated[0]:
+            break
+    assert lengths == [length]
+
+
+@pytest.mark.parametrize("make", ["atari"])
+def test_breakout_resumes_exactly(make):
+    from cleanrl.dqn_atari import make_env
+
+    _check_resume(make_env("BreakoutNoFrameskip-v4", 1, False, ""), 2, 400, 300)
+
+
+def test_save_is_atomic_and_load_refuses_other_scripts(tmp_path):
+    from dataclasses import dataclass
+
+    @dataclass
+    class Args:
+        seed: int = 1
+
+    path = checkpoint.save_checkpoint(tmp_path / "run" / "checkpoints" / "step_128.pt", "ppo", Args(),
+                                      {"global_step": 128, "model": {"w": torch.ones(2)}})
+    checkpoint.save_checkpoint(tmp_path / "run" / "checkpoints" / "step_1024.pt", "ppo", Args(), {"global_step": 1024})
+    assert not list(path.parent.glob("*.tmp"))
+    assert checkpoint.load_checkpoint(tmp_path / "run", "ppo")["global_step"] == 1024  # latest in a run dir
+    assert checkpoint.load_checkpoint(path, "ppo")["model"]["w"].tolist() == [1.0, 1.0]
+    with pytest.raises(ValueError, match="written by ppo.py, not dqn.py"):
+        checkpoint.load_checkpoint(path, "dqn")
+    with pytest.raises(FileNotFoundError, match="has no checkpoints"):
+        checkpoint.load_checkpoint(tmp_path, "ppo")
+    torch.save({"model": {}}, tmp_path / "model.pt")
+    with pytest.raises(ValueError, match="not a cleanrl checkpoint"):
+        checkpoint.load_checkpoint(tmp_path / "model.pt", "ppo")
+
+
+# ---- a script interrupted and resumed ends as if it had run uninterrupted (ppo.py, the pattern)
+
+PPO_RUN = ["--env-id", "CartPole-v1", "--num-envs", "2", "--num-steps", "128", "--total-timesteps", "40960",
+           "--save-model", "--eval-episodes", "1"]
+
+
+def test_ppo_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
+    whole, resumed = sigterm_then_resume("ppo.py", PPO_RUN, 4096, 40960, tmp_path)
+    for name, tensor in whole["model"].items():
+        assert torch.equal(tensor, resumed["model"][name]), name
+    assert resumed["curves"] == whole["curves"]  # TensorBoard curves continue without a fold or a repeat
+
+
+def test_resume_refuses_contradicting_flags_and_foreign_checkpoints(tmp_path):
+    run_script("ppo.py", "--env-id", "CartPole-v1", "--num-envs", "1", "--num-steps", "128", "--total-timesteps", "512",
+               "--checkpoint-interval", "256", cwd=tmp_path)
+    run = run_dir(tmp_path)
+    (tmp_path / "other").mkdir()
+    assert sorted(file.name for file in (run / "checkpoints").iterdir()) == ["step_256.pt", "step_512.pt"]
+    assert_stops_with_one_line("ppo.py", ["--resume", str(run), "--learning-rate", "0.1"], "--learning-rate",
+                               "differs from the resumed run's 0.00025", tmp_path / "other")
+    assert_stops_with_one_line("ppo.py", ["--resume", str(tmp_path / "nothing")], "--resume", "No such file",
+                               tmp_path / "other")
