@@ -26,10 +26,10 @@ Writes, into ``--out``:
 Aggregate metrics follow Agarwal, Schwarzer, Castro, Courville, Bellemare (2021), "Deep
 Reinforcement Learning at the Edge of the Statistical Precipice", arXiv:2108.13264: the
 point estimates are rliable's (``rliable.metrics``) and the plot is rliable's
-``plot_utils.plot_interval_estimates``. The stratified bootstrap (runs resampled with
-replacement within each environment, percentile interval) is the one of rliable's
-``StratifiedBootstrap``, written here in numpy because ``rliable.library`` imports ``arch``,
-whose release 7.2 does not import with pandas 3.
+``plot_utils.plot_interval_estimates``, and the confidence intervals are rliable's stratified
+bootstrap (``rliable.library.get_interval_estimates``: runs resampled with replacement within
+each environment, percentile interval). rliable 1.2 needs ``arch<8``, which does not import
+with pandas 3: the ``plot`` extra pins ``pandas<3``.
 
 Bad input (no run directory, a run without events, a missing tag, a scores file that does
 not fit) stops before anything is written, with one line ``error: <flag>: ...`` and exit
@@ -189,8 +189,8 @@ def band(matrix: np.ndarray, kind: str = "ci", reps: int = 2000, seed: int = 0, 
          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean over seeds and a band, for a ``[seeds, points]`` matrix.
 
-    ``kind`` ``"ci"``: the percentile bootstrap confidence interval of the mean (``reps``
-    resamples of the seeds with replacement); ``"std"``: mean ± standard deviation (ddof 0).
+    ``kind`` ``"ci"``: at each point, the percentile bootstrap confidence interval of the mean
+    (``reps`` resamples of the seeds with replacement, by :func:`stratified_bootstrap`); ``"std"``: mean ± standard deviation (ddof 0).
     One seed gives a band of zero width.
 
     Returns:
@@ -202,10 +202,10 @@ def band(matrix: np.ndarray, kind: str = "ci", reps: int = 2000, seed: int = 0, 
         return mean, mean - std, mean + std
     if kind != "ci":
         raise ValueError(f"band kind must be 'ci' or 'std', got {kind!r}")
-    rng = np.random.default_rng(seed)
-    resampled = matrix[rng.integers(len(matrix), size=(reps, len(matrix)))].mean(axis=1)  # [reps, points]
-    tail = 100 * (1 - confidence) / 2
-    return mean, np.percentile(resampled, tail, axis=0), np.percentile(resampled, 100 - tail, axis=0)
+    if len(matrix) == 1:
+        return mean, mean.copy(), mean.copy()
+    _, (lower, upper) = stratified_bootstrap(matrix, lambda m: m.mean(axis=0), reps, seed, confidence)
+    return mean, lower, upper
 
 
 def returns_table(groups: Mapping[tuple[str, str], Sequence[RunData]], last_episodes: int = 20,
@@ -302,26 +302,30 @@ def stratified_bootstrap(scores: np.ndarray, func: Callable[[np.ndarray], np.nda
                          seed: int = 0, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     """Point estimate and stratified bootstrap confidence interval of ``func(scores)``.
 
-    As rliable's ``StratifiedBootstrap`` with the percentile method: each resample draws, for
-    every environment (column) independently, as many runs as it has with replacement from
-    that column's runs.
+    rliable's ``get_interval_estimates`` (``StratifiedBootstrap``, percentile method): each
+    resample draws, for every environment (column) independently, as many runs as it has with
+    replacement from that column's runs.
 
     Args:
         scores: ``[runs, envs]``.
         func: maps a ``[runs, envs]`` matrix to a 1-D array of metrics.
         reps: number of resamples.
-        seed: seed of the resampling (numpy ``default_rng``).
+        seed: seed of the resampling (a numpy ``RandomState``, as rliable takes).
         confidence: coverage of the interval.
 
     Returns:
         ``(point [k], interval [2, k])``: row 0 lower bounds, row 1 upper bounds.
     """
-    rng = np.random.default_rng(seed)
-    runs, envs = scores.shape
-    columns = np.arange(envs)[None, :]
-    samples = np.stack([func(scores[rng.integers(runs, size=(runs, envs)), columns]) for _ in range(reps)])
-    tail = 100 * (1 - confidence) / 2
-    return func(scores), np.stack([np.percentile(samples, tail, axis=0), np.percentile(samples, 100 - tail, axis=0)])
+    import warnings
+
+    from rliable import library
+
+    with warnings.catch_warnings():  # arch 7 deprecates the random_state that rliable 1.2 passes
+        warnings.filterwarnings("ignore", "random_state is deprecated", FutureWarning)
+        points, intervals = library.get_interval_estimates(
+            {"scores": scores}, func, reps=reps, confidence_interval_size=confidence,
+            random_state=np.random.RandomState(seed))
+    return points["scores"], intervals["scores"]
 
 
 def aggregate_table(points: Mapping[str, np.ndarray], intervals: Mapping[str, np.ndarray],
