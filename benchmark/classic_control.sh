@@ -16,7 +16,7 @@ mkdir -p "$PARENT"
 cd "$PARENT"
 for script in ppo dqn c51; do
   python -m cleanrl_utils.benchmark --env-ids CartPole-v1 Acrobot-v1 --command "python $ROOT/cleanrl/$script.py" \
-    --num-seeds 3 --workers "$WORKERS" --torch-threads-flag
+    --num-seeds 3 --workers "$WORKERS"  # the scripts default to one torch thread
 done
 # random: uniformly random actions, 100 episodes (benchmark/curve.py's random_policy_returns, seed 0);
 # reference: CartPole-v1's maximum return, and CleanRL's published PPO on Acrobot-v1 (../shared/REFERENCE.md)
