@@ -280,7 +280,7 @@ RESUMED_RUNS = [  # script, flags, checkpoint interval, total steps
     ("ppo_lstm.py", ["--env-id", MASKED, "--num-envs", "2", "--num-steps", "32", "--update-epochs", "2",
                      "--lstm-size", "16", "--total-timesteps", "1280"], 256, 1280),
     ("ppo_atari_lstm.py", ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1",
-                           "--total-timesteps", "320"], 64, 320),
+                           "--total-timesteps", "192"], 64, 192),
 ]
 
 
