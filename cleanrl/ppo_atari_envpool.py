@@ -59,7 +59,13 @@ try:  # EnvPool comes with the envpool extra; without it, --env-id says so
 except ImportError:
     envpool = None
 
-from cleanrl_utils.checkpoint import Checkpointer, generator_state, make_generator, resume_args, set_rng_state
+from cleanrl_utils.checkpoint import (
+    Checkpointer,
+    generator_state,
+    make_generator,
+    resume_args,
+    set_rng_state,
+)
 from cleanrl_utils.run import (
     Progress,
     fail,

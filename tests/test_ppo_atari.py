@@ -282,10 +282,9 @@ def test_async_and_sync_envs_give_identical_observations():
 def run_in_process(script, monkeypatch, cwd, *flags):
     """Run ``cleanrl/<script>`` as ``__main__`` in this process; return its global variables."""
     import runpy
+    import signal
     import sys
     from pathlib import Path
-
-    import signal
 
     monkeypatch.chdir(cwd)
     monkeypatch.setattr(sys, "argv", [script, *flags])
