@@ -11,6 +11,7 @@ recovered by 200k).
 """
 
 import runpy
+import signal
 import sys
 from pathlib import Path
 
@@ -116,7 +117,11 @@ def run_in_process(monkeypatch, cwd, *flags):
     """Run ``cleanrl/a2c.py`` as ``__main__`` in this process; return its global variables."""
     monkeypatch.chdir(cwd)
     monkeypatch.setattr(sys, "argv", ["a2c.py", *flags])
-    return runpy.run_path(str(Path(a2c.__file__)), run_name="__main__")
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        return runpy.run_path(str(Path(a2c.__file__)), run_name="__main__")
+    finally:  # the script's checkpointer takes SIGTERM over; give it back to pytest
+        signal.signal(signal.SIGTERM, handler)
 
 
 def test_loop_bootstraps_truncations_from_the_real_final_observation(monkeypatch, tmp_path):

@@ -8,6 +8,7 @@ Learning budget (marked ``learning``): see :func:`test_learns_inverted_pendulum_
 
 import math
 import runpy
+import signal
 import sys
 from pathlib import Path
 
@@ -133,7 +134,11 @@ def run_in_process(monkeypatch, cwd, *flags):
     """Run ``cleanrl/ppo_continuous.py`` as ``__main__`` in this process; return its global variables."""
     monkeypatch.chdir(cwd)
     monkeypatch.setattr(sys, "argv", ["ppo_continuous.py", *flags])
-    return runpy.run_path(str(Path(ppo_continuous.__file__)), run_name="__main__")
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        return runpy.run_path(str(Path(ppo_continuous.__file__)), run_name="__main__")
+    finally:  # the script's checkpointer takes SIGTERM over; give it back to pytest
+        signal.signal(signal.SIGTERM, handler)
 
 
 def test_loop_normalises_clips_and_bootstraps_from_the_normalised_final_observation(monkeypatch, tmp_path):

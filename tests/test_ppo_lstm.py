@@ -12,6 +12,7 @@ with the same steps, does not (budgets and measured values in the two tests' doc
 """
 
 import runpy
+import signal
 import sys
 from pathlib import Path
 
@@ -155,7 +156,11 @@ def run_in_process(script, monkeypatch, cwd, *flags):
     """Run ``cleanrl/<script>`` as ``__main__`` in this process; return its global variables."""
     monkeypatch.chdir(cwd)
     monkeypatch.setattr(sys, "argv", [script, *flags])
-    return runpy.run_path(str(Path(__file__).resolve().parent.parent / "cleanrl" / script), run_name="__main__")
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        return runpy.run_path(str(Path(__file__).resolve().parent.parent / "cleanrl" / script), run_name="__main__")
+    finally:  # the script's checkpointer takes SIGTERM over; give it back to pytest
+        signal.signal(signal.SIGTERM, handler)
 
 
 LOOP = ["--env-id", "tests.envs:Counter-v0", "--num-envs", "4", "--num-steps", "10", "--num-minibatches", "2",
