@@ -299,9 +299,9 @@ def test_sigterm_then_resume_equals_an_uninterrupted_run(script, flags, interval
     for name, tensor in whole["model"].items():
         assert torch.equal(tensor, resumed["model"][name]), name
     assert len(whole["curves"]["losses/value_loss"]) == total // (2 * int(flags[flags.index("--num-steps") + 1]))
-    assert whole["curves"]["charts/episodic_return"]
     assert resumed["curves"] == whole["curves"]
-    if script == "ppo_lstm.py":  # another script refuses the checkpoint
+    if script == "ppo_lstm.py":  # episodes ended in the run (none of Breakout's games this early); another
+        assert len(whole["curves"]["charts/episodic_return"]) > 20  # script refuses the checkpoint
         (tmp_path / "other").mkdir()
         assert_stops_with_one_line("ppo_atari_lstm.py", ["--resume", str(run_dir(tmp_path / "cut"))], "--resume",
                                    "written by ppo_lstm.py, not ppo_atari_lstm.py", tmp_path / "other")
