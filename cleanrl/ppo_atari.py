@@ -59,6 +59,15 @@ try:  # the Atari games come with the atari extra; without it, --env-id says so
 except ImportError:
     ale_py = None
 
+from cleanrl_utils.checkpoint import (
+    Checkpointer,
+    envs_state,
+    generator_state,
+    make_generator,
+    restore_envs,
+    resume_args,
+    set_rng_state,
+)
 from cleanrl_utils.evals import run_episodes
 from cleanrl_utils.run import (
     Progress,
@@ -100,6 +109,10 @@ class Args:
     """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it"""
     eval_episodes: int = 10
     """games the saved model is evaluated for (with --save-model)"""
+    checkpoint_interval: int = 0
+    """write a checkpoint to `{run_dir}/checkpoints/` every this many environment steps, at the end of the rollout that reaches it (0: only when the run receives SIGTERM)"""
+    resume: Optional[str] = None
+    """continue the run of this checkpoint file, or of the latest checkpoint in this run directory; its other flags come from the checkpoint"""
     torch_threads: int = 1
     """CPU threads for torch (1: on a 2-core machine shared with other jobs, 2 threads ran 3-5x slower)"""
 
@@ -154,6 +167,7 @@ def check_args(args: Args) -> None:
     """Fill in the computed fields; stop with one line naming the flag on bad input."""
     require_positive(args, "total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs")
     require_positive(args, "learning_rate", "torch_threads")
+    require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
     require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
     require(0 <= args.gae_lambda <= 1, "--gae-lambda", f"must be in [0, 1], got {args.gae_lambda}")
     require(args.clip_coef > 0, "--clip-coef", f"must be positive, got {args.clip_coef}")
@@ -427,9 +441,10 @@ def evaluate(
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
+    args, resumed = resume_args(args, "ppo_atari")  # with --resume: the checkpoint's run and its arguments
     check_args(args)
     check_atari(args.env_id)
-    run = start_run(args)
+    run = start_run(args, resume=resumed)
     writer = run.writer
 
     seed_everything(args.seed, args.torch_deterministic)
@@ -460,15 +475,24 @@ if __name__ == "__main__":
     truncated = np.zeros((T, N), dtype=bool)  # episode ended by truncation, not termination
     final_obs = np.zeros((T, N) + obs_shape, dtype=np.uint8)  # its real final observation
 
-    global_step = 0
-    start_time = time.time()
+    global_step, first_iteration = 0, 1
+    if resumed is None:
+        next_obs, _ = envs.reset(seed=args.seed)
+    else:  # continue exactly: networks, optimiser, step, envs (replayed), random generators
+        agent.load_state_dict(resumed["model"])
+        optimizer.load_state_dict(resumed["optimizer"])
+        rng = make_generator(resumed["action_rng"])
+        global_step, first_iteration = resumed["global_step"], resumed["iteration"] + 1
+        next_obs = restore_envs(envs, resumed["envs"])
+        set_rng_state(resumed["rng"])
+    checkpointer = Checkpointer(run.directory, "ppo_atari", args, args.checkpoint_interval, global_step, writer=writer)
+    start_step, start_time = global_step, time.time()
     if args.num_iterations * args.batch_size != args.total_timesteps:
         print(f"training {args.num_iterations * args.batch_size} steps: --total-timesteps rounded down "
               f"to whole rollouts of {args.batch_size}")
-    progress = Progress(args.num_iterations * args.batch_size)
-    next_obs, _ = envs.reset(seed=args.seed)
+    progress = Progress(args.num_iterations * args.batch_size, start_step=global_step)
 
-    for iteration in range(1, args.num_iterations + 1):
+    for iteration in range(first_iteration, args.num_iterations + 1):
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
@@ -569,7 +593,7 @@ if __name__ == "__main__":
         var_y = np.var(y_true)
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
-        sps = int(global_step / (time.time() - start_time))
+        sps = int((global_step - start_step) / (time.time() - start_time))
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
         writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
@@ -579,6 +603,10 @@ if __name__ == "__main__":
         writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
+        if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
+            checkpointer.save(global_step, {"iteration": iteration, "model": agent.state_dict(),
+                                            "optimizer": optimizer.state_dict(), "action_rng": generator_state(rng),
+                                            "envs": envs_state(envs), "wandb_id": run.wandb_id})
 
     progress.close()
     if args.save_model:

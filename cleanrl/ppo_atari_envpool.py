@@ -29,6 +29,15 @@ What this file changes against them (and against CleanRL's ppo_atari_envpool.py)
 - The frame stack starts with the first frame repeated (EnvPool's), where ppo_atari.py's is
   zero-padded: a model of one script does not fit the other's observations exactly.
 
+Checkpoints (``--checkpoint-interval``, SIGTERM) hold the network, the optimiser, the
+iteration (the learning-rate schedule's position), the global step and the random generators,
+but not the environments: EnvPool's envs live in C++ and cannot be saved or replayed (the
+gymnasium scripts replay theirs, see cleanrl_utils/checkpoint.py). So ``--resume`` is not
+exact: it makes the envs anew and resets them with a seed derived from ``--seed`` and the
+checkpoint's global step (:func:`resume_seed`); the games in progress at the checkpoint are
+abandoned (their partial scores are never logged) and the run goes on with other games than an
+uninterrupted run would play. Training continues from the saved weights and optimiser state.
+
 Run:
     python cleanrl/ppo_atari_envpool.py --env-id Breakout-v5
 """
@@ -50,6 +59,13 @@ try:  # EnvPool comes with the envpool extra; without it, --env-id says so
 except ImportError:
     envpool = None
 
+from cleanrl_utils.checkpoint import (
+    Checkpointer,
+    generator_state,
+    make_generator,
+    resume_args,
+    set_rng_state,
+)
 from cleanrl_utils.run import (
     Progress,
     fail,
@@ -89,6 +105,10 @@ class Args:
     """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it"""
     eval_episodes: int = 10
     """games the saved model is evaluated for (with --save-model)"""
+    checkpoint_interval: int = 0
+    """write a checkpoint to `{run_dir}/checkpoints/` every this many environment steps, at the end of the rollout that reaches it (0: only when the run receives SIGTERM)"""
+    resume: Optional[str] = None
+    """continue the run of this checkpoint file, or of the latest checkpoint in this run directory; its other flags come from the checkpoint. Not exact: EnvPool's envs cannot be restored, so they are made anew and reset with a seed derived from --seed and the checkpoint's step (the games in progress restart)"""
     torch_threads: int = 1
     """CPU threads for torch (1: on a 2-core machine shared with other jobs, 2 threads ran 3-5x slower)"""
 
@@ -149,6 +169,7 @@ def check_args(args: Args) -> None:
             "parallel C++ threads: use sync and set --num-threads")
     require_positive(args, "total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs")
     require_positive(args, "learning_rate", "torch_threads")
+    require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
     require(args.num_threads is None or args.num_threads > 0, "--num-threads",
             f"must be positive, got {args.num_threads}")
     if args.num_threads is None:
@@ -191,6 +212,15 @@ def check_atari(env_id: str) -> None:
         fail("--env-id", f"unknown EnvPool environment {env_id!r}{suggestion}")
     require(type(envpool.make_spec(env_id)).__name__ == "AtariEnvSpec", "--env-id",
             f"{env_id} is not an Atari game; ppo_atari_envpool.py takes EnvPool's Atari ids such as Breakout-v5")
+
+
+def resume_seed(seed: int, global_step: int) -> int:
+    """The seed of the envs of a run resumed at ``global_step``: ``seed`` at step 0, otherwise a
+    number in [0, 2^31) drawn from numpy's ``SeedSequence([seed, global_step])`` (so resuming at
+    another step, or with another seed, starts other games)."""
+    if global_step == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, global_step]).generate_state(1)[0] % 2**31)
 
 
 def make_envs(env_id: str, num_envs: int, seed: int, num_threads: int, training: bool = True,
@@ -540,16 +570,19 @@ def evaluate(
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
+    args, resumed = resume_args(args, "ppo_atari_envpool")  # with --resume: the checkpoint's run and its arguments
     check_args(args)
     check_atari(args.env_id)
-    run = start_run(args)
+    run = start_run(args, resume=resumed)
     writer = run.writer
 
     seed_everything(args.seed, args.torch_deterministic)
     torch.set_num_threads(args.torch_threads)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
-    envs = make_envs(args.env_id, args.num_envs, args.seed, args.num_threads, render=args.capture_video)
+    resume_step = resumed["global_step"] if resumed is not None else 0
+    envs = make_envs(args.env_id, args.num_envs, resume_seed(args.seed, resume_step), args.num_threads,
+                     render=args.capture_video)
     recorder = VideoRecorder(envs, str(run.video_dir)) if args.capture_video else None
     obs_shape = envs.single_observation_space.shape  # (4, 84, 84)
     # channels-last weights and inputs: faster convolutions on CPU (benchmark/README.md)
@@ -569,18 +602,26 @@ if __name__ == "__main__":
     resets = np.zeros((T, N), dtype=bool)  # EnvPool's reset steps: not transitions of the game
     game_returns = np.zeros(N)  # unclipped score of each env's current game
 
-    global_step = 0
-    start_time = time.time()
+    global_step, first_iteration = 0, 1
+    if resumed is not None:  # networks, optimiser, step, random generators; the envs are new (see the docstring)
+        agent.load_state_dict(resumed["model"])
+        optimizer.load_state_dict(resumed["optimizer"])
+        rng = make_generator(resumed["action_rng"])
+        global_step, first_iteration = resumed["global_step"], resumed["iteration"] + 1
+        set_rng_state(resumed["rng"])
+    checkpointer = Checkpointer(run.directory, "ppo_atari_envpool", args, args.checkpoint_interval, global_step,
+                                writer=writer)
+    start_step, start_time = global_step, time.time()
     if args.num_iterations * args.batch_size != args.total_timesteps:
         print(f"training {args.num_iterations * args.batch_size} steps: --total-timesteps rounded down "
               f"to whole rollouts of {args.batch_size}")
-    progress = Progress(args.num_iterations * args.batch_size)
+    progress = Progress(args.num_iterations * args.batch_size, start_step=global_step)
     next_obs, _ = envs.reset()
     next_done = np.zeros(N, dtype=bool)  # the last step's dones: the next step is a reset step
     if recorder:
         recorder.frame()
 
-    for iteration in range(1, args.num_iterations + 1):
+    for iteration in range(first_iteration, args.num_iterations + 1):
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
@@ -662,13 +703,17 @@ if __name__ == "__main__":
         var_y = np.var(y_true) if valid.any() else 0.0
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
-        sps = int(global_step / (time.time() - start_time))
+        sps = int((global_step - start_step) / (time.time() - start_time))
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl"):
             writer.add_scalar(f"losses/{name}", losses[name].item(), global_step)
         writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
+        if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
+            checkpointer.save(global_step, {"iteration": iteration, "model": agent.state_dict(),
+                                            "optimizer": optimizer.state_dict(), "action_rng": generator_state(rng),
+                                            "wandb_id": run.wandb_id})
 
     progress.close()
     if recorder:

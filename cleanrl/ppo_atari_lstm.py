@@ -52,6 +52,15 @@ try:  # the Atari games come with the atari extra; without it, --env-id says so
 except ImportError:
     ale_py = None
 
+from cleanrl_utils.checkpoint import (
+    Checkpointer,
+    envs_state,
+    generator_state,
+    make_generator,
+    restore_envs,
+    resume_args,
+    set_rng_state,
+)
 from cleanrl_utils.run import (
     Progress,
     check_env,
@@ -89,6 +98,10 @@ class Args:
     """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it"""
     eval_episodes: int = 10
     """episodes (whole games) the saved model is evaluated for (with --save-model)"""
+    checkpoint_interval: int = 0
+    """write a checkpoint to `{run_dir}/checkpoints/` every this many environment steps, at the end of the rollout that reaches it (0: only when the run receives SIGTERM)"""
+    resume: Optional[str] = None
+    """continue the run of this checkpoint file, or of the latest checkpoint in this run directory; its other flags come from the checkpoint"""
     torch_threads: int = 1
     """CPU threads for torch (1: on a 2-core machine shared with other jobs, 2 threads ran 3-5x slower)"""
 
@@ -143,6 +156,7 @@ def check_args(args: Args) -> None:
     """Fill in the computed fields; stop with one line naming the flag on bad input."""
     require_positive(args, "total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs")
     require_positive(args, "learning_rate", "torch_threads")
+    require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
     require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
     require(0 <= args.gae_lambda <= 1, "--gae-lambda", f"must be in [0, 1], got {args.gae_lambda}")
     require(args.clip_coef > 0, "--clip-coef", f"must be positive, got {args.clip_coef}")
@@ -436,6 +450,7 @@ def evaluate(
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
+    args, resumed = resume_args(args, "ppo_atari_lstm")  # with --resume: the checkpoint's run and its arguments
     check_args(args)
     check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "ppo_atari_lstm.py", id_suffix="NoFrameskip-v4")
     with gym.make(args.env_id) as game:
@@ -444,7 +459,7 @@ if __name__ == "__main__":
         require(game.spec.kwargs.get("frameskip", 1) == 1, "--env-id",
                 f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id (such as BreakoutNoFrameskip-v4): "
                 "the frame skipping is done here")
-    run = start_run(args)
+    run = start_run(args, resume=resumed)
     writer = run.writer
 
     seed_everything(args.seed, args.torch_deterministic)
@@ -473,17 +488,29 @@ if __name__ == "__main__":
     dones = np.zeros((T, N), dtype=np.float32)
     final_values = np.zeros((T, N), dtype=np.float32)  # V(real final observation) at truncations
 
-    global_step = 0
-    start_time = time.time()
+    global_step, first_iteration = 0, 1
+    if resumed is None:
+        next_obs, _ = envs.reset(seed=args.seed)
+        next_start = np.ones(N, dtype=np.float32)
+        lstm_state = agent.initial_state(N, device)
+    else:  # continue exactly: networks, optimiser, step, LSTM state, envs (replayed), random generators
+        agent.load_state_dict(resumed["model"])
+        optimizer.load_state_dict(resumed["optimizer"])
+        rng = make_generator(resumed["action_rng"])
+        global_step, first_iteration = resumed["global_step"], resumed["iteration"] + 1
+        next_start = resumed["next_start"].numpy()
+        lstm_state = (resumed["lstm_state"][0].to(device), resumed["lstm_state"][1].to(device))
+        next_obs = restore_envs(envs, resumed["envs"])
+        set_rng_state(resumed["rng"])
+    checkpointer = Checkpointer(run.directory, "ppo_atari_lstm", args, args.checkpoint_interval, global_step,
+                                writer=writer)
+    start_step, start_time = global_step, time.time()
     if args.num_iterations * args.batch_size != args.total_timesteps:
         print(f"training {args.num_iterations * args.batch_size} steps: --total-timesteps rounded down "
               f"to whole rollouts of {args.batch_size}")
-    progress = Progress(args.num_iterations * args.batch_size)
-    next_obs, _ = envs.reset(seed=args.seed)
-    next_start = np.ones(N, dtype=np.float32)
-    lstm_state = agent.initial_state(N, device)
+    progress = Progress(args.num_iterations * args.batch_size, start_step=global_step)
 
-    for iteration in range(1, args.num_iterations + 1):
+    for iteration in range(first_iteration, args.num_iterations + 1):
         # The state before the rollout's first step: the update replays each env's sequence from it.
         initial_state = (lstm_state[0].clone(), lstm_state[1].clone())
         if args.anneal_lr:
@@ -591,7 +618,7 @@ if __name__ == "__main__":
         var_y = np.var(returns)
         explained_var = np.nan if var_y == 0 else 1 - np.var(returns - values) / var_y
 
-        sps = int(global_step / (time.time() - start_time))
+        sps = int((global_step - start_step) / (time.time() - start_time))
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
         writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
@@ -601,6 +628,12 @@ if __name__ == "__main__":
         writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
+        if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
+            checkpointer.save(global_step, {"iteration": iteration, "model": agent.state_dict(),
+                                            "optimizer": optimizer.state_dict(), "action_rng": generator_state(rng),
+                                            "lstm_state": [lstm_state[0].cpu(), lstm_state[1].cpu()],
+                                            "next_start": torch.from_numpy(next_start.copy()),
+                                            "envs": envs_state(envs), "wandb_id": run.wandb_id})
 
     progress.close()
     if args.save_model:

@@ -50,6 +50,15 @@ import tyro
 from gymnasium.vector.utils import batch_space
 from gymnasium.wrappers.utils import RunningMeanStd
 
+from cleanrl_utils.checkpoint import (
+    Checkpointer,
+    envs_state,
+    generator_state,
+    make_generator,
+    restore_envs,
+    resume_args,
+    set_rng_state,
+)
 from cleanrl_utils.evals import run_episodes
 from cleanrl_utils.numpy_net import NumpyMLP
 from cleanrl_utils.run import (
@@ -89,6 +98,10 @@ class Args:
     """if toggled, save the model (with the observation statistics) to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it"""
     eval_episodes: int = 10
     """episodes the saved model is evaluated for (with --save-model)"""
+    checkpoint_interval: int = 0
+    """write a checkpoint to `{run_dir}/checkpoints/` every this many environment steps, at the end of the rollout that reaches it (0: only when the run receives SIGTERM)"""
+    resume: Optional[str] = None
+    """continue the run of this checkpoint file, or of the latest checkpoint in this run directory; its other flags come from the checkpoint"""
     torch_threads: int = 1
     """CPU threads for torch (1 is fastest for these small networks)"""
 
@@ -147,6 +160,7 @@ def check_args(args: Args) -> None:
     """Fill in the computed fields; stop with one line naming the flag on bad input."""
     require_positive(args, "total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs")
     require_positive(args, "learning_rate", "torch_threads", "obs_clip", "reward_clip")
+    require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
     require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
     require(0 <= args.gae_lambda <= 1, "--gae-lambda", f"must be in [0, 1], got {args.gae_lambda}")
     require(args.clip_coef > 0, "--clip-coef", f"must be positive, got {args.clip_coef}")
@@ -290,6 +304,64 @@ def normalize_envs(envs: gym.vector.VectorEnv, gamma: float, obs_clip: float, re
     envs = gym.wrappers.vector.NormalizeReward(obs_norm, gamma=gamma)
     envs = gym.wrappers.vector.TransformReward(envs, lambda reward: np.clip(reward, -reward_clip, reward_clip))
     return envs, obs_norm
+
+
+def normalization_state(envs: gym.vector.VectorEnv) -> dict[str, torch.Tensor]:
+    """The running statistics of the normalisation layers of ``envs`` (from :func:`normalize_envs`), as tensors.
+
+    Keys: :meth:`NormalizeObservation.state_dict`'s ``obs_rms.*``, and of
+    ``gymnasium.wrappers.vector.NormalizeReward`` ``return_rms.{mean,var,count}`` (float64), the
+    per-env discounted return it accumulates, ``accumulated_reward`` ``[num_envs]``, and its
+    previous step's dones ``prev_dones`` ``[num_envs]``: all a checkpoint needs to continue the
+    normalisation exactly.
+    """
+    obs_norm, reward_norm = _normalization_layers(envs)
+    rms = reward_norm.return_rms
+    return {
+        **obs_norm.state_dict(),
+        "return_rms.mean": torch.tensor(rms.mean, dtype=torch.float64),
+        "return_rms.var": torch.tensor(rms.var, dtype=torch.float64),
+        "return_rms.count": torch.tensor(float(rms.count), dtype=torch.float64),
+        "accumulated_reward": torch.from_numpy(reward_norm.accumulated_reward.copy()),
+        "prev_dones": torch.from_numpy(reward_norm._prev_dones.copy()),
+    }
+
+
+def load_normalization_state(envs: gym.vector.VectorEnv, state: dict[str, torch.Tensor]) -> None:
+    """Set the normalisation layers of ``envs`` to :func:`normalization_state`'s ``state``."""
+    obs_norm, reward_norm = _normalization_layers(envs)
+    obs_norm.load_state_dict(state)
+    reward_norm.return_rms.mean = state["return_rms.mean"].numpy().copy()
+    reward_norm.return_rms.var = state["return_rms.var"].numpy().copy()
+    reward_norm.return_rms.count = float(state["return_rms.count"])
+    reward_norm.accumulated_reward[:] = state["accumulated_reward"].numpy()
+    reward_norm._prev_dones[:] = state["prev_dones"].numpy()
+
+
+def restore_normalized_envs(envs: gym.vector.VectorEnv, normalization: dict, envs_log: dict) -> np.ndarray:
+    """Restore a freshly made ``envs`` (from :func:`normalize_envs`) to a checkpoint's state.
+
+    The normalisation statistics come from ``normalization`` (:func:`normalization_state`), the
+    sub-envs below the normalisation layers are replayed from ``envs_log``
+    (:func:`cleanrl_utils.checkpoint.envs_state`), which leaves the statistics alone, and their raw
+    observations (in the sub-envs' own dtype) are normalised with the restored statistics, as the
+    observation layer did when it returned them before the checkpoint.
+
+    Returns:
+        The normalised observations ``[num_envs, obs_dim]`` float32 the run acts on next.
+    """
+    load_normalization_state(envs, normalization)
+    obs_norm, _ = _normalization_layers(envs)
+    return obs_norm.normalize(restore_envs(obs_norm.env, envs_log))
+
+
+def _normalization_layers(envs: gym.vector.VectorEnv) -> tuple[NormalizeObservation, gym.wrappers.vector.NormalizeReward]:
+    """The ``NormalizeObservation`` and ``NormalizeReward`` layers of ``envs``."""
+    layers, layer = {}, envs
+    while isinstance(layer, gym.vector.VectorWrapper):
+        layers[type(layer)] = layer
+        layer = layer.env
+    return layers[NormalizeObservation], layers[gym.wrappers.vector.NormalizeReward]
 
 
 def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
@@ -484,11 +556,12 @@ def evaluate(
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
+    args, resumed = resume_args(args, "ppo_continuous")  # with --resume: the checkpoint's run and its arguments
     check_args(args)
     _, action_space = check_env(args.env_id, (gym.spaces.Box,), (gym.spaces.Box,), "ppo_continuous.py", obs_ndim=1)
     require(len(action_space.shape) == 1, "--env-id",
             f"{args.env_id} has actions of shape {action_space.shape}; ppo_continuous.py supports 1-dimensional actions only")
-    run = start_run(args)
+    run = start_run(args, resume=resumed)
     writer = run.writer
 
     seed_everything(args.seed, args.torch_deterministic)
@@ -523,15 +596,27 @@ if __name__ == "__main__":
     truncated = np.zeros((T, N), dtype=bool)  # episode ended by truncation, not termination
     final_obs = np.zeros((T, N) + obs_shape, dtype=np.float32)  # its real final observation, normalised
 
-    global_step = 0
-    start_time = time.time()
+    global_step, first_iteration = 0, 1
+    if resumed is None:
+        next_obs, _ = envs.reset(seed=args.seed)
+    else:  # continue exactly: networks, optimiser, step, normalisation, envs (replayed), random generators
+        agent.load_state_dict(resumed["model"])
+        optimizer.load_state_dict(resumed["optimizer"])
+        policy_mean.sync()
+        action_std = agent.actor_logstd.detach().exp().cpu().numpy()
+        rng = make_generator(resumed["action_rng"])
+        global_step, first_iteration = resumed["global_step"], resumed["iteration"] + 1
+        next_obs = restore_normalized_envs(envs, resumed["normalization"], resumed["envs"])
+        set_rng_state(resumed["rng"])
+    checkpointer = Checkpointer(run.directory, "ppo_continuous", args, args.checkpoint_interval, global_step,
+                                writer=writer)
+    start_step, start_time = global_step, time.time()
     if args.num_iterations * args.batch_size != args.total_timesteps:
         print(f"training {args.num_iterations * args.batch_size} steps: --total-timesteps rounded down "
               f"to whole rollouts of {args.batch_size}")
-    progress = Progress(args.num_iterations * args.batch_size)
-    next_obs, _ = envs.reset(seed=args.seed)
+    progress = Progress(args.num_iterations * args.batch_size, start_step=global_step)
 
-    for iteration in range(1, args.num_iterations + 1):
+    for iteration in range(first_iteration, args.num_iterations + 1):
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
@@ -626,7 +711,7 @@ if __name__ == "__main__":
         var_y = np.var(y_true)
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
-        sps = int(global_step / (time.time() - start_time))
+        sps = int((global_step - start_step) / (time.time() - start_time))
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("charts/action_std", float(action_std.mean()), global_step)
         writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
@@ -637,6 +722,11 @@ if __name__ == "__main__":
         writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
+        if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
+            checkpointer.save(global_step, {"iteration": iteration, "model": agent.state_dict(),
+                                            "optimizer": optimizer.state_dict(), "action_rng": generator_state(rng),
+                                            "normalization": normalization_state(envs), "envs": envs_state(envs),
+                                            "wandb_id": run.wandb_id})
 
     progress.close()
     if args.save_model:

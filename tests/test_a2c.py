@@ -11,6 +11,7 @@ recovered by 200k).
 """
 
 import runpy
+import signal
 import sys
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from tests.conftest import (
     run_dir,
     run_script,
     scalars,
+    sigterm_then_resume,
 )
 
 SHORT = ["--total-timesteps", "2000"]
@@ -115,7 +117,11 @@ def run_in_process(monkeypatch, cwd, *flags):
     """Run ``cleanrl/a2c.py`` as ``__main__`` in this process; return its global variables."""
     monkeypatch.chdir(cwd)
     monkeypatch.setattr(sys, "argv", ["a2c.py", *flags])
-    return runpy.run_path(str(Path(a2c.__file__)), run_name="__main__")
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        return runpy.run_path(str(Path(a2c.__file__)), run_name="__main__")
+    finally:  # the script's checkpointer takes SIGTERM over; give it back to pytest
+        signal.signal(signal.SIGTERM, handler)
 
 
 def test_loop_bootstraps_truncations_from_the_real_final_observation(monkeypatch, tmp_path):
@@ -197,10 +203,27 @@ def test_async_envs_give_the_same_returns_as_sync_ones(tmp_path):
     assert len(returns["sync"]) > 10 and returns["sync"] == returns["async"]
 
 
+def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
+    """Stopped by SIGTERM after its first checkpoint and resumed, the run ends with the same
+    weights and the same TensorBoard curves as without the interruption; another script
+    refuses its checkpoint."""
+    flags = ["--total-timesteps", "6000", "--log-interval", "5", "--anneal-lr", "--save-model", "--eval-episodes", "1"]
+    whole, resumed = sigterm_then_resume("a2c.py", flags, 800, 6000, tmp_path)
+    for name, tensor in whole["model"].items():
+        assert torch.equal(tensor, resumed["model"][name]), name
+    # 6000 steps / 40 per update = 150 updates, losses written every 5th
+    assert len(whole["curves"]["losses/value_loss"]) == 30 and len(whole["curves"]["charts/episodic_return"]) > 100
+    assert resumed["curves"] == whole["curves"]
+    (tmp_path / "other").mkdir()
+    assert_stops_with_one_line("ppo.py", ["--resume", str(run_dir(tmp_path / "cut"))], "--resume",
+                               "written by a2c.py, not ppo.py", tmp_path / "other")
+
+
 BAD_INPUT = [
     (["--env-id", "Pendulum-v1"], "--env-id", "supports Discrete only"),
     (["--env-id", "tests.envs:Image-v0"], "--env-id", "1-dimensional observations only"),
     (["--num-steps", "0"], "--num-steps", "must be positive"),
+    (["--checkpoint-interval", "-1"], "--checkpoint-interval", "must be >= 0"),
     (["--total-timesteps", "20"], "--total-timesteps", "less than one rollout of 40 steps"),
     (["--gae-lambda", "1.5"], "--gae-lambda", "must be in [0, 1]"),
     (["--rms-prop-alpha", "1"], "--rms-prop-alpha", "must be in [0, 1)"),

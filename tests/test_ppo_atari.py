@@ -18,7 +18,7 @@ import torch
 from cleanrl import ppo_atari, ppo_atari_envpool
 from cleanrl.ppo_atari_envpool import accumulate_games, compute_gae, masked_mean, ppo_losses
 from cleanrl_utils.run import make_vector_env, real_next_obs
-from tests.conftest import assert_stops_with_one_line, run_dir, run_script, scalars
+from tests.conftest import assert_stops_with_one_line, run_dir, run_script, scalars, sigterm_then_resume
 
 STANDARD_TAGS = {"charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate"}
 LOSS_TAGS = {f"losses/{name}" for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl",
@@ -282,13 +282,18 @@ def test_async_and_sync_envs_give_identical_observations():
 def run_in_process(script, monkeypatch, cwd, *flags):
     """Run ``cleanrl/<script>`` as ``__main__`` in this process; return its global variables."""
     import runpy
+    import signal
     import sys
     from pathlib import Path
 
     monkeypatch.chdir(cwd)
     monkeypatch.setattr(sys, "argv", [script, *flags])
     path = Path(__file__).resolve().parent.parent / "cleanrl" / script
-    return runpy.run_path(str(path), run_name="__main__")
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        return runpy.run_path(str(path), run_name="__main__")
+    finally:  # the script's checkpointer takes SIGTERM over; give it back to pytest
+        signal.signal(signal.SIGTERM, handler)
 
 
 def test_loop_bootstraps_truncations_from_the_real_final_observation(monkeypatch, tmp_path):
@@ -409,6 +414,55 @@ def test_same_seed_same_numbers(script, tmp_path):
     assert runs[0] == runs[1]
 
 
+# ---- checkpoints: SIGTERM, then --resume
+
+SMALL = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1", "--save-model",
+         "--eval-episodes", "1"]
+RESUMED_RUN = [*SMALL, "--total-timesteps", "192"]
+
+def test_ppo_atari_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
+    """Breakout replayed from its log (frame stacks, episodic life, no-op starts): the resumed run
+    ends with the uninterrupted run's weights and curves; the EnvPool script refuses its checkpoint."""
+    whole, resumed = sigterm_then_resume("ppo_atari.py", RESUMED_RUN, 64, 192, tmp_path)
+    for name, tensor in whole["model"].items():
+        assert torch.equal(tensor, resumed["model"][name]), name
+    assert len(whole["curves"]["losses/value_loss"]) == 6  # 6 rollouts of 2 x 16 steps
+    assert resumed["curves"] == whole["curves"]
+    (tmp_path / "other").mkdir()
+    assert_stops_with_one_line("ppo_atari_envpool.py", ["--resume", str(run_dir(tmp_path / "cut"))], "--resume",
+                               "written by ppo_atari.py, not ppo_atari_envpool.py", tmp_path / "other")
+
+
+def test_envpool_resume_continues_the_run_with_new_envs(monkeypatch, tmp_path):
+    """EnvPool's envs cannot be restored, so the resume is not exact: before the checkpoint the
+    curves are the uninterrupted run's, after it every rollout is logged once (no overlap, no
+    gap) with the same learning-rate schedule; and it starts from the checkpoint's weights."""
+    from cleanrl_utils.checkpoint import latest_checkpoint, load_checkpoint
+
+    whole, resumed = sigterm_then_resume("ppo_atari_envpool.py", RESUMED_RUN, 64, 192, tmp_path)
+    checkpoint = latest_checkpoint(run_dir(tmp_path / "cut"))
+    step = int(checkpoint.stem.removeprefix("step_"))
+    assert resumed["model"].keys() == whole["model"].keys()
+    assert all(torch.isfinite(tensor).all() for tensor in resumed["model"].values())
+    for tag in LOSS_TAGS | {"charts/learning_rate"}:
+        steps = [s for s, _ in resumed["curves"][tag]]
+        assert steps == [s for s, _ in whole["curves"][tag]] == list(range(32, 193, 32)), tag
+        before = [point for point in whole["curves"][tag] if point[0] <= step]
+        assert [point for point in resumed["curves"][tag] if point[0] <= step] == before, tag
+    assert resumed["curves"]["charts/learning_rate"] == whole["curves"]["charts/learning_rate"]
+    for tag in ("charts/episodic_return", "charts/episodic_length"):  # games, if any ended this early
+        games, whole_games = resumed["curves"].get(tag, []), whole["curves"].get(tag, [])
+        assert [g for g in games if g[0] <= step] == [g for g in whole_games if g[0] <= step]
+
+    # resumed again from the checkpoint with the optimiser's steps disabled, the run ends with the
+    # checkpoint's weights: they were loaded, not initialised anew
+    monkeypatch.setattr(torch.optim.Adam, "step", lambda self, closure=None: None)
+    g = run_in_process("ppo_atari_envpool.py", monkeypatch, tmp_path / "cut", "--resume", str(checkpoint))
+    assert g["global_step"] == 192 and g["first_iteration"] == step // 32 + 1
+    for name, tensor in load_checkpoint(checkpoint, "ppo_atari_envpool")["model"].items():
+        assert torch.equal(g["agent"].state_dict()[name], tensor), name
+
+
 BAD_INPUT = [
     ("ppo_atari.py", ["--env-id", "CartPole-v1"], "--env-id", "is not an Atari game"),
     ("ppo_atari.py", ["--env-id", "ALE/Breakout-v5"], "--env-id", "skips frames itself"),
@@ -420,6 +474,8 @@ BAD_INPUT = [
     ("ppo_atari_envpool.py", ["--num-minibatches", "3"], "--num-minibatches", "does not divide the batch of 1024"),
     ("ppo_atari_envpool.py", ["--env-mode", "async"], "--env-mode", "EnvPool already steps the envs"),
     ("ppo_atari_envpool.py", ["--num-threads", "0"], "--num-threads", "must be positive"),
+    ("ppo_atari_envpool.py", ["--checkpoint-interval", "-1"], "--checkpoint-interval", "must be >= 0"),
+    ("ppo_atari.py", ["--checkpoint-interval", "-5"], "--checkpoint-interval", "must be >= 0"),
 ]
 
 

@@ -8,6 +8,7 @@ Learning budget (marked ``learning``): see :func:`test_learns_inverted_pendulum_
 
 import math
 import runpy
+import signal
 import sys
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import torch
 
 import tests.envs  # noqa: F401  registers ContinuousCounter-v0
 from cleanrl import ppo, ppo_continuous
-from cleanrl_utils.run import make_vector_env
+from cleanrl_utils.run import make_vector_env, real_next_obs
 from tests.conftest import (
     assert_stops_with_one_line,
     episodic_returns,
@@ -25,6 +26,7 @@ from tests.conftest import (
     run_dir,
     run_script,
     scalars,
+    sigterm_then_resume,
 )
 
 LOSS_TAGS = {"losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/old_approx_kl", "losses/approx_kl",
@@ -132,7 +134,11 @@ def run_in_process(monkeypatch, cwd, *flags):
     """Run ``cleanrl/ppo_continuous.py`` as ``__main__`` in this process; return its global variables."""
     monkeypatch.chdir(cwd)
     monkeypatch.setattr(sys, "argv", ["ppo_continuous.py", *flags])
-    return runpy.run_path(str(Path(ppo_continuous.__file__)), run_name="__main__")
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        return runpy.run_path(str(Path(ppo_continuous.__file__)), run_name="__main__")
+    finally:  # the script's checkpointer takes SIGTERM over; give it back to pytest
+        signal.signal(signal.SIGTERM, handler)
 
 
 def test_loop_normalises_clips_and_bootstraps_from_the_normalised_final_observation(monkeypatch, tmp_path):
@@ -266,12 +272,68 @@ def test_async_envs_give_the_same_returns_as_sync_ones(tmp_path):
     assert len(returns["sync"]) > 20 and returns["sync"] == returns["async"]
 
 
+# ---- checkpoints
+
+def test_normalised_envs_resume_exactly(tmp_path):
+    """The observation and reward normalisation (running statistics, each env's discounted return)
+    and the MuJoCo envs below them come back from a checkpoint: the observation to act on and
+    everything after it are exactly those of the run that was not interrupted."""
+    from cleanrl_utils.checkpoint import envs_state
+
+    def make():
+        envs = make_vector_env([ppo_continuous.make_env("InvertedPendulum-v5", i, False, "") for i in range(2)])
+        return ppo_continuous.normalize_envs(envs, gamma=0.99, obs_clip=10.0, reward_clip=10.0)[0]
+
+    def play(envs, actions):
+        seen = []
+        for action in actions:
+            obs, reward, terminated, truncated, infos = envs.step(action)
+            seen.append((obs, reward, terminated, truncated, real_next_obs(obs, infos)))
+        return seen
+
+    actions = np.random.default_rng(0).uniform(-3, 3, size=(300, 2, 1))
+    envs = make()
+    envs.reset(seed=1)
+    *_, (obs, *_) = play(envs, actions[:150])  # random play: many episodes end before the checkpoint
+    path = tmp_path / "state.pt"
+    torch.save({"normalization": ppo_continuous.normalization_state(envs), "envs": envs_state(envs)}, path)
+    state = torch.load(path, weights_only=True)
+    assert state["normalization"]["accumulated_reward"].abs().sum() > 0 and state["normalization"]["obs_rms.count"] > 150
+    after = play(envs, actions[150:])
+    fresh = make()
+    restored = ppo_continuous.restore_normalized_envs(fresh, state["normalization"], state["envs"])
+    assert restored.dtype == obs.dtype == np.float32 and np.array_equal(restored, obs)
+    replayed = play(fresh, actions[150:])
+    for step_after, step_replayed in zip(after, replayed):
+        for a, b in zip(step_after, step_replayed):
+            assert np.array_equal(a, b)
+    assert sum(step[2].sum() for step in after) > 5  # episodes ended after the checkpoint too
+    envs.close(), fresh.close()
+
+
+def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
+    """Stopped by SIGTERM after its first checkpoint and resumed, the run ends with the same
+    weights, observation statistics and TensorBoard curves as without the interruption."""
+    flags = ["--env-id", "Pendulum-v1", "--num-envs", "2", "--num-steps", "64", "--num-minibatches", "2",
+             "--update-epochs", "2", "--total-timesteps", "1920", "--save-model", "--eval-episodes", "1"]
+    whole, resumed = sigterm_then_resume("ppo_continuous.py", flags, 256, 1920, tmp_path)
+    assert any(key.startswith("obs_rms.") for key in whole["model"])
+    for name, tensor in whole["model"].items():
+        assert torch.equal(tensor, resumed["model"][name]), name
+    assert len(whole["curves"]["losses/value_loss"]) == 15 and len(whole["curves"]["charts/episodic_return"]) >= 8
+    assert resumed["curves"] == whole["curves"]
+    (tmp_path / "other").mkdir()
+    assert_stops_with_one_line("ppo.py", ["--resume", str(run_dir(tmp_path / "cut"))], "--resume",
+                               "written by ppo_continuous.py, not ppo.py", tmp_path / "other")
+
+
 BAD_INPUT = [
     (["--env-id", "CartPole-v1"], "--env-id", "supports Box only"),
     (["--num-minibatches", "3"], "--num-minibatches", "does not divide the batch of 2048"),
     (["--obs-clip", "0"], "--obs-clip", "must be positive"),
     (["--total-timesteps", "1000"], "--total-timesteps", "less than one rollout"),
     (["--gae-lambda", "-0.1"], "--gae-lambda", "must be in [0, 1]"),
+    (["--checkpoint-interval", "-1"], "--checkpoint-interval", "must be >= 0"),
 ]
 
 

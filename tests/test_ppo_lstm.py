@@ -12,6 +12,7 @@ with the same steps, does not (budgets and measured values in the two tests' doc
 """
 
 import runpy
+import signal
 import sys
 from pathlib import Path
 
@@ -23,7 +24,14 @@ import torch
 import cleanrl_utils.envs as masked_envs
 import tests.envs  # noqa: F401  (registers Counter-v0)
 from cleanrl import ppo, ppo_atari_lstm, ppo_lstm
-from tests.conftest import assert_stops_with_one_line, episodic_returns, run_dir, run_script, scalars
+from tests.conftest import (
+    assert_stops_with_one_line,
+    episodic_returns,
+    run_dir,
+    run_script,
+    scalars,
+    sigterm_then_resume,
+)
 
 MASKED = "cleanrl_utils.envs:CartPoleNoVelocity-v1"
 PPO_TAGS = {"charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
@@ -148,7 +156,11 @@ def run_in_process(script, monkeypatch, cwd, *flags):
     """Run ``cleanrl/<script>`` as ``__main__`` in this process; return its global variables."""
     monkeypatch.chdir(cwd)
     monkeypatch.setattr(sys, "argv", [script, *flags])
-    return runpy.run_path(str(Path(__file__).resolve().parent.parent / "cleanrl" / script), run_name="__main__")
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        return runpy.run_path(str(Path(__file__).resolve().parent.parent / "cleanrl" / script), run_name="__main__")
+    finally:  # the script's checkpointer takes SIGTERM over; give it back to pytest
+        signal.signal(signal.SIGTERM, handler)
 
 
 LOOP = ["--env-id", "tests.envs:Counter-v0", "--num-envs", "4", "--num-steps", "10", "--num-minibatches", "2",
@@ -269,6 +281,32 @@ def test_same_seed_same_returns_and_async_matches_sync(tmp_path):
     assert returns["seed"] != returns["a"]
 
 
+RESUMED_RUNS = [  # script, flags, checkpoint interval, total steps
+    ("ppo_lstm.py", ["--env-id", MASKED, "--num-envs", "2", "--num-steps", "32", "--update-epochs", "2",
+                     "--lstm-size", "16", "--total-timesteps", "1280"], 256, 1280),
+    ("ppo_atari_lstm.py", ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1",
+                           "--total-timesteps", "192"], 64, 192),
+]
+
+
+@pytest.mark.parametrize("script,flags,interval,total", RESUMED_RUNS, ids=[run[0] for run in RESUMED_RUNS])
+def test_sigterm_then_resume_equals_an_uninterrupted_run(script, flags, interval, total, tmp_path):
+    """Stopped by SIGTERM after its first checkpoint and resumed, the run ends with the same
+    weights and TensorBoard curves as without the interruption: the LSTM state carried from one
+    rollout to the next (and where the next rollout starts episodes) comes back with it."""
+    whole, resumed = sigterm_then_resume(script, [*flags, "--save-model", "--eval-episodes", "1"], interval, total,
+                                         tmp_path)
+    for name, tensor in whole["model"].items():
+        assert torch.equal(tensor, resumed["model"][name]), name
+    assert len(whole["curves"]["losses/value_loss"]) == total // (2 * int(flags[flags.index("--num-steps") + 1]))
+    assert resumed["curves"] == whole["curves"]
+    if script == "ppo_lstm.py":  # episodes ended in the run (none of Breakout's games this early); another
+        assert len(whole["curves"]["charts/episodic_return"]) > 20  # script refuses the checkpoint
+        (tmp_path / "other").mkdir()
+        assert_stops_with_one_line("ppo_atari_lstm.py", ["--resume", str(run_dir(tmp_path / "cut"))], "--resume",
+                                   "written by ppo_lstm.py, not ppo_atari_lstm.py", tmp_path / "other")
+
+
 BAD_INPUT = [
     ("ppo_lstm.py", ["--num-minibatches", "3"], "--num-minibatches",
      "3 does not divide --num-envs 8: a minibatch is made of whole environment sequences"),
@@ -276,6 +314,7 @@ BAD_INPUT = [
     ("ppo_lstm.py", ["--env-id", "tests.envs:Image-v0"], "--env-id", "1-dimensional observations only"),
     ("ppo_lstm.py", ["--env-id", "cleanrl_utils.envs:NoSuchTask-v1"], "--env-id", "unknown environment"),
     ("ppo_lstm.py", ["--lstm-size", "0"], "--lstm-size", "must be positive"),
+    ("ppo_lstm.py", ["--checkpoint-interval", "-1"], "--checkpoint-interval", "must be >= 0"),
     ("ppo_lstm.py", ["--total-timesteps", "100"], "--total-timesteps", "less than one rollout of 256"),
     ("ppo_atari_lstm.py", ["--num-minibatches", "3"], "--num-minibatches",
      "does not divide --num-envs 8: a minibatch is made of whole environment sequences"),
