@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Reproduces README's classic-control results with the project's own tools: ppo.py, dqn.py and
-# c51.py at their defaults (500k steps) on CartPole-v1 and Acrobot-v1, seeds 1-3, run by the
+# Reproduces README's classic-control results with the project's own tools: ppo.py and dqn.py
+# at their defaults (500k steps) on CartPole-v1 and Acrobot-v1, seeds 1-3, run by the
 # benchmark launcher (cleanrl_utils.benchmark), then learning curves, the final-return table and
 # the aggregate metrics (IQM, median, mean, optimality gap with stratified bootstrap CIs) by
 # cleanrl_utils.plot into benchmark/classic_control/.
@@ -14,7 +14,7 @@ WORKERS="${1:-1}"
 PARENT="${2:-$ROOT/runs/classic_control_benchmark}"
 mkdir -p "$PARENT"
 cd "$PARENT"
-for script in ppo dqn c51; do
+for script in ppo dqn; do
   python -m cleanrl_utils.benchmark --env-ids CartPole-v1 Acrobot-v1 --command "python $ROOT/cleanrl/$script.py" \
     --num-seeds 3 --workers "$WORKERS"  # the scripts default to one torch thread
 done

@@ -366,7 +366,7 @@ if __name__ == "__main__":
         obs = restore_envs(envs, resumed["envs"])
         set_rng_state(resumed["rng"])
     if args.checkpoint_buffer:
-        print(f"checkpoints hold the replay buffer: {rb.nbytes / 2**20:.1f} MiB each")
+        print(f"each checkpoint holds the replay buffer ({rb.nbytes / 2**20:.1f} MiB) besides the networks and optimisers")
     checkpointer = Checkpointer(run.directory, "c51", args, args.checkpoint_interval, global_step, writer=writer)
     start_step, start_time = global_step, time.time()
     if args.buffer_size % N:

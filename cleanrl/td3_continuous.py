@@ -417,7 +417,7 @@ if __name__ == "__main__":
     updates_start = args.learning_starts  # the global step after which the networks are updated
     actor_loss = None  # the last policy loss, for the logs
     if args.checkpoint_buffer:
-        print(f"checkpoints hold the replay buffer: {rb.nbytes / 2**20:.3g} MiB each")
+        print(f"each checkpoint holds the replay buffer ({rb.nbytes / 2**20:.3g} MiB) besides the networks and optimisers")
     if resumed is None:
         obs, _ = envs.reset(seed=args.seed)
     else:  # continue: networks, optimisers, step, envs (replayed), random generators

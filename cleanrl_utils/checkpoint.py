@@ -31,6 +31,7 @@ import os
 import random
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -300,19 +301,34 @@ def load_checkpoint(path: str | os.PathLike, script: str) -> dict:
 
 
 RESUMABLE_WITH_OTHER_VALUES = ("resume", "checkpoint_interval", "checkpoint_buffer", "track", "wandb_project_name",
-                               "wandb_entity", "cuda", "torch_threads", "env_mode", "capture_video")
-"""Flags a resumed run may set differently from its checkpoint (left at their defaults, they keep
-the checkpoint's values); every other flag comes from the checkpoint."""
+                               "wandb_entity", "cuda", "torch_threads", "env_mode", "capture_video", "save_model",
+                               "eval_episodes")
+"""Flags a resumed run may set differently from its checkpoint (left out, they keep the
+checkpoint's values); every other flag comes from the checkpoint."""
 
 
-def resume_args(args: Any, script: str) -> tuple[Any, dict | None]:
+def given_flags(argv: Sequence[str], fields: Sequence[str]) -> set[str]:
+    """The ``Args`` fields whose flag appears in ``argv`` (``--name``, ``--name=value`` or ``--no-name``)."""
+    tokens = {token.split("=", 1)[0] for token in argv if token.startswith("--")}
+    return {name for name in fields
+            if f"--{name.replace('_', '-')}" in tokens or f"--no-{name.replace('_', '-')}" in tokens
+            or f"--{name}" in tokens or f"--no-{name}" in tokens}
+
+
+def resume_args(args: Any, script: str, argv: Sequence[str] | None = None) -> tuple[Any, dict | None]:
     """With ``--resume``, the arguments of the checkpoint's run and the checkpoint; else ``(args, None)``.
 
     The resumed run continues with the checkpoint's arguments, except the flags in
-    :data:`RESUMABLE_WITH_OTHER_VALUES` given on the command line with a value other than
-    their default, which take that value (so a plain ``--resume`` keeps writing checkpoints at
-    the run's ``--checkpoint-interval``). Any other flag given with a value other than the
-    checkpoint's (and other than its default) is refused, rather than silently ignored.
+    :data:`RESUMABLE_WITH_OTHER_VALUES` given on the command line, which take the given value
+    (so a plain ``--resume`` keeps writing checkpoints at the run's ``--checkpoint-interval``,
+    and ``--checkpoint-interval 0`` or ``--no-checkpoint-buffer`` turn them off). Any other
+    flag given with a value other than the checkpoint's is refused, rather than silently ignored.
+
+    Args:
+        args: the parsed ``Args``.
+        script: the script's name (``"ppo"``), checked against the checkpoint's.
+        argv: the command-line arguments ``args`` were parsed from (default ``sys.argv[1:]``):
+            which flags were given.
 
     Raises:
         SystemExit: (status 2, one line naming ``--resume`` or the flag) for a missing or
@@ -327,25 +343,21 @@ def resume_args(args: Any, script: str) -> tuple[Any, dict | None]:
     except (OSError, ValueError, RuntimeError) as error:
         fail("--resume", str(error))
     saved = checkpoint["args"]
-    defaults = type(args)()
     fields = [field.name for field in dataclasses.fields(args)]
     unknown = sorted(set(saved) - set(fields))
     if unknown:
         fail("--resume", f"the checkpoint has arguments this {script}.py does not know: {', '.join(unknown)}")
+    given = given_flags(sys.argv[1:] if argv is None else argv, fields)
     for name in fields:
-        given = getattr(args, name)
-        if name in RESUMABLE_WITH_OTHER_VALUES or name not in saved:
+        if name in RESUMABLE_WITH_OTHER_VALUES or name not in saved or name not in given:
             continue
-        if given != getattr(defaults, name) and given != saved[name]:
-            fail(flag_name(name), f"{given!r} differs from the resumed run's {saved[name]!r}; "
+        if getattr(args, name) != saved[name]:
+            fail(flag_name(name), f"{getattr(args, name)!r} differs from the resumed run's {saved[name]!r}; "
                                   f"leave it out to continue the run as it was started")
     values = {}
     for name in fields:
-        given = getattr(args, name)
-        if name == "resume" or name not in saved:
-            values[name] = given
-        elif name in RESUMABLE_WITH_OTHER_VALUES and given != getattr(defaults, name):
-            values[name] = given  # changed on the command line
+        if name == "resume" or name not in saved or (name in RESUMABLE_WITH_OTHER_VALUES and name in given):
+            values[name] = getattr(args, name)
         else:
             values[name] = saved[name]
     return type(args)(**values), checkpoint

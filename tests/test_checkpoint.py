@@ -191,7 +191,15 @@ def test_resume_keeps_the_runs_checkpoint_flags_unless_given(tmp_path):
     path = checkpoint.save_checkpoint(tmp_path / "run" / "checkpoints" / "step_512.pt", "ppo",
                                       Args(env_id="Acrobot-v1", checkpoint_interval=256, torch_threads=2),
                                       {"global_step": 512})
-    plain, _ = checkpoint.resume_args(Args(resume=str(path)), "ppo")
+    plain, _ = checkpoint.resume_args(Args(resume=str(path)), "ppo", ["--resume", str(path)])
     assert (plain.env_id, plain.checkpoint_interval, plain.torch_threads) == ("Acrobot-v1", 256, 2)
-    changed, _ = checkpoint.resume_args(Args(resume=str(path), checkpoint_interval=100, torch_threads=3), "ppo")
+    changed, _ = checkpoint.resume_args(Args(resume=str(path), checkpoint_interval=100, torch_threads=3), "ppo",
+                                        ["--resume", str(path), "--checkpoint-interval", "100", "--torch-threads=3"])
     assert (changed.env_id, changed.checkpoint_interval, changed.torch_threads) == ("Acrobot-v1", 100, 3)
+    # given explicitly, a default value counts too: checkpoints can be turned off on resume
+    off, _ = checkpoint.resume_args(Args(resume=str(path)), "ppo", ["--resume", str(path), "--checkpoint-interval",
+                                                                    "0", "--torch-threads", "1"])
+    assert (off.checkpoint_interval, off.torch_threads) == (0, 1)
+    # and a non-resumable flag given with its default value, which differs from the run's, is refused
+    with pytest.raises(SystemExit):
+        checkpoint.resume_args(Args(resume=str(path)), "ppo", ["--resume", str(path), "--env-id", "CartPole-v1"])
