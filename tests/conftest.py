@@ -149,3 +149,19 @@ def resume_without_the_buffer(script: str, flags: list[str], total: int, loss_ta
     curves = scalars(run)
     assert not [step for step, _ in curves[loss_tag] if half < step <= half + quarter]
     assert any(step > half for step, _ in curves["charts/episodic_return"])  # the episodes went on
+
+
+def run_in_process(script: str, monkeypatch, cwd: Path, *flags: str) -> dict:
+    """Run ``cleanrl/<script>`` as ``__main__`` in this process; return its global variables.
+
+    The SIGTERM handler the script's checkpointer installs is removed afterwards, so that pytest
+    still ends on SIGTERM."""
+    import runpy
+
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(sys, "argv", [script, *flags])
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        return runpy.run_path(str(ROOT / "cleanrl" / script), run_name="__main__")
+    finally:
+        signal.signal(signal.SIGTERM, handler)

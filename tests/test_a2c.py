@@ -10,16 +10,13 @@ it ended at 500.0 / 500.0. Seeds 1 / 2 / 3 run to 300k steps: the last-20 mean r
 recovered by 200k).
 """
 
-import runpy
-import signal
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from cleanrl import a2c, ppo
+from tests import conftest
 from tests.conftest import (
     assert_stops_with_one_line,
     episodic_returns,
@@ -115,13 +112,7 @@ def test_log_prob_and_entropy_of_the_categorical_policy():
 
 def run_in_process(monkeypatch, cwd, *flags):
     """Run ``cleanrl/a2c.py`` as ``__main__`` in this process; return its global variables."""
-    monkeypatch.chdir(cwd)
-    monkeypatch.setattr(sys, "argv", ["a2c.py", *flags])
-    handler = signal.getsignal(signal.SIGTERM)
-    try:
-        return runpy.run_path(str(Path(a2c.__file__)), run_name="__main__")
-    finally:  # the script's checkpointer takes SIGTERM over; give it back to pytest
-        signal.signal(signal.SIGTERM, handler)
+    return conftest.run_in_process("a2c.py", monkeypatch, cwd, *flags)
 
 
 def test_loop_bootstraps_truncations_from_the_real_final_observation(monkeypatch, tmp_path):

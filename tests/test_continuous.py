@@ -18,6 +18,7 @@ from tests.conftest import (
     assert_stops_with_one_line,
     episodic_returns,
     run_dir,
+    run_in_process,
     run_script,
     scalars,
     sigterm_then_resume,
@@ -325,26 +326,6 @@ def test_learns_pendulum(script, steps, tmp_path):
 
 
 # ---- the training loop, run in this process so that its variables can be inspected
-
-def run_in_process(script, monkeypatch, cwd, *flags):
-    """Run ``cleanrl/<script>`` as ``__main__`` in this process; return its global variables.
-
-    The SIGTERM handler the script's checkpointer installs is removed afterwards, so that pytest
-    still ends on SIGTERM."""
-    import runpy
-    import signal
-    import sys
-    from pathlib import Path
-
-    monkeypatch.chdir(cwd)
-    monkeypatch.setattr(sys, "argv", [script, *flags])
-    path = Path(__file__).resolve().parent.parent / "cleanrl" / script
-    handler = signal.getsignal(signal.SIGTERM)
-    try:
-        return runpy.run_path(str(path), run_name="__main__")
-    finally:
-        signal.signal(signal.SIGTERM, handler)
-
 
 LOOP = ["--env-id", "tests.envs:ContinuousCounter-v0", "--num-envs", "2", "--total-timesteps", "60",
         "--learning-starts", "20", "--batch-size", "8", "--buffer-size", "100"]

@@ -16,9 +16,21 @@ import pytest
 import torch
 
 from cleanrl import ppo_atari, ppo_atari_envpool
-from cleanrl.ppo_atari_envpool import accumulate_games, compute_gae, masked_mean, ppo_losses
+from cleanrl.ppo_atari_envpool import (
+    accumulate_games,
+    compute_gae,
+    masked_mean,
+    ppo_losses,
+)
 from cleanrl_utils.run import make_vector_env, real_next_obs
-from tests.conftest import assert_stops_with_one_line, run_dir, run_script, scalars, sigterm_then_resume
+from tests.conftest import (
+    assert_stops_with_one_line,
+    run_dir,
+    run_in_process,
+    run_script,
+    scalars,
+    sigterm_then_resume,
+)
 
 STANDARD_TAGS = {"charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate"}
 LOSS_TAGS = {f"losses/{name}" for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl",
@@ -278,23 +290,6 @@ def test_async_and_sync_envs_give_identical_observations():
 
 
 # ---- the training loop of ppo_atari.py, run in this process
-
-def run_in_process(script, monkeypatch, cwd, *flags):
-    """Run ``cleanrl/<script>`` as ``__main__`` in this process; return its global variables."""
-    import runpy
-    import signal
-    import sys
-    from pathlib import Path
-
-    monkeypatch.chdir(cwd)
-    monkeypatch.setattr(sys, "argv", [script, *flags])
-    path = Path(__file__).resolve().parent.parent / "cleanrl" / script
-    handler = signal.getsignal(signal.SIGTERM)
-    try:
-        return runpy.run_path(str(path), run_name="__main__")
-    finally:  # the script's checkpointer takes SIGTERM over; give it back to pytest
-        signal.signal(signal.SIGTERM, handler)
-
 
 def test_loop_bootstraps_truncations_from_the_real_final_observation(monkeypatch, tmp_path):
     """Games cut at 200 frames (about 50 steps): the loop keeps the real final frame stack of

@@ -7,10 +7,6 @@ Learning budget (marked ``learning``): see :func:`test_learns_inverted_pendulum_
 """
 
 import math
-import runpy
-import signal
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +15,7 @@ import torch
 import tests.envs  # noqa: F401  registers ContinuousCounter-v0
 from cleanrl import ppo, ppo_continuous
 from cleanrl_utils.run import make_vector_env, real_next_obs
+from tests import conftest
 from tests.conftest import (
     assert_stops_with_one_line,
     episodic_returns,
@@ -132,13 +129,7 @@ def test_rewards_are_scaled_by_the_return_std_and_clipped_while_episodes_report_
 
 def run_in_process(monkeypatch, cwd, *flags):
     """Run ``cleanrl/ppo_continuous.py`` as ``__main__`` in this process; return its global variables."""
-    monkeypatch.chdir(cwd)
-    monkeypatch.setattr(sys, "argv", ["ppo_continuous.py", *flags])
-    handler = signal.getsignal(signal.SIGTERM)
-    try:
-        return runpy.run_path(str(Path(ppo_continuous.__file__)), run_name="__main__")
-    finally:  # the script's checkpointer takes SIGTERM over; give it back to pytest
-        signal.signal(signal.SIGTERM, handler)
+    return conftest.run_in_process("ppo_continuous.py", monkeypatch, cwd, *flags)
 
 
 def test_loop_normalises_clips_and_bootstraps_from_the_normalised_final_observation(monkeypatch, tmp_path):

@@ -11,10 +11,6 @@ Learning (marked ``learning``): on the masked CartPole, ppo_lstm.py balances the
 with the same steps, does not (budgets and measured values in the two tests' docstrings).
 """
 
-import runpy
-import signal
-import sys
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -28,6 +24,7 @@ from tests.conftest import (
     assert_stops_with_one_line,
     episodic_returns,
     run_dir,
+    run_in_process,
     run_script,
     scalars,
     sigterm_then_resume,
@@ -151,17 +148,6 @@ def test_unroll_resets_the_state_at_episode_starts():
 
 
 # ---- the training loop, run in this process so that its variables can be inspected
-
-def run_in_process(script, monkeypatch, cwd, *flags):
-    """Run ``cleanrl/<script>`` as ``__main__`` in this process; return its global variables."""
-    monkeypatch.chdir(cwd)
-    monkeypatch.setattr(sys, "argv", [script, *flags])
-    handler = signal.getsignal(signal.SIGTERM)
-    try:
-        return runpy.run_path(str(Path(__file__).resolve().parent.parent / "cleanrl" / script), run_name="__main__")
-    finally:  # the script's checkpointer takes SIGTERM over; give it back to pytest
-        signal.signal(signal.SIGTERM, handler)
-
 
 LOOP = ["--env-id", "tests.envs:Counter-v0", "--num-envs", "4", "--num-steps", "10", "--num-minibatches", "2",
         "--update-epochs", "2", "--total-timesteps", "80", "--lstm-size", "16", "--seed", "11"]
