@@ -165,3 +165,18 @@ def run_in_process(script: str, monkeypatch, cwd: Path, *flags: str) -> dict:
         return runpy.run_path(str(ROOT / "cleanrl" / script), run_name="__main__")
     finally:
         signal.signal(signal.SIGTERM, handler)
+
+
+def assert_buffered_resume_is_exact(script: str, flags: list[str], loss_tag: str, cwd: Path) -> None:
+    """``sigterm_then_resume`` of an off-policy script with ``--checkpoint-buffer`` (checkpoint at
+    a quarter of ``--total-timesteps``): the saved model and the curves equal the uninterrupted
+    run's, and ``loss_tag`` has updates after half the run."""
+    import torch
+
+    total = int(flags[flags.index("--total-timesteps") + 1])
+    whole, resumed = sigterm_then_resume(script, [*flags, "--checkpoint-buffer", "--save-model", "--eval-episodes",
+                                                  "1"], total // 4, total, cwd)
+    for name, tensor in whole["model"].items():
+        assert torch.equal(tensor, resumed["model"][name]), name
+    assert resumed["curves"] == whole["curves"]  # TensorBoard curves continue without a fold or a repeat
+    assert any(step > total // 2 for step, _ in resumed["curves"][loss_tag])  # updates after the cut

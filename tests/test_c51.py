@@ -63,16 +63,9 @@ C51_RESUME = {  # tiny runs: few updates (an Atari update costs tens of ms on on
 
 @pytest.mark.parametrize("script", C51_RESUME)
 def test_c51_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run(script, tmp_path):
-    from tests.conftest import sigterm_then_resume
+    from tests.conftest import assert_buffered_resume_is_exact
 
-    flags = C51_RESUME[script]
-    total = int(flags[flags.index("--total-timesteps") + 1])
-    whole, resumed = sigterm_then_resume(script, [*flags, "--checkpoint-buffer", "--save-model", "--eval-episodes",
-                                                  "1"], total // 4, total, tmp_path)
-    for name, tensor in whole["model"].items():
-        assert torch.equal(tensor, resumed["model"][name]), name
-    assert resumed["curves"] == whole["curves"]  # TensorBoard curves continue without a fold or a repeat
-    assert any(step > total // 2 for step, _ in resumed["curves"]["losses/loss"])  # updates after the cut
+    assert_buffered_resume_is_exact(script, C51_RESUME[script], "losses/loss", tmp_path)
 
 
 @pytest.mark.parametrize("script,flags,total", [

@@ -326,18 +326,9 @@ DQN_RESUME = {  # tiny runs: few updates (an Atari update costs tens of ms on on
 
 @pytest.mark.parametrize("script", DQN_RESUME)
 def test_dqn_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run(script, tmp_path):
-    import torch
+    from tests.conftest import assert_buffered_resume_is_exact
 
-    from tests.conftest import sigterm_then_resume
-
-    flags = DQN_RESUME[script]
-    total = int(flags[flags.index("--total-timesteps") + 1])
-    whole, resumed = sigterm_then_resume(script, [*flags, "--checkpoint-buffer", "--save-model", "--eval-episodes",
-                                                  "1"], total // 4, total, tmp_path)
-    for name, tensor in whole["model"].items():
-        assert torch.equal(tensor, resumed["model"][name]), name
-    assert resumed["curves"] == whole["curves"]  # TensorBoard curves continue without a fold or a repeat
-    assert any(step > total // 2 for step, _ in resumed["curves"]["losses/td_loss"])  # updates after the cut
+    assert_buffered_resume_is_exact(script, DQN_RESUME[script], "losses/td_loss", tmp_path)
 
 
 @pytest.mark.parametrize("script,flags,total", [
