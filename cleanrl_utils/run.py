@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import importlib
 import json
 import os
 import random
@@ -394,6 +395,9 @@ def load_model(path: str | os.PathLike, script: str) -> dict:
 def make_vector_env(env_fns: Sequence, env_mode: str = "sync", episode_statistics: bool = True):
     """Vectorise ``env_fns`` in one process (``"sync"``) or in subprocesses (``"async"``).
 
+    Async subprocesses start from a ``forkserver`` (a fresh interpreter that imports the
+    running script once), so ``env_fns`` must be picklable by cloudpickle (closures are).
+
     Without a display, rendering is set up headless (``SDL_VIDEODRIVER=dummy`` for pygame,
     ``MUJOCO_GL=egl`` for MuJoCo; variables already set are kept). Both modes use gymnasium's
     same-step autoreset: when a sub-env's episode ends, the
@@ -417,7 +421,10 @@ def make_vector_env(env_fns: Sequence, env_mode: str = "sync", episode_statistic
     if env_mode == "sync":
         envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=same_step)
     elif env_mode == "async":
-        envs = gym.vector.AsyncVectorEnv(env_fns, autoreset_mode=same_step)
+        # subprocesses are forked from a fresh "forkserver" process, not from this one: a fork of a
+        # process whose torch/OpenMP/OpenCV thread pools are running can crash the child (seen as
+        # an EOFError on the worker's pipe in a long pytest process)
+        envs = gym.vector.AsyncVectorEnv(env_fns, autoreset_mode=same_step, context="forkserver")
     else:
         raise ValueError(f"env_mode must be 'sync' or 'async', got {env_mode!r}")
     if episode_statistics:
@@ -429,6 +436,11 @@ def _replayable(env_fn, index: int):
     """``env_fn()`` wrapped in a :class:`~cleanrl_utils.checkpoint.ReplayableEnv` with its index."""
     from cleanrl_utils.checkpoint import ReplayableEnv
 
+    # in an async subprocess (started from a forkserver, not forked from the script), import the
+    # module that defined env_fn first: what it registers on import (ale_py's game ids) is needed
+    module = getattr(env_fn, "__module__", None)
+    if module and module != "__main__" and module not in sys.modules:
+        importlib.import_module(module)
     return ReplayableEnv(env_fn(), index)
 
 
