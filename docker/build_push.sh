@@ -77,7 +77,9 @@ region="${region:-$url_region}"
 
 cd "$(dirname "$0")/.."
 sha="$(git rev-parse --short HEAD 2>/dev/null)" || die "not in a git repository with a commit: the tags need the git short sha"
-if [[ -n "$(git status --porcelain)" && "$allow_dirty" -eq 0 ]]; then
+# Only what the images are built from counts (outputs.json or runs/ beside them do not).
+if [[ -n "$(git status --porcelain -- pyproject.toml README.md .dockerignore docker cleanrl cleanrl_utils)" \
+      && "$allow_dirty" -eq 0 ]]; then
     die "the working tree has uncommitted changes, so cpu-$sha would not be commit $sha's code; commit them or give --allow-dirty"
 fi
 

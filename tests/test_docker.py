@@ -317,7 +317,14 @@ def test_build_push_bad_input_is_one_line_and_exit_2(helper_repo, flags, message
 
 
 def test_build_push_refuses_a_dirty_tree_unless_allowed(helper_repo):
+    """Uncommitted changes to what the images are built from are refused; other files are not."""
     root, sha = helper_repo
+    (root / "outputs.json").write_text("{}")
+    assert build_push(root, "--dry-run", "--repository-url", REPO_URL).returncode == 0
+    (root / "cleanrl").mkdir()
+    (root / "cleanrl" / "new.py").write_text("")
+    assert "uncommitted changes" in build_push(root, "--dry-run", "--repository-url", REPO_URL).stderr
+    (root / "cleanrl" / "new.py").unlink()
     (root / "docker" / "build_push.sh").write_text((root / "docker" / "build_push.sh").read_text() + "\n")
     result = build_push(root, "--dry-run", "--repository-url", REPO_URL)
     assert result.returncode == 2 and "uncommitted changes" in result.stderr and result.stdout == ""
