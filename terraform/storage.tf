@@ -16,6 +16,9 @@ locals {
 # --- KMS -----------------------------------------------------------------------------------
 
 data "aws_iam_policy_document" "kms" {
+  #checkov:skip=CKV_AWS_109:key policy: resource "*" is this key only, and only the account itself and CloudWatch Logs (for this log group) are principals
+  #checkov:skip=CKV_AWS_111:key policy: resource "*" is this key only, and only the account itself and CloudWatch Logs (for this log group) are principals
+  #checkov:skip=CKV_AWS_356:key policy: resource "*" is this key only, and only the account itself and CloudWatch Logs (for this log group) are principals
   statement {
     # least-privilege exception: a key policy must let the account administer its own key
     # (without it the key becomes unmanageable); in a key policy, resource "*" is this key.
