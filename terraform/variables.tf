@@ -8,13 +8,13 @@ variable "region" {
 }
 
 variable "name" {
-  description = "Prefix of every resource name (lower case letters, digits and hyphens)."
+  description = "Prefix of every resource name: 2-16 lower case letters, digits and hyphens (IAM role name prefixes are limited to 38 characters)."
   type        = string
   default     = "cleanrl"
 
   validation {
-    condition     = can(regex("^[a-z][a-z0-9-]{1,30}$", var.name))
-    error_message = "name must be 2-31 characters: lower case letters, digits and hyphens, starting with a letter."
+    condition     = can(regex("^[a-z][a-z0-9-]{1,15}$", var.name))
+    error_message = "name must be 2-16 characters: lower case letters, digits and hyphens, starting with a letter."
   }
 }
 
