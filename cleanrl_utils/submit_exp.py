@@ -2,7 +2,8 @@
 
 The grid is the benchmark launcher's (:func:`cleanrl_utils.benchmark.make_jobs`, same flags:
 ``--env-ids --command --num-seeds --start-seed --extra`` and arguments after ``--``). Each run
-becomes a container command ``python -m cleanrl_utils.cloud_run --bucket B --prefix P -- <run>``;
+becomes a container command ``python -m cleanrl_utils.cloud_run --bucket B --prefix SWEEP/RUN -- <run>``
+(``SWEEP`` = ``--sweep-id``, new for each submission unless given; ``RUN`` = ``<env>__seed<seed>``);
 :mod:`cleanrl_utils.cloud_run` pulls the run's directory from S3, resumes from its latest
 checkpoint when there is one, and pushes the directory back while the run goes and at its end.
 A spot reclamation therefore costs at most the steps since the last checkpoint: the job's
@@ -41,6 +42,7 @@ import json
 import re
 import shlex
 import sys
+import time
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
@@ -221,7 +223,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     market.add_argument("--on-demand", dest="spot", action="store_false", help="on-demand queue")
     where.add_argument("--bucket", default=None, help="S3 bucket for run directories and checkpoints (default: the "
                        "outputs' checkpoint_bucket; '' = no S3, runs do not survive a retry)")
-    where.add_argument("--job-name-prefix", default="cleanrl", help="job names and S3 prefix start with this (default cleanrl)")
+    where.add_argument("--job-name-prefix", default="cleanrl", help="start of the sweep id (default cleanrl)")
+    where.add_argument("--sweep-id", default=None, help="names the jobs and the S3 prefix s3://BUCKET/SWEEP_ID/<env>__seed<seed>/ "
+                       "(default PREFIX-<UTC time>, a new one per submission; give an earlier id to continue that sweep's runs)")
     job = parser.add_argument_group("each job")
     job.add_argument("--image", default=None, help="register a new job definition revision with this image URI first")
     job.add_argument("--vcpus", type=int, default=1, help="vCPUs of each run (default 1)")
@@ -265,6 +269,10 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
             f"must be at least {MIN_TIMEOUT} s (AWS Batch's minimum), got {args.timeout}")
     require(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", args.job_name_prefix) is not None, "--job-name-prefix",
             f"{args.job_name_prefix!r}: letters, digits, '-' and '_' only, at most 64 characters")
+    if args.sweep_id is None:  # a new sweep never resumes the runs of an earlier one
+        args.sweep_id = f"{args.job_name_prefix}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+    require(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,79}", args.sweep_id) is not None, "--sweep-id",
+            f"{args.sweep_id!r}: letters, digits, '-' and '_' only, at most 80 characters")
 
     outputs = read_outputs(args.terraform_outputs) if args.terraform_outputs else {}
     kind = "gpu" if args.gpus > 0 else "cpu"
@@ -303,7 +311,7 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
         spec = job_definition_spec(definition, args.image, args.vcpus, args.memory, args.gpus, args.attempts,
                                    args.timeout, secret_arn, outputs.get("log_group"), region,
                                    outputs.get("job_role_arn"), outputs.get("execution_role_arn"))
-    submits = submit_specs(jobs, queue, definition, bucket, args.job_name_prefix, args.array, args.vcpus, args.memory,
+    submits = submit_specs(jobs, queue, definition, bucket, args.sweep_id, args.array, args.vcpus, args.memory,
                            args.gpus, args.attempts, args.timeout)
     return {"jobs": jobs, "region": region, "queue": queue, "definition": definition, "bucket": bucket,
             "definition_spec": spec, "submits": submits, "log_group": outputs.get("log_group")}
@@ -321,7 +329,7 @@ def main(argv: Sequence[str] | None = None, client: Any = None) -> int:
     jobs, submits, spec = plan["jobs"], plan["submits"], plan["definition_spec"]
     summary = (f"{len(jobs)} runs ({plural(len(args.env_ids), 'env')} x {plural(args.num_seeds, 'seed')}) "
                f"{'as one array job' if args.array else 'as ' + plural(len(submits), 'job')} on queue {plan['queue']}, "
-               f"S3 {'s3://' + plan['bucket'] + '/' + args.job_name_prefix if plan['bucket'] else 'off (runs cannot resume after a retry)'}")
+               f"sweep {args.sweep_id}, S3 {'s3://' + plan['bucket'] + '/' + args.sweep_id + '/' if plan['bucket'] else 'off (runs cannot resume after a retry)'}")
     if args.dry_run:
         calls = ([{"call": "register_job_definition", "kwargs": spec}] if spec else [])
         calls += [{"call": "submit_job", "kwargs": s} for s in submits]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -88,6 +89,7 @@ def test_one_job_per_run(batch, capsys):
     client = batch["client"]
     status = submit_exp.main([*GRID, "--terraform-outputs", batch["outputs"], "--image", "repo/cleanrl:cpu-abc1234",
                               "--vcpus", "2", "--memory", "4096", "--attempts", "4", "--timeout", "3600", "--track",
+                              "--sweep-id", "sweep1",
                               "--", "--total-timesteps", "50000"], client=client)
     assert status == 0
     out = capsys.readouterr().out
@@ -102,7 +104,7 @@ def test_one_job_per_run(batch, capsys):
         env, seed = run[run.index("--env-id") + 1], int(run[run.index("--seed") + 1])
         seen.add((env, seed))
         assert wrapper == ["python", "-m", "cleanrl_utils.cloud_run", "--bucket", "cleanrl-runs-test",
-                           "--prefix", f"cleanrl/{env}__seed{seed}", "--"]
+                           "--prefix", f"sweep1/{env}__seed{seed}", "--"]
         assert run == ["python", "cleanrl/ppo.py", "--env-id", env, "--seed", str(seed), "--total-timesteps", "50000",
                        "--track"]
         assert job["timeout"] == {"attemptDurationSeconds": 3600}
@@ -165,8 +167,9 @@ def test_dry_run_submits_nothing(batch, capsys):
     plan = json.loads(captured.out)
     assert [c["call"] for c in plan["calls"]] == ["register_job_definition"] + ["submit_job"] * 4
     assert plan["calls"][0]["kwargs"]["containerProperties"]["secrets"] == [{"name": "WANDB_API_KEY", "valueFrom": SECRET}]
-    assert plan["calls"][1]["kwargs"]["containerOverrides"]["command"][:7] == [
-        "python", "-m", "cleanrl_utils.cloud_run", "--bucket", "cleanrl-runs-test", "--prefix", "cleanrl/CartPole-v1__seed1"]
+    command = plan["calls"][1]["kwargs"]["containerOverrides"]["command"]
+    assert command[:6] == ["python", "-m", "cleanrl_utils.cloud_run", "--bucket", "cleanrl-runs-test", "--prefix"]
+    assert re.fullmatch(r"cleanrl-\d{8}-\d{6}/CartPole-v1__seed1", command[6])  # a new sweep id: never an old sweep's runs
     assert "nothing submitted" in captured.err
     assert batch["sent"] == []
     assert all(submitted(client, q) == [] for q in batch["queues"].values())
