@@ -297,3 +297,32 @@ def test_cloud_run_bad_input(capsys, monkeypatch):
 def test_cloud_run_without_bucket_passes_status(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert cloud_run.main(["--", sys.executable, "-c", "import sys; sys.exit(7)"]) == 7
+
+
+def test_cloud_run_uploads_while_the_run_goes(aws, tmp_path, monkeypatch):
+    """The child waits until its file is in S3 (it exits 0 then, 3 after 10 s): only a periodic upload lets it pass."""
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.create_bucket(Bucket="cleanrl-runs-test")
+    monkeypatch.chdir(tmp_path)
+    child = ("import pathlib, sys, time\n"
+             "run = pathlib.Path('runs/r'); run.mkdir(parents=True); (run / 'a.txt').write_text('1')\n"
+             "for _ in range(200):\n"
+             "    if (run / 'seen').exists(): sys.exit(0)\n"
+             "    time.sleep(0.05)\n"
+             "sys.exit(3)\n")
+
+    def mark_when_uploaded():
+        for _ in range(200):
+            if s3.list_objects_v2(Bucket="cleanrl-runs-test", Prefix="p/runs/r/a.txt").get("KeyCount"):
+                (tmp_path / "runs" / "r" / "seen").write_text("")
+                return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=mark_when_uploaded)
+    watcher.start()
+    status = cloud_run.main(["--bucket", "cleanrl-runs-test", "--prefix", "p", "--sync-interval", "0.2", "--",
+                             sys.executable, "-c", child], s3_client=s3)
+    watcher.join()
+    assert status == 0
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket="cleanrl-runs-test", Prefix="p/")["Contents"]}
+    assert keys == {"p/runs/r/a.txt", "p/runs/r/seen"}  # and the final upload took the rest
