@@ -1,0 +1,371 @@
+"""Submit a sweep (every environment x seed) to AWS Batch, one job per run or one array job.
+
+The grid is the benchmark launcher's (:func:`cleanrl_utils.benchmark.make_jobs`, same flags:
+``--env-ids --command --num-seeds --start-seed --extra`` and arguments after ``--``). Each run
+becomes a container command ``python -m cleanrl_utils.cloud_run --bucket B --prefix SWEEP/RUN -- <run>``
+(``SWEEP`` = ``--sweep-id``, new for each submission unless given; ``RUN`` = ``<env>__seed<seed>``);
+:mod:`cleanrl_utils.cloud_run` pulls the run's directory from S3, resumes from its latest
+checkpoint when there is one, and pushes the directory back while the run goes and at its end.
+A spot reclamation therefore costs at most the steps since the last checkpoint: the job's
+retry strategy retries on a status reason ``Host EC2*`` (the instance went away) and exits on
+anything else, and the retried attempt resumes from S3.
+
+Where jobs go comes from the Terraform outputs (``terraform output -json > outputs.json``;
+keys ``region``, ``job_queues``, ``job_definitions``, ``checkpoint_bucket``, ``log_group``,
+``wandb_secret_arn``, ``job_role_arn``, ``execution_role_arn``; see terraform/README.md), or from
+explicit ``--region --job-queue --job-definition``. With ``--image`` a new revision of the job
+definition is registered first: that image, the vCPU / memory (MiB) / GPU requirements, the W&B
+API key as a secret reference (``secrets: [{name: WANDB_API_KEY, valueFrom: <ARN>}]``; a key in
+plain text is never accepted), the awslogs log group and the job and execution roles.
+
+``--dry-run`` prints, as JSON, the exact keyword arguments of every boto3
+``register_job_definition`` / ``submit_job`` call, and calls nothing.
+
+Run:
+    terraform -chdir=terraform output -json > outputs.json
+    python -m cleanrl_utils.submit_exp --terraform-outputs outputs.json --env-ids CartPole-v1 Acrobot-v1 \\
+        --command "python cleanrl/ppo.py" --num-seeds 3 --spot --dry-run -- --total-timesteps 500000 \\
+        --checkpoint-interval 50000
+
+Bad input (no env ids, a script that does not exist, a missing or malformed outputs file,
+numbers out of range, a secret that is not an ARN, ...) stops before anything is submitted with
+one line ``error: <flag>: <message>`` on stderr, exit status 2.
+
+Source: the request shapes are those of the AWS Batch API reference (RegisterJobDefinition,
+SubmitJob, RetryStrategy/EvaluateOnExit, ArrayProperties, JobTimeout), as boto3 takes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn, Sequence
+
+from cleanrl_utils.benchmark import Job, check_args, make_jobs, plural
+from cleanrl_utils.cli import USAGE_ERROR, fail, require, safe_name
+
+QUEUE_KEYS = ("cpu_spot", "cpu_on_demand", "gpu_spot", "gpu_on_demand")
+"""Keys of the Terraform output ``job_queues``."""
+SECRET_ARN = re.compile(r"arn:aws[a-z-]*:(secretsmanager|ssm):[a-z0-9-]+:\d{12}:(secret:|parameter/)\S+")
+"""What a secret reference must look like: a Secrets Manager secret or an SSM parameter ARN."""
+SECRET_ENV = "WANDB_API_KEY"
+"""Environment variable the W&B key reaches the job under."""
+MIN_TIMEOUT = 60
+"""AWS Batch refuses an attemptDurationSeconds below 60."""
+MAX_ATTEMPTS = 10
+"""AWS Batch allows 1 to 10 attempts."""
+MAX_ARRAY = 10_000
+"""AWS Batch array jobs have 2 to 10,000 children."""
+
+
+def read_outputs(path: str) -> dict[str, Any]:
+    """The values of ``terraform output -json``: ``{"name": {"value": v, ...}}`` -> ``{"name": v}``.
+
+    Raises:
+        SystemExit: (status 2) the file is missing, not JSON, or not in that shape.
+    """
+    try:
+        raw = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        fail("--terraform-outputs", f"{path} does not exist; write it with: terraform -chdir=terraform output -json > {path}")
+    except (OSError, ValueError) as error:
+        fail("--terraform-outputs", f"cannot read {path} as JSON: {error}")
+    if not isinstance(raw, dict) or not all(isinstance(v, dict) and "value" in v for v in raw.values()):
+        fail("--terraform-outputs", f"{path} is not the output of 'terraform output -json' "
+                                    '(expected {"name": {"value": ...}, ...})')
+    return {name: entry["value"] for name, entry in raw.items()}
+
+
+def run_name(job: Job) -> str:
+    """The run's name in S3 and in job names: ``CartPole-v1__seed1`` (``/`` and ``:`` become ``-``)."""
+    return f"{safe_name(job.env_id)}__seed{job.seed}"
+
+
+def job_name(prefix: str, name: str) -> str:
+    """A Batch job name: letters, digits, ``-`` and ``_`` only, at most 128 characters."""
+    return re.sub(r"[^A-Za-z0-9_-]", "-", f"{prefix}-{name}")[:128]
+
+
+def resource_requirements(vcpus: int, memory: int, gpus: int) -> list[dict[str, str]]:
+    """Batch ``resourceRequirements``: VCPU, MEMORY (MiB), and GPU when ``gpus`` > 0 (values are strings)."""
+    requirements = [{"type": "VCPU", "value": str(vcpus)}, {"type": "MEMORY", "value": str(memory)}]
+    return requirements + ([{"type": "GPU", "value": str(gpus)}] if gpus > 0 else [])
+
+
+def retry_strategy(attempts: int) -> dict[str, Any]:
+    """Retry when the instance went away (status reason ``Host EC2*``: spot reclamation), exit otherwise."""
+    return {"attempts": attempts,
+            "evaluateOnExit": [{"onStatusReason": "Host EC2*", "action": "RETRY"},
+                               {"onReason": "*", "action": "EXIT"}]}
+
+
+def wrapped(argv: Sequence[str], bucket: str, prefix: str) -> list[str]:
+    """The container command: ``argv`` run by :mod:`cleanrl_utils.cloud_run` (syncing with S3 when ``bucket``)."""
+    sync = ["--bucket", bucket, "--prefix", prefix] if bucket else []
+    return ["python", "-m", "cleanrl_utils.cloud_run", *sync, "--", *argv]
+
+
+def job_definition_spec(name: str, image: str, vcpus: int, memory: int, gpus: int, attempts: int, timeout: int | None,
+                        secret_arn: str | None, log_group: str | None, region: str, job_role_arn: str | None,
+                        execution_role_arn: str | None) -> dict[str, Any]:
+    """Keyword arguments of boto3 ``batch.register_job_definition`` for a new revision of ``name``."""
+    container: dict[str, Any] = {
+        "image": image,
+        "command": ["python", "-m", "cleanrl_utils.cloud_run", "--help"],  # every job overrides it
+        "resourceRequirements": resource_requirements(vcpus, memory, gpus),
+    }
+    if secret_arn:
+        container["secrets"] = [{"name": SECRET_ENV, "valueFrom": secret_arn}]
+    if log_group:
+        container["logConfiguration"] = {"logDriver": "awslogs", "options": {
+            "awslogs-group": log_group, "awslogs-region": region, "awslogs-stream-prefix": "cleanrl"}}
+    if job_role_arn:
+        container["jobRoleArn"] = job_role_arn
+    if execution_role_arn:
+        container["executionRoleArn"] = execution_role_arn
+    spec: dict[str, Any] = {"jobDefinitionName": name, "type": "container", "containerProperties": container,
+                            "retryStrategy": retry_strategy(attempts), "propagateTags": True,
+                            "tags": {"project": "cleanrl"}}
+    if timeout:
+        spec["timeout"] = {"attemptDurationSeconds": timeout}
+    return spec
+
+
+def submit_specs(jobs: Sequence[Job], queue: str, definition: str, bucket: str, prefix: str, array: bool,
+                 vcpus: int, memory: int, gpus: int, attempts: int, timeout: int | None) -> list[dict[str, Any]]:
+    """Keyword arguments of each boto3 ``batch.submit_job`` call: one per run, or one array job.
+
+    One job per run: the command is the run wrapped by cloud_run with S3 prefix
+    ``{prefix}/{run name}``. Array job: the command is ``cloud_run --grid-json GRID`` and child
+    ``AWS_BATCH_JOB_ARRAY_INDEX`` = i runs ``jobs[i]`` (cloud_run rebuilds the grid with
+    :func:`cleanrl_utils.benchmark.make_jobs`), its S3 prefix also ``{prefix}/{run name}``.
+    """
+    common = {"jobQueue": queue, "jobDefinition": definition, "retryStrategy": retry_strategy(attempts),
+              "propagateTags": True, "tags": {"project": "cleanrl", "sweep": prefix}}
+    if timeout:
+        common["timeout"] = {"attemptDurationSeconds": timeout}
+    resources = resource_requirements(vcpus, memory, gpus)
+    if array:
+        grid = grid_of(jobs)
+        sync = ["--bucket", bucket, "--prefix", prefix] if bucket else []
+        command = ["python", "-m", "cleanrl_utils.cloud_run", *sync, "--grid-json", json.dumps(grid, separators=(",", ":"))]
+        return [{"jobName": job_name(prefix, "array"), **common, "arrayProperties": {"size": len(jobs)},
+                 "containerOverrides": {"command": command, "resourceRequirements": resources}}]
+    return [{"jobName": job_name(prefix, run_name(job)), **common,
+             "containerOverrides": {"command": wrapped(job.argv, bucket, f"{prefix}/{run_name(job)}"),
+                                    "resourceRequirements": resources}}
+            for job in jobs]
+
+
+def grid_of(jobs: Sequence[Job]) -> dict[str, Any]:
+    """The grid in the form cloud_run's ``--grid-json`` takes: command, env ids, seeds, extra arguments.
+
+    Raises:
+        ValueError: ``jobs`` is not a full grid made by :func:`make_jobs` (it cannot be rebuilt).
+    """
+    env_ids = list(dict.fromkeys(job.env_id for job in jobs))
+    seeds = list(dict.fromkeys(job.seed for job in jobs))
+    first = jobs[0].argv
+    cut = first.index("--env-id")
+    command, extra = list(first[:cut]), list(first[cut + 4:])
+    if [j.argv for j in make_jobs(command, env_ids, seeds, extra)] != [j.argv for j in jobs]:
+        raise ValueError("the jobs are not a full env x seed grid")
+    return {"command": command, "env_ids": env_ids, "seeds": seeds, "extra": extra}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors as one line ``error: ...`` (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {message} (see --help)", file=sys.stderr)
+        raise SystemExit(USAGE_ERROR)
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """Parse the flags; arguments after a ``--`` are passed to every run (as for the launcher)."""
+    argv = list(argv)
+    passthrough: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, passthrough = argv[:cut], argv[cut + 1:]
+    parser = _Parser(
+        prog="python -m cleanrl_utils.submit_exp",
+        description="Submit every environment x seed of a command to AWS Batch (one job per run, or one array job).\n"
+                    "Arguments after -- are passed to every run.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n"
+               "  python -m cleanrl_utils.submit_exp --terraform-outputs outputs.json --env-ids CartPole-v1 \\\n"
+               '      --command "python cleanrl/ppo.py" --num-seeds 3 --spot --dry-run -- --checkpoint-interval 50000',
+    )
+    grid = parser.add_argument_group("grid (as python -m cleanrl_utils.benchmark)")
+    grid.add_argument("--env-ids", nargs="*", default=[], metavar="ENV_ID", help="environment ids (--env-id of each run)")
+    grid.add_argument("--command", default="", help='the command, e.g. "python cleanrl/ppo.py" (a path inside the image, '
+                      "relative to its workdir)")
+    grid.add_argument("--num-seeds", type=int, default=3, help="seeds per environment (default 3)")
+    grid.add_argument("--start-seed", type=int, default=1, help="first seed (default 1); seeds are consecutive")
+    grid.add_argument("--extra", default="", help="arguments for every run, as one string (or put them after --)")
+    grid.add_argument("--track", action="store_true", help="pass --track to every run (W&B; the key comes from the secret)")
+    where = parser.add_argument_group("where")
+    where.add_argument("--terraform-outputs", default=None, metavar="FILE",
+                       help="the JSON of 'terraform output -json' (queues, definitions, bucket, secret, roles)")
+    where.add_argument("--region", default=None, help="AWS region (default: the outputs' region)")
+    where.add_argument("--job-queue", default=None, help="job queue name (default: the outputs' queue for --spot/--on-demand, CPU/GPU)")
+    where.add_argument("--job-definition", default=None, help="job definition name (default: the outputs' cpu or gpu one)")
+    where.add_argument("--wandb-secret-arn", default=None, help="ARN of the W&B key in Secrets Manager or SSM "
+                       "(default: the outputs' wandb_secret_arn); only with --image")
+    market = where.add_mutually_exclusive_group()
+    market.add_argument("--spot", dest="spot", action="store_true", default=True, help="spot queue (default)")
+    market.add_argument("--on-demand", dest="spot", action="store_false", help="on-demand queue")
+    where.add_argument("--bucket", default=None, help="S3 bucket for run directories and checkpoints (default: the "
+                       "outputs' checkpoint_bucket; '' = no S3, runs do not survive a retry)")
+    where.add_argument("--job-name-prefix", default="cleanrl", help="start of the sweep id (default cleanrl)")
+    where.add_argument("--sweep-id", default=None, help="names the jobs and the S3 prefix s3://BUCKET/SWEEP_ID/<env>__seed<seed>/ "
+                       "(default PREFIX-<UTC time>, a new one per submission; give an earlier id to continue that sweep's runs)")
+    job = parser.add_argument_group("each job")
+    job.add_argument("--image", default=None, help="register a new job definition revision with this image URI first")
+    job.add_argument("--vcpus", type=int, default=1, help="vCPUs of each run (default 1)")
+    job.add_argument("--memory", type=int, default=2048, help="memory of each run in MiB (default 2048)")
+    job.add_argument("--gpus", type=int, default=0, help="GPUs of each run (default 0; > 0 picks the GPU queue and definition)")
+    job.add_argument("--attempts", type=int, default=3, help=f"attempts per run, 1-{MAX_ATTEMPTS} (default 3); retried only "
+                     "when the instance went away")
+    job.add_argument("--timeout", type=int, default=None, help=f"seconds per attempt (>= {MIN_TIMEOUT}; default: none)")
+    job.add_argument("--array", action="store_true", help="one array job (child i runs grid entry i) instead of one job per run")
+    parser.add_argument("--dry-run", action="store_true", help="print the boto3 calls as JSON; submit nothing")
+    args = parser.parse_args(argv)
+    args.passthrough = passthrough
+    return args
+
+
+def resolve(args: argparse.Namespace) -> dict[str, Any]:
+    """Check every flag and fill the defaults from the Terraform outputs; nothing is submitted yet.
+
+    Returns:
+        ``{"jobs", "region", "queue", "definition", "bucket", "definition_spec" (or None), "submits"}``.
+
+    Raises:
+        SystemExit: (status 2, one line on stderr) on bad input.
+    """
+    # the launcher's own checks of the grid flags (env ids, seeds, command, script exists, ...)
+    grid_args = argparse.Namespace(env_ids=args.env_ids, num_seeds=args.num_seeds, start_seed=args.start_seed,
+                                   command=args.command, extra=args.extra, passthrough=args.passthrough,
+                                   workers=None, slurm=False, slurm_dry_run=False)
+    command, extra = check_args(grid_args)
+    if args.track and "--track" not in extra:
+        extra.append("--track")
+    for token in [*command, *extra]:
+        if SECRET_ENV in token:
+            fail("--command" if token in command else "--extra",
+                 f"{SECRET_ENV} must not be given in a command; the job gets it from the secret (--wandb-secret-arn)")
+    require(args.vcpus >= 1, "--vcpus", f"must be at least 1, got {args.vcpus}")
+    require(args.memory >= 128, "--memory", f"must be at least 128 (MiB), got {args.memory}")
+    require(args.gpus >= 0, "--gpus", f"must be >= 0, got {args.gpus}")
+    require(1 <= args.attempts <= MAX_ATTEMPTS, "--attempts", f"must be 1-{MAX_ATTEMPTS}, got {args.attempts}")
+    require(args.timeout is None or args.timeout >= MIN_TIMEOUT, "--timeout",
+            f"must be at least {MIN_TIMEOUT} s (AWS Batch's minimum), got {args.timeout}")
+    require(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", args.job_name_prefix) is not None, "--job-name-prefix",
+            f"{args.job_name_prefix!r}: letters, digits, '-' and '_' only, at most 64 characters")
+    if args.sweep_id is None:  # a new sweep never resumes the runs of an earlier one
+        args.sweep_id = f"{args.job_name_prefix}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+    require(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,79}", args.sweep_id) is not None, "--sweep-id",
+            f"{args.sweep_id!r}: letters, digits, '-' and '_' only, at most 80 characters")
+
+    outputs = read_outputs(args.terraform_outputs) if args.terraform_outputs else {}
+    kind = "gpu" if args.gpus > 0 else "cpu"
+    region = args.region or outputs.get("region")
+    require(bool(region), "--region", "give --region or --terraform-outputs (with a 'region' output)")
+    queue = args.job_queue
+    if queue is None:
+        key = f"{kind}_{'spot' if args.spot else 'on_demand'}"
+        queue = (outputs.get("job_queues") or {}).get(key)
+        require(bool(queue), "--job-queue", f"give --job-queue or --terraform-outputs with job_queues.{key}")
+    definition = args.job_definition
+    if definition is None:
+        definition = (outputs.get("job_definitions") or {}).get(kind)
+        require(bool(definition), "--job-definition", f"give --job-definition or --terraform-outputs with job_definitions.{kind}")
+    bucket = args.bucket if args.bucket is not None else (outputs.get("checkpoint_bucket") or "")
+    require(bucket == "" or re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", bucket) is not None, "--bucket",
+            f"{bucket!r} is not an S3 bucket name (give the name, not an s3:// URL)")
+    secret_arn = args.wandb_secret_arn or outputs.get("wandb_secret_arn")
+    if args.wandb_secret_arn is not None:
+        require(args.image is not None, "--wandb-secret-arn", "only with --image (a new job definition revision)")
+    if secret_arn is not None:
+        require(SECRET_ARN.fullmatch(secret_arn) is not None, "--wandb-secret-arn",
+                "must be the ARN of a Secrets Manager secret or SSM parameter (arn:aws:secretsmanager:... or "
+                "arn:aws:ssm:...); a key in plain text is never accepted")
+    if args.track and args.image is not None:
+        require(secret_arn is not None, "--track", "needs the W&B key's secret: --wandb-secret-arn or the outputs' wandb_secret_arn")
+
+    seeds = list(range(args.start_seed, args.start_seed + args.num_seeds))
+    jobs = make_jobs(command, args.env_ids, seeds, extra)
+    if args.array:
+        require(2 <= len(jobs) <= MAX_ARRAY, "--array", f"an array job has 2-{MAX_ARRAY} children; the grid has {len(jobs)} runs")
+
+    spec = None
+    if args.image is not None:
+        require(args.image.strip() == args.image != "" and " " not in args.image, "--image", f"{args.image!r} is not an image URI")
+        spec = job_definition_spec(definition, args.image, args.vcpus, args.memory, args.gpus, args.attempts,
+                                   args.timeout, secret_arn, outputs.get("log_group"), region,
+                                   outputs.get("job_role_arn"), outputs.get("execution_role_arn"))
+    submits = submit_specs(jobs, queue, definition, bucket, args.sweep_id, args.array, args.vcpus, args.memory,
+                           args.gpus, args.attempts, args.timeout)
+    return {"jobs": jobs, "region": region, "queue": queue, "definition": definition, "bucket": bucket,
+            "definition_spec": spec, "submits": submits, "log_group": outputs.get("log_group")}
+
+
+def main(argv: Sequence[str] | None = None, client: Any = None) -> int:
+    """Command-line entry; returns the exit status (0 submitted or dry run, 1 an AWS call failed).
+
+    Args:
+        argv: the arguments (default ``sys.argv[1:]``).
+        client: a boto3 Batch client (default: one for the resolved region).
+    """
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    plan = resolve(args)
+    jobs, submits, spec = plan["jobs"], plan["submits"], plan["definition_spec"]
+    summary = (f"{len(jobs)} runs ({plural(len(args.env_ids), 'env')} x {plural(args.num_seeds, 'seed')}) "
+               f"{'as one array job' if args.array else 'as ' + plural(len(submits), 'job')} on queue {plan['queue']}, "
+               f"sweep {args.sweep_id}, S3 {'s3://' + plan['bucket'] + '/' + args.sweep_id + '/' if plan['bucket'] else 'off (runs cannot resume after a retry)'}")
+    if args.dry_run:
+        calls = ([{"call": "register_job_definition", "kwargs": spec}] if spec else [])
+        calls += [{"call": "submit_job", "kwargs": s} for s in submits]
+        print(json.dumps({"region": plan["region"], "calls": calls}, indent=2))
+        print(f"dry run: {summary}; nothing submitted", file=sys.stderr)
+        return 0
+
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    if client is None:
+        import boto3
+
+        client = boto3.client("batch", region_name=plan["region"])
+    ids = []
+    try:
+        definition = plan["definition"]
+        if spec is not None:
+            registered = client.register_job_definition(**spec)
+            definition = registered["jobDefinitionArn"]
+            print(f"registered {registered['jobDefinitionName']}:{registered['revision']} ({args.image})")
+        for submit in submits:
+            response = client.submit_job(**{**submit, "jobDefinition": definition})
+            ids.append(response["jobId"])
+            print(f"submitted {response['jobName']}: {response['jobId']}")
+    except (BotoCoreError, ClientError) as error:
+        print(f"AWS Batch refused a call: {error}" + (f" ({len(ids)} jobs were submitted: {' '.join(ids)})" if ids else ""),
+              file=sys.stderr)
+        return 1
+    print(summary)
+    print("watch:")
+    print(f"  aws batch describe-jobs --region {plan['region']} --jobs {' '.join(ids[:100])}"
+          + (" ..." if len(ids) > 100 else ""))
+    if plan["log_group"]:
+        print(f"  aws logs tail {shlex.quote(plan['log_group'])} --region {plan['region']} --follow")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

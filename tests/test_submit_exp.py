@@ -1,0 +1,328 @@
+"""submit_exp against moto's mocked AWS Batch, and cloud_run against moto's mocked S3.
+
+moto's in-process mock (``mock_aws``) patches botocore in this process only, so cloud_run's
+``main()`` is called in the test process (the script it wraps is its child process, as in a
+job) rather than started as a subprocess; that also lets the test send the job's SIGTERM to
+cloud_run itself and check that it is forwarded. moto's "simple" Batch backend
+(``use_docker: False``) records jobs without running containers.
+
+moto's ``describe_jobs`` keeps a job's command, timeout and array size but not its per-job
+retry strategy or resource overrides, so those are checked on the request parameters as
+boto3 built them for the mock (``before-parameter-build`` event).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from cleanrl_utils import cloud_run, submit_exp
+
+ROOT = Path(__file__).resolve().parent.parent
+REGION = "us-east-1"
+SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:cleanrl/wandb-api-key-AbCdEf"
+PLAIN_KEY = "0123456789abcdef0123456789abcdef01234567"  # what a W&B key looks like; must appear nowhere
+
+
+@pytest.fixture
+def aws(monkeypatch):
+    """Fake credentials (never real ones) and moto's Batch, IAM and S3 for the test."""
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    with mock_aws(config={"batch": {"use_docker": False}}):
+        yield
+
+
+@pytest.fixture
+def batch(aws, tmp_path, monkeypatch):
+    """A mocked Batch with the four queues and two definitions, its outputs.json, and a request recorder."""
+    monkeypatch.chdir(ROOT)  # the grid's scripts are checked relative to the working directory
+    client = boto3.client("batch", region_name=REGION)
+    role = boto3.client("iam").create_role(RoleName="batch-service", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    environment = client.create_compute_environment(computeEnvironmentName="cleanrl-ce", type="UNMANAGED",
+                                                    state="ENABLED", serviceRole=role)["computeEnvironmentArn"]
+    queues = {key: f"cleanrl-{key.replace('_', '-')}" for key in submit_exp.QUEUE_KEYS}
+    for name in queues.values():
+        client.create_job_queue(jobQueueName=name, state="ENABLED", priority=1,
+                                computeEnvironmentOrder=[{"order": 1, "computeEnvironment": environment}])
+    for kind in ("cpu", "gpu"):
+        client.register_job_definition(jobDefinitionName=f"cleanrl-{kind}", type="container",
+                                       containerProperties={"image": f"old:{kind}", "command": ["true"],
+                                                            "resourceRequirements": [{"type": "VCPU", "value": "1"},
+                                                                                     {"type": "MEMORY", "value": "512"}]})
+    outputs = {"region": REGION, "ecr_repository_url": "123456789012.dkr.ecr.us-east-1.amazonaws.com/cleanrl",
+               "job_queues": queues, "job_definitions": {"cpu": "cleanrl-cpu", "gpu": "cleanrl-gpu"},
+               "checkpoint_bucket": "cleanrl-runs-test", "log_group": "/aws/batch/cleanrl", "wandb_secret_arn": SECRET,
+               "job_role_arn": "arn:aws:iam::123456789012:role/cleanrl-job",
+               "execution_role_arn": "arn:aws:iam::123456789012:role/cleanrl-execution"}
+    path = tmp_path / "outputs.json"
+    path.write_text(json.dumps({k: {"value": v, "type": "string", "sensitive": False} for k, v in outputs.items()}))
+    sent: list[tuple[str, dict]] = []
+    client.meta.events.register("before-parameter-build.batch.*",
+                                lambda model, params, **_: sent.append((model.name, json.loads(json.dumps(params)))))
+    return {"client": client, "outputs": str(path), "queues": queues, "sent": sent}
+
+
+def submitted(client, queue: str) -> list[dict]:
+    """Every job on ``queue`` (array children left out), described."""
+    ids = [j["jobId"] for j in client.list_jobs(jobQueue=queue)["jobSummaryList"] if ":" not in j["jobId"]]
+    return client.describe_jobs(jobs=ids)["jobs"] if ids else []
+
+
+GRID = ["--env-ids", "CartPole-v1", "Acrobot-v1", "--command", "python cleanrl/ppo.py", "--num-seeds", "2"]
+
+
+def test_one_job_per_run(batch, capsys):
+    client = batch["client"]
+    status = submit_exp.main([*GRID, "--terraform-outputs", batch["outputs"], "--image", "repo/cleanrl:cpu-abc1234",
+                              "--vcpus", "2", "--memory", "4096", "--attempts", "4", "--timeout", "3600", "--track",
+                              "--sweep-id", "sweep1",
+                              "--", "--total-timesteps", "50000"], client=client)
+    assert status == 0
+    out = capsys.readouterr().out
+    jobs = submitted(client, batch["queues"]["cpu_spot"])
+    assert len(jobs) == 4 and all(j["jobName"] in out and j["jobId"] in out for j in jobs)
+    assert "aws batch describe-jobs" in out and "aws logs tail /aws/batch/cleanrl" in out
+    expected = {(env, seed) for env in ("CartPole-v1", "Acrobot-v1") for seed in (1, 2)}
+    seen = set()
+    for job in jobs:
+        command = job["container"]["command"]
+        wrapper, run = command[:command.index("--") + 1], command[command.index("--") + 1:]
+        env, seed = run[run.index("--env-id") + 1], int(run[run.index("--seed") + 1])
+        seen.add((env, seed))
+        assert wrapper == ["python", "-m", "cleanrl_utils.cloud_run", "--bucket", "cleanrl-runs-test",
+                           "--prefix", f"sweep1/{env}__seed{seed}", "--"]
+        assert run == ["python", "cleanrl/ppo.py", "--env-id", env, "--seed", str(seed), "--total-timesteps", "50000",
+                       "--track"]
+        assert job["timeout"] == {"attemptDurationSeconds": 3600}
+        assert job["jobDefinition"].endswith("job-definition/cleanrl-cpu:2")  # the new revision
+    assert seen == expected
+    # the registered revision: image, resources, retries, timeout, secret reference, logs, roles
+    definition = client.describe_job_definitions(jobDefinitionName="cleanrl-cpu", status="ACTIVE")["jobDefinitions"]
+    new = max(definition, key=lambda d: d["revision"])
+    container = new["containerProperties"]
+    assert container["image"] == "repo/cleanrl:cpu-abc1234"
+    assert {r["type"]: r["value"] for r in container["resourceRequirements"]} == {"VCPU": "2", "MEMORY": "4096"}
+    assert container["secrets"] == [{"name": "WANDB_API_KEY", "valueFrom": SECRET}]
+    assert not any(e["name"] == "WANDB_API_KEY" for e in container.get("environment", []))
+    assert container["jobRoleArn"].endswith("role/cleanrl-job")
+    assert container["executionRoleArn"].endswith("role/cleanrl-execution")
+    assert container["logConfiguration"]["options"]["awslogs-group"] == "/aws/batch/cleanrl"
+    retry = {"attempts": 4, "evaluateOnExit": [{"onStatusReason": "Host EC2*", "action": "RETRY"},
+                                               {"onReason": "*", "action": "EXIT"}]}
+    assert new["retryStrategy"]["attempts"] == 4
+    assert [(e.get("onStatusReason"), e.get("onReason"), e["action"].upper()) for e in new["retryStrategy"]["evaluateOnExit"]] \
+        == [("Host EC2*", None, "RETRY"), (None, "*", "EXIT")]
+    assert new["timeout"] == {"attemptDurationSeconds": 3600}
+    # what each submit_job request carried (moto does not keep these per job)
+    submits = [body for name, body in batch["sent"] if name == "SubmitJob"]
+    assert len(submits) == 4
+    for body in submits:
+        assert body["retryStrategy"] == retry
+        assert body["containerOverrides"]["resourceRequirements"] == [{"type": "VCPU", "value": "2"},
+                                                                      {"type": "MEMORY", "value": "4096"}]
+        assert body["jobQueue"] == "cleanrl-cpu-spot"
+
+
+def test_array_job_gpu_on_demand(batch, capsys):
+    client = batch["client"]
+    status = submit_exp.main([*GRID, "--terraform-outputs", batch["outputs"], "--gpus", "1", "--on-demand", "--array",
+                              "--bucket", "", "--extra=--cuda"], client=client)
+    assert status == 0
+    jobs = submitted(client, batch["queues"]["gpu_on_demand"])
+    assert len(jobs) == 1 and jobs[0]["arrayProperties"]["size"] == 4
+    assert jobs[0]["jobDefinition"].endswith("job-definition/cleanrl-gpu:1")  # no --image: the existing definition
+    command = jobs[0]["container"]["command"]
+    assert command[:4] == ["python", "-m", "cleanrl_utils.cloud_run", "--grid-json"]  # no bucket: no S3 flags
+    grid = json.loads(command[4])
+    assert grid == {"command": ["python", "cleanrl/ppo.py"], "env_ids": ["CartPole-v1", "Acrobot-v1"], "seeds": [1, 2],
+                    "extra": ["--cuda"]}
+    body = next(body for name, body in batch["sent"] if name == "SubmitJob")
+    assert {"type": "GPU", "value": "1"} in body["containerOverrides"]["resourceRequirements"]
+    # each child rebuilds its run from the grid
+    args, rest = cloud_run.parse_args(command[3:] + ["--array-index", "3", "--prefix", "p"])
+    assert cloud_run.pick_command(args, rest) == (["python", "cleanrl/ppo.py", "--env-id", "Acrobot-v1", "--seed", "2",
+                                                   "--cuda"], "p/Acrobot-v1__seed2")
+
+
+def test_dry_run_submits_nothing(batch, capsys):
+    client = batch["client"]
+    status = submit_exp.main([*GRID, "--terraform-outputs", batch["outputs"], "--image", "repo/cleanrl:cpu-abc1234",
+                              "--dry-run"], client=client)
+    assert status == 0
+    captured = capsys.readouterr()
+    plan = json.loads(captured.out)
+    assert [c["call"] for c in plan["calls"]] == ["register_job_definition"] + ["submit_job"] * 4
+    assert plan["calls"][0]["kwargs"]["containerProperties"]["secrets"] == [{"name": "WANDB_API_KEY", "valueFrom": SECRET}]
+    command = plan["calls"][1]["kwargs"]["containerOverrides"]["command"]
+    assert command[:6] == ["python", "-m", "cleanrl_utils.cloud_run", "--bucket", "cleanrl-runs-test", "--prefix"]
+    assert re.fullmatch(r"cleanrl-\d{8}-\d{6}/CartPole-v1__seed1", command[6])  # a new sweep id: never an old sweep's runs
+    assert "nothing submitted" in captured.err
+    assert batch["sent"] == []
+    assert all(submitted(client, q) == [] for q in batch["queues"].values())
+    definitions = client.describe_job_definitions(jobDefinitionName="cleanrl-cpu")["jobDefinitions"]
+    assert [d["revision"] for d in definitions] == [1]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--command", "python cleanrl/no_such_script.py"], "--command: script 'cleanrl/no_such_script.py' does not exist"),
+    (["--terraform-outputs", "/nonexistent/outputs.json"], "--terraform-outputs: /nonexistent/outputs.json does not exist"),
+    (["--vcpus", "0"], "--vcpus: must be at least 1"),
+    (["--memory", "64"], "--memory: must be at least 128"),
+    (["--attempts", "11"], "--attempts: must be 1-10"),
+    (["--timeout", "30"], "--timeout: must be at least 60"),
+    (["--num-seeds", "0"], "--num-seeds: must be at least 1"),
+    (["--image", "img", "--wandb-secret-arn", PLAIN_KEY], "--wandb-secret-arn: must be the ARN"),
+    (["--extra", f"WANDB_API_KEY={PLAIN_KEY}"], "--extra: WANDB_API_KEY must not be given"),
+    (["--bucket", "s3://bucket"], "--bucket: 's3://bucket' is not an S3 bucket name"),
+    (["--env-ids", "CartPole-v1", "--num-seeds", "1", "--array"], "--array: an array job has 2-10000 children"),
+])
+def test_bad_input(batch, capsys, flags, message):
+    argv = [*GRID, "--terraform-outputs", batch["outputs"], *flags]
+    with pytest.raises(SystemExit) as stop:
+        submit_exp.main(argv, client=batch["client"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+    assert PLAIN_KEY not in capsys.readouterr().out
+    assert batch["sent"] == []
+
+
+def test_bad_outputs_file(batch, tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"region": "us-east-1"}')  # values, not terraform output -json
+    with pytest.raises(SystemExit) as stop:
+        submit_exp.main([*GRID, "--terraform-outputs", str(bad)], client=batch["client"])
+    assert stop.value.code == 2 and "is not the output of 'terraform output -json'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        submit_exp.main(GRID, client=batch["client"])  # neither outputs nor --region
+    assert "error: --region:" in capsys.readouterr().err
+
+
+def events_steps(run_dir: Path, tag: str) -> list[int]:
+    """Steps of ``tag`` in every TensorBoard events file of ``run_dir`` (a resumed run adds a file)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    steps = []
+    for events in sorted(run_dir.glob("events.out.tfevents.*")):
+        accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0})
+        accumulator.Reload()
+        if tag in accumulator.Tags()["scalars"]:
+            steps += [e.step for e in accumulator.Scalars(tag)]
+    return steps
+
+
+def test_cloud_run_resumes_from_s3_after_sigterm(aws, tmp_path, monkeypatch, capfd):
+    """A real tiny PPO run is stopped by SIGTERM; a fresh job in an empty directory resumes it from S3."""
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.create_bucket(Bucket="cleanrl-runs-test")
+    run = [sys.executable, str(ROOT / "cleanrl" / "ppo.py"), "--env-id", "CartPole-v1", "--seed", "1",
+           "--total-timesteps", "2048", "--num-envs", "2", "--num-steps", "64", "--checkpoint-interval", "256",
+           "--torch-threads", "1"]
+    argv = ["--bucket", "cleanrl-runs-test", "--prefix", "sweep/CartPole-v1__seed1", "--sync-interval", "600", "--", *run]
+
+    first = tmp_path / "attempt1"
+    first.mkdir()
+    monkeypatch.chdir(first)
+
+    def terminate_after_first_checkpoint():  # what Batch does when the spot instance is reclaimed
+        deadline = time.monotonic() + 60
+        while not list(first.glob("runs/*/checkpoints/step_*.pt")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)  # to cloud_run (in this process), which forwards it
+
+    handler_before = signal.getsignal(signal.SIGTERM)
+    killer = threading.Thread(target=terminate_after_first_checkpoint)
+    killer.start()
+    status = cloud_run.main(argv, s3_client=s3)
+    killer.join()
+    out = capfd.readouterr().out
+    assert status == 143, out
+    assert "forwarded SIGTERM" in out and "SIGTERM: checkpoint written" in out
+    assert signal.getsignal(signal.SIGTERM) is handler_before  # cloud_run put the previous handler back
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="cleanrl-runs-test", Prefix="sweep/")["Contents"]]
+    local_checkpoints = sorted(p.name for p in first.glob("runs/*/checkpoints/step_*.pt"))
+    remote_checkpoints = sorted(k.rsplit("/", 1)[1] for k in keys if "/checkpoints/" in k)
+    assert remote_checkpoints == local_checkpoints  # the checkpoint written on SIGTERM is uploaded, pruned ones deleted
+    stopped_at = max(int(name.removeprefix("step_").removesuffix(".pt")) for name in local_checkpoints)
+    assert stopped_at < 2048
+    assert any(k.startswith("sweep/CartPole-v1__seed1/runs/CartPole-v1__ppo__1__") and "events.out.tfevents" in k for k in keys)
+
+    second = tmp_path / "attempt2"  # the retried attempt: a fresh container, nothing on disk
+    second.mkdir()
+    monkeypatch.chdir(second)
+    status = cloud_run.main(argv, s3_client=s3)
+    out = capfd.readouterr().out
+    assert status == 0, out
+    run_dirs = list((second / "runs").iterdir())
+    assert len(run_dirs) == 1
+    assert f"--resume runs/{run_dirs[0].name}" in out
+    assert f"(resumed at step {stopped_at})" in out
+    steps = events_steps(run_dirs[0], "charts/learning_rate")
+    assert max(steps) == 2048 and min(steps) < stopped_at  # one curve from the start to the full step count
+    assert len(steps) == len(set(steps))  # no step logged twice (purge_step dropped the interrupted tail)
+    final_keys = [o["Key"] for o in s3.list_objects_v2(Bucket="cleanrl-runs-test", Prefix="sweep/")["Contents"]]
+    assert len([k for k in final_keys if "events.out.tfevents" in k]) == 2
+
+
+def test_cloud_run_bad_input(capsys, monkeypatch):
+    monkeypatch.delenv("AWS_BATCH_JOB_ARRAY_INDEX", raising=False)
+    cases = [([], "error: --: give the command after --"),
+             (["--grid-json", "{}"], "error: --grid-json: not a grid"),
+             (["--grid-json", '{"command": ["python", "x.py"], "env_ids": ["A-v0"], "seeds": [1]}'],
+              "error: --array-index: not given and AWS_BATCH_JOB_ARRAY_INDEX is not set"),
+             (["--prefix", "p", "--", "true"], "error: --prefix: only with --bucket"),
+             (["--", "python", "x.py", "--resume", "runs/x"], "error: --: the command must not have --resume")]
+    for argv, message in cases:
+        with pytest.raises(SystemExit) as stop:
+            cloud_run.main(argv)
+        assert stop.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith(message) and err.count("\n") == 1, err
+
+
+def test_cloud_run_without_bucket_passes_status(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cloud_run.main(["--", sys.executable, "-c", "import sys; sys.exit(7)"]) == 7
+
+
+def test_cloud_run_uploads_while_the_run_goes(aws, tmp_path, monkeypatch):
+    """The child waits until its file is in S3 (it exits 0 then, 3 after 10 s): only a periodic upload lets it pass."""
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.create_bucket(Bucket="cleanrl-runs-test")
+    monkeypatch.chdir(tmp_path)
+    child = ("import pathlib, sys, time\n"
+             "run = pathlib.Path('runs/r'); run.mkdir(parents=True); (run / 'a.txt').write_text('1')\n"
+             "for _ in range(200):\n"
+             "    if (run / 'seen').exists(): sys.exit(0)\n"
+             "    time.sleep(0.05)\n"
+             "sys.exit(3)\n")
+
+    def mark_when_uploaded():
+        for _ in range(200):
+            if s3.list_objects_v2(Bucket="cleanrl-runs-test", Prefix="p/runs/r/a.txt").get("KeyCount"):
+                (tmp_path / "runs" / "r" / "seen").write_text("")
+                return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=mark_when_uploaded)
+    watcher.start()
+    status = cloud_run.main(["--bucket", "cleanrl-runs-test", "--prefix", "p", "--sync-interval", "0.2", "--",
+                             sys.executable, "-c", child], s3_client=s3)
+    watcher.join()
+    assert status == 0
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket="cleanrl-runs-test", Prefix="p/")["Contents"]}
+    assert keys == {"p/runs/r/a.txt", "p/runs/r/seen"}  # and the final upload took the rest
