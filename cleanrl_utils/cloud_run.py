@@ -30,7 +30,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 

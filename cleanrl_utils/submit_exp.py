@@ -137,14 +137,18 @@ def job_definition_spec(name: str, image: str, vcpus: int, memory: int, gpus: in
 
 
 def submit_specs(jobs: Sequence[Job], queue: str, definition: str, bucket: str, prefix: str, array: bool,
-                 vcpus: int, memory: int, gpus: int, attempts: int, timeout: int | None) -> list[dict[str, Any]]:
+                 vcpus: int, memory: int, gpus: int, attempts: int, timeout: int | None,
+                 bucket_prefix: str = "") -> list[dict[str, Any]]:
     """Keyword arguments of each boto3 ``batch.submit_job`` call: one per run, or one array job.
 
-    One job per run: the command is the run wrapped by cloud_run with S3 prefix
-    ``{prefix}/{run name}``. Array job: the command is ``cloud_run --grid-json GRID`` and child
-    ``AWS_BATCH_JOB_ARRAY_INDEX`` = i runs ``jobs[i]`` (cloud_run rebuilds the grid with
-    :func:`cleanrl_utils.benchmark.make_jobs`), its S3 prefix also ``{prefix}/{run name}``.
+    ``prefix`` is the sweep id (job names, tags); ``bucket_prefix`` the part of the bucket the
+    jobs may write (Terraform's ``checkpoint_prefix``, ``runs``). One job per run: the command is
+    the run wrapped by cloud_run with S3 prefix ``{bucket_prefix}/{prefix}/{run name}``. Array
+    job: the command is ``cloud_run --grid-json GRID`` and child ``AWS_BATCH_JOB_ARRAY_INDEX`` = i
+    runs ``jobs[i]`` (cloud_run rebuilds the grid with :func:`cleanrl_utils.benchmark.make_jobs`),
+    its S3 prefix also ``{bucket_prefix}/{prefix}/{run name}``.
     """
+    s3_prefix = f"{bucket_prefix}/{prefix}" if bucket_prefix else prefix
     common = {"jobQueue": queue, "jobDefinition": definition, "retryStrategy": retry_strategy(attempts),
               "propagateTags": True, "tags": {"project": "cleanrl", "sweep": prefix}}
     if timeout:
@@ -152,12 +156,12 @@ def submit_specs(jobs: Sequence[Job], queue: str, definition: str, bucket: str, 
     resources = resource_requirements(vcpus, memory, gpus)
     if array:
         grid = grid_of(jobs)
-        sync = ["--bucket", bucket, "--prefix", prefix] if bucket else []
+        sync = ["--bucket", bucket, "--prefix", s3_prefix] if bucket else []
         command = ["python", "-m", "cleanrl_utils.cloud_run", *sync, "--grid-json", json.dumps(grid, separators=(",", ":"))]
         return [{"jobName": job_name(prefix, "array"), **common, "arrayProperties": {"size": len(jobs)},
                  "containerOverrides": {"command": command, "resourceRequirements": resources}}]
     return [{"jobName": job_name(prefix, run_name(job)), **common,
-             "containerOverrides": {"command": wrapped(job.argv, bucket, f"{prefix}/{run_name(job)}"),
+             "containerOverrides": {"command": wrapped(job.argv, bucket, f"{s3_prefix}/{run_name(job)}"),
                                     "resourceRequirements": resources}}
             for job in jobs]
 
@@ -223,8 +227,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     market.add_argument("--on-demand", dest="spot", action="store_false", help="on-demand queue")
     where.add_argument("--bucket", default=None, help="S3 bucket for run directories and checkpoints (default: the "
                        "outputs' checkpoint_bucket; '' = no S3, runs do not survive a retry)")
+    where.add_argument("--bucket-prefix", default=None, help="the part of the bucket the jobs write, "
+                       "s3://BUCKET/BUCKET_PREFIX/SWEEP_ID/... (default: the outputs' checkpoint_prefix, the only "
+                       "prefix the Terraform job role may write; none without outputs)")
     where.add_argument("--job-name-prefix", default="cleanrl", help="start of the sweep id (default cleanrl)")
-    where.add_argument("--sweep-id", default=None, help="names the jobs and the S3 prefix s3://BUCKET/SWEEP_ID/<env>__seed<seed>/ "
+    where.add_argument("--sweep-id", default=None, help="names the jobs and the S3 prefix s3://BUCKET/BUCKET_PREFIX/SWEEP_ID/<env>__seed<seed>/ "
                        "(default PREFIX-<UTC time>, a new one per submission; give an earlier id to continue that sweep's runs)")
     job = parser.add_argument_group("each job")
     job.add_argument("--image", default=None, help="register a new job definition revision with this image URI first")
@@ -290,6 +297,10 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
     bucket = args.bucket if args.bucket is not None else (outputs.get("checkpoint_bucket") or "")
     require(bucket == "" or re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", bucket) is not None, "--bucket",
             f"{bucket!r} is not an S3 bucket name (give the name, not an s3:// URL)")
+    # the jobs' IAM role may write only s3://bucket/<checkpoint_prefix>/* (terraform/iam.tf)
+    bucket_prefix = args.bucket_prefix if args.bucket_prefix is not None else outputs.get("checkpoint_prefix", "")
+    require(bucket_prefix == "" or re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", bucket_prefix) is not None,
+            "--bucket-prefix", f"{bucket_prefix!r}: one path segment (letters, digits, '.', '_', '-')")
     secret_arn = args.wandb_secret_arn or outputs.get("wandb_secret_arn")
     if args.wandb_secret_arn is not None:
         require(args.image is not None, "--wandb-secret-arn", "only with --image (a new job definition revision)")
@@ -312,7 +323,7 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
                                    args.timeout, secret_arn, outputs.get("log_group"), region,
                                    outputs.get("job_role_arn"), outputs.get("execution_role_arn"))
     submits = submit_specs(jobs, queue, definition, bucket, args.sweep_id, args.array, args.vcpus, args.memory,
-                           args.gpus, args.attempts, args.timeout)
+                           args.gpus, args.attempts, args.timeout, bucket_prefix)
     return {"jobs": jobs, "region": region, "queue": queue, "definition": definition, "bucket": bucket,
             "definition_spec": spec, "submits": submits, "log_group": outputs.get("log_group")}
 

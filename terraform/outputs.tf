@@ -46,3 +46,8 @@ output "execution_role_arn" {
   description = "IAM role that starts the job containers (image pull, logs, W&B secret)."
   value       = aws_iam_role.execution.arn
 }
+
+output "checkpoint_prefix" {
+  description = "The key prefix of checkpoint_bucket that the jobs may read and write (submit_exp puts sweeps under it)."
+  value       = var.checkpoint_prefix
+}

@@ -65,7 +65,7 @@ def batch(aws, tmp_path, monkeypatch):
                                                                                      {"type": "MEMORY", "value": "512"}]})
     outputs = {"region": REGION, "ecr_repository_url": "123456789012.dkr.ecr.us-east-1.amazonaws.com/cleanrl",
                "job_queues": queues, "job_definitions": {"cpu": "cleanrl-cpu", "gpu": "cleanrl-gpu"},
-               "checkpoint_bucket": "cleanrl-runs-test", "log_group": "/aws/batch/cleanrl", "wandb_secret_arn": SECRET,
+               "checkpoint_bucket": "cleanrl-runs-test", "checkpoint_prefix": "runs", "log_group": "/aws/batch/cleanrl", "wandb_secret_arn": SECRET,
                "job_role_arn": "arn:aws:iam::123456789012:role/cleanrl-job",
                "execution_role_arn": "arn:aws:iam::123456789012:role/cleanrl-execution"}
     path = tmp_path / "outputs.json"
@@ -104,7 +104,7 @@ def test_one_job_per_run(batch, capsys):
         env, seed = run[run.index("--env-id") + 1], int(run[run.index("--seed") + 1])
         seen.add((env, seed))
         assert wrapper == ["python", "-m", "cleanrl_utils.cloud_run", "--bucket", "cleanrl-runs-test",
-                           "--prefix", f"sweep1/{env}__seed{seed}", "--"]
+                           "--prefix", f"runs/sweep1/{env}__seed{seed}", "--"]  # the job role may write only runs/*
         assert run == ["python", "cleanrl/ppo.py", "--env-id", env, "--seed", str(seed), "--total-timesteps", "50000",
                        "--track"]
         assert job["timeout"] == {"attemptDurationSeconds": 3600}
@@ -169,7 +169,7 @@ def test_dry_run_submits_nothing(batch, capsys):
     assert plan["calls"][0]["kwargs"]["containerProperties"]["secrets"] == [{"name": "WANDB_API_KEY", "valueFrom": SECRET}]
     command = plan["calls"][1]["kwargs"]["containerOverrides"]["command"]
     assert command[:6] == ["python", "-m", "cleanrl_utils.cloud_run", "--bucket", "cleanrl-runs-test", "--prefix"]
-    assert re.fullmatch(r"cleanrl-\d{8}-\d{6}/CartPole-v1__seed1", command[6])  # a new sweep id: never an old sweep's runs
+    assert re.fullmatch(r"runs/cleanrl-\d{8}-\d{6}/CartPole-v1__seed1", command[6])  # a new sweep id: never an old sweep's runs
     assert "nothing submitted" in captured.err
     assert batch["sent"] == []
     assert all(submitted(client, q) == [] for q in batch["queues"].values())
@@ -238,21 +238,32 @@ def test_cloud_run_resumes_from_s3_after_sigterm(aws, tmp_path, monkeypatch, cap
     first.mkdir()
     monkeypatch.chdir(first)
 
+    returned = threading.Event()
+
     def terminate_after_first_checkpoint():  # what Batch does when the spot instance is reclaimed
         deadline = time.monotonic() + 60
         while not list(first.glob("runs/*/checkpoints/step_*.pt")) and time.monotonic() < deadline:
-            time.sleep(0.05)
+            if returned.wait(0.05):
+                return  # the run ended (failed) before its first checkpoint: the asserts below say so
         os.kill(os.getpid(), signal.SIGTERM)  # to cloud_run (in this process), which forwards it
 
-    handler_before = signal.getsignal(signal.SIGTERM)
+    def ignore(signum, frame):  # a SIGTERM after cloud_run restored the handler must not kill pytest
+        pass
+
+    pytest_handler = signal.signal(signal.SIGTERM, ignore)
     killer = threading.Thread(target=terminate_after_first_checkpoint)
     killer.start()
-    status = cloud_run.main(argv, s3_client=s3)
-    killer.join()
+    try:
+        status = cloud_run.main(argv, s3_client=s3)
+        handler_after = signal.getsignal(signal.SIGTERM)
+    finally:
+        returned.set()
+        killer.join()
+        signal.signal(signal.SIGTERM, pytest_handler)
     out = capfd.readouterr().out
     assert status == 143, out
     assert "forwarded SIGTERM" in out and "SIGTERM: checkpoint written" in out
-    assert signal.getsignal(signal.SIGTERM) is handler_before  # cloud_run put the previous handler back
+    assert handler_after is ignore  # cloud_run put the previous handler back
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket="cleanrl-runs-test", Prefix="sweep/")["Contents"]]
     local_checkpoints = sorted(p.name for p in first.glob("runs/*/checkpoints/step_*.pt"))
     remote_checkpoints = sorted(k.rsplit("/", 1)[1] for k in keys if "/checkpoints/" in k)

@@ -43,6 +43,7 @@ CONTRACT_OUTPUTS = {
     "job_queues": ["aws_batch_job_queue.this", ".name"],
     "job_definitions": ["aws_batch_job_definition.this", ".name"],
     "checkpoint_bucket": ["aws_s3_bucket.checkpoints.bucket"],
+    "checkpoint_prefix": ["var.checkpoint_prefix"],
     "log_group": ["aws_cloudwatch_log_group.jobs.name"],
     "wandb_secret_arn": ["local.wandb_secret_arn"],
     "job_role_arn": ["aws_iam_role.job.arn"],
