@@ -13,7 +13,9 @@
 4. Every ``--sync-interval`` seconds, and once more after the child has exited, files of
    ``./runs`` that are new or changed (size or modification time) are uploaded to
    ``s3://B/P/runs/``; checkpoints the script pruned are deleted there too.
-5. The exit status is the child's (128 + signal when a signal ended it), or 1 when the last
+5. When the run exits 0, ``runs/.cloud_run_finished`` is written (and uploaded): a job started
+   again with the same prefix then downloads it and exits 0 without running anything.
+6. The exit status is the child's (128 + signal when a signal ended it), or 1 when the last
    upload failed after a successful run.
 
 Only boto3 is needed (the ``cloud`` extra); ``AWS_ENDPOINT_URL`` points it elsewhere (tests).
@@ -38,6 +40,8 @@ from cleanrl_utils.cli import USAGE_ERROR, fail, require, safe_name
 
 RUNS = Path("runs")
 """Run directories, relative to the working directory (the scripts' default)."""
+FINISHED = ".cloud_run_finished"
+"""Written in ``runs/`` (and uploaded) when the run exited 0: a later attempt of the job does nothing."""
 
 
 def checkpoint_step(path: Path) -> int:
@@ -188,6 +192,10 @@ def main(argv: Sequence[str] | None = None, s3_client: Any = None) -> int:
         sync = S3Sync(args.bucket, prefix, s3_client)
         count = sync.download()
         print(f"cloud_run: {count} files from s3://{args.bucket}/{sync.base}", flush=True)
+        if (RUNS / FINISHED).exists():
+            print(f"cloud_run: the run finished in an earlier attempt (s3://{args.bucket}/{sync.base}{FINISHED}); "
+                  "nothing to do", flush=True)
+            return 0
         run_dir = resumable_run()
         if run_dir is not None:
             command = [*command, "--resume", str(run_dir)]
@@ -231,6 +239,9 @@ def main(argv: Sequence[str] | None = None, s3_client: Any = None) -> int:
         uploader.join()
     status = 128 - status if status < 0 else status
     if sync:
+        if status == 0:
+            RUNS.mkdir(exist_ok=True)
+            (RUNS / FINISHED).write_text(" ".join(command) + "\n")
         try:
             count = sync.upload()
             print(f"cloud_run: {count} files to s3://{args.bucket}/{sync.base}", flush=True)

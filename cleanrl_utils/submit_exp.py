@@ -13,10 +13,14 @@ anything else, and the retried attempt resumes from S3.
 Where jobs go comes from the Terraform outputs (``terraform output -json > outputs.json``;
 keys ``region``, ``job_queues``, ``job_definitions``, ``checkpoint_bucket``, ``log_group``,
 ``wandb_secret_arn``, ``job_role_arn``, ``execution_role_arn``; see terraform/README.md), or from
-explicit ``--region --job-queue --job-definition``. With ``--image`` a new revision of the job
-definition is registered first: that image, the vCPU / memory (MiB) / GPU requirements, the W&B
-API key as a secret reference (``secrets: [{name: WANDB_API_KEY, valueFrom: <ARN>}]``; a key in
-plain text is never accepted), the awslogs log group and the job and execution roles.
+explicit ``--region --job-queue --job-definition``. Resources (``--vcpus --memory --gpus``),
+``--attempts`` and ``--timeout`` override the job definition's only when given. With ``--image``
+a job definition ``<definition>-<sweep id>`` is registered first, for this sweep's jobs only: a
+copy of the newest revision of the job definition (read with ``describe_job_definitions``, also
+in a dry run) with that image, the given resources, the W&B API key as a secret reference
+(``secrets: [{name: WANDB_API_KEY, valueFrom: <ARN>}]``; a key in plain text is never
+accepted), the awslogs log group and the job and execution roles. Before submitting, the
+bucket is checked (``head_bucket``).
 
 ``--dry-run`` prints, as JSON, the exact keyword arguments of every boto3
 ``register_job_definition`` / ``submit_job`` call, and calls nothing.
@@ -91,10 +95,11 @@ def job_name(prefix: str, name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "-", f"{prefix}-{name}")[:128]
 
 
-def resource_requirements(vcpus: int, memory: int, gpus: int) -> list[dict[str, str]]:
-    """Batch ``resourceRequirements``: VCPU, MEMORY (MiB), and GPU when ``gpus`` > 0 (values are strings)."""
-    requirements = [{"type": "VCPU", "value": str(vcpus)}, {"type": "MEMORY", "value": str(memory)}]
-    return requirements + ([{"type": "GPU", "value": str(gpus)}] if gpus > 0 else [])
+def resource_requirements(vcpus: int | None, memory: int | None, gpus: int | None) -> list[dict[str, str]]:
+    """Batch ``resourceRequirements`` for the values given (None: left to the job definition):
+    VCPU, MEMORY (MiB), and GPU when ``gpus`` > 0 (values are strings)."""
+    given = [("VCPU", vcpus), ("MEMORY", memory), ("GPU", gpus if gpus else None)]
+    return [{"type": kind, "value": str(value)} for kind, value in given if value is not None]
 
 
 def retry_strategy(attempts: int) -> dict[str, Any]:
@@ -110,15 +115,25 @@ def wrapped(argv: Sequence[str], bucket: str, prefix: str) -> list[str]:
     return ["python", "-m", "cleanrl_utils.cloud_run", *sync, "--", *argv]
 
 
-def job_definition_spec(name: str, image: str, vcpus: int, memory: int, gpus: int, attempts: int, timeout: int | None,
-                        secret_arn: str | None, log_group: str | None, region: str, job_role_arn: str | None,
+COPIED_CONTAINER_KEYS = ("command", "resourceRequirements", "secrets", "logConfiguration", "jobRoleArn",
+                         "executionRoleArn", "environment", "linuxParameters", "ulimits", "user", "readonlyRootFilesystem")
+"""What a job definition registered with ``--image`` copies from the definition it is based on."""
+
+
+def job_definition_spec(base: dict[str, Any], name: str, image: str, vcpus: int | None, memory: int | None,
+                        gpus: int | None, attempts: int | None, timeout: int | None, secret_arn: str | None,
+                        log_group: str | None, region: str, job_role_arn: str | None,
                         execution_role_arn: str | None) -> dict[str, Any]:
-    """Keyword arguments of boto3 ``batch.register_job_definition`` for a new revision of ``name``."""
-    container: dict[str, Any] = {
-        "image": image,
-        "command": ["python", "-m", "cleanrl_utils.cloud_run", "--help"],  # every job overrides it
-        "resourceRequirements": resource_requirements(vcpus, memory, gpus),
-    }
+    """Keyword arguments of boto3 ``batch.register_job_definition`` for job definition ``name``: the
+    definition ``base`` (as ``describe_job_definitions`` returns it: the Terraform one) with
+    ``image``, and the resources, attempts and timeout that are given (not None) in place of its own."""
+    container: dict[str, Any] = {key: base["containerProperties"][key] for key in COPIED_CONTAINER_KEYS
+                                 if key in base.get("containerProperties", {})}
+    container["image"] = image
+    container.setdefault("command", ["python", "-m", "cleanrl_utils.cloud_run", "--help"])  # every job overrides it
+    resources = {r["type"]: r["value"] for r in container.get("resourceRequirements", [])}
+    resources.update({r["type"]: r["value"] for r in resource_requirements(vcpus, memory, gpus)})
+    container["resourceRequirements"] = [{"type": kind, "value": value} for kind, value in resources.items()]
     if secret_arn:
         container["secrets"] = [{"name": SECRET_ENV, "valueFrom": secret_arn}]
     if log_group:
@@ -129,15 +144,16 @@ def job_definition_spec(name: str, image: str, vcpus: int, memory: int, gpus: in
     if execution_role_arn:
         container["executionRoleArn"] = execution_role_arn
     spec: dict[str, Any] = {"jobDefinitionName": name, "type": "container", "containerProperties": container,
-                            "retryStrategy": retry_strategy(attempts), "propagateTags": True,
-                            "tags": {"project": "cleanrl"}}
-    if timeout:
-        spec["timeout"] = {"attemptDurationSeconds": timeout}
+                            "propagateTags": True, "tags": {"project": "cleanrl"}}
+    if attempts is not None or "retryStrategy" in base:
+        spec["retryStrategy"] = retry_strategy(attempts) if attempts is not None else base["retryStrategy"]
+    if timeout is not None or "timeout" in base:
+        spec["timeout"] = {"attemptDurationSeconds": timeout} if timeout is not None else base["timeout"]
     return spec
 
 
 def submit_specs(jobs: Sequence[Job], queue: str, definition: str, bucket: str, prefix: str, array: bool,
-                 vcpus: int, memory: int, gpus: int, attempts: int, timeout: int | None,
+                 vcpus: int | None, memory: int | None, gpus: int | None, attempts: int | None, timeout: int | None,
                  bucket_prefix: str = "") -> list[dict[str, Any]]:
     """Keyword arguments of each boto3 ``batch.submit_job`` call: one per run, or one array job.
 
@@ -146,23 +162,26 @@ def submit_specs(jobs: Sequence[Job], queue: str, definition: str, bucket: str, 
     the run wrapped by cloud_run with S3 prefix ``{bucket_prefix}/{prefix}/{run name}``. Array
     job: the command is ``cloud_run --grid-json GRID`` and child ``AWS_BATCH_JOB_ARRAY_INDEX`` = i
     runs ``jobs[i]`` (cloud_run rebuilds the grid with :func:`cleanrl_utils.benchmark.make_jobs`),
-    its S3 prefix also ``{bucket_prefix}/{prefix}/{run name}``.
+    its S3 prefix also ``{bucket_prefix}/{prefix}/{run name}``. Resources, attempts and timeout
+    that are None are not overridden: the job definition's apply.
     """
     s3_prefix = f"{bucket_prefix}/{prefix}" if bucket_prefix else prefix
-    common = {"jobQueue": queue, "jobDefinition": definition, "retryStrategy": retry_strategy(attempts),
-              "propagateTags": True, "tags": {"project": "cleanrl", "sweep": prefix}}
-    if timeout:
+    common: dict[str, Any] = {"jobQueue": queue, "jobDefinition": definition, "propagateTags": True,
+                              "tags": {"project": "cleanrl", "sweep": prefix}}
+    if attempts is not None:
+        common["retryStrategy"] = retry_strategy(attempts)
+    if timeout is not None:
         common["timeout"] = {"attemptDurationSeconds": timeout}
-    resources = resource_requirements(vcpus, memory, gpus)
+    resources = {"resourceRequirements": resource_requirements(vcpus, memory, gpus)} if (vcpus or memory or gpus) else {}
     if array:
         grid = grid_of(jobs)
         sync = ["--bucket", bucket, "--prefix", s3_prefix] if bucket else []
         command = ["python", "-m", "cleanrl_utils.cloud_run", *sync, "--grid-json", json.dumps(grid, separators=(",", ":"))]
         return [{"jobName": job_name(prefix, "array"), **common, "arrayProperties": {"size": len(jobs)},
-                 "containerOverrides": {"command": command, "resourceRequirements": resources}}]
+                 "containerOverrides": {"command": command, **resources}}]
     return [{"jobName": job_name(prefix, run_name(job)), **common,
              "containerOverrides": {"command": wrapped(job.argv, bucket, f"{s3_prefix}/{run_name(job)}"),
-                                    "resourceRequirements": resources}}
+                                    **resources}}
             for job in jobs]
 
 
@@ -234,13 +253,16 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     where.add_argument("--sweep-id", default=None, help="names the jobs and the S3 prefix s3://BUCKET/BUCKET_PREFIX/SWEEP_ID/<env>__seed<seed>/ "
                        "(default PREFIX-<UTC time>, a new one per submission; give an earlier id to continue that sweep's runs)")
     job = parser.add_argument_group("each job")
-    job.add_argument("--image", default=None, help="register a new job definition revision with this image URI first")
-    job.add_argument("--vcpus", type=int, default=1, help="vCPUs of each run (default 1)")
-    job.add_argument("--memory", type=int, default=2048, help="memory of each run in MiB (default 2048)")
-    job.add_argument("--gpus", type=int, default=0, help="GPUs of each run (default 0; > 0 picks the GPU queue and definition)")
-    job.add_argument("--attempts", type=int, default=3, help=f"attempts per run, 1-{MAX_ATTEMPTS} (default 3); retried only "
-                     "when the instance went away")
-    job.add_argument("--timeout", type=int, default=None, help=f"seconds per attempt (>= {MIN_TIMEOUT}; default: none)")
+    job.add_argument("--image", default=None, help="first register job definition <definition>-<sweep id>: the job "
+                     "definition's copy with this image URI (the sweep's jobs use it; other submissions are unaffected)")
+    job.add_argument("--vcpus", type=int, default=None, help="vCPUs of each run (default: the job definition's)")
+    job.add_argument("--memory", type=int, default=None, help="memory of each run in MiB (default: the job definition's)")
+    job.add_argument("--gpus", type=int, default=None, help="GPUs of each run (default: the job definition's; "
+                     "> 0 picks the GPU queue and definition)")
+    job.add_argument("--attempts", type=int, default=None, help=f"attempts per run, 1-{MAX_ATTEMPTS} (default: the job "
+                     "definition's); retried only when the instance went away")
+    job.add_argument("--timeout", type=int, default=None, help=f"seconds per attempt (>= {MIN_TIMEOUT}; default: the job "
+                     "definition's)")
     job.add_argument("--array", action="store_true", help="one array job (child i runs grid entry i) instead of one job per run")
     parser.add_argument("--dry-run", action="store_true", help="print the boto3 calls as JSON; submit nothing")
     args = parser.parse_args(argv)
@@ -252,7 +274,9 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
     """Check every flag and fill the defaults from the Terraform outputs; nothing is submitted yet.
 
     Returns:
-        ``{"jobs", "region", "queue", "definition", "bucket", "definition_spec" (or None), "submits"}``.
+        ``{"jobs", "region", "queue", "definition", "bucket", "definition_spec", "submits", "log_group",
+        "s3_root"}``; ``definition_spec`` is None, or (``--image``) a function of the definition
+        to copy (as ``describe_job_definitions`` gives it) returning the register call's arguments.
 
     Raises:
         SystemExit: (status 2, one line on stderr) on bad input.
@@ -265,13 +289,14 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
     if args.track and "--track" not in extra:
         extra.append("--track")
     for token in [*command, *extra]:
-        if SECRET_ENV in token:
+        if SECRET_ENV in token or token.lower().startswith("--wandb-api-key") or token.lower().startswith("--wandb_api_key"):
             fail("--command" if token in command else "--extra",
                  f"{SECRET_ENV} must not be given in a command; the job gets it from the secret (--wandb-secret-arn)")
-    require(args.vcpus >= 1, "--vcpus", f"must be at least 1, got {args.vcpus}")
-    require(args.memory >= 128, "--memory", f"must be at least 128 (MiB), got {args.memory}")
-    require(args.gpus >= 0, "--gpus", f"must be >= 0, got {args.gpus}")
-    require(1 <= args.attempts <= MAX_ATTEMPTS, "--attempts", f"must be 1-{MAX_ATTEMPTS}, got {args.attempts}")
+    require(args.vcpus is None or args.vcpus >= 1, "--vcpus", f"must be at least 1, got {args.vcpus}")
+    require(args.memory is None or args.memory >= 128, "--memory", f"must be at least 128 (MiB), got {args.memory}")
+    require(args.gpus is None or args.gpus >= 0, "--gpus", f"must be >= 0, got {args.gpus}")
+    require(args.attempts is None or 1 <= args.attempts <= MAX_ATTEMPTS, "--attempts",
+            f"must be 1-{MAX_ATTEMPTS}, got {args.attempts}")
     require(args.timeout is None or args.timeout >= MIN_TIMEOUT, "--timeout",
             f"must be at least {MIN_TIMEOUT} s (AWS Batch's minimum), got {args.timeout}")
     require(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", args.job_name_prefix) is not None, "--job-name-prefix",
@@ -282,7 +307,7 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
             f"{args.sweep_id!r}: letters, digits, '-' and '_' only, at most 80 characters")
 
     outputs = read_outputs(args.terraform_outputs) if args.terraform_outputs else {}
-    kind = "gpu" if args.gpus > 0 else "cpu"
+    kind = "gpu" if (args.gpus or 0) > 0 else "cpu"
     region = args.region or outputs.get("region")
     require(bool(region), "--region", "give --region or --terraform-outputs (with a 'region' output)")
     queue = args.job_queue
@@ -319,13 +344,29 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
     spec = None
     if args.image is not None:
         require(args.image.strip() == args.image != "" and " " not in args.image, "--image", f"{args.image!r} is not an image URI")
-        spec = job_definition_spec(definition, args.image, args.vcpus, args.memory, args.gpus, args.attempts,
-                                   args.timeout, secret_arn, outputs.get("log_group"), region,
-                                   outputs.get("job_role_arn"), outputs.get("execution_role_arn"))
+
+        def spec(base: dict[str, Any]) -> dict[str, Any]:  # the new definition, from the one it copies
+            return job_definition_spec(base, job_name(definition, args.sweep_id), args.image, args.vcpus, args.memory,
+                                       args.gpus, args.attempts, args.timeout, secret_arn, outputs.get("log_group"),
+                                       region, outputs.get("job_role_arn"), outputs.get("execution_role_arn"))
     submits = submit_specs(jobs, queue, definition, bucket, args.sweep_id, args.array, args.vcpus, args.memory,
                            args.gpus, args.attempts, args.timeout, bucket_prefix)
+    s3_root = f"s3://{bucket}/{bucket_prefix + '/' if bucket_prefix else ''}{args.sweep_id}/"
     return {"jobs": jobs, "region": region, "queue": queue, "definition": definition, "bucket": bucket,
-            "definition_spec": spec, "submits": submits, "log_group": outputs.get("log_group")}
+            "definition_spec": spec, "submits": submits, "log_group": outputs.get("log_group"),
+            "s3_root": s3_root if bucket else None}
+
+
+def latest_definition(client: Any, name: str) -> dict[str, Any]:
+    """The newest ACTIVE revision of job definition ``name``, as ``describe_job_definitions`` gives it.
+
+    Raises:
+        SystemExit: (status 2, one line) there is none.
+    """
+    found = client.describe_job_definitions(jobDefinitionName=name, status="ACTIVE")["jobDefinitions"]
+    if not found:
+        fail("--job-definition", f"no active job definition {name!r} to base --image on (terraform apply makes it)")
+    return max(found, key=lambda d: d["revision"])
 
 
 def main(argv: Sequence[str] | None = None, client: Any = None) -> int:
@@ -340,7 +381,25 @@ def main(argv: Sequence[str] | None = None, client: Any = None) -> int:
     jobs, submits, spec = plan["jobs"], plan["submits"], plan["definition_spec"]
     summary = (f"{len(jobs)} runs ({plural(len(args.env_ids), 'env')} x {plural(args.num_seeds, 'seed')}) "
                f"{'as one array job' if args.array else 'as ' + plural(len(submits), 'job')} on queue {plan['queue']}, "
-               f"sweep {args.sweep_id}, S3 {'s3://' + plan['bucket'] + '/' + args.sweep_id + '/' if plan['bucket'] else 'off (runs cannot resume after a retry)'}")
+               f"sweep {args.sweep_id}, S3 {plan['s3_root'] or 'off (runs cannot resume after a retry)'}")
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    if client is None and (spec is not None or not args.dry_run):
+        import boto3
+
+        client = boto3.client("batch", region_name=plan["region"])
+    if spec is not None:  # (dry run too) read the definition the new one copies; nothing is changed
+        try:
+            spec = spec(latest_definition(client, plan["definition"]))
+        except (BotoCoreError, ClientError) as error:
+            fail("--job-definition", f"cannot read {plan['definition']!r}: {error}")
+    if plan["bucket"] and not args.dry_run:  # a job must not find out at its end that its bucket is missing
+        import boto3
+
+        try:
+            boto3.client("s3", region_name=plan["region"]).head_bucket(Bucket=plan["bucket"])
+        except (BotoCoreError, ClientError) as error:
+            fail("--bucket", f"cannot reach bucket {plan['bucket']!r} (missing, or no access): {error}")
     if args.dry_run:
         calls = ([{"call": "register_job_definition", "kwargs": spec}] if spec else [])
         calls += [{"call": "submit_job", "kwargs": s} for s in submits]
@@ -348,12 +407,6 @@ def main(argv: Sequence[str] | None = None, client: Any = None) -> int:
         print(f"dry run: {summary}; nothing submitted", file=sys.stderr)
         return 0
 
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    if client is None:
-        import boto3
-
-        client = boto3.client("batch", region_name=plan["region"])
     ids = []
     try:
         definition = plan["definition"]

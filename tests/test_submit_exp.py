@@ -68,6 +68,7 @@ def batch(aws, tmp_path, monkeypatch):
                "checkpoint_bucket": "cleanrl-runs-test", "checkpoint_prefix": "runs", "log_group": "/aws/batch/cleanrl", "wandb_secret_arn": SECRET,
                "job_role_arn": "arn:aws:iam::123456789012:role/cleanrl-job",
                "execution_role_arn": "arn:aws:iam::123456789012:role/cleanrl-execution"}
+    boto3.client("s3", region_name=REGION).create_bucket(Bucket="cleanrl-runs-test")
     path = tmp_path / "outputs.json"
     path.write_text(json.dumps({k: {"value": v, "type": "string", "sensitive": False} for k, v in outputs.items()}))
     sent: list[tuple[str, dict]] = []
@@ -108,11 +109,13 @@ def test_one_job_per_run(batch, capsys):
         assert run == ["python", "cleanrl/ppo.py", "--env-id", env, "--seed", str(seed), "--total-timesteps", "50000",
                        "--track"]
         assert job["timeout"] == {"attemptDurationSeconds": 3600}
-        assert job["jobDefinition"].endswith("job-definition/cleanrl-cpu:2")  # the new revision
+        assert job["jobDefinition"].endswith("job-definition/cleanrl-cpu-sweep1:1")  # the sweep's own definition
     assert seen == expected
     # the registered revision: image, resources, retries, timeout, secret reference, logs, roles
-    definition = client.describe_job_definitions(jobDefinitionName="cleanrl-cpu", status="ACTIVE")["jobDefinitions"]
+    definition = client.describe_job_definitions(jobDefinitionName="cleanrl-cpu-sweep1", status="ACTIVE")["jobDefinitions"]
     new = max(definition, key=lambda d: d["revision"])
+    terraforms = client.describe_job_definitions(jobDefinitionName="cleanrl-cpu", status="ACTIVE")["jobDefinitions"]
+    assert [d["containerProperties"]["image"] for d in terraforms] == ["old:cpu"]  # later submissions unaffected
     container = new["containerProperties"]
     assert container["image"] == "repo/cleanrl:cpu-abc1234"
     assert {r["type"]: r["value"] for r in container["resourceRequirements"]} == {"VCPU": "2", "MEMORY": "4096"}
@@ -171,7 +174,7 @@ def test_dry_run_submits_nothing(batch, capsys):
     assert command[:6] == ["python", "-m", "cleanrl_utils.cloud_run", "--bucket", "cleanrl-runs-test", "--prefix"]
     assert re.fullmatch(r"runs/cleanrl-\d{8}-\d{6}/CartPole-v1__seed1", command[6])  # a new sweep id: never an old sweep's runs
     assert "nothing submitted" in captured.err
-    assert batch["sent"] == []
+    assert [name for name, _ in batch["sent"]] == ["DescribeJobDefinitions"]  # read the definition to copy, nothing else
     assert all(submitted(client, q) == [] for q in batch["queues"].values())
     definitions = client.describe_job_definitions(jobDefinitionName="cleanrl-cpu")["jobDefinitions"]
     assert [d["revision"] for d in definitions] == [1]
@@ -187,6 +190,8 @@ def test_dry_run_submits_nothing(batch, capsys):
     (["--num-seeds", "0"], "--num-seeds: must be at least 1"),
     (["--image", "img", "--wandb-secret-arn", PLAIN_KEY], "--wandb-secret-arn: must be the ARN"),
     (["--extra", f"WANDB_API_KEY={PLAIN_KEY}"], "--extra: WANDB_API_KEY must not be given"),
+    (["--extra", f"--wandb-api-key {PLAIN_KEY}"], "--extra: WANDB_API_KEY must not be given"),
+    (["--bucket", "no-such-bucket-here"], "--bucket: cannot reach bucket 'no-such-bucket-here'"),
     (["--bucket", "s3://bucket"], "--bucket: 's3://bucket' is not an S3 bucket name"),
     (["--env-ids", "CartPole-v1", "--num-seeds", "1", "--array"], "--array: an array job has 2-10000 children"),
 ])
@@ -278,7 +283,7 @@ def test_cloud_run_resumes_from_s3_after_sigterm(aws, tmp_path, monkeypatch, cap
     status = cloud_run.main(argv, s3_client=s3)
     out = capfd.readouterr().out
     assert status == 0, out
-    run_dirs = list((second / "runs").iterdir())
+    run_dirs = [p for p in (second / "runs").iterdir() if p.is_dir()]
     assert len(run_dirs) == 1
     assert f"--resume runs/{run_dirs[0].name}" in out
     assert f"(resumed at step {stopped_at})" in out
@@ -287,6 +292,15 @@ def test_cloud_run_resumes_from_s3_after_sigterm(aws, tmp_path, monkeypatch, cap
     assert len(steps) == len(set(steps))  # no step logged twice (purge_step dropped the interrupted tail)
     final_keys = [o["Key"] for o in s3.list_objects_v2(Bucket="cleanrl-runs-test", Prefix="sweep/")["Contents"]]
     assert len([k for k in final_keys if "events.out.tfevents" in k]) == 2
+    # the job started once more (same prefix): the finished run is not run again
+    third = tmp_path / "attempt3"
+    third.mkdir()
+    monkeypatch.chdir(third)
+    assert cloud_run.main(argv, s3_client=s3) == 0
+    out = capfd.readouterr().out
+    assert "the run finished in an earlier attempt" in out and "--resume" not in out
+    keys_after = [o["Key"] for o in s3.list_objects_v2(Bucket="cleanrl-runs-test", Prefix="sweep/")["Contents"]]
+    assert sorted(keys_after) == sorted(final_keys)
 
 
 def test_cloud_run_bad_input(capsys, monkeypatch):
@@ -336,4 +350,28 @@ def test_cloud_run_uploads_while_the_run_goes(aws, tmp_path, monkeypatch):
     watcher.join()
     assert status == 0
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket="cleanrl-runs-test", Prefix="p/")["Contents"]}
-    assert keys == {"p/runs/r/a.txt", "p/runs/r/seen"}  # and the final upload took the rest
+    assert keys == {"p/runs/r/a.txt", "p/runs/r/seen", "p/runs/.cloud_run_finished"}  # and the final upload took the rest
+
+
+def test_job_definition_values_apply_unless_given(batch, capsys):
+    """Without --vcpus/--memory/--gpus/--attempts/--timeout nothing is overridden: Terraform's job
+    definition decides; --image copies that definition (its resources too) with the new image."""
+    client = batch["client"]
+    client.register_job_definition(jobDefinitionName="cleanrl-cpu", type="container", timeout={"attemptDurationSeconds": 7200},
+                                   retryStrategy={"attempts": 5}, containerProperties={
+                                       "image": "repo:cpu-latest", "command": ["true"],
+                                       "resourceRequirements": [{"type": "VCPU", "value": "4"}, {"type": "MEMORY", "value": "8192"}]})
+    assert submit_exp.main([*GRID, "--terraform-outputs", batch["outputs"], "--sweep-id", "s2"], client=client) == 0
+    for name, body in batch["sent"]:
+        if name == "SubmitJob":
+            assert "retryStrategy" not in body and "timeout" not in body
+            assert "resourceRequirements" not in body["containerOverrides"]
+    batch["sent"].clear()
+    capsys.readouterr()
+    assert submit_exp.main([*GRID, "--terraform-outputs", batch["outputs"], "--sweep-id", "s3", "--image", "repo:cpu-abc",
+                            "--memory", "16384", "--dry-run"], client=client) == 0
+    spec = json.loads(capsys.readouterr().out)["calls"][0]["kwargs"]
+    assert spec["jobDefinitionName"] == "cleanrl-cpu-s3" and spec["containerProperties"]["image"] == "repo:cpu-abc"
+    assert spec["containerProperties"]["resourceRequirements"] == [{"type": "VCPU", "value": "4"},
+                                                                   {"type": "MEMORY", "value": "16384"}]
+    assert spec["timeout"] == {"attemptDurationSeconds": 7200} and spec["retryStrategy"]["attempts"] == 5
