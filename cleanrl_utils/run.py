@@ -417,7 +417,8 @@ def make_vector_env(env_fns: Sequence, env_mode: str = "sync", episode_statistic
         os.environ.setdefault("MUJOCO_GL", "egl")  # MuJoCo renders off-screen through EGL (no X server)
     same_step = gym.vector.AutoresetMode.SAME_STEP
     # each env records a replay log of its state, for checkpoints (cleanrl_utils/checkpoint.py)
-    env_fns = [functools.partial(_replayable, env_fn, index) for index, env_fn in enumerate(env_fns)]
+    subprocess = env_mode == "async"
+    env_fns = [functools.partial(_replayable, env_fn, index, subprocess) for index, env_fn in enumerate(env_fns)]
     if env_mode == "sync":
         envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=same_step)
     elif env_mode == "async":
@@ -432,15 +433,18 @@ def make_vector_env(env_fns: Sequence, env_mode: str = "sync", episode_statistic
     return _EpisodesFromFinalInfo(envs)
 
 
-def _replayable(env_fn, index: int):
+def _replayable(env_fn, index: int, subprocess: bool = False):
     """``env_fn()`` wrapped in a :class:`~cleanrl_utils.checkpoint.ReplayableEnv` with its index."""
     from cleanrl_utils.checkpoint import ReplayableEnv
 
     # in an async subprocess (started from a forkserver, not forked from the script), import the
     # module that defined env_fn first: what it registers on import (ale_py's game ids) is needed
     module = getattr(env_fn, "__module__", None)
-    if module and module != "__main__" and module not in sys.modules:
-        importlib.import_module(module)
+    if subprocess and module and module != "__main__" and module not in sys.modules:
+        try:
+            importlib.import_module(module)
+        except ImportError:  # loaded from a file under another name (cleanrl_utils.enjoy): nothing to redo
+            pass
     return ReplayableEnv(env_fn(), index)
 
 
