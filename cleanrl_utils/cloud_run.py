@@ -33,10 +33,10 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any, NoReturn, Sequence
+from typing import Any, Sequence
 
-from cleanrl_utils.benchmark import make_jobs
-from cleanrl_utils.cli import USAGE_ERROR, fail, require, safe_name
+from cleanrl_utils.benchmark import _Parser, make_jobs
+from cleanrl_utils.cli import fail, require, safe_name
 
 RUNS = Path("runs")
 """Run directories, relative to the working directory (the scripts' default)."""
@@ -121,11 +121,6 @@ class S3Sync:
                 del self.sent[path]
             return count
 
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        print(f"error: {message} (see --help)", file=sys.stderr)
-        raise SystemExit(USAGE_ERROR)
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:

@@ -48,10 +48,10 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any, NoReturn, Sequence
+from typing import Any, Sequence
 
-from cleanrl_utils.benchmark import Job, check_args, make_jobs, plural
-from cleanrl_utils.cli import USAGE_ERROR, fail, require, safe_name
+from cleanrl_utils.benchmark import Job, _Parser, check_args, make_jobs, plural
+from cleanrl_utils.cli import fail, require, safe_name
 
 QUEUE_KEYS = ("cpu_spot", "cpu_on_demand", "gpu_spot", "gpu_on_demand")
 """Keys of the Terraform output ``job_queues``."""
@@ -200,13 +200,6 @@ def grid_of(jobs: Sequence[Job]) -> dict[str, Any]:
         raise ValueError("the jobs are not a full env x seed grid")
     return {"command": command, "env_ids": env_ids, "seeds": seeds, "extra": extra}
 
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with its errors as one line ``error: ...`` (exit 2)."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"error: {message} (see --help)", file=sys.stderr)
-        raise SystemExit(USAGE_ERROR)
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
