@@ -488,7 +488,8 @@ def evaluate(
     content = load_model(model_path, "ddp_ppo")
     env_id = env_id or content["env_id"]
     seed = content["args"]["seed"] + 100_000 if seed is None else seed
-    atari = len(gym.make(env_id).observation_space.shape) != 1
+    with gym.make(env_id) as probe:
+        atari = len(probe.observation_space.shape) != 1
     envs = make_vector_env([make_env(env_id, 0, atari, capture_video, video_dir, lambda episode: episode < eval_episodes,
                                      training=False)], episode_statistics=not atari)
     rng = np.random.default_rng(seed)

@@ -154,7 +154,7 @@ def test_two_nodes_through_the_c10d_rendezvous(tmp_path):
     _assert_episodes_of_both_ranks(tags, 2048)
 
 
-RESUMED = [*CARTPOLE, "--num-steps", "32", "--total-timesteps", "2560", "--save-model", "--eval-episodes", "1"]
+RESUMED = [*CARTPOLE, "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "2", "--total-timesteps", "2560", "--save-model", "--eval-episodes", "1"]
 
 
 def test_sigterm_checkpoints_and_resume_continues_exactly(tmp_path):
@@ -195,6 +195,17 @@ def test_sigterm_checkpoints_and_resume_continues_exactly(tmp_path):
         assert torch.equal(tensor, saved[1][name]), name
     curves = [{tag: values for tag, values in scalars(run).items() if tag != "charts/SPS"} for run in (whole, directory)]
     assert curves[0] == curves[1]
+
+
+def test_atari_default_path_two_ranks(tmp_path):
+    """The default Atari path (Nature CNN, SB3 wrappers) on Breakout with 2 ranks: identical
+    parameters, the standard tags, and a saved model that evaluate() plays whole games with."""
+    torchrun("--env-id", "BreakoutNoFrameskip-v4", "--num-envs", "1", "--num-steps", "32", "--num-minibatches", "2",
+             "--update-epochs", "1", "--total-timesteps", "128", "--check-params-every", "1", "--save-model",
+             "--eval-episodes", "1", cwd=tmp_path)
+    tags = scalars(run_dir(tmp_path))
+    assert tags["charts/param_divergence"] == [(64, 0.0), (128, 0.0)]
+    assert {"charts/SPS", "losses/value_loss", "losses/approx_kl", "eval/episodic_return"} <= set(tags)
 
 
 # ---- one process, bad input
