@@ -32,6 +32,9 @@ defaults are ppo_atari.py's; for CartPole pass ppo.py's (``--clip-coef 0.2 --num
 Run:
     python cleanrl/ddp_ppo.py --env-id BreakoutNoFrameskip-v4                # 1 process
     torchrun --standalone --nproc-per-node 2 cleanrl/ddp_ppo.py --num-envs 4  # 2 ranks, 1 machine
+    # CartPole at ppo.py's global batch (2 ranks x 2 envs x 128 steps) and hyperparameters:
+    torchrun --standalone --nproc-per-node 2 cleanrl/ddp_ppo.py --env-id CartPole-v1 --num-envs 2 \
+        --clip-coef 0.2 --total-timesteps 500000
     # 2 machines, 1 rank each (run on both; node ranks are assigned by the rendezvous):
     torchrun --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint HOST0:29400 \\
         --rdzv-id myrun cleanrl/ddp_ppo.py
