@@ -445,17 +445,17 @@ def actor_main(actor_id: int, args: Args, atari: bool, shared: Shared, rb: Seque
 
     SIGINT and SIGTERM are ignored: the learner stops the actors (``shared.stop``) after Ctrl-C
     or its checkpoint. A traceback goes to ``shared.errors`` and the process exits with 1.
+    Actors are not daemonic (their async envs are child processes); they exit on their own
+    when the learner's process is gone.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    shared.episodes.cancel_join_thread()  # at exit, do not wait for a learner that no longer reads
     try:
         run_actor(actor_id, args, atari, shared, rb, parent_pid, video_dir)
     except BaseException:
         shared.errors.put((actor_id, traceback.format_exc()))
-        shared.errors.close()
-        shared.errors.join_thread()
-        os._exit(1)
-    os._exit(0)  # the envs are closed; skip joining queue feeder threads of a learner that may be gone
+        sys.exit(1)  # a normal exit: multiprocessing's finalizers unlink this process's semaphores
 
 
 def run_actor(actor_id: int, args: Args, atari: bool, shared: Shared, rb: SequenceReplayBuffer, parent_pid: int,
@@ -697,7 +697,7 @@ if __name__ == "__main__":
     checkpointer = Checkpointer(run.directory, "r2d2_async", args, args.checkpoint_interval, step_offset,
                                 writer=writer)
     context = mp.get_context("spawn")
-    actors = [context.Process(target=actor_main, name=f"r2d2-actor-{i}", daemon=True,
+    actors = [context.Process(target=actor_main, name=f"r2d2-actor-{i}",
                               args=(i, args, atari, shared, rb, os.getpid(), str(run.video_dir)))
               for i in range(args.num_actors)]
     per_update = args.batch_size * args.learn_length / args.replay_ratio  # env steps each gradient step needs
