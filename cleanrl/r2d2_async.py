@@ -125,7 +125,7 @@ class Args:
     capture_video: bool = False
     """if toggled, record videos of the episodes of actor 0's env 0 into `{run_dir}/videos`"""
     save_model: bool = False
-    """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it greedily"""
+    """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it (greedy; ε 0.01 on Atari)"""
     eval_episodes: int = 10
     """episodes the saved model is evaluated for (with --save-model), logged as eval/episodic_return"""
     checkpoint_interval: int = 0
@@ -548,9 +548,9 @@ def run_actor(actor_id: int, args: Args, atari: bool, shared: Shared, rb: Sequen
 
 
 def evaluate(model_path: str, eval_episodes: int, env_id: Optional[str] = None, capture_video: bool = False,
-             video_dir: str = "videos", seed: Optional[int] = None, epsilon: float = 0.0,
+             video_dir: str = "videos", seed: Optional[int] = None, epsilon: Optional[float] = None,
              device: str = "cpu") -> np.ndarray:
-    """Evaluate a model saved by this script for ``eval_episodes`` episodes, ε-greedy (greedy by default).
+    """Evaluate a model saved by this script for ``eval_episodes`` episodes, ε-greedy.
 
     The LSTM state is carried from step to step and reset to zeros at each episode start.
 
@@ -560,7 +560,8 @@ def evaluate(model_path: str, eval_episodes: int, env_id: Optional[str] = None, 
         env_id: environment; the one the model was trained on when None.
         capture_video: record the evaluation episodes into ``video_dir``.
         seed: seed of the evaluation env and of the ε draws; None means the training seed + 100000.
-        epsilon: probability of a random action (0: greedy).
+        epsilon: probability of a random action; None: 0 (greedy) on classic control, 0.01 on
+            Atari (a greedy policy that never presses FIRE could stall an episode).
         device: torch device for the network.
 
     Returns:
@@ -576,6 +577,7 @@ def evaluate(model_path: str, eval_episodes: int, env_id: Optional[str] = None, 
     env_id = env_id or content["env_id"]
     seed = saved["seed"] + 100_000 if seed is None else seed
     atari = is_atari(env_id)
+    epsilon = (0.01 if atari else 0.0) if epsilon is None else epsilon
     envs = make_vector_env([make_env(env_id, 0, capture_video, video_dir, atari, saved["frame_stack"],
                                      lambda episode: episode < eval_episodes)], episode_statistics=not atari)
     rng = np.random.default_rng(seed)

@@ -128,7 +128,7 @@ def test_replay_ratio_holds(case, tmp_path):
     if case == "slow actors":
         flags = ["--env-id", "tests.envs:SlowCounter-v0", "--replay-ratio", "4", "--total-timesteps", "3000"]
     else:
-        flags = ["--env-id", "tests.envs:Counter-v0", "--replay-ratio", "1", "--total-timesteps", "6000",
+        flags = ["--env-id", "tests.envs:Counter-v0", "--replay-ratio", "1", "--total-timesteps", "4000",
                  "--num-actors", "2", "--debug-learner-sleep", "0.02"]
     result = run_script("r2d2_async.py", *SMALL, *flags, cwd=tmp_path, timeout=300)
     target = float(flags[flags.index("--replay-ratio") + 1])
@@ -191,7 +191,7 @@ def wait_for_training(process: subprocess.Popen, cwd: Path, processes: int) -> s
         assert process.poll() is None, process.communicate()
         found = descendants(process.pid)
         if list(cwd.glob("runs/*/events*")) and len(found) >= processes:
-            time.sleep(3.0)  # the actors are stepping, the learner updating
+            time.sleep(2.0)  # the actors are stepping, the learner updating
             return descendants(process.pid)
         time.sleep(0.1)
     raise AssertionError("the run did not start")
@@ -200,11 +200,12 @@ def wait_for_training(process: subprocess.Popen, cwd: Path, processes: int) -> s
 @pytest.mark.parametrize("env_mode", ["sync", "async"])
 def test_ctrl_c_leaves_no_process_and_no_shared_memory(env_mode, tmp_path):
     shm_before = set(os.listdir("/dev/shm"))
-    flags = [*SMALL, "--env-id", "tests.envs:Counter-v0", "--num-actors", "2", "--total-timesteps", "10000000",
-             "--env-mode", env_mode]
+    actors = 2 if env_mode == "sync" else 1
+    flags = [*SMALL, "--env-id", "tests.envs:Counter-v0", "--num-actors", str(actors), "--total-timesteps",
+             "10000000", "--env-mode", env_mode]
     process = start(flags, tmp_path)
-    # 2 actors (+ the resource tracker; async: a forkserver and 4 env processes per actor)
-    pids = wait_for_training(process, tmp_path, 2 if env_mode == "sync" else 10)
+    # the actors (+ the resource tracker; async: a forkserver and 4 env processes per actor)
+    pids = wait_for_training(process, tmp_path, 2 if env_mode == "sync" else 6)
     os.killpg(process.pid, signal.SIGINT)  # as Ctrl-C in a terminal: the whole process group
     out, err = process.communicate(timeout=60)
     assert process.returncode == 130, err
@@ -250,11 +251,15 @@ def test_sigterm_writes_a_checkpoint_and_resume_continues(tmp_path):
 
 @pytest.mark.learning
 def test_learns_masked_cartpole(tmp_path):
-    """Greedy evaluation (10 episodes) of the final network on CartPole without velocities."""
+    """Greedy evaluation (10 episodes, eval/episodic_return) of the final network on CartPole
+    without velocities, after 80k env steps at replay ratio 32 (about 4,900 gradient steps).
+    Seeds 1, 2, 3 of this configuration each evaluated 500.0 (two runs at once on 2 loaded
+    cores: 116 s, 150 s, 156 s). The fast target network copy (every 50 gradient steps) is what
+    made it reliable: with 200, seeds ended at 281, 453, 471."""
     result = run_script("r2d2_async.py", "--env-id", MASKED, "--env-mode", "sync", "--num-actors", "1",
                         "--num-envs", "8", "--lstm-size", "64", "--hidden-size", "64", "--burn-in", "8",
                         "--learn-length", "16", "--n-step", "3", "--gamma", "0.99", "--learning-rate", "1e-3",
-                        "--target-network-frequency", "200", "--buffer-size", "2000", "--batch-size", "32",
+                        "--target-network-frequency", "50", "--buffer-size", "2000", "--batch-size", "32",
                         "--replay-ratio", "32", "--learning-starts", "2000", "--total-timesteps", "80000",
                         "--save-model", cwd=tmp_path, timeout=600)
     value = scalars(run_dir(tmp_path))["eval/episodic_return"][-1][1]
