@@ -128,6 +128,8 @@ class Args:
     """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it (greedy; ε 0.01 on Atari)"""
     eval_episodes: int = 10
     """episodes the saved model is evaluated for (with --save-model), logged as eval/episodic_return"""
+    eval_interval: int = 0
+    """every this many env steps the learner also evaluates its current network for --eval-episodes episodes (greedy; ε 0.01 on Atari) and logs eval/episodic_return (0: never); the actors wait meanwhile"""
     checkpoint_interval: int = 0
     """write a checkpoint to `{run_dir}/checkpoints/` every this many environment steps (0: only when the run receives SIGTERM); checkpoints hold networks, optimiser and counters, not the replay"""
     resume: Optional[str] = None
@@ -200,7 +202,8 @@ def check_args(args: Args) -> None:
                      "adam_eps", "learn_length", "n_step", "target_network_frequency", "replay_ratio",
                      "frame_stack", "lstm_size", "hidden_size", "publish_interval", "torch_threads")
     require(args.num_envs >= 2, "--num-envs", f"must be at least 2 (two alternating groups), got {args.num_envs}")
-    for name in ("burn_in", "learning_starts", "checkpoint_interval", "actor_lead", "debug_learner_sleep"):
+    for name in ("burn_in", "learning_starts", "checkpoint_interval", "eval_interval", "actor_lead",
+                 "debug_learner_sleep"):
         require(getattr(args, name) >= 0, flag_name(name), f"must be >= 0, got {getattr(args, name)}")
     require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
     for name in ("epsilon", "priority_eta", "importance_beta"):
@@ -217,7 +220,8 @@ def check_args(args: Args) -> None:
     require(args.actor_lead == 0 or args.actor_lead > per_update, "--actor-lead",
             f"{args.actor_lead} must exceed batch_size x learn_length / replay_ratio = {per_update:g} env steps "
             "(otherwise actors and learner wait for each other)")
-    require(not args.save_model or args.eval_episodes > 0, "--eval-episodes", "must be positive with --save-model")
+    require(not (args.save_model or args.eval_interval) or args.eval_episodes > 0, "--eval-episodes",
+            "must be positive with --save-model or --eval-interval")
 
 
 def actor_lead(args: Args) -> float:
@@ -580,15 +584,29 @@ def evaluate(model_path: str, eval_episodes: int, env_id: Optional[str] = None, 
     epsilon = (0.01 if atari else 0.0) if epsilon is None else epsilon
     envs = make_vector_env([make_env(env_id, 0, capture_video, video_dir, atari, saved["frame_stack"],
                                      lambda episode: episode < eval_episodes)], episode_statistics=not atari)
+    network = RecurrentQNetwork(envs.single_observation_space.shape, int(envs.single_action_space.n),
+                                saved["lstm_size"], saved["hidden_size"], atari).to(device)
+    network.load_state_dict(content["model"])
+    returns = run_episodes(envs, network, eval_episodes, seed, epsilon, device)
+    envs.close()
+    return returns
+
+
+def run_episodes(envs, network: RecurrentQNetwork, num_episodes: int, seed: int, epsilon: float = 0.0,
+                 device: torch.device | str = "cpu") -> np.ndarray:
+    """Run ``network`` ε-greedily in the one-env vector env ``envs`` for ``num_episodes`` whole episodes.
+
+    The LSTM state is carried from step to step and reset to zeros at each episode start.
+
+    Returns:
+        Episodic returns, float64 ``[num_episodes]``.
+    """
     rng = np.random.default_rng(seed)
     num_actions = int(envs.single_action_space.n)
-    network = RecurrentQNetwork(envs.single_observation_space.shape, num_actions, saved["lstm_size"],
-                                saved["hidden_size"], atari).to(device)
-    network.load_state_dict(content["model"])
     returns: list[float] = []
     obs, _ = envs.reset(seed=seed)
     state = network.initial_state(1, device)
-    while len(returns) < eval_episodes:
+    while len(returns) < num_episodes:
         with torch.no_grad():
             q, state = network(torch.as_tensor(obs, device=device).unsqueeze(1), state)
         action = q[:, 0].argmax(-1).cpu().numpy()
@@ -599,8 +617,7 @@ def evaluate(model_path: str, eval_episodes: int, env_id: Optional[str] = None, 
             state = network.initial_state(1, device)
         if "_episode" in infos:
             returns.extend(infos["episode"]["r"][infos["_episode"]].tolist())
-    envs.close()
-    return np.asarray(returns[:eval_episodes], dtype=np.float64)
+    return np.asarray(returns[:num_episodes], dtype=np.float64)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -702,6 +719,10 @@ if __name__ == "__main__":
     actors = [context.Process(target=actor_main, name=f"r2d2-actor-{i}",
                               args=(i, args, atari, shared, rb, os.getpid(), str(run.video_dir)))
               for i in range(args.num_actors)]
+    if args.eval_interval:
+        eval_envs = make_vector_env([make_env(args.env_id, 0, False, "", atari, args.frame_stack)],
+                                    episode_statistics=not atari)
+        next_eval = (step_offset // args.eval_interval + 1) * args.eval_interval
     per_update = args.batch_size * args.learn_length / args.replay_ratio  # env steps each gradient step needs
     progress = Progress(args.total_timesteps, start_step=step_offset)
     global_step, updates, last_log = step_offset, 0, time.time()
@@ -731,6 +752,13 @@ if __name__ == "__main__":
                     "wandb_id": run.wandb_id})
             if global_step >= args.total_timesteps:
                 break
+            if args.eval_interval and global_step >= next_eval:  # the current network, greedy
+                next_eval += args.eval_interval * ((global_step - next_eval) // args.eval_interval + 1)
+                episodic_returns = run_episodes(eval_envs, q_network, args.eval_episodes, args.seed + 100_000,
+                                                0.01 if atari else 0.0, device)
+                writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
+                print(f"step {global_step}: evaluation over {args.eval_episodes} episodes: "
+                      f"{episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}", flush=True)
             now = time.time()
             if now - last_log >= 1.0 and collected > args.learning_starts:
                 last_log = now
