@@ -48,10 +48,19 @@ Atari (default, BreakoutNoFrameskip-v4): the dqn_atari.py preprocessing (SB3 Ata
 84x84 grayscale), ``--frame-stack`` frames (4 by default, as R2D2's Table 2), Nature CNN ->
 LSTM -> dueling head. Classic control with 1-D Box observations: MLP -> LSTM -> dueling head.
 
-Run:
+Run (one machine: actors and learner share memory):
     python cleanrl/r2d2_async.py --env-id BreakoutNoFrameskip-v4 --num-actors 2
     python cleanrl/r2d2_async.py --env-id cleanrl_utils.envs:CartPoleNoVelocity-v1 --env-mode sync \\
-        --num-actors 1 --num-envs 8 --lstm-size 64 ...   (see tests/test_r2d2_async.py)
+        --num-actors 1 --num-envs 8 --lstm-size 64 --hidden-size 64 --burn-in 8 --learn-length 16 \\
+        --n-step 3 --gamma 0.99 --learning-rate 1e-3 --adam-eps 1e-5 --target-network-frequency 50 \\
+        --buffer-size 2000 --batch-size 32 --replay-ratio 32 --learning-starts 2000 \\
+        --total-timesteps 80000 --eval-interval 8000 --save-model
+The CartPole settings are the learning test's (tests/test_r2d2_async.py, which gives the
+measured returns). On this task two changes against R2D2's Atari values mattered (measured,
+one run each): with Adam's ε at 1e-3 the mean training return of seed 5 first passed 100 in
+the 8k-step window from 40k, with 1e-5 in the window from 16k; and with a target copy every
+200 gradient steps instead of 50, the final greedy evaluations of seeds 1-3 were 281, 453
+and 471 instead of 500, 500 and 500 (both with Adam ε 1e-3).
 """
 
 import multiprocessing as mp

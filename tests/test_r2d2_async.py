@@ -254,7 +254,10 @@ def test_learns_masked_cartpole(tmp_path):
     """On CartPole without velocities the greedy policy reaches a mean return >= 400: the best of
     the evaluations (10 greedy episodes of the learner's current network every 8k env steps, and
     of the final network; eval/episodic_return) over 80k env steps at replay ratio 32.
-    MEASURED_PLACEHOLDER"""
+    Measured (three runs at once on 2 loaded cores): seeds 1, 2, 3 reached 500.0 each (192 s,
+    210 s, 204 s), their final networks 500.0, 500.0, 500.0; seeds 5, 6, 7 reached 500.0 each
+    (324-337 s), their final networks 221.8, 491.3, 415.8: the greedy policy oscillates, so the
+    final network alone is not a reliable test."""
     result = run_script("r2d2_async.py", "--env-id", MASKED, "--env-mode", "sync", "--num-actors", "1",
                         "--num-envs", "8", "--lstm-size", "64", "--hidden-size", "64", "--burn-in", "8",
                         "--learn-length", "16", "--n-step", "3", "--gamma", "0.99", "--learning-rate", "1e-3",
