@@ -82,3 +82,33 @@ class ContinuousCounterEnv(gym.Env):
 
 if "ContinuousCounter-v0" not in gym.registry:
     gym.register("ContinuousCounter-v0", entry_point=ContinuousCounterEnv, max_episode_steps=3)
+
+
+class CrashingCounterEnv(CounterEnv):
+    """Like CounterEnv but raises RuntimeError at its 200th step (a failing env inside an actor)."""
+
+    steps_before_crash = 200
+
+    def step(self, action):
+        self.total = getattr(self, "total", 0) + 1
+        if self.total >= self.steps_before_crash:
+            raise RuntimeError("CrashingCounter-v0: deliberate failure for the crash test")
+        return super().step(action)
+
+
+if "CrashingCounter-v0" not in gym.registry:
+    gym.register("CrashingCounter-v0", entry_point=CrashingCounterEnv, max_episode_steps=20)
+
+
+class SlowCounterEnv(CounterEnv):
+    """Like CounterEnv but each step sleeps 2 ms (slow actors, for throttle tests)."""
+
+    def step(self, action):
+        import time
+
+        time.sleep(0.002)
+        return super().step(action)
+
+
+if "SlowCounter-v0" not in gym.registry:
+    gym.register("SlowCounter-v0", entry_point=SlowCounterEnv, max_episode_steps=20)

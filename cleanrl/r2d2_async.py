@@ -1,0 +1,861 @@
+"""R2D2 with asynchronous actor processes and a learner sharing a prioritized sequence replay.
+
+Recurrent Replay Distributed DQN:
+    Kapturowski, Ostrovski, Quan, Munos, Dabney (2019), "Recurrent Experience Replay in
+    Distributed Reinforcement Learning", ICLR (section 2.3 priorities η max|δ| + (1-η) mean|δ|,
+    section 3 stored state + burn-in, Table 2 hyperparameters),
+with the invertible value rescaling h(x) = sign(x)(√(|x|+1) − 1) + εx of
+    Pohlen et al. (2018), "Observe and Look Further", arXiv:1805.11593 (eq. 7, Proposition A.2),
+n-step double-Q targets (van Hasselt et al. 2016, arXiv:1509.06461), a dueling head (Wang et
+al. 2016, arXiv:1511.06581) and the Ape-X per-env ε ladder ε_i = ε^(1 + α i/(N−1))
+    Horgan et al. (2018), "Distributed Prioritized Experience Replay", arXiv:1803.00933,
+laid out as rlpyt's asynchronous runner does it (Stooke & Abbeel 2019, arXiv:1909.01500):
+
+- The learner is this (main) process. ``--num-actors`` actor processes (spawn context) each
+  step ``--num-envs`` envs, split into two groups A and B that alternate: while group A's
+  envs step (in a worker thread; with ``--env-mode async`` in one subprocess per env, so the
+  step really runs elsewhere), the actor runs its LSTM policy for group B's observations, and
+  the other way round. So action selection for one group overlaps env stepping of the other;
+  with ``--env-mode sync`` (cheap classic-control envs) only the GIL-free parts overlap.
+- Actors act ε-greedily with the ε of their envs' rung on the ladder over all
+  num_actors x num_envs envs, cut each env's steps into sequences of burn-in + learn length
+  with the LSTM state stored at their start (``SequenceBuilder``) and add them to the shared
+  ``SequenceReplayBuffer`` at the largest priority seen.
+- The learner samples prioritized sequences, runs the online LSTM from the stored state
+  (the gradient stops at the end of the burn-in, except for sequences that start an episode,
+  whose stored zero state is exact and whose every step is learned on), computes n-step
+  double-Q targets in the rescaled space, weighs the squared TD errors with importance
+  weights, and sets the sequences' priorities to η max|δ| + (1−η) mean|δ|.
+- Parameters are published without blocking actors: a shared flat float tensor and a version
+  counter (a seqlock: the learner makes the version odd, writes, makes it even; an actor
+  copies only when the version changed, is even, and is the same after the copy).
+- Replay-ratio throttle: ``--replay-ratio`` = env steps learned on in gradient batches
+  (batch_size x learn_length per update) per env step collected after ``--learning-starts``.
+  The learner waits when it is ahead; the actors wait when they are more than
+  ``--actor-lead`` env steps ahead of what the learner has consumed. The measured ratio is
+  logged as ``charts/replay_ratio``.
+- Failures: an actor that raises sends its traceback to the learner, which prints it and
+  stops the run (exit status 1); Ctrl-C stops all actors (exit 130); SIGTERM writes a
+  checkpoint (networks, optimiser, counters; not the replay) and exits 143, and ``--resume``
+  continues with an empty replay refilled for ``--learning-starts`` steps. Actors ignore
+  SIGINT/SIGTERM (the learner stops them) and exit when the learner's process is gone.
+
+What this file changes against R2D2: truncation is not termination (a time-limit truncation
+bootstraps from the real final observation); the LSTM does not receive the previous action
+and reward; the squared TD error is averaged over a sequence's learned steps.
+
+Atari (default, BreakoutNoFrameskip-v4): the dqn_atari.py preprocessing (SB3 Atari wrappers,
+84x84 grayscale), ``--frame-stack`` frames (4 by default, as R2D2's Table 2), Nature CNN ->
+LSTM -> dueling head. Classic control with 1-D Box observations: MLP -> LSTM -> dueling head.
+
+Run (one machine: actors and learner share memory):
+    python cleanrl/r2d2_async.py --env-id BreakoutNoFrameskip-v4 --num-actors 2
+    python cleanrl/r2d2_async.py --env-id cleanrl_utils.envs:CartPoleNoVelocity-v1 --env-mode sync \\
+        --num-actors 1 --num-envs 8 --lstm-size 64 --hidden-size 64 --burn-in 8 --learn-length 16 \\
+        --n-step 3 --gamma 0.99 --learning-rate 1e-3 --adam-eps 1e-5 --target-network-frequency 50 \\
+        --buffer-size 2000 --batch-size 32 --replay-ratio 32 --learning-starts 2000 \\
+        --total-timesteps 80000 --eval-interval 8000 --save-model
+The CartPole settings are the learning test's (tests/test_r2d2_async.py, which gives the
+measured returns). On this task two changes against R2D2's Atari values mattered (measured,
+one run each): with Adam's ε at 1e-3 the mean training return of seed 5 first passed 100 in
+the 8k-step window from 40k, with 1e-5 in the window from 16k; and with a target copy every
+200 gradient steps instead of 50, the final greedy evaluations of seeds 1-3 were 281, 453
+and 471 instead of 500, 500 and 500 (both with Adam ε 1e-3).
+
+Speed (charts/SPS at the end; CartPoleNoVelocity, --env-mode sync, 8 envs in all, the
+CartPole network above, --replay-ratio 1, 60k steps, a 2-core machine shared with other
+work): 1 actor x 8 envs 3382 env steps/s, 2 actors x 4 envs 2777 (two actors and the
+learner on 2 cores). More actors pay off when there are cores for them.
+"""
+
+import multiprocessing as mp
+import os
+import queue
+import signal
+import sys
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.optim as optim
+import tyro
+from stable_baselines3.common.atari_wrappers import (
+    ClipRewardEnv,
+    EpisodicLifeEnv,
+    FireResetEnv,
+    MaxAndSkipEnv,
+    NoopResetEnv,
+)
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+try:  # the Atari games come with the atari extra; without it, --env-id says so
+    import ale_py
+
+    gym.register_envs(ale_py)
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # no banner on stderr
+except ImportError:
+    ale_py = None
+
+from cleanrl_utils.buffers import SequenceBuilder, SequenceReplayBuffer, sequence_priority
+from cleanrl_utils.checkpoint import Checkpointer, resume_args
+from cleanrl_utils.run import (
+    Progress,
+    check_env,
+    fail,
+    flag_name,
+    load_model,
+    make_vector_env,
+    real_next_obs,
+    require,
+    require_positive,
+    save_model,
+    seed_everything,
+    start_run,
+)
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """name of this experiment, part of the run directory name"""
+    seed: int = 1
+    """seed of python, numpy, torch and the environments (actor processes derive theirs from it)"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True` (the run is asynchronous: not reproducible anyway)"""
+    cuda: bool = True
+    """if toggled, the learner trains on CUDA when it is available (actors act on CPU)"""
+    track: bool = False
+    """if toggled, mirror the logs to Weights & Biases"""
+    wandb_project_name: str = "cleanRL"
+    """Weights & Biases project"""
+    wandb_entity: Optional[str] = None
+    """Weights & Biases entity (team); None means your default"""
+    capture_video: bool = False
+    """if toggled, record videos of the episodes of actor 0's env 0 into `{run_dir}/videos`"""
+    save_model: bool = False
+    """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it (greedy; ε 0.01 on Atari)"""
+    eval_episodes: int = 10
+    """episodes the saved model is evaluated for (with --save-model), logged as eval/episodic_return"""
+    eval_interval: int = 0
+    """every this many env steps the learner also evaluates its current network for --eval-episodes episodes (greedy; ε 0.01 on Atari) and logs eval/episodic_return (0: never); the actors wait meanwhile"""
+    checkpoint_interval: int = 0
+    """write a checkpoint to `{run_dir}/checkpoints/` every this many environment steps (0: only when the run receives SIGTERM); checkpoints hold networks, optimiser and counters, not the replay"""
+    resume: Optional[str] = None
+    """continue the run of this checkpoint file, or of the latest checkpoint in this run directory; its other flags come from the checkpoint"""
+    torch_threads: int = 1
+    """CPU threads for torch in the learner (actors use 1 each)"""
+
+    # Algorithm specific arguments
+    env_id: str = "BreakoutNoFrameskip-v4"
+    """gymnasium id: an Atari NoFrameskip-v4 game, or an env with 1-D Box observations and Discrete actions"""
+    env_mode: Literal["sync", "async"] = "async"
+    """each actor steps its envs in one subprocess per env (async) or in its own process (sync, for cheap envs)"""
+    total_timesteps: int = 10000000
+    """total environment steps, summed over all envs of all actors"""
+    num_actors: int = 2
+    """actor processes"""
+    num_envs: int = 16
+    """environments per actor, split into two alternating groups (at least 2)"""
+    frame_stack: int = 4
+    """Atari: frames stacked in each observation (stored in every sequence step)"""
+    learning_rate: float = 1e-4
+    """Adam learning rate"""
+    adam_eps: float = 1e-3
+    """Adam ε (R2D2: 1e-3)"""
+    buffer_size: int = 2000
+    """replay capacity in sequences (each burn_in + learn_length steps long)"""
+    batch_size: int = 32
+    """sequences per gradient step"""
+    burn_in: int = 40
+    """steps at the start of a sequence that only warm up the LSTM state (R2D2: 40)"""
+    learn_length: int = 40
+    """steps learned on per sequence; consecutive sequences overlap by --burn-in (R2D2: 40)"""
+    n_step: int = 5
+    """n of the n-step double-Q target"""
+    gamma: float = 0.997
+    """discount factor γ"""
+    value_rescale_eps: float = 1e-3
+    """ε of the value rescaling h(x) = sign(x)(sqrt(|x|+1)-1) + εx"""
+    target_network_frequency: int = 2500
+    """gradient steps between target network copies"""
+    replay_ratio: float = 1.0
+    """env steps learned on in gradient batches (batch_size x learn_length per step) per env step collected"""
+    actor_lead: int = 0
+    """env steps the actors may run ahead of the replay ratio before they wait (0: 4 x batch_size x learn_length / replay_ratio + num_actors x num_envs x sequence length)"""
+    learning_starts: int = 20000
+    """env steps collected before the first gradient step (also the refill after --resume)"""
+    epsilon: float = 0.4
+    """ε of the Ape-X ladder ε_i = ε^(1 + α i / (N - 1)) over the N = num_actors x num_envs envs"""
+    epsilon_alpha: float = 7.0
+    """α of the Ape-X ε ladder"""
+    priority_exponent: float = 0.9
+    """prioritized replay α (R2D2: 0.9)"""
+    importance_beta: float = 0.6
+    """importance-sampling exponent β (R2D2: 0.6)"""
+    priority_eta: float = 0.9
+    """η of the sequence priority η max|δ| + (1-η) mean|δ|"""
+    lstm_size: int = 512
+    """LSTM hidden units"""
+    hidden_size: int = 512
+    """units of the encoder's last layer and of each dueling stream"""
+    publish_interval: int = 1
+    """gradient steps between parameter publications to the actors"""
+    debug_learner_sleep: float = 0.0
+    """testing only: seconds the learner sleeps after each gradient step (a slow learner)"""
+
+
+def check_args(args: Args) -> None:
+    """Stop with one line naming the flag on bad input."""
+    require_positive(args, "total_timesteps", "num_actors", "buffer_size", "batch_size", "learning_rate",
+                     "adam_eps", "learn_length", "n_step", "target_network_frequency", "replay_ratio",
+                     "frame_stack", "lstm_size", "hidden_size", "publish_interval", "torch_threads")
+    require(args.num_envs >= 2, "--num-envs", f"must be at least 2 (two alternating groups), got {args.num_envs}")
+    for name in ("burn_in", "learning_starts", "checkpoint_interval", "eval_interval", "actor_lead",
+                 "debug_learner_sleep"):
+        require(getattr(args, name) >= 0, flag_name(name), f"must be >= 0, got {getattr(args, name)}")
+    require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
+    for name in ("epsilon", "priority_eta", "importance_beta"):
+        value = getattr(args, name)
+        require(0 <= value <= 1, flag_name(name), f"must be in [0, 1], got {value}")
+    require(args.epsilon_alpha >= 0, "--epsilon-alpha", f"must be >= 0, got {args.epsilon_alpha}")
+    require(args.priority_exponent >= 0, "--priority-exponent", f"must be >= 0, got {args.priority_exponent}")
+    require(args.value_rescale_eps >= 0, "--value-rescale-eps", f"must be >= 0, got {args.value_rescale_eps}")
+    require(args.buffer_size >= args.batch_size, "--buffer-size",
+            f"{args.buffer_size} sequences is fewer than --batch-size {args.batch_size}")
+    require(args.total_timesteps > args.learning_starts, "--learning-starts",
+            f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}")
+    per_update = args.batch_size * args.learn_length / args.replay_ratio
+    require(args.actor_lead == 0 or args.actor_lead > per_update, "--actor-lead",
+            f"{args.actor_lead} must exceed batch_size x learn_length / replay_ratio = {per_update:g} env steps "
+            "(otherwise actors and learner wait for each other)")
+    require(not (args.save_model or args.eval_interval) or args.eval_episodes > 0, "--eval-episodes",
+            "must be positive with --save-model or --eval-interval")
+
+
+def actor_lead(args: Args) -> float:
+    """Env steps the actors may collect beyond what the replay ratio lets the learner consume."""
+    if args.actor_lead:
+        return float(args.actor_lead)
+    sequence = args.burn_in + args.learn_length
+    return 4 * args.batch_size * args.learn_length / args.replay_ratio + args.num_actors * args.num_envs * sequence
+
+
+def is_atari(env_id: str) -> bool:
+    """Whether ``env_id`` is an ALE game (Atari preprocessing and the Nature CNN)."""
+    with gym.make(env_id) as env:
+        return hasattr(env.unwrapped, "ale")
+
+
+def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, atari: bool, frame_stack: int = 4,
+             video_episodes=None):
+    """A thunk creating env ``idx``; env 0 records videos if asked.
+
+    Atari: the dqn_atari.py preprocessing (no-op starts, frame skip 4 with max-pooling,
+    episodic life, FIRE on reset, rewards clipped to their sign, 84x84 grayscale), then
+    ``frame_stack`` stacked frames, observations uint8 ``[frame_stack, 84, 84]``; episode
+    statistics are the game score (recorded before episodic life and reward clipping).
+    Other envs are made as they are (the vector env records their statistics).
+    """
+
+    def thunk():
+        if capture_video and idx == 0:
+            env = gym.make(env_id, render_mode="rgb_array")
+            env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes)
+        else:
+            env = gym.make(env_id)
+        if not atari:
+            return env
+        env = gym.wrappers.RecordEpisodeStatistics(env)
+        env = NoopResetEnv(env, noop_max=30)
+        env = MaxAndSkipEnv(env, skip=4)
+        env = EpisodicLifeEnv(env)
+        if "FIRE" in env.unwrapped.get_action_meanings():
+            env = FireResetEnv(env)
+        env = ClipRewardEnv(env)
+        env = gym.wrappers.ResizeObservation(env, (84, 84))
+        env = gym.wrappers.GrayscaleObservation(env)
+        env = gym.wrappers.FrameStackObservation(env, frame_stack, padding_type="zero")
+        return env
+
+    return thunk
+
+
+class RecurrentQNetwork(nn.Module):
+    """Encoder -> LSTM -> dueling head Q = V + A − mean_a A (Wang et al. 2016, eq. 9).
+
+    Atari: the Nature CNN (Mnih et al. 2015) on uint8 frames ``[frame_stack, 84, 84]`` (0-255)
+    then a ``hidden_size`` ReLU layer; otherwise one ``hidden_size`` ReLU layer on a 1-D
+    observation. The recurrent state is one tensor ``[B, 2, lstm_size]`` (h and c), the form
+    the replay stores per sequence.
+
+    Args:
+        obs_shape: one observation's shape.
+        num_actions: size of the Discrete action space.
+        lstm_size: LSTM hidden units.
+        hidden_size: units of the encoder's output and of each dueling stream.
+        atari: use the CNN encoder.
+    """
+
+    def __init__(self, obs_shape: tuple, num_actions: int, lstm_size: int, hidden_size: int, atari: bool):
+        super().__init__()
+        self.atari, self.lstm_size = atari, lstm_size
+        if atari:
+            self.encoder = nn.Sequential(
+                nn.Conv2d(obs_shape[0], 32, 8, stride=4), nn.ReLU(),
+                nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+                nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+                nn.Flatten(), nn.Linear(3136, hidden_size), nn.ReLU(),
+            )
+        else:
+            self.encoder = nn.Sequential(nn.Linear(int(np.prod(obs_shape)), hidden_size), nn.ReLU())
+        self.lstm = nn.LSTM(hidden_size, lstm_size, batch_first=True)
+        self.value = nn.Sequential(nn.Linear(lstm_size, hidden_size), nn.ReLU(), nn.Linear(hidden_size, 1))
+        self.advantage = nn.Sequential(nn.Linear(lstm_size, hidden_size), nn.ReLU(), nn.Linear(hidden_size, num_actions))
+
+    def initial_state(self, batch: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        """Zeros ``[batch, 2, lstm_size]``: the state at an episode start."""
+        return torch.zeros(batch, 2, self.lstm_size, device=device)
+
+    def forward(self, obs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Observations ``[B, L, *obs_shape]`` from state ``[B, 2, H]`` -> Q ``[B, L, A]``, state after ``[B, 2, H]``."""
+        B, L = obs.shape[:2]
+        x = obs.flatten(0, 1)
+        x = x.float() / 255.0 if self.atari else x.float()
+        features = self.encoder(x).view(B, L, -1)
+        h0, c0 = state[:, 0].unsqueeze(0).contiguous(), state[:, 1].unsqueeze(0).contiguous()
+        out, (h, c) = self.lstm(features, (h0, c0))
+        advantages = self.advantage(out)
+        q = self.value(out) + advantages - advantages.mean(dim=-1, keepdim=True)
+        return q, torch.stack([h[0], c[0]], dim=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure functions of the algorithm
+
+
+def value_rescale(x: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:
+    """h(x) = sign(x)(√(|x|+1) − 1) + εx (Pohlen et al. 2018, eq. 7), elementwise, any shape."""
+    return torch.sign(x) * (torch.sqrt(x.abs() + 1.0) - 1.0) + eps * x
+
+
+def inverse_value_rescale(x: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:
+    """h⁻¹(x) = sign(x)(((√(1 + 4ε(|x| + 1 + ε)) − 1) / (2ε))² − 1) (Pohlen et al. 2018, Prop. A.2).
+
+    Elementwise, any shape; for ε = 0, sign(x)((|x| + 1)² − 1). h⁻¹(h(x)) = x.
+    """
+    if eps == 0:
+        return torch.sign(x) * ((x.abs() + 1.0) ** 2 - 1.0)
+    return torch.sign(x) * (((torch.sqrt(1.0 + 4.0 * eps * (x.abs() + 1.0 + eps)) - 1.0) / (2.0 * eps)) ** 2 - 1.0)
+
+
+def epsilon_ladder(num_envs: int, epsilon: float = 0.4, alpha: float = 7.0) -> np.ndarray:
+    """Ape-X exploration: env i of N acts with ε_i = ε^(1 + α i / (N − 1)) (Horgan et al. 2018, section 4.1).
+
+    Returns:
+        float64 ``[num_envs]``, from ε (i = 0) down to ε^(1+α) (i = N − 1); ``[ε]`` when N = 1.
+    """
+    if num_envs == 1:
+        return np.array([epsilon], dtype=np.float64)
+    return epsilon ** (1.0 + alpha * np.arange(num_envs) / (num_envs - 1))
+
+
+def n_step_targets(rewards: torch.Tensor, terminations: torch.Tensor, truncations: torch.Tensor,
+                   mask: torch.Tensor, next_values: torch.Tensor, gamma: float, n: int) -> torch.Tensor:
+    """n-step returns along sequences, bootstrapped from ``next_values`` (in the unrescaled space).
+
+    For step t: y_t = sum_{k<m} γ^k r_{t+k} + γ^m v_{t+m}, where m = n unless the window stops
+    sooner: at a termination at step t+k (m = k+1 and no bootstrap), at a truncation at step
+    t+k (m = k+1, bootstrap from the real final observation at index t+k+1: truncation is not
+    termination), or at the end of the sequence (t + m = T, bootstrap from observation T).
+
+    Args:
+        rewards: r ``[B, T]``.
+        terminations, truncations: bool ``[B, T]``, at the step that ended the episode.
+        mask: bool ``[B, T]``, the real steps (padding after an episode end is False).
+        next_values: v ``[B, T + 1]``: the value of the observation at each index (R2D2:
+            h⁻¹(Q_target(s, argmax_a Q_online(s, a)))).
+        gamma: discount γ.
+        n: the n of the n-step return (>= 1).
+
+    Returns:
+        float ``[B, T]`` targets; 0 where ``mask`` is False.
+    """
+    B, T = rewards.shape
+    pad = torch.zeros(B, n, dtype=torch.bool, device=rewards.device)
+    r = torch.cat([rewards * mask, torch.zeros(B, n, dtype=rewards.dtype, device=rewards.device)], 1)
+    term = torch.cat([terminations.bool() & mask, pad], 1)
+    trunc = torch.cat([truncations.bool() & mask, pad], 1)
+    t = torch.arange(T, device=rewards.device).expand(B, T)
+    running = mask.bool().clone()
+    returns = torch.zeros_like(rewards)
+    boot_index = torch.zeros(B, T, dtype=torch.long, device=rewards.device)
+    boot_discount = torch.zeros_like(rewards)
+    for k in range(n):
+        pos = t + k
+        returns = returns + running * (gamma ** k) * r[:, k:k + T]
+        term_k, trunc_k = term[:, k:k + T], trunc[:, k:k + T]
+        stop = running & (term_k | trunc_k | (pos + 1 == T) | torch.full_like(running, k == n - 1))
+        boot_index = torch.where(stop, pos + 1, boot_index)
+        boot_discount = torch.where(stop, torch.where(term_k, 0.0, gamma ** (k + 1)), boot_discount)
+        running = running & ~stop
+    return returns + boot_discount * next_values.gather(1, boot_index.clamp(max=T))
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared state between learner and actors
+
+
+class Shared:
+    """What learner and actors share: tensors in shared memory and two queues.
+
+    - ``params`` float32 ``[P]``, ``version`` int64 ``[1]``: the published online network; a
+      seqlock (odd while the learner writes).
+    - ``actor_steps`` int64 ``[num_actors]``: env steps each actor collected in this process
+      (each actor writes only its own entry; the learner sums them).
+    - ``updates`` int64 ``[1]``: gradient steps of this process (written by the learner).
+    - ``stop`` int64 ``[1]``: set by the learner to end the actors.
+    - ``episodes``: queue of (actor, env, return, length) of finished episodes.
+    - ``errors``: queue of (actor, traceback text) of failed actors.
+    """
+
+    def __init__(self, num_params: int, num_actors: int):
+        context = mp.get_context("spawn")
+        self.params = torch.zeros(num_params).share_memory_()
+        self.version = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self.actor_steps = torch.zeros(num_actors, dtype=torch.int64).share_memory_()
+        self.updates = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self.stop = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self.episodes = context.Queue()
+        self.errors = context.Queue()
+
+    def publish(self, network: nn.Module) -> None:
+        """Learner: write the network's parameters (version odd while writing, even after)."""
+        self.version += 1
+        self.params.copy_(parameters_to_vector(network.parameters()).detach().cpu())
+        self.version += 1
+
+    def pull(self, network: nn.Module, known: int) -> int:
+        """Actor: copy the published parameters into ``network`` if their version is newer than
+        ``known`` and was not being written; returns the version now in ``network``. Never waits."""
+        version = int(self.version[0])
+        if version == known or version % 2:
+            return known
+        flat = self.params.clone()
+        if int(self.version[0]) != version:  # written meanwhile: try again at the next step
+            return known
+        vector_to_parameters(flat, network.parameters())
+        return version
+
+
+# ---------------------------------------------------------------------------------------------
+# Actor process
+
+
+def actor_main(actor_id: int, args: Args, atari: bool, shared: Shared, rb: SequenceReplayBuffer,
+               parent_pid: int, video_dir: str) -> None:
+    """Entry point of actor ``actor_id`` (a spawned process): run :func:`run_actor`, report failures.
+
+    SIGINT and SIGTERM are ignored: the learner stops the actors (``shared.stop``) after Ctrl-C
+    or its checkpoint. A traceback goes to ``shared.errors`` and the process exits with 1.
+    Actors are not daemonic (their async envs are child processes); they exit on their own
+    when the learner's process is gone.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    shared.episodes.cancel_join_thread()  # at exit, do not wait for a learner that no longer reads
+    try:
+        run_actor(actor_id, args, atari, shared, rb, parent_pid, video_dir)
+    except BaseException:
+        shared.errors.put((actor_id, traceback.format_exc()))
+        sys.exit(1)  # a normal exit: multiprocessing's finalizers unlink this process's semaphores
+
+
+def run_actor(actor_id: int, args: Args, atari: bool, shared: Shared, rb: SequenceReplayBuffer, parent_pid: int,
+              video_dir: str) -> None:
+    """Step two alternating env groups with the ε-greedy LSTM policy until ``shared.stop``.
+
+    While one group's envs step (in a worker thread), the policy runs for the other group.
+    """
+    torch.set_num_threads(1)
+    rng = np.random.default_rng([args.seed, actor_id])
+    torch.manual_seed(args.seed + 1000 * (actor_id + 1))
+    first = actor_id * args.num_envs
+    epsilons = epsilon_ladder(args.num_actors * args.num_envs, args.epsilon, args.epsilon_alpha)
+    half = args.num_envs // 2
+    group_envs = [list(range(first, first + half)), list(range(first + half, first + args.num_envs))]
+    groups = [make_vector_env([make_env(args.env_id, i, args.capture_video, video_dir, atari, args.frame_stack)
+                               for i in envs], args.env_mode, episode_statistics=not atari)
+              for envs in group_envs]
+    try:
+        single = groups[0]
+        network = RecurrentQNetwork(single.single_observation_space.shape, int(single.single_action_space.n),
+                                    args.lstm_size, args.hidden_size, atari)
+        network.requires_grad_(False)
+        version = shared.pull(network, -1)
+        num_actions = int(single.single_action_space.n)
+        state_example = np.zeros((2, args.lstm_size), np.float32)
+        builders = [SequenceBuilder(len(envs), args.burn_in, args.learn_length, single.single_observation_space,
+                                    single.single_action_space, state_example) for envs in group_envs]
+        obs = [g.reset(seed=args.seed + envs[0])[0] for g, envs in zip(groups, group_envs)]
+        states = [network.initial_state(len(envs)) for envs in group_envs]
+        before = [None, None]  # each group's state before acting on its current observations
+        actions = [None, None]
+        lead = actor_lead(args)
+        per_update = args.batch_size * args.learn_length / args.replay_ratio
+
+        def act(k: int) -> np.ndarray:
+            with torch.no_grad():
+                q, after = network(torch.as_tensor(obs[k]).unsqueeze(1), states[k])
+            greedy = q[:, 0].argmax(-1).numpy()
+            explore = rng.random(len(greedy)) < epsilons[group_envs[k]]
+            before[k], states[k] = states[k], after
+            return np.where(explore, rng.integers(num_actions, size=len(greedy)), greedy)
+
+        def wait_for_learner() -> None:  # the throttle: do not run too far ahead of the learner
+            while not shared.stop[0]:
+                collected = int(shared.actor_steps.sum()) - args.learning_starts
+                if collected <= int(shared.updates[0]) * per_update + lead:
+                    return
+                check_parent()
+                time.sleep(0.001)
+
+        def check_parent() -> None:
+            if os.getppid() != parent_pid:
+                raise RuntimeError("the learner process is gone")
+
+        with ThreadPoolExecutor(2) as pool:
+            actions[0] = act(0)
+            pending = [pool.submit(groups[0].step, actions[0]), None]
+            k = 1
+            while not shared.stop[0]:
+                version = shared.pull(network, version)
+                actions[k] = act(k)  # overlaps the other group's step
+                pending[k] = pool.submit(groups[k].step, actions[k])
+                j = 1 - k
+                next_obs, rewards, terminations, truncations, infos = pending[j].result()
+                sequences = builders[j].add(obs[j], actions[j], rewards, terminations, truncations,
+                                            real_next_obs(next_obs, infos), before[j].numpy())
+                if sequences is not None:
+                    rb.add(sequences)  # at the largest priority seen
+                done = torch.as_tensor(terminations | truncations)
+                states[j][done] = 0.0  # the next episode starts from zeros
+                obs[j] = next_obs
+                if "_episode" in infos:
+                    for e in np.flatnonzero(infos["_episode"]):
+                        shared.episodes.put((actor_id, group_envs[j][e], float(infos["episode"]["r"][e]),
+                                             int(infos["episode"]["l"][e])))
+                shared.actor_steps[actor_id] += len(group_envs[j])
+                check_parent()
+                wait_for_learner()
+                k = j
+            for future in pending:
+                future.result()
+    finally:
+        for group in groups:
+            group.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation
+
+
+def evaluate(model_path: str, eval_episodes: int, env_id: Optional[str] = None, capture_video: bool = False,
+             video_dir: str = "videos", seed: Optional[int] = None, epsilon: Optional[float] = None,
+             device: str = "cpu") -> np.ndarray:
+    """Evaluate a model saved by this script for ``eval_episodes`` episodes, ε-greedy.
+
+    The LSTM state is carried from step to step and reset to zeros at each episode start.
+
+    Args:
+        model_path: a ``.cleanrl_model`` file written with ``--save-model``.
+        eval_episodes: number of whole episodes (> 0).
+        env_id: environment; the one the model was trained on when None.
+        capture_video: record the evaluation episodes into ``video_dir``.
+        seed: seed of the evaluation env and of the ε draws; None means the training seed + 100000.
+        epsilon: probability of a random action; None: 0 (greedy) on classic control, 0.01 on
+            Atari (a greedy policy that never presses FIRE could stall an episode).
+        device: torch device for the network.
+
+    Returns:
+        Episodic returns, float64 ``[eval_episodes]``.
+
+    Raises:
+        ValueError: the file was not saved by r2d2_async.py, or ``eval_episodes`` is not positive.
+    """
+    content = load_model(model_path, "r2d2_async")
+    if eval_episodes <= 0:
+        raise ValueError(f"eval_episodes must be positive, got {eval_episodes}")
+    saved = content["args"]
+    env_id = env_id or content["env_id"]
+    seed = saved["seed"] + 100_000 if seed is None else seed
+    atari = is_atari(env_id)
+    epsilon = (0.01 if atari else 0.0) if epsilon is None else epsilon
+    envs = make_vector_env([make_env(env_id, 0, capture_video, video_dir, atari, saved["frame_stack"],
+                                     lambda episode: episode < eval_episodes)], episode_statistics=not atari)
+    network = RecurrentQNetwork(envs.single_observation_space.shape, int(envs.single_action_space.n),
+                                saved["lstm_size"], saved["hidden_size"], atari).to(device)
+    network.load_state_dict(content["model"])
+    returns = run_episodes(envs, network, eval_episodes, seed, epsilon, device)
+    envs.close()
+    return returns
+
+
+def run_episodes(envs, network: RecurrentQNetwork, num_episodes: int, seed: int, epsilon: float = 0.0,
+                 device: torch.device | str = "cpu") -> np.ndarray:
+    """Run ``network`` ε-greedily in the one-env vector env ``envs`` for ``num_episodes`` whole episodes.
+
+    The LSTM state is carried from step to step and reset to zeros at each episode start.
+
+    Returns:
+        Episodic returns, float64 ``[num_episodes]``.
+    """
+    rng = np.random.default_rng(seed)
+    num_actions = int(envs.single_action_space.n)
+    returns: list[float] = []
+    obs, _ = envs.reset(seed=seed)
+    state = network.initial_state(1, device)
+    while len(returns) < num_episodes:
+        with torch.no_grad():
+            q, state = network(torch.as_tensor(obs, device=device).unsqueeze(1), state)
+        action = q[:, 0].argmax(-1).cpu().numpy()
+        if rng.random() < epsilon:
+            action = rng.integers(num_actions, size=1)
+        obs, _, terminations, truncations, infos = envs.step(action)
+        if terminations[0] or truncations[0]:
+            state = network.initial_state(1, device)
+        if "_episode" in infos:
+            returns.extend(infos["episode"]["r"][infos["_episode"]].tolist())
+    return np.asarray(returns[:num_episodes], dtype=np.float64)
+
+
+# ---------------------------------------------------------------------------------------------
+# Learner helpers
+
+
+def stop_actors(actors: list, shared: Shared, timeout: float = 10.0) -> None:
+    """Ask the actors to stop, wait up to ``timeout`` s, then kill those still alive."""
+    shared.stop[0] = 1
+    deadline = time.time() + timeout
+    for process in actors:
+        process.join(max(0.0, deadline - time.time()))
+    for process in actors:
+        if process.is_alive():
+            process.kill()
+            process.join(5)
+
+
+def check_actors(actors: list, shared: Shared) -> None:
+    """Raise ``ActorFailed`` (with the actor's traceback) if an actor reported an error or died."""
+    try:
+        actor_id, text = shared.errors.get_nowait()
+        raise ActorFailed(f"actor {actor_id} failed:\n{text}")
+    except queue.Empty:
+        pass
+    for actor_id, process in enumerate(actors):
+        if not process.is_alive():
+            try:  # its traceback may still be on its way
+                actor_id, text = shared.errors.get(timeout=2.0)
+            except queue.Empty:
+                text = "(no traceback: the process was killed)\n"
+            raise ActorFailed(f"actor {actor_id} failed (exit status {process.exitcode}):\n{text}")
+
+
+class ActorFailed(RuntimeError):
+    """An actor process raised or died; the message holds its traceback."""
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    args, resumed = resume_args(args, "r2d2_async")  # with --resume: the checkpoint's run and its arguments
+    check_args(args)
+    observation_space, action_space = check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,),
+                                                "r2d2_async.py")
+    atari = is_atari(args.env_id)
+    if atari:
+        with gym.make(args.env_id) as game:
+            require(game.spec.kwargs.get("frameskip", 1) == 1, "--env-id",
+                    f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id (such as "
+                    "BreakoutNoFrameskip-v4): the frame skipping is done here")
+        probe = make_env(args.env_id, 0, False, "", atari, args.frame_stack)()
+        observation_space, action_space = probe.observation_space, probe.action_space
+        probe.close()
+    else:
+        require(len(observation_space.shape) == 1, "--env-id",
+                f"{args.env_id} has observations of shape {observation_space.shape}; r2d2_async.py supports "
+                "Atari games and 1-dimensional observations only")
+    T = args.burn_in + args.learn_length
+    state_example = np.zeros((2, args.lstm_size), np.float32)
+    builder = SequenceBuilder(1, args.burn_in, args.learn_length, observation_space, action_space, state_example)
+    try:
+        rb = SequenceReplayBuffer(args.buffer_size, builder, alpha=args.priority_exponent, seed=args.seed,
+                                  shared=True)
+    except MemoryError as error:
+        fail("--buffer-size", str(error))
+    run = start_run(args, resume=resumed)
+    writer = run.writer
+    print(f"replay: {args.buffer_size} sequences of {T} steps in shared memory ({rb.nbytes / 2**20:.1f} MiB)")
+
+    seed_everything(args.seed, args.torch_deterministic)
+    torch.set_num_threads(args.torch_threads)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    num_actions = int(action_space.n)
+    q_network = RecurrentQNetwork(observation_space.shape, num_actions, args.lstm_size, args.hidden_size,
+                                  atari).to(device)
+    target_network = RecurrentQNetwork(observation_space.shape, num_actions, args.lstm_size, args.hidden_size,
+                                       atari).to(device)
+    optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=args.adam_eps)
+    step_offset, update_offset = 0, 0  # env steps and gradient steps of the run before this process
+    if resumed is not None:
+        q_network.load_state_dict(resumed["model"])
+        target_network.load_state_dict(resumed["target_model"])
+        optimizer.load_state_dict(resumed["optimizer"])
+        step_offset, update_offset = resumed["global_step"], resumed["updates"]
+        print(f"the checkpoint has no replay: refilling it until step {step_offset + args.learning_starts} "
+              "before updating")
+    else:
+        target_network.load_state_dict(q_network.state_dict())
+
+    shared = Shared(sum(p.numel() for p in q_network.parameters()), args.num_actors)
+    shared.publish(q_network)
+    epsilons = epsilon_ladder(args.num_actors * args.num_envs, args.epsilon, args.epsilon_alpha)
+    for i in range(args.num_actors):
+        writer.add_scalar(f"charts/epsilon/actor_{i}", epsilons[i * args.num_envs:(i + 1) * args.num_envs].mean(),
+                          step_offset)
+    checkpointer = Checkpointer(run.directory, "r2d2_async", args, args.checkpoint_interval, step_offset,
+                                writer=writer)
+    context = mp.get_context("spawn")
+    actors = [context.Process(target=actor_main, name=f"r2d2-actor-{i}",
+                              args=(i, args, atari, shared, rb, os.getpid(), str(run.video_dir)))
+              for i in range(args.num_actors)]
+    if args.eval_interval:
+        eval_envs = make_vector_env([make_env(args.env_id, 0, False, "", atari, args.frame_stack)],
+                                    episode_statistics=not atari)
+        next_eval = (step_offset // args.eval_interval + 1) * args.eval_interval
+    per_update = args.batch_size * args.learn_length / args.replay_ratio  # env steps each gradient step needs
+    progress = Progress(args.total_timesteps, start_step=step_offset)
+    global_step, updates, last_log = step_offset, 0, time.time()
+    start_time, td_loss, q_mean = time.time(), float("nan"), float("nan")
+    status = 0
+    try:
+        for process in actors:
+            process.start()
+        while True:
+            # episodes, failures, checkpoints, progress
+            while True:
+                try:
+                    actor_id, env_index, episodic_return, length = shared.episodes.get_nowait()
+                except queue.Empty:
+                    break
+                writer.add_scalar("charts/episodic_return", episodic_return, global_step)
+                writer.add_scalar("charts/episodic_length", length, global_step)
+                progress.episodes([episodic_return])
+            check_actors(actors, shared)
+            collected = int(shared.actor_steps.sum())
+            global_step = step_offset + collected
+            progress.update(global_step)
+            if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
+                checkpointer.save(global_step, {
+                    "model": q_network.state_dict(), "target_model": target_network.state_dict(),
+                    "optimizer": optimizer.state_dict(), "updates": update_offset + updates,
+                    "wandb_id": run.wandb_id})
+            if global_step >= args.total_timesteps:
+                break
+            if args.eval_interval and global_step >= next_eval:  # the current network, greedy
+                next_eval += args.eval_interval * ((global_step - next_eval) // args.eval_interval + 1)
+                episodic_returns = run_episodes(eval_envs, q_network, args.eval_episodes, args.seed + 100_000,
+                                                0.01 if atari else 0.0, device)
+                writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
+                print(f"step {global_step}: evaluation over {args.eval_episodes} episodes: "
+                      f"{episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}", flush=True)
+            now = time.time()
+            if now - last_log >= 1.0 and collected > args.learning_starts:
+                last_log = now
+                writer.add_scalar("charts/SPS", int(collected / (now - start_time)), global_step)
+                writer.add_scalar("charts/replay_ratio", updates * args.batch_size * args.learn_length
+                                  / (collected - args.learning_starts), global_step)
+                writer.add_scalar("charts/updates", update_offset + updates, global_step)
+                writer.add_scalar("charts/buffer_sequences", len(rb), global_step)
+                writer.add_scalar("losses/td_loss", td_loss, global_step)
+                writer.add_scalar("losses/q_values", q_mean, global_step)
+            # the throttle: a gradient step only when the actors have collected enough for it
+            if (updates + 1) * per_update > collected - args.learning_starts or len(rb) < args.batch_size:
+                time.sleep(0.001)
+                continue
+
+            data = rb.sample(args.batch_size, args.importance_beta)
+            versions = rb.versions[data.indices.numpy()].copy()
+            data = data._replace(**{name: getattr(data, name).to(device) for name in
+                                    ("obs", "actions", "rewards", "terminations", "truncations", "mask",
+                                     "learn_mask", "states", "starts_episode", "weights")})
+            # online network from the stored state; the gradient stops at the end of the burn-in
+            # except for sequences that start their episode (exact zero state, every step learned)
+            if args.burn_in > 0:
+                q_burn, burn_state = q_network(data.obs[:, :args.burn_in], data.states)
+                keep = data.starts_episode.view(-1, 1, 1)
+                burn_state = torch.where(keep, burn_state, burn_state.detach())
+                q_rest, _ = q_network(data.obs[:, args.burn_in:], burn_state)
+                q_all = torch.cat([q_burn, q_rest], 1)  # [B, T + 1, A]
+            else:
+                q_all, _ = q_network(data.obs, data.states)
+            with torch.no_grad():
+                q_target_all, _ = target_network(data.obs, data.states)
+                best = q_all.argmax(-1, keepdim=True)  # double Q: the online network picks a'
+                next_values = inverse_value_rescale(q_target_all.gather(-1, best).squeeze(-1), args.value_rescale_eps)
+                targets = value_rescale(n_step_targets(data.rewards, data.terminations, data.truncations, data.mask,
+                                                       next_values, args.gamma, args.n_step), args.value_rescale_eps)
+            q_taken = q_all[:, :T].gather(-1, data.actions.long().unsqueeze(-1)).squeeze(-1)
+            td_error = targets - q_taken
+            learn = data.learn_mask.float()
+            per_sequence = (td_error.square() * learn).sum(1) / learn.sum(1).clamp(min=1.0)
+            loss = 0.5 * (data.weights * per_sequence).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            rb.update_priorities(data.indices, sequence_priority(td_error.detach().abs(), data.learn_mask,
+                                                                 args.priority_eta), versions)
+            updates += 1
+            shared.updates[0] = updates
+            if updates % args.publish_interval == 0:
+                shared.publish(q_network)
+            if (update_offset + updates) % args.target_network_frequency == 0:
+                target_network.load_state_dict(q_network.state_dict())
+            td_loss = loss.item()
+            q_mean = (q_taken * learn).sum().item() / max(learn.sum().item(), 1.0)
+            if args.debug_learner_sleep:
+                time.sleep(args.debug_learner_sleep)
+    except KeyboardInterrupt:
+        print("interrupted: stopping the actors", file=sys.stderr, flush=True)
+        status = 130
+    except ActorFailed as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        status = 1
+    finally:
+        stop_actors(actors, shared)
+    if status:
+        run.close()
+        sys.exit(status)
+    progress.close()
+    collected = int(shared.actor_steps.sum())
+    if collected > args.learning_starts:
+        ratio = updates * args.batch_size * args.learn_length / (collected - args.learning_starts)
+        writer.add_scalar("charts/replay_ratio", ratio, global_step)
+        print(f"replay ratio {ratio:.3f} (target {args.replay_ratio}); {updates} gradient steps, "
+              f"{collected} env steps in this process")
+
+    if args.save_model:
+        model_path = run.directory / f"{args.exp_name}.cleanrl_model"
+        save_model(model_path, "r2d2_async", args, q_network.state_dict())
+        print(f"model saved to {model_path}")
+        episodic_returns = evaluate(str(model_path), args.eval_episodes, args.env_id, args.capture_video,
+                                    str(run.directory / "videos-eval"))
+        writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
+        writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
+        print(f"evaluation over {args.eval_episodes} episodes: "
+              f"{episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
+    run.close()
