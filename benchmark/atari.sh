@@ -2,8 +2,8 @@
 # Reproduces the Breakout learning runs in benchmark/README.md: what each Atari script learns
 # in about 30 minutes of training on this 2-core machine (120k agent steps = 480k frames).
 # Usage: benchmark/atari.sh SCRIPT [SEED]   (SCRIPT: dqn_atari, c51_atari, rainbow_atari, sac_atari,
-# ppo_atari, ppo_atari_lstm or ppo_atari_envpool; sac_atari and the PPO scripts run other step
-# counts, see their cases below)
+# ppo_atari, ppo_atari_lstm, ppo_atari_envpool or r2d2_async; sac_atari and the PPO scripts run other
+# step counts, see their cases below)
 # The short budget moves the schedules forward against the 10M-step defaults: training starts
 # after 10k steps and ε (where there is one) reaches its final value at 30k steps. Everything
 # else is the script's defaults, except that Rainbow copies its target network every 2k steps
@@ -12,7 +12,7 @@
 # scores); benchmark/curve.py summarises it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-script="${1:?usage: benchmark/atari.sh dqn_atari|c51_atari|rainbow_atari|sac_atari|ppo_atari|ppo_atari_lstm|ppo_atari_envpool [SEED]}"
+script="${1:?usage: benchmark/atari.sh dqn_atari|c51_atari|rainbow_atari|sac_atari|ppo_atari|ppo_atari_lstm|ppo_atari_envpool|r2d2_async [SEED]}"
 seed="${2:-1}"
 common=(--env-id BreakoutNoFrameskip-v4 --seed "$seed" --total-timesteps 120000
         --learning-starts 10000 --buffer-size 120000)
@@ -32,6 +32,13 @@ case "$script" in
                     --torch-threads 1) ;;
   ppo_atari|ppo_atari_lstm) common=(--env-id BreakoutNoFrameskip-v4 "${ppo[@]}"); extra=() ;;
   ppo_atari_envpool) common=(--env-id Breakout-v5 "${ppo[@]}"); extra=() ;;
+  # R2D2: one actor with 8 envs (the learner needs the other core); --buffer-size counts
+  # sequences of 80 stacked frames (1000 = 80k steps, 2.3 GB); --replay-ratio 8 learns on each
+  # env step 8 times, as DQN's 32-transition batch every 4 steps does; the target network is
+  # copied every 200 gradient steps (R2D2's 2500 would never copy in this budget)
+  r2d2_async) common=(--env-id BreakoutNoFrameskip-v4 --seed "$seed" --total-timesteps 120000
+                      --learning-starts 10000 --buffer-size 1000)
+              extra=(--num-actors 1 --num-envs 8 --replay-ratio 8 --target-network-frequency 200) ;;
   *) echo "unknown script $script" >&2; exit 2 ;;
 esac
 python "cleanrl/${script}.py" "${common[@]}" "${extra[@]}"
