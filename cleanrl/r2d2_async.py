@@ -420,6 +420,8 @@ class Shared:
       (each actor writes only its own entry; the learner sums them).
     - ``updates`` int64 ``[1]``: gradient steps of this process (written by the learner).
     - ``stop`` int64 ``[1]``: set by the learner to end the actors.
+    - ``hold`` int64 ``[1]``: set by the learner when ``--total-timesteps`` are collected: the
+      actors wait (stepping no more) while it finishes the gradient steps the ratio owes.
     - ``episodes``: queue of (actor, env, return, length) of finished episodes.
     - ``errors``: queue of (actor, traceback text) of failed actors.
     """
@@ -431,6 +433,7 @@ class Shared:
         self.actor_steps = torch.zeros(num_actors, dtype=torch.int64).share_memory_()
         self.updates = torch.zeros(1, dtype=torch.int64).share_memory_()
         self.stop = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self.hold = torch.zeros(1, dtype=torch.int64).share_memory_()
         self.episodes = context.Queue()
         self.errors = context.Queue()
 
@@ -520,7 +523,7 @@ def run_actor(actor_id: int, args: Args, atari: bool, shared: Shared, rb: Sequen
         def wait_for_learner() -> None:  # the throttle: do not run too far ahead of the learner
             while not shared.stop[0]:
                 collected = int(shared.actor_steps.sum()) - args.learning_starts
-                if collected <= int(shared.updates[0]) * per_update + lead:
+                if collected <= int(shared.updates[0]) * per_update + lead and not shared.hold[0]:
                     return
                 check_parent()
                 time.sleep(0.001)
@@ -764,8 +767,11 @@ if __name__ == "__main__":
                     "model": q_network.state_dict(), "target_model": target_network.state_dict(),
                     "optimizer": optimizer.state_dict(), "updates": update_offset + updates,
                     "wandb_id": run.wandb_id})
-            if global_step >= args.total_timesteps:
-                break
+            owed = (updates + 1) * per_update <= collected - args.learning_starts and len(rb) >= args.batch_size
+            if global_step >= args.total_timesteps:  # enough env steps: the actors hold, the learner
+                shared.hold[0] = 1                    # makes the gradient steps the ratio still owes
+                if not owed:
+                    break
             if args.eval_interval and global_step >= next_eval:  # the current network, greedy
                 next_eval += args.eval_interval * ((global_step - next_eval) // args.eval_interval + 1)
                 episodic_returns = run_episodes(eval_envs, q_network, args.eval_episodes, args.seed + 100_000,
@@ -784,7 +790,7 @@ if __name__ == "__main__":
                 writer.add_scalar("losses/td_loss", td_loss, global_step)
                 writer.add_scalar("losses/q_values", q_mean, global_step)
             # the throttle: a gradient step only when the actors have collected enough for it
-            if (updates + 1) * per_update > collected - args.learning_starts or len(rb) < args.batch_size:
+            if not owed:
                 time.sleep(0.001)
                 continue
 
@@ -847,6 +853,12 @@ if __name__ == "__main__":
         writer.add_scalar("charts/replay_ratio", ratio, global_step)
         print(f"replay ratio {ratio:.3f} (target {args.replay_ratio}); {updates} gradient steps, "
               f"{collected} env steps in this process")
+    if updates == 0:
+        why = (f"the replay held {len(rb)} sequences, fewer than --batch-size {args.batch_size}"
+               if len(rb) < args.batch_size else
+               f"one needs {per_update:.0f} env steps after --learning-starts (--batch-size x --learn-length / "
+               f"--replay-ratio), {max(collected - args.learning_starts, 0)} were collected")
+        print(f"warning: no gradient step was made: {why}", file=sys.stderr)
 
     if args.save_model:
         model_path = run.directory / f"{args.exp_name}.cleanrl_model"
