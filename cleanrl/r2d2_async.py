@@ -102,6 +102,7 @@ try:  # the Atari games come with the atari extra; without it, --env-id says so
 except ImportError:
     ale_py = None
 
+from cleanrl_utils import evals
 from cleanrl_utils.buffers import SequenceBuilder, SequenceReplayBuffer, sequence_priority
 from cleanrl_utils.checkpoint import Checkpointer, resume_args
 from cleanrl_utils.run import (
@@ -620,21 +621,21 @@ def run_episodes(envs, network: RecurrentQNetwork, num_episodes: int, seed: int,
     """
     rng = np.random.default_rng(seed)
     num_actions = int(envs.single_action_space.n)
-    returns: list[float] = []
-    obs, _ = envs.reset(seed=seed)
     state = network.initial_state(1, device)
-    while len(returns) < num_episodes:
+
+    def policy(obs: np.ndarray) -> np.ndarray:
+        nonlocal state
         with torch.no_grad():
             q, state = network(torch.as_tensor(obs, device=device).unsqueeze(1), state)
         action = q[:, 0].argmax(-1).cpu().numpy()
-        if rng.random() < epsilon:
-            action = rng.integers(num_actions, size=1)
-        obs, _, terminations, truncations, infos = envs.step(action)
-        if terminations[0] or truncations[0]:
+        return rng.integers(num_actions, size=1) if rng.random() < epsilon else action
+
+    def on_done(done: np.ndarray) -> None:
+        nonlocal state
+        if done[0]:
             state = network.initial_state(1, device)
-        if "_episode" in infos:
-            returns.extend(infos["episode"]["r"][infos["_episode"]].tolist())
-    return np.asarray(returns[:num_episodes], dtype=np.float64)
+
+    return evals.run_episodes(envs, policy, num_episodes, seed, on_done)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 Importing this module registers them; scripts reach them as ``tests.envs:Counter-v0``.
 """
 
+import time
+
 import gymnasium as gym
 import numpy as np
 
@@ -104,8 +106,6 @@ class SlowCounterEnv(CounterEnv):
     """Like CounterEnv but each step sleeps 2 ms (slow actors, for throttle tests)."""
 
     def step(self, action):
-        import time
-
         time.sleep(0.002)
         return super().step(action)
 
