@@ -747,8 +747,14 @@ if __name__ == "__main__":
     start_time, td_loss, q_mean = time.time(), float("nan"), float("nan")
     status = 0
     try:
-        for process in actors:
-            process.start()
+        # the actors start with SIGINT ignored (kept across exec), so that a Ctrl-C to the process
+        # group while one still imports cannot kill it before it ignores the signal itself
+        default_sigint = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            for process in actors:
+                process.start()
+        finally:
+            signal.signal(signal.SIGINT, default_sigint)
         while True:
             # episodes, failures, checkpoints, progress
             while True:
