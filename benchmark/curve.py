@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 import provenance
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,9 +37,12 @@ def read_run(directory: Path) -> dict:
     everything = [e for tag in accumulator.Tags()["scalars"] for e in accumulator.Scalars(tag)]
     config = json.loads((directory / "args.json").read_text())
     return dict(
-        script=config["exp_name"], seed=config["seed"], env_id=config["env_id"],
+        script=config["exp_name"],
+        seed=config["seed"],
+        env_id=config["env_id"],
         total_timesteps=config["total_timesteps"],
-        steps=[e.step for e in events], returns=[e.value for e in events],
+        steps=[e.step for e in events],
+        returns=[e.value for e in events],
         minutes=(max(e.wall_time for e in everything) - min(e.wall_time for e in everything)) / 60,
     )
 
@@ -98,18 +100,29 @@ def main() -> None:
     for directory, run in zip(args.runs, runs):
         curve = binned(run["steps"], run["returns"], args.bin, total)
         last20 = float(np.mean(run["returns"][-20:]))
-        summary["runs"].append(dict(run=directory.name, script=run["script"], seed=run["seed"],
-                                    steps=run["total_timesteps"], games=len(run["returns"]),
-                                    minutes=round(run["minutes"], 1), last20=round(last20, 2),
-                                    curve=[None if v is None else round(v, 2) for v in curve]))
+        summary["runs"].append(
+            dict(
+                run=directory.name,
+                script=run["script"],
+                seed=run["seed"],
+                steps=run["total_timesteps"],
+                games=len(run["returns"]),
+                minutes=round(run["minutes"], 1),
+                last20=round(last20, 2),
+                curve=[None if v is None else round(v, 2) for v in curve],
+            )
+        )
         shown = " ".join("-" if v is None else f"{v:.1f}" for v in curve)
-        print(f"{run['script']} seed {run['seed']}: {run['total_timesteps']} steps, {len(run['returns'])} episodes, "
-              f"{run['minutes']:.0f} min, last 20 episodes {last20:.1f}; per {args.bin} steps: {shown}")
+        print(
+            f"{run['script']} seed {run['seed']}: {run['total_timesteps']} steps, {len(run['returns'])} episodes, "
+            f"{run['minutes']:.0f} min, last 20 episodes {last20:.1f}; per {args.bin} steps: {shown}"
+        )
     if args.random_games:
         env_id = runs[0]["env_id"]
         returns = random_policy_returns(env_id, args.random_games, seed=0)
-        summary["random"] = dict(env_id=env_id, games=len(returns), mean=round(float(np.mean(returns)), 2),
-                                 std=round(float(np.std(returns)), 2))
+        summary["random"] = dict(
+            env_id=env_id, games=len(returns), mean=round(float(np.mean(returns)), 2), std=round(float(np.std(returns)), 2)
+        )
         print(f"random policy on {env_id}: {np.mean(returns):.2f} ± {np.std(returns):.2f} over {len(returns)} episodes")
     if args.json:
         commit = provenance.commit()
@@ -127,7 +140,7 @@ def main() -> None:
             window = 20
             if len(returns) >= window:
                 smooth = np.convolve(returns, np.ones(window) / window, mode="valid")
-                ax.plot(steps[window - 1:], smooth, label=f"{run['script']} (seed {run['seed']})")
+                ax.plot(steps[window - 1 :], smooth, label=f"{run['script']} (seed {run['seed']})")
         if "random" in summary:
             ax.axhline(summary["random"]["mean"], color="gray", linestyle="--", label="random policy")
         atari = is_atari(runs[0]["env_id"])

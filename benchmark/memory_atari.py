@@ -28,11 +28,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 import provenance
 
 ROOT = Path(__file__).resolve().parent.parent
-GIB = 2 ** 30
+GIB = 2**30
 
 
 def peak_rss_gib() -> float:
@@ -71,8 +70,9 @@ def measure_ours(env_id: str, capacity: int, fill: int, frames: int, seed: int) 
     start = time.perf_counter()
     for i in range(fill):
         obs, action, reward, terminated, truncated, next_obs = data[i % len(data)]
-        rb.add(obs[None], np.array([action]), np.array([reward]), np.array([terminated]), np.array([truncated]),
-               next_obs[None])
+        rb.add(
+            obs[None], np.array([action]), np.array([reward]), np.array([terminated]), np.array([truncated]), next_obs[None]
+        )
     fill_seconds = time.perf_counter() - start
     for _ in range(100):
         batch = rb.sample(32)
@@ -95,22 +95,35 @@ def measure_sb3(env_id: str, capacity: int, fill: int, frames: int, seed: int) -
 
     torch.set_num_threads(1)
     env = VecFrameStack(make_atari_env(env_id, n_envs=1, seed=seed), n_stack=4)
-    model = DQN("CnnPolicy", env, buffer_size=capacity, batch_size=32, learning_starts=0, optimize_memory_usage=True,
-                replay_buffer_kwargs=dict(handle_timeout_termination=False), device="cpu", verbose=0)
+    model = DQN(
+        "CnnPolicy",
+        env,
+        buffer_size=capacity,
+        batch_size=32,
+        learning_starts=0,
+        optimize_memory_usage=True,
+        replay_buffer_kwargs=dict(handle_timeout_termination=False),
+        device="cpu",
+        verbose=0,
+    )
     _, _, data = real_frames(env_id, frames, seed)
     rb = model.replay_buffer
     start = time.perf_counter()
     for i in range(fill):  # the model transposes images: SB3 stores stacks [1, 4, 84, 84]
         obs, action, reward, terminated, truncated, next_obs = data[i % len(data)]
-        rb.add(obs[None], next_obs[None], np.array([[action]]),
-               np.array([reward]), np.array([terminated or truncated]), [{}])
+        rb.add(obs[None], next_obs[None], np.array([[action]]), np.array([reward]), np.array([terminated or truncated]), [{}])
     fill_seconds = time.perf_counter() - start
     from stable_baselines3.common.logger import configure
 
     model.set_logger(configure(None, []))
     model.train(gradient_steps=100, batch_size=32)
-    return dict(side="sb3", stored=rb.size(), fill_seconds=round(fill_seconds, 1), peak_rss_gib=round(peak_rss_gib(), 3),
-                observation_array_gib=round(rb.observations.nbytes / GIB, 2))
+    return dict(
+        side="sb3",
+        stored=rb.size(),
+        fill_seconds=round(fill_seconds, 1),
+        peak_rss_gib=round(peak_rss_gib(), 3),
+        observation_array_gib=round(rb.observations.nbytes / GIB, 2),
+    )
 
 
 def main() -> None:
@@ -135,8 +148,23 @@ def main() -> None:
     results = json.loads(args.json.read_text()) if args.json and args.json.exists() else []
     for fill in args.fill:
         for side in sides:
-            command = [sys.executable, __file__, "--child", "--side", side, "--env-id", args.env_id, "--capacity",
-                       str(args.capacity), "--fill", str(fill), "--frames", str(args.frames), "--seed", str(args.seed)]
+            command = [
+                sys.executable,
+                __file__,
+                "--child",
+                "--side",
+                side,
+                "--env-id",
+                args.env_id,
+                "--capacity",
+                str(args.capacity),
+                "--fill",
+                str(fill),
+                "--frames",
+                str(args.frames),
+                "--seed",
+                str(args.seed),
+            ]
             out = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
             if out.returncode:  # recorded: SB3's 1M buffer cannot be allocated on a 24 GiB machine
                 error = out.stderr.strip().splitlines()[-1]

@@ -41,15 +41,19 @@ import gymnasium as gym
 import numpy as np
 import stable_baselines3
 import torch
+from provenance import git
 from stable_baselines3.common.buffers import ReplayBuffer as SB3ReplayBuffer
 
 from cleanrl_utils.buffers import PrioritizedReplayBuffer, ReplayBuffer, SumTree
-from provenance import git
 
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = ["ours", "ours_prioritized", "sb3", "sb3_optimized"]
-LABELS = {"ours": "ours uniform", "ours_prioritized": "ours prioritized", "sb3": "SB3",
-          "sb3_optimized": "SB3 optimize_memory_usage"}
+LABELS = {
+    "ours": "ours uniform",
+    "ours_prioritized": "ours prioritized",
+    "sb3": "SB3",
+    "sb3_optimized": "SB3 optimize_memory_usage",
+}
 FRAME = (84, 84)
 STACK = 4
 BATCH = 256
@@ -165,7 +169,7 @@ class Stream:
     def stack(self, newest: int, episode_first: int) -> np.ndarray:
         """``[1, 4, 84, 84]``: frames newest-3..newest, zero before frame ``episode_first``."""
         start = (newest - STACK + 1) % self.pool
-        view = self.seq[:, start:start + STACK]
+        view = self.seq[:, start : start + STACK]
         zeros = episode_first - (newest - STACK + 1)
         if zeros <= 0:
             return view
@@ -210,8 +214,15 @@ def build(kind: str, n: int, seed: int):
     if kind == "ours_prioritized":
         return PrioritizedReplayBuffer(n, 1, OBS_SPACE, ACTION_SPACE, frame_stack=STACK, alpha=0.6, seed=seed)
     optimized = kind == "sb3_optimized"
-    return SB3ReplayBuffer(n, OBS_SPACE, ACTION_SPACE, device="cpu", n_envs=1, optimize_memory_usage=optimized,
-                           handle_timeout_termination=not optimized)
+    return SB3ReplayBuffer(
+        n,
+        OBS_SPACE,
+        ACTION_SPACE,
+        device="cpu",
+        n_envs=1,
+        optimize_memory_usage=optimized,
+        handle_timeout_termination=not optimized,
+    )
 
 
 def array_bytes(kind: str, rb) -> int:
@@ -271,15 +282,25 @@ def check(kind: str, rb) -> dict:
     else:
         done = batch.dones.numpy().reshape(-1) > 0
     newest_nonzero = (obs[:, -1] != 0).reshape(len(obs), -1).any(axis=1)
-    return dict(samples=len(obs), shifted=int(shifted.sum()), done=int(done.sum()),
-                shifted_not_done=int(shifted[~done].sum()), not_done=int((~done).sum()),
-                newest_frame_nonzero=int(newest_nonzero.sum()))
+    return dict(
+        samples=len(obs),
+        shifted=int(shifted.sum()),
+        done=int(done.sum()),
+        shifted_not_done=int(shifted[~done].sum()),
+        not_done=int((~done).sum()),
+        newest_frame_nonzero=int(newest_nonzero.sum()),
+    )
 
 
 def summary(times: list[float]) -> dict:
     ms = np.array(times) * 1e3
-    return dict(median_ms=float(np.median(ms)), p90_ms=float(np.percentile(ms, 90)), mean_ms=float(ms.mean()),
-                min_ms=float(ms.min()), calls=len(ms))
+    return dict(
+        median_ms=float(np.median(ms)),
+        p90_ms=float(np.percentile(ms, 90)),
+        mean_ms=float(ms.mean()),
+        min_ms=float(ms.min()),
+        calls=len(ms),
+    )
 
 
 def time_sampling(kind: str, rb, warmup: int, calls: int, seed: int) -> dict:
@@ -318,8 +339,7 @@ def measure(kind: str, n: int, stream: Stream, args) -> dict:
     need = estimated_bytes(kind, n)
     record.update(estimated_bytes=need, mem_available_bytes=available)
     if need > args.memory_fraction * available:
-        reason = (f"needs {need / 2**30:.1f} GiB > {args.memory_fraction:.0%} of MemAvailable "
-                  f"({available / 2**30:.1f} GiB)")
+        reason = f"needs {need / 2**30:.1f} GiB > {args.memory_fraction:.0%} of MemAvailable ({available / 2**30:.1f} GiB)"
         print(f"[{n:>9,} {LABELS[kind]}] skipped: {reason}", flush=True)
         return dict(record, status="skipped", reason=reason)
 
@@ -332,27 +352,42 @@ def measure(kind: str, n: int, stream: Stream, args) -> dict:
     steady = min(args.steady_adds, n)
     steady_inside, _ = fill(kind, rb, stream, steady) if steady > 0 else (None, None)
     record.update(
-        status="measured", transitions_added=n, transitions_stored=stored(kind, rb),
-        episodes_ended=stream.episodes_ended, array_bytes=array_bytes(kind, rb),
-        rss_before_bytes=rss_before, rss_growth_built_bytes=rss_built - rss_before,
+        status="measured",
+        transitions_added=n,
+        transitions_stored=stored(kind, rb),
+        episodes_ended=stream.episodes_ended,
+        array_bytes=array_bytes(kind, rb),
+        rss_before_bytes=rss_before,
+        rss_growth_built_bytes=rss_built - rss_before,
         rss_growth_filled_bytes=rss_filled - rss_before,
-        add_seconds=inside, fill_wall_seconds=wall, add_per_second=n / inside, add_us=inside / n * 1e6,
-        steady_adds=steady, steady_add_seconds=steady_inside,
+        add_seconds=inside,
+        fill_wall_seconds=wall,
+        add_per_second=n / inside,
+        add_us=inside / n * 1e6,
+        steady_adds=steady,
+        steady_add_seconds=steady_inside,
         steady_add_per_second=steady / steady_inside if steady_inside else None,
         rss_growth_after_steady_bytes=proc_status("VmRSS") - rss_before,
     )
-    print(f"[{n:>9,} {LABELS[kind]}] filled: {n / inside:,.0f} adds/s ({inside / n * 1e6:.1f} us each; "
-          f"loop {wall:.1f} s); then {steady:,} more into the full ring: "
-          f"{record['steady_add_per_second'] or 0:,.0f} adds/s; arrays {record['array_bytes'] / 2**30:.2f} GiB, "
-          f"RSS +{record['rss_growth_filled_bytes'] / 2**30:.2f} GiB", flush=True)
+    print(
+        f"[{n:>9,} {LABELS[kind]}] filled: {n / inside:,.0f} adds/s ({inside / n * 1e6:.1f} us each; "
+        f"loop {wall:.1f} s); then {steady:,} more into the full ring: "
+        f"{record['steady_add_per_second'] or 0:,.0f} adds/s; arrays {record['array_bytes'] / 2**30:.2f} GiB, "
+        f"RSS +{record['rss_growth_filled_bytes'] / 2**30:.2f} GiB",
+        flush=True,
+    )
     record["check"] = check(kind, rb)
     record.update(time_sampling(kind, rb, args.warmup, args.samples, args.seed))
     record["rss_peak_growth_bytes"] = proc_status("VmHWM") - rss_before if peak_reset else None
-    line = (f"[{n:>9,} {LABELS[kind]}] sample({BATCH}): median {record['sample']['median_ms']:.2f} ms, "
-            f"p90 {record['sample']['p90_ms']:.2f} ms")
+    line = (
+        f"[{n:>9,} {LABELS[kind]}] sample({BATCH}): median {record['sample']['median_ms']:.2f} ms, "
+        f"p90 {record['sample']['p90_ms']:.2f} ms"
+    )
     if "update_priorities" in record:
-        line += (f"; update_priorities: median {record['update_priorities']['median_ms']:.3f} ms, "
-                 f"p90 {record['update_priorities']['p90_ms']:.3f} ms")
+        line += (
+            f"; update_priorities: median {record['update_priorities']['median_ms']:.3f} ms, "
+            f"p90 {record['update_priorities']['p90_ms']:.3f} ms"
+        )
     print(line + f"; check {record['check']}", flush=True)
     del rb
     gc.collect()
@@ -369,8 +404,10 @@ def gib(x) -> str:
 
 
 def table(results: list[dict]) -> str:
-    header = ("| N | buffer | stored | arrays (GiB) | RSS growth (GiB) | add (transitions/s) | "
-              "add, full ring (transitions/s) | sample(256) median / p90 (ms) | update_priorities median / p90 (ms) | sample / ours uniform |")
+    header = (
+        "| N | buffer | stored | arrays (GiB) | RSS growth (GiB) | add (transitions/s) | "
+        "add, full ring (transitions/s) | sample(256) median / p90 (ms) | update_priorities median / p90 (ms) | sample / ours uniform |"
+    )
     rows = [header, "|" + "---|" * (header.count("|") - 1)]
     uniform = {r["size"]: r["sample"]["median_ms"] for r in results if r["kind"] == "ours" and r["status"] == "measured"}
     for r in results:
@@ -385,7 +422,8 @@ def table(results: list[dict]) -> str:
             f"{'-' if r['steady_add_per_second'] is None else format(r['steady_add_per_second'], ',.0f')} | "
             f"{r['sample']['median_ms']:.2f} / {r['sample']['p90_ms']:.2f} | "
             + (f"{update['median_ms']:.3f} / {update['p90_ms']:.3f}" if update else "-")
-            + f" | {'-' if ratio is None else f'{ratio:.2f}x'} |")
+            + f" | {'-' if ratio is None else f'{ratio:.2f}x'} |"
+        )
     return "\n".join(rows)
 
 
@@ -394,11 +432,23 @@ def targets(results: list[dict]) -> list[dict]:
     uniform, prioritized = by.get((1_000_000, "ours")), by.get((1_000_000, "ours_prioritized"))
     out = []
     value = uniform["sample"]["median_ms"] if uniform else None
-    out.append(dict(target="ours uniform sample(256) from a full 1M Atari buffer < 5 ms (median)", value=value,
-                    unit="ms", verdict="NOT MEASURED" if value is None else ("PASS" if value < 5.0 else "MISS")))
+    out.append(
+        dict(
+            target="ours uniform sample(256) from a full 1M Atari buffer < 5 ms (median)",
+            value=value,
+            unit="ms",
+            verdict="NOT MEASURED" if value is None else ("PASS" if value < 5.0 else "MISS"),
+        )
+    )
     ratio = prioritized["sample"]["median_ms"] / value if uniform and prioritized else None
-    out.append(dict(target="ours prioritized sample(256) at 1M within 3x of uniform (ratio of medians)", value=ratio,
-                    unit="x", verdict="NOT MEASURED" if ratio is None else ("PASS" if ratio <= 3.0 else "MISS")))
+    out.append(
+        dict(
+            target="ours prioritized sample(256) at 1M within 3x of uniform (ratio of medians)",
+            value=ratio,
+            unit="x",
+            verdict="NOT MEASURED" if ratio is None else ("PASS" if ratio <= 3.0 else "MISS"),
+        )
+    )
     return out
 
 
@@ -408,18 +458,26 @@ def main() -> None:
     parser.add_argument("--kinds", nargs="+", default=KINDS, choices=KINDS)
     parser.add_argument("--samples", type=int, default=200, help="timed sample(256) calls per buffer")
     parser.add_argument("--warmup", type=int, default=10, help="untimed sample calls first")
-    parser.add_argument("--memory-fraction", type=float, default=0.8,
-                        help="skip a buffer whose arrays exceed this fraction of MemAvailable")
-    parser.add_argument("--steady-adds", type=int, default=100_000,
-                        help="adds timed again after the fill, into the full ring (memory already touched)")
+    parser.add_argument(
+        "--memory-fraction", type=float, default=0.8, help="skip a buffer whose arrays exceed this fraction of MemAvailable"
+    )
+    parser.add_argument(
+        "--steady-adds",
+        type=int,
+        default=100_000,
+        help="adds timed again after the fill, into the full ring (memory already touched)",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
 
     info = meta()
-    print(f"commit {info['commit']}, {info['cpus']} CPUs ({info['cpu_model']}), torch {info['torch']}, "
-          f"numpy {info['numpy']}, SB3 {info['stable_baselines3']}, MemAvailable "
-          f"{mem_available() / 2**30:.1f} GiB", flush=True)
+    print(
+        f"commit {info['commit']}, {info['cpus']} CPUs ({info['cpu_model']}), torch {info['torch']}, "
+        f"numpy {info['numpy']}, SB3 {info['stable_baselines3']}, MemAvailable "
+        f"{mem_available() / 2**30:.1f} GiB",
+        flush=True,
+    )
     results = []
     for n in args.sizes:
         stream = Stream(n, args.seed)
@@ -437,22 +495,43 @@ def main() -> None:
             for sb3 in ("sb3", "sb3_optimized"):
                 a, b = by.get((n, ours)), by.get((n, sb3))
                 if a and b:
-                    steady = (f", full-ring add {a['steady_add_per_second'] / b['steady_add_per_second']:.2f}x"
-                              if a["steady_add_per_second"] and b["steady_add_per_second"] else "")
-                    print(f"N={n:,}: {LABELS[ours]} vs {LABELS[sb3]}: fill add {a['add_per_second'] / b['add_per_second']:.2f}x "
-                          f"the rate{steady}, sample {a['sample']['median_ms'] / b['sample']['median_ms']:.2f}x the time, "
-                          f"arrays {a['array_bytes'] / b['array_bytes']:.2f}x the bytes")
+                    steady = (
+                        f", full-ring add {a['steady_add_per_second'] / b['steady_add_per_second']:.2f}x"
+                        if a["steady_add_per_second"] and b["steady_add_per_second"]
+                        else ""
+                    )
+                    print(
+                        f"N={n:,}: {LABELS[ours]} vs {LABELS[sb3]}: fill add {a['add_per_second'] / b['add_per_second']:.2f}x "
+                        f"the rate{steady}, sample {a['sample']['median_ms'] / b['sample']['median_ms']:.2f}x the time, "
+                        f"arrays {a['array_bytes'] / b['array_bytes']:.2f}x the bytes"
+                    )
     goals = targets(results)
     for goal in goals:
         value = "-" if goal["value"] is None else f"{goal['value']:.2f} {goal['unit']}"
         print(f"{goal['verdict']}: {goal['target']}: {value}")
     if args.json:
         info["loadavg_end"] = loadavg()
-        args.json.write_text(json.dumps(dict(meta=dict(info, sizes=args.sizes, batch_size=BATCH, samples=args.samples,
-                                                       warmup=args.warmup, steady_adds=args.steady_adds,
-                                                       memory_fraction=args.memory_fraction,
-                                                       seed=args.seed, argv=sys.argv[1:]),
-                                             results=results, targets=goals), indent=2) + "\n")
+        args.json.write_text(
+            json.dumps(
+                dict(
+                    meta=dict(
+                        info,
+                        sizes=args.sizes,
+                        batch_size=BATCH,
+                        samples=args.samples,
+                        warmup=args.warmup,
+                        steady_adds=args.steady_adds,
+                        memory_fraction=args.memory_fraction,
+                        seed=args.seed,
+                        argv=sys.argv[1:],
+                    ),
+                    results=results,
+                    targets=goals,
+                ),
+                indent=2,
+            )
+            + "\n"
+        )
         print(f"wrote {args.json}")
 
 

@@ -39,19 +39,52 @@ import provenance
 ROOT = Path(__file__).resolve().parent.parent
 
 # Hyperparameters shared by both sides; ours are the scripts' defaults.
-PPO = dict(num_envs=4, num_steps=128, learning_rate=2.5e-4, gamma=0.99, gae_lambda=0.95, num_minibatches=4,
-           update_epochs=4, clip_coef=0.2, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5)
-DQN = dict(num_envs=1, buffer_size=10000, learning_rate=2.5e-4, gamma=0.99, tau=1.0, target_network_frequency=500,
-           batch_size=128, start_e=1.0, end_e=0.05, exploration_fraction=0.5, learning_starts=10000,
-           train_frequency=10)
+PPO = dict(
+    num_envs=4,
+    num_steps=128,
+    learning_rate=2.5e-4,
+    gamma=0.99,
+    gae_lambda=0.95,
+    num_minibatches=4,
+    update_epochs=4,
+    clip_coef=0.2,
+    ent_coef=0.01,
+    vf_coef=0.5,
+    max_grad_norm=0.5,
+)
+DQN = dict(
+    num_envs=1,
+    buffer_size=10000,
+    learning_rate=2.5e-4,
+    gamma=0.99,
+    tau=1.0,
+    target_network_frequency=500,
+    batch_size=128,
+    start_e=1.0,
+    end_e=0.05,
+    exploration_fraction=0.5,
+    learning_starts=10000,
+    train_frequency=10,
+)
 
 # dqn_atari.py at its defaults (CleanRL's Atari settings) except a 100k buffer and training from
 # step 2000, so that a short run measures training speed; both sides
 # preprocess with SB3's Atari wrappers (frame skip 4, 84x84 grayscale, 4 stacked frames, episodic
 # life, FIRE reset, clipped rewards) and train the Nature CNN.
-DQN_ATARI = dict(num_envs=1, buffer_size=100000, learning_rate=1e-4, gamma=0.99, tau=1.0, target_network_frequency=1000,
-                 batch_size=32, start_e=1.0, end_e=0.01, exploration_fraction=0.1, learning_starts=2000,
-                 train_frequency=4)
+DQN_ATARI = dict(
+    num_envs=1,
+    buffer_size=100000,
+    learning_rate=1e-4,
+    gamma=0.99,
+    tau=1.0,
+    target_network_frequency=1000,
+    batch_size=32,
+    start_e=1.0,
+    end_e=0.01,
+    exploration_fraction=0.1,
+    learning_starts=2000,
+    train_frequency=4,
+)
 ATARI_ENV = "BreakoutNoFrameskip-v4"
 
 # The Q-value policy gradients on Hopper-v5 as issue 6 fixes them: one gradient step per
@@ -68,16 +101,39 @@ DDPG = dict(OFF_POLICY, learning_rate=3e-4, policy_frequency=1, exploration_nois
 # PPO on Atari at the standard settings (ppo_atari.py's defaults): 8 envs x 128 steps, 4 epochs of
 # 4 minibatches, clip 0.1 (also for the value loss), both sides with SB3's Atari wrappers in one
 # process. ppo_atari_envpool.py runs the same with EnvPool's Breakout-v5 (the same preprocessing).
-PPO_ATARI = dict(num_envs=8, num_steps=128, learning_rate=2.5e-4, gamma=0.99, gae_lambda=0.95, num_minibatches=4,
-                 update_epochs=4, clip_coef=0.1, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5)
+PPO_ATARI = dict(
+    num_envs=8,
+    num_steps=128,
+    learning_rate=2.5e-4,
+    gamma=0.99,
+    gae_lambda=0.95,
+    num_minibatches=4,
+    update_epochs=4,
+    clip_coef=0.1,
+    ent_coef=0.01,
+    vf_coef=0.5,
+    max_grad_norm=0.5,
+)
 ENVPOOL_ATARI_ENV = "Breakout-v5"
 
 # PPO on MuJoCo at the standard settings (ppo_continuous.py's defaults): 1 env x 2048 steps,
 # 10 epochs of 32 minibatches, observation and reward normalisation clipped at 10.
-PPO_CONTINUOUS = dict(num_envs=1, num_steps=2048, learning_rate=3e-4, gamma=0.99, gae_lambda=0.95, num_minibatches=32,
-                      update_epochs=10, clip_coef=0.2, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5)
+PPO_CONTINUOUS = dict(
+    num_envs=1,
+    num_steps=2048,
+    learning_rate=3e-4,
+    gamma=0.99,
+    gae_lambda=0.95,
+    num_minibatches=32,
+    update_epochs=10,
+    clip_coef=0.2,
+    ent_coef=0.0,
+    vf_coef=0.5,
+    max_grad_norm=0.5,
+)
 
-SB3_PPO_ATARI = """
+SB3_PPO_ATARI = (
+    """
 import json, sys, time, torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_atari_env
@@ -95,9 +151,12 @@ model = PPO("CnnPolicy", env, n_steps=h["num_steps"], batch_size=h["num_envs"] *
 start = time.perf_counter()
 model.learn(steps)
 print("SPS", model.num_timesteps / (time.perf_counter() - start))
-""" % ATARI_ENV
+"""
+    % ATARI_ENV
+)
 
-SB3_PPO_CONTINUOUS = """
+SB3_PPO_CONTINUOUS = (
+    """
 import json, sys, time, torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
@@ -115,9 +174,12 @@ model = PPO("MlpPolicy", env, n_steps=h["num_steps"], batch_size=h["num_envs"] *
 start = time.perf_counter()
 model.learn(steps)
 print("SPS", model.num_timesteps / (time.perf_counter() - start))
-""" % MUJOCO_ENV
+"""
+    % MUJOCO_ENV
+)
 
-SB3_OFF_POLICY = """
+SB3_OFF_POLICY = (
+    """
 import json, sys, time, numpy as np, torch, gymnasium as gym
 from stable_baselines3 import SAC, TD3, DDPG
 from stable_baselines3.common.noise import NormalActionNoise
@@ -139,7 +201,9 @@ else:
 start = time.perf_counter()
 model.learn(steps)
 print("SPS", model.num_timesteps / (time.perf_counter() - start))
-""" % MUJOCO_ENV
+"""
+    % MUJOCO_ENV
+)
 
 SB3_PPO = """
 import json, sys, time, torch
@@ -176,7 +240,8 @@ model.learn(steps)
 print("SPS", model.num_timesteps / (time.perf_counter() - start))
 """
 
-SB3_DQN_ATARI = """
+SB3_DQN_ATARI = (
+    """
 import json, sys, time, torch
 from stable_baselines3 import DQN
 from stable_baselines3.common.env_util import make_atari_env
@@ -195,7 +260,9 @@ model = DQN("CnnPolicy", env, learning_rate=h["learning_rate"], buffer_size=h["b
 start = time.perf_counter()
 model.learn(steps)
 print("SPS", model.num_timesteps / (time.perf_counter() - start))
-""" % ATARI_ENV
+"""
+    % ATARI_ENV
+)
 
 
 def flags(hyperparameters: dict) -> list[str]:
@@ -205,8 +272,15 @@ def flags(hyperparameters: dict) -> list[str]:
 def run_ours(script: str, hyperparameters: dict, steps: int, seed: int, threads: int, env_id: str) -> float:
     """Train our script in a fresh process; return the SPS of its last progress line."""
     with tempfile.TemporaryDirectory() as runs:
-        command = [sys.executable, str(ROOT / "cleanrl" / script), f"--env-id={env_id}", f"--total-timesteps={steps}",
-                   f"--seed={seed}", f"--torch-threads={threads}", *flags(hyperparameters)]
+        command = [
+            sys.executable,
+            str(ROOT / "cleanrl" / script),
+            f"--env-id={env_id}",
+            f"--total-timesteps={steps}",
+            f"--seed={seed}",
+            f"--torch-threads={threads}",
+            *flags(hyperparameters),
+        ]
         out = subprocess.run(command, cwd=runs, capture_output=True, text=True, check=True).stdout
     return float(re.findall(r"SPS (\d+)", out)[-1])
 
@@ -219,8 +293,12 @@ def run_sb3(program: str, hyperparameters: dict, steps: int, seed: int, threads:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--algos", nargs="+", default=["ppo", "dqn"], choices=["ppo", "dqn", "dqn_atari", "sac", "td3", "ddpg", "ppo_atari", "ppo_continuous",
-                                 "ppo_atari_envpool"])
+    parser.add_argument(
+        "--algos",
+        nargs="+",
+        default=["ppo", "dqn"],
+        choices=["ppo", "dqn", "dqn_atari", "sac", "td3", "ddpg", "ppo_atari", "ppo_continuous", "ppo_atari_envpool"],
+    )
     parser.add_argument("--total-timesteps", type=int, default=100_000)
     parser.add_argument("--atari-timesteps", type=int, default=10_000, help="steps of the Atari runs")
     parser.add_argument("--mujoco-timesteps", type=int, default=3000, help="steps of the Hopper runs")
@@ -244,9 +322,14 @@ def main() -> None:
             # the baseline of ppo_atari_envpool.py is ours: ppo_atari.py at the same settings
             "ppo_atari_envpool": ("ppo_atari_envpool.py", PPO_ATARI, None, ENVPOOL_ATARI_ENV),
         }[algo]
-        steps = {"dqn_atari": args.atari_timesteps, "sac": args.mujoco_timesteps, "td3": args.mujoco_timesteps,
-                 "ddpg": args.mujoco_timesteps, "ppo_atari": args.atari_timesteps,
-                 "ppo_atari_envpool": args.atari_timesteps}.get(algo, args.total_timesteps)
+        steps = {
+            "dqn_atari": args.atari_timesteps,
+            "sac": args.mujoco_timesteps,
+            "td3": args.mujoco_timesteps,
+            "ddpg": args.mujoco_timesteps,
+            "ppo_atari": args.atari_timesteps,
+            "ppo_atari_envpool": args.atari_timesteps,
+        }.get(algo, args.total_timesteps)
         baseline = "SB3" if program is not None else "ppo_atari.py"
         ours, sb3 = [], []
         for repeat in range(args.repeats):
@@ -258,15 +341,25 @@ def main() -> None:
             print(f"{algo} repeat {repeat + 1}: ours {ours[-1]:.0f} SPS, {baseline} {sb3[-1]:.0f} SPS", flush=True)
         ratio = statistics.median(ours) / statistics.median(sb3)
         results[algo] = dict(ours=ours, sb3=sb3, ratio=ratio, baseline=baseline)
-        print(f"{algo}: ours {statistics.median(ours):.0f} SPS, {baseline} {statistics.median(sb3):.0f} SPS "
-              f"(medians of {args.repeats}), ratio {ratio:.2f}x", flush=True)
+        print(
+            f"{algo}: ours {statistics.median(ours):.0f} SPS, {baseline} {statistics.median(sb3):.0f} SPS "
+            f"(medians of {args.repeats}), ratio {ratio:.2f}x",
+            flush=True,
+        )
     if "dqn" in results or "dqn_atari" in results:
         print("note: SB3's DQN uses the Huber loss and clips gradients at norm 10; ours use the squared TD error")
     if args.json:
         commit = provenance.commit()
-        meta = dict(steps=args.total_timesteps, atari_steps=args.atari_timesteps, mujoco_steps=args.mujoco_timesteps,
-                    seed=args.seed, torch_threads=args.torch_threads,
-                    cpus=os.cpu_count(), commit=commit, time=time.strftime("%Y-%m-%dT%H:%M:%S"))
+        meta = dict(
+            steps=args.total_timesteps,
+            atari_steps=args.atari_timesteps,
+            mujoco_steps=args.mujoco_timesteps,
+            seed=args.seed,
+            torch_threads=args.torch_threads,
+            cpus=os.cpu_count(),
+            commit=commit,
+            time=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        )
         args.json.write_text(json.dumps(dict(meta=meta, results=results), indent=2) + "\n")
 
 

@@ -138,8 +138,7 @@ class Args:
 
 def check_args(args: Args) -> None:
     """Fill in the computed fields; stop with one line naming the flag on bad input."""
-    require_positive(args, "total_timesteps", "num_envs", "num_steps", "learning_rate", "torch_threads",
-                     "log_interval")
+    require_positive(args, "total_timesteps", "num_envs", "num_steps", "learning_rate", "torch_threads", "log_interval")
     require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
     require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
     require(0 <= args.gae_lambda <= 1, "--gae-lambda", f"must be in [0, 1], got {args.gae_lambda}")
@@ -404,8 +403,9 @@ if __name__ == "__main__":
     )
     obs_shape = envs.single_observation_space.shape
     agent = Agent(int(np.prod(obs_shape)), int(envs.single_action_space.n)).to(device)
-    optimizer = optim.RMSprop(agent.parameters(), lr=args.learning_rate, alpha=args.rms_prop_alpha,
-                              eps=args.rms_prop_eps, foreach=True)
+    optimizer = optim.RMSprop(
+        agent.parameters(), lr=args.learning_rate, alpha=args.rms_prop_alpha, eps=args.rms_prop_eps, foreach=True
+    )
     # The rollout samples actions from a numpy copy of the actor: a rollout is 5 vector steps,
     # and torch's per-call overhead would cost more than the environments. The log-probabilities
     # and values of the rollout are computed in torch in one batch for the gradient step (the
@@ -437,8 +437,10 @@ if __name__ == "__main__":
     checkpointer = Checkpointer(run.directory, "a2c", args, args.checkpoint_interval, global_step, writer=writer)
     start_step, start_time = global_step, time.time()
     if args.num_iterations * args.batch_size != args.total_timesteps:
-        print(f"training {args.num_iterations * args.batch_size} steps: --total-timesteps rounded down "
-              f"to whole rollouts of {args.batch_size}")
+        print(
+            f"training {args.num_iterations * args.batch_size} steps: --total-timesteps rounded down "
+            f"to whole rollouts of {args.batch_size}"
+        )
     progress = Progress(args.num_iterations * args.batch_size, start_step=global_step)
 
     for iteration in range(first_iteration, args.num_iterations + 1):
@@ -468,11 +470,13 @@ if __name__ == "__main__":
         # bootstrap values enter the returns as constants.
         b_obs = torch.from_numpy(obs.reshape((-1,) + obs_shape)).to(device)
         b_actions = torch.from_numpy(actions.reshape(-1)).to(device)
-        critic_input = torch.cat([
-            b_obs,
-            torch.as_tensor(next_obs, dtype=torch.float32, device=device),
-            torch.from_numpy(final_obs[truncated]).to(device),
-        ])
+        critic_input = torch.cat(
+            [
+                b_obs,
+                torch.as_tensor(next_obs, dtype=torch.float32, device=device),
+                torch.from_numpy(final_obs[truncated]).to(device),
+            ]
+        )
         all_values = agent.get_value(critic_input)
         b_values = all_values[: T * N]
         bootstrap = all_values[T * N :].detach().cpu().numpy()
@@ -480,8 +484,9 @@ if __name__ == "__main__":
         final_values = np.zeros((T, N), dtype=np.float32)
         final_values[truncated] = bootstrap[N:]
         values = b_values.detach().cpu().numpy().reshape(T, N)
-        advantages, returns = compute_gae(rewards, values, last_values, final_values, terminations, dones,
-                                          args.gamma, args.gae_lambda)
+        advantages, returns = compute_gae(
+            rewards, values, last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
+        )
         b_advantages = torch.from_numpy(advantages.reshape(-1)).to(device)
         b_returns = torch.from_numpy(returns.reshape(-1)).to(device)
         if args.norm_adv:
@@ -489,8 +494,9 @@ if __name__ == "__main__":
 
         # One gradient step on the whole rollout
         b_logprobs, b_entropy = agent.get_log_prob_and_entropy(b_obs, b_actions)
-        loss, pg_loss, v_loss, entropy_loss = a2c_loss(b_logprobs, b_entropy, b_values, b_advantages, b_returns,
-                                                       args.ent_coef, args.vf_coef)
+        loss, pg_loss, v_loss, entropy_loss = a2c_loss(
+            b_logprobs, b_entropy, b_values, b_advantages, b_returns, args.ent_coef, args.vf_coef
+        )
         optimizer.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
@@ -508,21 +514,29 @@ if __name__ == "__main__":
             writer.add_scalar("losses/explained_variance", explained_var, global_step)
             writer.add_scalar("charts/SPS", sps, global_step)
         if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
-            checkpointer.save(global_step, {"iteration": iteration, "model": agent.state_dict(),
-                                            "optimizer": optimizer.state_dict(), "action_rng": generator_state(rng),
-                                            "envs": envs_state(envs), "wandb_id": run.wandb_id})
+            checkpointer.save(
+                global_step,
+                {
+                    "iteration": iteration,
+                    "model": agent.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "action_rng": generator_state(rng),
+                    "envs": envs_state(envs),
+                    "wandb_id": run.wandb_id,
+                },
+            )
 
     progress.close()
     if args.save_model:
         model_path = run.directory / f"{args.exp_name}.cleanrl_model"
         save_model(model_path, "a2c", args, agent.state_dict())
         print(f"model saved to {model_path}")
-        episodic_returns = evaluate(str(model_path), args.eval_episodes, args.env_id, args.capture_video,
-                                    str(run.directory / "videos-eval"))
+        episodic_returns = evaluate(
+            str(model_path), args.eval_episodes, args.env_id, args.capture_video, str(run.directory / "videos-eval")
+        )
         writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
         writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
-        print(f"evaluation over {args.eval_episodes} episodes: "
-              f"{episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
+        print(f"evaluation over {args.eval_episodes} episodes: {episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
 
     envs.close()
     run.close()

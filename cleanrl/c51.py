@@ -140,8 +140,18 @@ class Args:
 
 def check_args(args: Args) -> None:
     """Stop with one line naming the flag on bad input."""
-    require_positive(args, "total_timesteps", "num_envs", "buffer_size", "batch_size", "learning_rate",
-                     "target_network_frequency", "train_frequency", "torch_threads", "n_step")
+    require_positive(
+        args,
+        "total_timesteps",
+        "num_envs",
+        "buffer_size",
+        "batch_size",
+        "learning_rate",
+        "target_network_frequency",
+        "train_frequency",
+        "torch_threads",
+        "n_step",
+    )
     require(args.n_atoms >= 2, "--n-atoms", f"must be at least 2, got {args.n_atoms}")
     require(args.v_min < args.v_max, "--v-max", f"{args.v_max} is not above --v-min {args.v_min}")
     require(args.learning_starts >= 0, "--learning-starts", f"must be >= 0, got {args.learning_starts}")
@@ -150,17 +160,30 @@ def check_args(args: Args) -> None:
     for name in ("start_e", "end_e"):
         value = getattr(args, name)
         require(0 <= value <= 1, flag_name(name), f"must be in [0, 1], got {value}")
-    require(args.start_e >= args.end_e, "--end-e",
-            f"{args.end_e} is above --start-e {args.start_e}; ε decays from --start-e to --end-e")
-    require(args.buffer_size >= args.batch_size, "--buffer-size",
-            f"{args.buffer_size} is smaller than --batch-size {args.batch_size}")
-    require(0 < args.exploration_fraction <= 1, "--exploration-fraction",
-            f"must be in (0, 1], got {args.exploration_fraction}")
-    require(args.buffer_size // args.num_envs >= args.n_step + 2, "--buffer-size",
-            f"{args.buffer_size} holds {args.buffer_size // args.num_envs} steps per env; "
-            f"--n-step {args.n_step} needs at least {args.n_step + 2}")
-    require(args.total_timesteps > args.learning_starts, "--learning-starts",
-            f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}")
+    require(
+        args.start_e >= args.end_e,
+        "--end-e",
+        f"{args.end_e} is above --start-e {args.start_e}; ε decays from --start-e to --end-e",
+    )
+    require(
+        args.buffer_size >= args.batch_size,
+        "--buffer-size",
+        f"{args.buffer_size} is smaller than --batch-size {args.batch_size}",
+    )
+    require(
+        0 < args.exploration_fraction <= 1, "--exploration-fraction", f"must be in (0, 1], got {args.exploration_fraction}"
+    )
+    require(
+        args.buffer_size // args.num_envs >= args.n_step + 2,
+        "--buffer-size",
+        f"{args.buffer_size} holds {args.buffer_size // args.num_envs} steps per env; "
+        f"--n-step {args.n_step} needs at least {args.n_step + 2}",
+    )
+    require(
+        args.total_timesteps > args.learning_starts,
+        "--learning-starts",
+        f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}",
+    )
     require(not args.save_model or args.eval_episodes > 0, "--eval-episodes", "must be positive with --save-model")
 
 
@@ -195,13 +218,13 @@ class QNetwork(nn.Module):
         atoms: the support z_1..z_N, ``[n_atoms]`` (a buffer, saved with the model).
     """
 
-    def __init__(self, obs_dim: int, num_actions: int, n_atoms: int = 101, v_min: float = -100.0,
-                 v_max: float = 100.0):
+    def __init__(self, obs_dim: int, num_actions: int, n_atoms: int = 101, v_min: float = -100.0, v_max: float = 100.0):
         super().__init__()
         self.num_actions, self.n_atoms = num_actions, n_atoms
         self.register_buffer("atoms", torch.linspace(v_min, v_max, n_atoms))
-        self.network = nn.Sequential(nn.Linear(obs_dim, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(),
-                                     nn.Linear(84, num_actions * n_atoms))
+        self.network = nn.Sequential(
+            nn.Linear(obs_dim, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, num_actions * n_atoms)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Observations ``[B, obs_dim]`` -> logits ``[B, num_actions, n_atoms]``."""
@@ -287,8 +310,13 @@ def evaluate(
     envs = make_vector_env([make_env(env_id, 0, capture_video, video_dir, lambda episode: episode < eval_episodes)])
     rng = np.random.default_rng(seed)
     a = content["args"]
-    q_network = QNetwork(int(np.prod(envs.single_observation_space.shape)), int(envs.single_action_space.n),
-                         a["n_atoms"], a["v_min"], a["v_max"]).to(device)
+    q_network = QNetwork(
+        int(np.prod(envs.single_observation_space.shape)),
+        int(envs.single_action_space.n),
+        a["n_atoms"],
+        a["v_min"],
+        a["v_max"],
+    ).to(device)
     q_network.load_state_dict(content["model"])
 
     @torch.no_grad()
@@ -307,13 +335,20 @@ if __name__ == "__main__":
     args = tyro.cli(Args)
     args, resumed = resume_args(args, "c51")  # with --resume: the checkpoint's run and its arguments
     check_args(args)
-    observation_space, action_space = check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "c51.py",
-                                                obs_ndim=1)
+    observation_space, action_space = check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "c51.py", obs_ndim=1)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     N = args.num_envs
     try:  # n-step transitions in [buffer_size / N, N] rows
-        rb = ReplayBuffer(args.buffer_size // N, N, observation_space, action_space, n_step=args.n_step,
-                          gamma=args.gamma, device=device, seed=args.seed)
+        rb = ReplayBuffer(
+            args.buffer_size // N,
+            N,
+            observation_space,
+            action_space,
+            n_step=args.n_step,
+            gamma=args.gamma,
+            device=device,
+            seed=args.seed,
+        )
     except MemoryError as error:
         fail("--buffer-size", str(error))
     run = start_run(args, resume=resumed)
@@ -370,8 +405,7 @@ if __name__ == "__main__":
     checkpointer = Checkpointer(run.directory, "c51", args, args.checkpoint_interval, global_step, writer=writer)
     start_step, start_time = global_step, time.time()
     if args.buffer_size % N:
-        print(f"replay capacity {rb.capacity * N} transitions: --buffer-size rounded down to a multiple of "
-              f"--num-envs {N}")
+        print(f"replay capacity {rb.capacity * N} transitions: --buffer-size rounded down to a multiple of --num-envs {N}")
     if num_iterations * N != args.total_timesteps:
         print(f"training {num_iterations * N} steps: --total-timesteps rounded down to a multiple of --num-envs {N}")
     progress = Progress(num_iterations * N, start_step=global_step)
@@ -425,22 +459,31 @@ if __name__ == "__main__":
         progress.update(global_step)
         if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
             replay = {"buffer": rb.state_dict()} if args.checkpoint_buffer else {"replay_rng": generator_state(rb.rng)}
-            checkpointer.save(global_step, {
-                "model": q_network.state_dict(), "target_model": target_network.state_dict(),
-                "optimizer": optimizer.state_dict(), "action_rng": generator_state(rng), "updates_start": updates_start,
-                "envs": envs_state(envs), "wandb_id": run.wandb_id, **replay})
+            checkpointer.save(
+                global_step,
+                {
+                    "model": q_network.state_dict(),
+                    "target_model": target_network.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "action_rng": generator_state(rng),
+                    "updates_start": updates_start,
+                    "envs": envs_state(envs),
+                    "wandb_id": run.wandb_id,
+                    **replay,
+                },
+            )
     progress.close()
 
     if args.save_model:
         model_path = run.directory / f"{args.exp_name}.cleanrl_model"
         save_model(model_path, "c51", args, q_network.state_dict())
         print(f"model saved to {model_path}")
-        episodic_returns = evaluate(str(model_path), args.eval_episodes, args.env_id, args.capture_video,
-                                    str(run.directory / "videos-eval"))
+        episodic_returns = evaluate(
+            str(model_path), args.eval_episodes, args.env_id, args.capture_video, str(run.directory / "videos-eval")
+        )
         writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
         writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
-        print(f"evaluation over {args.eval_episodes} episodes: "
-              f"{episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
+        print(f"evaluation over {args.eval_episodes} episodes: {episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
 
     envs.close()
     run.close()

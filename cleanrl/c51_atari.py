@@ -155,8 +155,18 @@ class Args:
 
 def check_args(args: Args) -> None:
     """Stop with one line naming the flag on bad input."""
-    require_positive(args, "total_timesteps", "num_envs", "buffer_size", "batch_size", "learning_rate",
-                     "target_network_frequency", "train_frequency", "torch_threads", "n_step")
+    require_positive(
+        args,
+        "total_timesteps",
+        "num_envs",
+        "buffer_size",
+        "batch_size",
+        "learning_rate",
+        "target_network_frequency",
+        "train_frequency",
+        "torch_threads",
+        "n_step",
+    )
     require(args.n_atoms >= 2, "--n-atoms", f"must be at least 2, got {args.n_atoms}")
     require(args.v_min < args.v_max, "--v-max", f"{args.v_max} is not above --v-min {args.v_min}")
     require(args.learning_starts >= 0, "--learning-starts", f"must be >= 0, got {args.learning_starts}")
@@ -165,17 +175,30 @@ def check_args(args: Args) -> None:
     for name in ("start_e", "end_e"):
         value = getattr(args, name)
         require(0 <= value <= 1, flag_name(name), f"must be in [0, 1], got {value}")
-    require(args.start_e >= args.end_e, "--end-e",
-            f"{args.end_e} is above --start-e {args.start_e}; ε decays from --start-e to --end-e")
-    require(args.buffer_size >= args.batch_size, "--buffer-size",
-            f"{args.buffer_size} is smaller than --batch-size {args.batch_size}")
-    require(0 < args.exploration_fraction <= 1, "--exploration-fraction",
-            f"must be in (0, 1], got {args.exploration_fraction}")
-    require(args.buffer_size // args.num_envs >= args.n_step + 2, "--buffer-size",
-            f"{args.buffer_size} holds {args.buffer_size // args.num_envs} steps per env; "
-            f"--n-step {args.n_step} needs at least {args.n_step + 2}")
-    require(args.total_timesteps > args.learning_starts, "--learning-starts",
-            f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}")
+    require(
+        args.start_e >= args.end_e,
+        "--end-e",
+        f"{args.end_e} is above --start-e {args.start_e}; ε decays from --start-e to --end-e",
+    )
+    require(
+        args.buffer_size >= args.batch_size,
+        "--buffer-size",
+        f"{args.buffer_size} is smaller than --batch-size {args.batch_size}",
+    )
+    require(
+        0 < args.exploration_fraction <= 1, "--exploration-fraction", f"must be in (0, 1], got {args.exploration_fraction}"
+    )
+    require(
+        args.buffer_size // args.num_envs >= args.n_step + 2,
+        "--buffer-size",
+        f"{args.buffer_size} holds {args.buffer_size // args.num_envs} steps per env; "
+        f"--n-step {args.n_step} needs at least {args.n_step + 2}",
+    )
+    require(
+        args.total_timesteps > args.learning_starts,
+        "--learning-starts",
+        f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}",
+    )
     require(not args.save_model or args.eval_episodes > 0, "--eval-episodes", "must be positive with --save-model")
 
 
@@ -226,11 +249,15 @@ class QNetwork(nn.Module):
         self.num_actions, self.n_atoms = num_actions, n_atoms
         self.register_buffer("atoms", torch.linspace(v_min, v_max, n_atoms))
         self.network = nn.Sequential(
-            nn.Conv2d(4, 32, 8, stride=4), nn.ReLU(),
-            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+            nn.Conv2d(4, 32, 8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1),
+            nn.ReLU(),
             nn.Flatten(),
-            nn.Linear(3136, 512), nn.ReLU(),
+            nn.Linear(3136, 512),
+            nn.ReLU(),
             nn.Linear(512, num_actions * n_atoms),
         )
 
@@ -315,8 +342,9 @@ def evaluate(
     content = load_model(model_path, "c51_atari")
     env_id = env_id or content["env_id"]
     seed = content["args"]["seed"] + 100_000 if seed is None else seed
-    envs = make_vector_env([make_env(env_id, 0, capture_video, video_dir, lambda episode: episode < eval_episodes)],
-                           episode_statistics=False)
+    envs = make_vector_env(
+        [make_env(env_id, 0, capture_video, video_dir, lambda episode: episode < eval_episodes)], episode_statistics=False
+    )
     rng = np.random.default_rng(seed)
     a = content["args"]
     q_network = QNetwork(int(envs.single_action_space.n), a["n_atoms"], a["v_min"], a["v_max"]).to(device)
@@ -340,19 +368,34 @@ if __name__ == "__main__":
     check_args(args)
     check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "c51_atari.py", id_suffix="NoFrameskip-v4")
     with gym.make(args.env_id) as game:
-        require(hasattr(game.unwrapped, "ale"), "--env-id",
-                f"{args.env_id} is not an Atari game; c51_atari.py takes ALE ids such as BreakoutNoFrameskip-v4")
-        require(game.spec.kwargs.get("frameskip", 1) == 1, "--env-id",
-                f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id (such as BreakoutNoFrameskip-v4): "
-                "the frame skipping is done here")
+        require(
+            hasattr(game.unwrapped, "ale"),
+            "--env-id",
+            f"{args.env_id} is not an Atari game; c51_atari.py takes ALE ids such as BreakoutNoFrameskip-v4",
+        )
+        require(
+            game.spec.kwargs.get("frameskip", 1) == 1,
+            "--env-id",
+            f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id (such as BreakoutNoFrameskip-v4): "
+            "the frame skipping is done here",
+        )
     probe = make_env(args.env_id, 0, False, "")()  # the preprocessed spaces size the replay
     observation_space, action_space = probe.observation_space, probe.action_space
     probe.close()
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     N = args.num_envs
     try:  # n-step transitions in [buffer_size / N, N] rows, each frame stored once
-        rb = ReplayBuffer(args.buffer_size // N, N, observation_space, action_space, n_step=args.n_step,
-                          gamma=args.gamma, frame_stack=4, device=device, seed=args.seed)
+        rb = ReplayBuffer(
+            args.buffer_size // N,
+            N,
+            observation_space,
+            action_space,
+            n_step=args.n_step,
+            gamma=args.gamma,
+            frame_stack=4,
+            device=device,
+            seed=args.seed,
+        )
     except MemoryError as error:
         fail("--buffer-size", str(error))
     run = start_run(args, resume=resumed)
@@ -363,7 +406,8 @@ if __name__ == "__main__":
 
     envs = make_vector_env(  # episode statistics come from each env: game scores
         [make_env(args.env_id, i, args.capture_video, str(run.video_dir)) for i in range(args.num_envs)],
-        args.env_mode, episode_statistics=False,
+        args.env_mode,
+        episode_statistics=False,
     )
     num_actions = int(envs.single_action_space.n)
     # channels-last convolutions: faster updates on CPU (benchmark/README.md)
@@ -401,8 +445,7 @@ if __name__ == "__main__":
     checkpointer = Checkpointer(run.directory, "c51_atari", args, args.checkpoint_interval, global_step, writer=writer)
     start_step, start_time = global_step, time.time()
     if args.buffer_size % N:
-        print(f"replay capacity {rb.capacity * N} transitions: --buffer-size rounded down to a multiple of "
-              f"--num-envs {N}")
+        print(f"replay capacity {rb.capacity * N} transitions: --buffer-size rounded down to a multiple of --num-envs {N}")
     if num_iterations * N != args.total_timesteps:
         print(f"training {num_iterations * N} steps: --total-timesteps rounded down to a multiple of --num-envs {N}")
     progress = Progress(num_iterations * N, start_step=global_step)
@@ -459,22 +502,31 @@ if __name__ == "__main__":
         progress.update(global_step)
         if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
             replay = {"buffer": rb.state_dict()} if args.checkpoint_buffer else {"replay_rng": generator_state(rb.rng)}
-            checkpointer.save(global_step, {
-                "model": q_network.state_dict(), "target_model": target_network.state_dict(),
-                "optimizer": optimizer.state_dict(), "action_rng": generator_state(rng), "updates_start": updates_start,
-                "envs": envs_state(envs), "wandb_id": run.wandb_id, **replay})
+            checkpointer.save(
+                global_step,
+                {
+                    "model": q_network.state_dict(),
+                    "target_model": target_network.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "action_rng": generator_state(rng),
+                    "updates_start": updates_start,
+                    "envs": envs_state(envs),
+                    "wandb_id": run.wandb_id,
+                    **replay,
+                },
+            )
     progress.close()
 
     if args.save_model:
         model_path = run.directory / f"{args.exp_name}.cleanrl_model"
         save_model(model_path, "c51_atari", args, q_network.state_dict())
         print(f"model saved to {model_path}")
-        episodic_returns = evaluate(str(model_path), args.eval_episodes, args.env_id, args.capture_video,
-                                    str(run.directory / "videos-eval"))
+        episodic_returns = evaluate(
+            str(model_path), args.eval_episodes, args.env_id, args.capture_video, str(run.directory / "videos-eval")
+        )
         writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
         writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
-        print(f"evaluation over {args.eval_episodes} episodes: "
-              f"{episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
+        print(f"evaluation over {args.eval_episodes} episodes: {episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
 
     envs.close()
     run.close()

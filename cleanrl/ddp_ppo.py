@@ -229,16 +229,23 @@ def check_environment(env_id: str) -> bool:
     if len(observation_space.shape) == 1:
         return False
     with gym.make(env_id) as game:
-        require(hasattr(game.unwrapped, "ale"), "--env-id",
-                f"{env_id} has observations of shape {observation_space.shape}; ddp_ppo.py takes 1-D Box "
-                "observations or ALE ids such as BreakoutNoFrameskip-v4")
-        require(game.spec.kwargs.get("frameskip", 1) == 1, "--env-id",
-                f"{env_id} skips frames itself; take its NoFrameskip-v4 id (such as BreakoutNoFrameskip-v4)")
+        require(
+            hasattr(game.unwrapped, "ale"),
+            "--env-id",
+            f"{env_id} has observations of shape {observation_space.shape}; ddp_ppo.py takes 1-D Box "
+            "observations or ALE ids such as BreakoutNoFrameskip-v4",
+        )
+        require(
+            game.spec.kwargs.get("frameskip", 1) == 1,
+            "--env-id",
+            f"{env_id} skips frames itself; take its NoFrameskip-v4 id (such as BreakoutNoFrameskip-v4)",
+        )
     return True
 
 
-def make_env(env_id: str, idx: int, atari: bool, capture_video: bool, video_dir: str, video_episodes=None,
-             training: bool = True):
+def make_env(
+    env_id: str, idx: int, atari: bool, capture_video: bool, video_dir: str, video_episodes=None, training: bool = True
+):
     """A thunk creating env ``idx``; env 0 records videos into ``video_dir`` if asked.
 
     Classic control (``atari=False``): the plain env, observations float ``[obs_dim]``.
@@ -303,13 +310,17 @@ class MLPAgent(nn.Module):
     def __init__(self, obs_dim: int, num_actions: int):
         super().__init__()
         self.critic = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(),
-            layer_init(nn.Linear(64, 64)), nn.Tanh(),
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
             layer_init(nn.Linear(64, 1), std=1.0),
         )
         self.actor = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)), nn.Tanh(),
-            layer_init(nn.Linear(64, 64)), nn.Tanh(),
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
             layer_init(nn.Linear(64, num_actions), std=0.01),
         )
 
@@ -336,11 +347,15 @@ class CNNAgent(nn.Module):
     def __init__(self, num_actions: int):
         super().__init__()
         self.trunk = nn.Sequential(
-            layer_init(nn.Conv2d(4, 32, 8, stride=4)), nn.ReLU(),
-            layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-            layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
+            layer_init(nn.Conv2d(4, 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
             nn.Flatten(),
-            layer_init(nn.Linear(64 * 7 * 7, 512)), nn.ReLU(),
+            layer_init(nn.Linear(64 * 7 * 7, 512)),
+            nn.ReLU(),
         )
         self.actor = layer_init(nn.Linear(512, num_actions), std=0.01)
         self.critic = layer_init(nn.Linear(512, 1), std=1)
@@ -426,8 +441,7 @@ def global_normalize(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
     With one rank this is ppo.py's per-minibatch normalisation.
     """
     x64 = x.double()
-    stats = torch.stack([x64.sum(), (x64 * x64).sum(), torch.tensor(float(x.numel()), dtype=torch.float64,
-                                                                      device=x.device)])
+    stats = torch.stack([x64.sum(), (x64 * x64).sum(), torch.tensor(float(x.numel()), dtype=torch.float64, device=x.device)])
     dist.all_reduce(stats)
     total, squares, count = stats.tolist()
     mean = total / count
@@ -493,8 +507,10 @@ def evaluate(
     seed = content["args"]["seed"] + 100_000 if seed is None else seed
     with gym.make(env_id) as probe:
         atari = len(probe.observation_space.shape) != 1
-    envs = make_vector_env([make_env(env_id, 0, atari, capture_video, video_dir, lambda episode: episode < eval_episodes,
-                                     training=False)], episode_statistics=not atari)
+    envs = make_vector_env(
+        [make_env(env_id, 0, atari, capture_video, video_dir, lambda episode: episode < eval_episodes, training=False)],
+        episode_statistics=not atari,
+    )
     rng = np.random.default_rng(seed)
     agent = make_agent(atari, envs, torch.device(device))
     agent.load_state_dict(content["model"])
@@ -519,8 +535,11 @@ if __name__ == "__main__":
     # bad input stops every rank alike, before any work and before the ranks connect
     args, resumed = resume_args(args, "ddp_ppo")  # with --resume: the checkpoint's run and its arguments
     if resumed is not None and resumed["world_size"] != world_size:
-        fail("--resume", f"the checkpoint was written by {resumed['world_size']} ranks, this run has {world_size}; "
-                         "resume with the same world size (--nnodes x --nproc-per-node)")
+        fail(
+            "--resume",
+            f"the checkpoint was written by {resumed['world_size']} ranks, this run has {world_size}; "
+            "resume with the same world size (--nnodes x --nproc-per-node)",
+        )
     check_args(args, world_size)
     atari = check_environment(args.env_id)
 
@@ -537,16 +556,19 @@ if __name__ == "__main__":
     if rank == 0:
         run = start_run(args, resume=resumed)
         writer = run.writer
-        print(f"{world_size} rank(s), backend {backend}; global batch {args.batch_size} = {world_size} x "
-              f"{args.num_envs} envs x {args.num_steps} steps; global minibatch {world_size * args.minibatch_size}",
-              flush=True)
+        print(
+            f"{world_size} rank(s), backend {backend}; global batch {args.batch_size} = {world_size} x "
+            f"{args.num_envs} envs x {args.num_steps} steps; global minibatch {world_size * args.minibatch_size}",
+            flush=True,
+        )
     seed_everything(args.seed + RANK_SEED_STRIDE * rank, args.torch_deterministic)
     torch.set_num_threads(args.torch_threads)
 
     video_dir = str(run.video_dir) if rank == 0 else ""
     envs = make_vector_env(  # Atari: each env records game scores below episodic life
         [make_env(args.env_id, i, atari, args.capture_video and rank == 0, video_dir) for i in range(args.num_envs)],
-        args.env_mode, episode_statistics=not atari,
+        args.env_mode,
+        episode_statistics=not atari,
     )
     obs_shape = envs.single_observation_space.shape
     agent = make_agent(atari, envs, device)  # DDP below broadcasts rank 0's parameters to every rank
@@ -577,6 +599,7 @@ if __name__ == "__main__":
     ddp_agent = DistributedDataParallel(agent, device_ids=[local_rank] if use_cuda else None)
 
     if atari:  # act with the torch network
+
         @torch.no_grad()
         def policy(observation: np.ndarray) -> np.ndarray:
             return agent.logits(torch.from_numpy(observation).to(device)).cpu().numpy()
@@ -600,8 +623,10 @@ if __name__ == "__main__":
     signal.signal(signal.SIGINT, request_stop)
     start_step, start_time = global_step, time.time()
     if rank == 0 and args.num_iterations * args.batch_size != args.total_timesteps:
-        print(f"training {args.num_iterations * args.batch_size} steps: --total-timesteps rounded down "
-              f"to whole global rollouts of {args.batch_size}")
+        print(
+            f"training {args.num_iterations * args.batch_size} steps: --total-timesteps rounded down "
+            f"to whole global rollouts of {args.batch_size}"
+        )
     episode_counts = np.zeros(world_size, dtype=np.int64)  # rank 0: episodes logged per rank
     if resumed is not None:
         episode_counts = resumed["episode_counts"].numpy().copy()
@@ -652,8 +677,9 @@ if __name__ == "__main__":
             final_values = np.zeros((T, N), dtype=np.float32)
             if truncated.any():
                 final_values[truncated] = agent.get_value(torch.from_numpy(final_obs[truncated]).to(device)).cpu().numpy()
-        advantages, returns = compute_gae(rewards, values, last_values, final_values, terminations, dones,
-                                          args.gamma, args.gae_lambda)
+        advantages, returns = compute_gae(
+            rewards, values, last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
+        )
         b_advantages = torch.from_numpy(advantages.reshape(-1)).to(device)
         b_returns = torch.from_numpy(returns.reshape(-1)).to(device)
 
@@ -684,8 +710,7 @@ if __name__ == "__main__":
 
                 if args.clip_vloss:
                     v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
-                    v_clipped = b_values[mb_inds] + torch.clamp(newvalue - b_values[mb_inds],
-                                                                -args.clip_coef, args.clip_coef)
+                    v_clipped = b_values[mb_inds] + torch.clamp(newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef)
                     v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
                     v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
                 else:
@@ -711,8 +736,10 @@ if __name__ == "__main__":
             if rank == 0:
                 writer.add_scalar("charts/param_divergence", divergence, global_step)
             if divergence != 0.0:
-                raise RuntimeError(f"rank {rank}: parameters differ across ranks after update {iteration} "
-                                   f"(max |p - p_rank0| = {divergence:g})")
+                raise RuntimeError(
+                    f"rank {rank}: parameters differ across ranks after update {iteration} "
+                    f"(max |p - p_rank0| = {divergence:g})"
+                )
 
         if rank == 0:
             y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
@@ -732,23 +759,32 @@ if __name__ == "__main__":
 
         # checkpoint (interval reached, or a stop requested on any rank): agreed, then rank 0 writes
         # the shared state and every rank's generators and envs
-        stop, due = agree(stop_requested, next_checkpoint is not None and global_step >= next_checkpoint,
-                          device=device)
+        stop, due = agree(stop_requested, next_checkpoint is not None and global_step >= next_checkpoint, device=device)
         if stop or due:
-            ranks_state = gather_to_rank0({"action_rng": generator_state(rng), "envs": envs_state(envs),
-                                           "rng": rng_state()})
+            ranks_state = gather_to_rank0({"action_rng": generator_state(rng), "envs": envs_state(envs), "rng": rng_state()})
             if rank == 0:
-                path = checkpointer.save(global_step, {
-                    "iteration": iteration, "model": agent.state_dict(), "optimizer": optimizer.state_dict(),
-                    "world_size": world_size, "ranks": ranks_state, "episode_counts": torch.from_numpy(episode_counts),
-                    "wandb_id": run.wandb_id})
+                path = checkpointer.save(
+                    global_step,
+                    {
+                        "iteration": iteration,
+                        "model": agent.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "world_size": world_size,
+                        "ranks": ranks_state,
+                        "episode_counts": torch.from_numpy(episode_counts),
+                        "wandb_id": run.wandb_id,
+                    },
+                )
             while next_checkpoint is not None and next_checkpoint <= global_step:
                 next_checkpoint += interval
             if stop:
                 dist.barrier()  # the checkpoint is on disk before any rank exits
                 if rank == 0:
-                    print(f"stop requested: checkpoint written to {path}; resume with --resume "
-                          f"{path.parent.parent} (the same world size)", flush=True)
+                    print(
+                        f"stop requested: checkpoint written to {path}; resume with --resume "
+                        f"{path.parent.parent} (the same world size)",
+                        flush=True,
+                    )
                     run.close()
                 envs.close()
                 del ddp_agent
@@ -768,10 +804,12 @@ if __name__ == "__main__":
             model_path = run.directory / f"{args.exp_name}.cleanrl_model"
             save_model(model_path, "ddp_ppo", args, agent.state_dict())
             print(f"model saved to {model_path}")
-            episodic_returns = evaluate(str(model_path), args.eval_episodes, args.env_id, args.capture_video,
-                                        str(run.directory / "videos-eval"))
+            episodic_returns = evaluate(
+                str(model_path), args.eval_episodes, args.env_id, args.capture_video, str(run.directory / "videos-eval")
+            )
             writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
             writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
-            print(f"evaluation over {args.eval_episodes} episodes: "
-                  f"{episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
+            print(
+                f"evaluation over {args.eval_episodes} episodes: {episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}"
+            )
         run.close()

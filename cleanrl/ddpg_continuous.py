@@ -74,6 +74,7 @@ from cleanrl_utils.run import (
     start_run,
 )
 
+
 @dataclass
 class Args:
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
@@ -138,19 +139,37 @@ class Args:
 
 def check_args(args: Args) -> None:
     """Stop with one line naming the flag on bad input."""
-    require_positive(args, "total_timesteps", "num_envs", "buffer_size", "batch_size", "learning_rate",
-                     "gradient_steps", "policy_frequency", "torch_threads")
+    require_positive(
+        args,
+        "total_timesteps",
+        "num_envs",
+        "buffer_size",
+        "batch_size",
+        "learning_rate",
+        "gradient_steps",
+        "policy_frequency",
+        "torch_threads",
+    )
     require(args.exploration_noise >= 0, "--exploration-noise", f"must be >= 0, got {args.exploration_noise}")
     require(args.learning_starts >= 0, "--learning-starts", f"must be >= 0, got {args.learning_starts}")
     require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
     require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
     require(0 < args.tau <= 1, "--tau", f"must be in (0, 1], got {args.tau}")
-    require(args.buffer_size >= args.batch_size, "--buffer-size",
-            f"{args.buffer_size} is smaller than --batch-size {args.batch_size}")
-    require(args.buffer_size // args.num_envs >= 3, "--buffer-size",
-            f"{args.buffer_size} holds {args.buffer_size // args.num_envs} steps per env; at least 3 are needed")
-    require(args.total_timesteps > args.learning_starts, "--learning-starts",
-            f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}")
+    require(
+        args.buffer_size >= args.batch_size,
+        "--buffer-size",
+        f"{args.buffer_size} is smaller than --batch-size {args.batch_size}",
+    )
+    require(
+        args.buffer_size // args.num_envs >= 3,
+        "--buffer-size",
+        f"{args.buffer_size} holds {args.buffer_size // args.num_envs} steps per env; at least 3 are needed",
+    )
+    require(
+        args.total_timesteps > args.learning_starts,
+        "--learning-starts",
+        f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}",
+    )
     require(not args.save_model or args.eval_episodes > 0, "--eval-episodes", "must be positive with --save-model")
 
 
@@ -214,8 +233,9 @@ class QEnsemble(nn.Module):
             self.weights.append(nn.Parameter(torch.empty(num_critics, fan_in, fan_out).uniform_(-bound, bound)))
             self.biases.append(nn.Parameter(torch.empty(num_critics, 1, fan_out).uniform_(-bound, bound)))
 
-    def forward(self, obs: torch.Tensor, actions: torch.Tensor, detach: bool = False,
-                first: Optional[int] = None) -> torch.Tensor:
+    def forward(
+        self, obs: torch.Tensor, actions: torch.Tensor, detach: bool = False, first: Optional[int] = None
+    ) -> torch.Tensor:
         """Q-values ``[K, B]`` of observations ``[B, obs_dim]`` and actions ``[B, |A|]``.
 
         With ``detach``, the weights enter as constants: gradients reach ``actions`` (the
@@ -240,8 +260,14 @@ class Actor(nn.Module):
 
     def __init__(self, obs_dim: int, action_dim: int, hidden: int = 256):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(obs_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                                 nn.Linear(hidden, action_dim), nn.Tanh())
+        self.net = nn.Sequential(
+            nn.Linear(obs_dim, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, action_dim),
+            nn.Tanh(),
+        )
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Observations ``[B, obs_dim]`` -> actions ``[B, |A|]`` in [-1, 1]."""
@@ -311,8 +337,7 @@ def evaluate(
     @torch.no_grad()
     def policy(obs: np.ndarray) -> np.ndarray:
         actions = actor(torch.as_tensor(obs, dtype=torch.float32, device=device)).cpu().numpy()
-        return scale_action(exploration_actions(actions, rng.standard_normal(actions.shape), exploration_noise),
-                            low, high)
+        return scale_action(exploration_actions(actions, rng.standard_normal(actions.shape), exploration_noise), low, high)
 
     returns = run_episodes(envs, policy, eval_episodes, seed=seed)
     envs.close()
@@ -323,18 +348,22 @@ if __name__ == "__main__":
     args = tyro.cli(Args)
     args, resumed = resume_args(args, "ddpg_continuous")  # with --resume: the checkpoint's run and its arguments
     check_args(args)
-    observation_space, action_space = check_env(args.env_id, (gym.spaces.Box,), (gym.spaces.Box,),
-                                                "ddpg_continuous.py", obs_ndim=1, bounded_actions=True)
+    observation_space, action_space = check_env(
+        args.env_id, (gym.spaces.Box,), (gym.spaces.Box,), "ddpg_continuous.py", obs_ndim=1, bounded_actions=True
+    )
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     N = args.num_envs
     # Replay of transitions in [buffer_size / N, N] rows: observations as float32 (MuJoCo's are
     # float64), actions in the policy's range [-1, 1].
-    obs_box = gym.spaces.Box(observation_space.low.astype(np.float32), observation_space.high.astype(np.float32),
-                             observation_space.shape, np.float32)
+    obs_box = gym.spaces.Box(
+        observation_space.low.astype(np.float32),
+        observation_space.high.astype(np.float32),
+        observation_space.shape,
+        np.float32,
+    )
     unit_box = gym.spaces.Box(-1.0, 1.0, action_space.shape, np.float32)
     try:
-        rb = ReplayBuffer(args.buffer_size // N, N, obs_box, unit_box, gamma=args.gamma, device=device,
-                          seed=args.seed)
+        rb = ReplayBuffer(args.buffer_size // N, N, obs_box, unit_box, gamma=args.gamma, device=device, seed=args.seed)
     except MemoryError as error:
         fail("--buffer-size", str(error))
     run = start_run(args, resume=resumed)
@@ -343,9 +372,7 @@ if __name__ == "__main__":
     seed_everything(args.seed, args.torch_deterministic)
     torch.set_num_threads(args.torch_threads)
 
-    envs = make_vector_env(
-        [make_env(args.env_id, i, args.capture_video, str(run.video_dir)) for i in range(N)], args.env_mode
-    )
+    envs = make_vector_env([make_env(args.env_id, i, args.capture_video, str(run.video_dir)) for i in range(N)], args.env_mode)
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     action_dim = int(np.prod(envs.single_action_space.shape))
     low, high = envs.single_action_space.low.astype(np.float64), envs.single_action_space.high.astype(np.float64)
@@ -398,8 +425,14 @@ if __name__ == "__main__":
     if resumed is None:
         obs, _ = envs.reset(seed=args.seed)
     else:  # continue: networks, optimisers, step, envs (replayed), random generators
-        for module, key in ((actor, "actor"), (actor_target, "actor_target"), (qf, "qf"), (qf_target, "qf_target"),
-                            (q_optimizer, "q_optimizer"), (actor_optimizer, "actor_optimizer")):
+        for module, key in (
+            (actor, "actor"),
+            (actor_target, "actor_target"),
+            (qf, "qf"),
+            (qf_target, "qf_target"),
+            (q_optimizer, "q_optimizer"),
+            (actor_optimizer, "actor_optimizer"),
+        ):
             module.load_state_dict(resumed[key])
         acting_network.sync()
         actor_loss = resumed["actor_loss"]
@@ -414,12 +447,10 @@ if __name__ == "__main__":
             print(f"the checkpoint has no replay buffer: refilling it until step {updates_start} before updating")
         obs = restore_envs(envs, resumed["envs"])
         set_rng_state(resumed["rng"])
-    checkpointer = Checkpointer(run.directory, "ddpg_continuous", args, args.checkpoint_interval, global_step,
-                                writer=writer)
+    checkpointer = Checkpointer(run.directory, "ddpg_continuous", args, args.checkpoint_interval, global_step, writer=writer)
     start_step, start_time = global_step, time.time()
     if args.buffer_size % N:
-        print(f"replay capacity {rb.capacity * N} transitions: --buffer-size rounded down to a multiple of "
-              f"--num-envs {N}")
+        print(f"replay capacity {rb.capacity * N} transitions: --buffer-size rounded down to a multiple of --num-envs {N}")
     if num_iterations * N != args.total_timesteps:
         print(f"training {num_iterations * N} steps: --total-timesteps rounded down to a multiple of --num-envs {N}")
     progress = Progress(num_iterations * N, start_step=global_step)
@@ -453,29 +484,40 @@ if __name__ == "__main__":
                 writer.add_scalar("losses/qf1_loss", qf_losses[0].item(), global_step)
                 writer.add_scalar("losses/actor_loss", actor_loss.item(), global_step)
                 writer.add_scalar("charts/learning_rate", q_optimizer.param_groups[0]["lr"], global_step)
-                writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)),
-                                  global_step)
+                writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)), global_step)
         progress.update(global_step)
         if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
-            checkpointer.save(global_step, {
-                "iteration": iteration, "num_updates": num_updates, "actor": actor.state_dict(),
-                "actor_target": actor_target.state_dict(), "qf": qf.state_dict(), "qf_target": qf_target.state_dict(),
-                "q_optimizer": q_optimizer.state_dict(), "actor_optimizer": actor_optimizer.state_dict(),
-                "actor_loss": actor_loss, "action_rng": generator_state(rng), "replay_rng": generator_state(rb.rng),
-                **({"buffer": rb.state_dict()} if args.checkpoint_buffer else {}), "envs": envs_state(envs),
-                "wandb_id": run.wandb_id})
+            checkpointer.save(
+                global_step,
+                {
+                    "iteration": iteration,
+                    "num_updates": num_updates,
+                    "actor": actor.state_dict(),
+                    "actor_target": actor_target.state_dict(),
+                    "qf": qf.state_dict(),
+                    "qf_target": qf_target.state_dict(),
+                    "q_optimizer": q_optimizer.state_dict(),
+                    "actor_optimizer": actor_optimizer.state_dict(),
+                    "actor_loss": actor_loss,
+                    "action_rng": generator_state(rng),
+                    "replay_rng": generator_state(rb.rng),
+                    **({"buffer": rb.state_dict()} if args.checkpoint_buffer else {}),
+                    "envs": envs_state(envs),
+                    "wandb_id": run.wandb_id,
+                },
+            )
     progress.close()
 
     if args.save_model:
         model_path = run.directory / f"{args.exp_name}.cleanrl_model"
         save_model(model_path, "ddpg_continuous", args, {"actor": actor.state_dict(), "qf": qf.state_dict()})
         print(f"model saved to {model_path}")
-        episodic_returns = evaluate(str(model_path), args.eval_episodes, args.env_id, args.capture_video,
-                                    str(run.directory / "videos-eval"))
+        episodic_returns = evaluate(
+            str(model_path), args.eval_episodes, args.env_id, args.capture_video, str(run.directory / "videos-eval")
+        )
         writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
         writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
-        print(f"evaluation over {args.eval_episodes} episodes: "
-              f"{episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
+        print(f"evaluation over {args.eval_episodes} episodes: {episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
 
     envs.close()
     run.close()

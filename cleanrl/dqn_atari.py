@@ -168,8 +168,17 @@ class Args:
 
 def check_args(args: Args) -> None:
     """Stop with one line naming the flag on bad input."""
-    require_positive(args, "total_timesteps", "num_envs", "buffer_size", "batch_size", "learning_rate",
-                     "target_network_frequency", "train_frequency", "torch_threads")
+    require_positive(
+        args,
+        "total_timesteps",
+        "num_envs",
+        "buffer_size",
+        "batch_size",
+        "learning_rate",
+        "target_network_frequency",
+        "train_frequency",
+        "torch_threads",
+    )
     require(args.learning_starts >= 0, "--learning-starts", f"must be >= 0, got {args.learning_starts}")
     require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
     require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
@@ -177,22 +186,39 @@ def check_args(args: Args) -> None:
     for name in ("start_e", "end_e"):
         value = getattr(args, name)
         require(0 <= value <= 1, flag_name(name), f"must be in [0, 1], got {value}")
-    require(args.start_e >= args.end_e, "--end-e",
-            f"{args.end_e} is above --start-e {args.start_e}; ε decays from --start-e to --end-e")
-    require(args.buffer_size >= args.batch_size, "--buffer-size",
-            f"{args.buffer_size} is smaller than --batch-size {args.batch_size}")
-    require(0 < args.exploration_fraction <= 1, "--exploration-fraction",
-            f"must be in (0, 1], got {args.exploration_fraction}")
+    require(
+        args.start_e >= args.end_e,
+        "--end-e",
+        f"{args.end_e} is above --start-e {args.start_e}; ε decays from --start-e to --end-e",
+    )
+    require(
+        args.buffer_size >= args.batch_size,
+        "--buffer-size",
+        f"{args.buffer_size} is smaller than --batch-size {args.batch_size}",
+    )
+    require(
+        0 < args.exploration_fraction <= 1, "--exploration-fraction", f"must be in (0, 1], got {args.exploration_fraction}"
+    )
     require_positive(args, "n_step", "prioritized_replay_eps")
-    require(args.buffer_size // args.num_envs >= args.n_step + 2, "--buffer-size",
-            f"{args.buffer_size} holds {args.buffer_size // args.num_envs} steps per env; "
-            f"--n-step {args.n_step} needs at least {args.n_step + 2}")
-    require(args.prioritized_replay_alpha >= 0, "--prioritized-replay-alpha",
-            f"must be >= 0, got {args.prioritized_replay_alpha}")
-    require(0 <= args.prioritized_replay_beta <= 1, "--prioritized-replay-beta",
-            f"must be in [0, 1], got {args.prioritized_replay_beta}")
-    require(args.total_timesteps > args.learning_starts, "--learning-starts",
-            f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}")
+    require(
+        args.buffer_size // args.num_envs >= args.n_step + 2,
+        "--buffer-size",
+        f"{args.buffer_size} holds {args.buffer_size // args.num_envs} steps per env; "
+        f"--n-step {args.n_step} needs at least {args.n_step + 2}",
+    )
+    require(
+        args.prioritized_replay_alpha >= 0, "--prioritized-replay-alpha", f"must be >= 0, got {args.prioritized_replay_alpha}"
+    )
+    require(
+        0 <= args.prioritized_replay_beta <= 1,
+        "--prioritized-replay-beta",
+        f"must be in [0, 1], got {args.prioritized_replay_beta}",
+    )
+    require(
+        args.total_timesteps > args.learning_starts,
+        "--learning-starts",
+        f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}",
+    )
     require(not args.save_model or args.eval_episodes > 0, "--eval-episodes", "must be positive with --save-model")
 
 
@@ -240,9 +266,12 @@ class QNetwork(nn.Module):
     def __init__(self, num_actions: int, dueling: bool = False):
         super().__init__()
         self.trunk = nn.Sequential(
-            nn.Conv2d(4, 32, 8, stride=4), nn.ReLU(),
-            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+            nn.Conv2d(4, 32, 8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1),
+            nn.ReLU(),
             nn.Flatten(),
         )
         self.head = nn.Sequential(nn.Linear(3136, 512), nn.ReLU(), nn.Linear(512, num_actions))
@@ -326,8 +355,9 @@ def evaluate(
     content = load_model(model_path, "dqn_atari")
     env_id = env_id or content["env_id"]
     seed = content["args"]["seed"] + 100_000 if seed is None else seed
-    envs = make_vector_env([make_env(env_id, 0, capture_video, video_dir, lambda episode: episode < eval_episodes)],
-                           episode_statistics=False)
+    envs = make_vector_env(
+        [make_env(env_id, 0, capture_video, video_dir, lambda episode: episode < eval_episodes)], episode_statistics=False
+    )
     rng = np.random.default_rng(seed)
     q_network = QNetwork(int(envs.single_action_space.n), dueling=content["args"]["dueling"]).to(device)
     q_network.load_state_dict(content["model"])
@@ -349,11 +379,17 @@ if __name__ == "__main__":
     check_args(args)
     check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "dqn_atari.py", id_suffix="NoFrameskip-v4")
     with gym.make(args.env_id) as game:
-        require(hasattr(game.unwrapped, "ale"), "--env-id",
-                f"{args.env_id} is not an Atari game; dqn_atari.py takes ALE ids such as BreakoutNoFrameskip-v4")
-        require(game.spec.kwargs.get("frameskip", 1) == 1, "--env-id",
-                f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id (such as BreakoutNoFrameskip-v4): "
-                "the frame skipping is done here")
+        require(
+            hasattr(game.unwrapped, "ale"),
+            "--env-id",
+            f"{args.env_id} is not an Atari game; dqn_atari.py takes ALE ids such as BreakoutNoFrameskip-v4",
+        )
+        require(
+            game.spec.kwargs.get("frameskip", 1) == 1,
+            "--env-id",
+            f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id (such as BreakoutNoFrameskip-v4): "
+            "the frame skipping is done here",
+        )
     probe = make_env(args.env_id, 0, False, "")()  # the preprocessed spaces size the replay
     observation_space, action_space = probe.observation_space, probe.action_space
     probe.close()
@@ -364,12 +400,18 @@ if __name__ == "__main__":
     replay_args = dict(n_step=args.n_step, gamma=args.gamma, device=device, seed=args.seed)
     try:
         if args.prioritized_replay:
-            rb = PrioritizedReplayBuffer(args.buffer_size // N, N, observation_space, action_space, frame_stack=4,
-                                         alpha=args.prioritized_replay_alpha, eps=args.prioritized_replay_eps,
-                                         **replay_args)
+            rb = PrioritizedReplayBuffer(
+                args.buffer_size // N,
+                N,
+                observation_space,
+                action_space,
+                frame_stack=4,
+                alpha=args.prioritized_replay_alpha,
+                eps=args.prioritized_replay_eps,
+                **replay_args,
+            )
         else:
-            rb = ReplayBuffer(args.buffer_size // N, N, observation_space, action_space, frame_stack=4,
-                              **replay_args)
+            rb = ReplayBuffer(args.buffer_size // N, N, observation_space, action_space, frame_stack=4, **replay_args)
     except MemoryError as error:
         fail("--buffer-size", str(error))
     run = start_run(args, resume=resumed)
@@ -380,7 +422,8 @@ if __name__ == "__main__":
 
     envs = make_vector_env(  # episode statistics come from each env: game scores
         [make_env(args.env_id, i, args.capture_video, str(run.video_dir)) for i in range(args.num_envs)],
-        args.env_mode, episode_statistics=False,
+        args.env_mode,
+        episode_statistics=False,
     )
     num_actions = int(envs.single_action_space.n)
     # channels-last convolutions: faster updates on CPU (benchmark/README.md)
@@ -415,12 +458,10 @@ if __name__ == "__main__":
         set_rng_state(resumed["rng"])
     if args.checkpoint_buffer:
         print(f"each checkpoint holds the replay buffer ({rb.nbytes / 2**20:.1f} MiB) besides the networks and optimisers")
-    checkpointer = Checkpointer(run.directory, "dqn_atari", args, args.checkpoint_interval, global_step,
-                                writer=writer)
+    checkpointer = Checkpointer(run.directory, "dqn_atari", args, args.checkpoint_interval, global_step, writer=writer)
     start_step, start_time = global_step, time.time()
     if args.buffer_size % N:
-        print(f"replay capacity {rb.capacity * N} transitions: --buffer-size rounded down to a multiple of "
-              f"--num-envs {N}")
+        print(f"replay capacity {rb.capacity * N} transitions: --buffer-size rounded down to a multiple of --num-envs {N}")
     if num_iterations * N != args.total_timesteps:
         print(f"training {num_iterations * N} steps: --total-timesteps rounded down to a multiple of --num-envs {N}")
     progress = Progress(num_iterations * N, start_step=global_step)
@@ -485,22 +526,31 @@ if __name__ == "__main__":
         progress.update(global_step)
         if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
             replay = {"buffer": rb.state_dict()} if args.checkpoint_buffer else {"replay_rng": generator_state(rb.rng)}
-            checkpointer.save(global_step, {
-                "model": q_network.state_dict(), "target_model": target_network.state_dict(),
-                "optimizer": optimizer.state_dict(), "action_rng": generator_state(rng), "updates_start": updates_start,
-                "envs": envs_state(envs), "wandb_id": run.wandb_id, **replay})
+            checkpointer.save(
+                global_step,
+                {
+                    "model": q_network.state_dict(),
+                    "target_model": target_network.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "action_rng": generator_state(rng),
+                    "updates_start": updates_start,
+                    "envs": envs_state(envs),
+                    "wandb_id": run.wandb_id,
+                    **replay,
+                },
+            )
     progress.close()
 
     if args.save_model:
         model_path = run.directory / f"{args.exp_name}.cleanrl_model"
         save_model(model_path, "dqn_atari", args, q_network.state_dict())
         print(f"model saved to {model_path}")
-        episodic_returns = evaluate(str(model_path), args.eval_episodes, args.env_id, args.capture_video,
-                                    str(run.directory / "videos-eval"))
+        episodic_returns = evaluate(
+            str(model_path), args.eval_episodes, args.env_id, args.capture_video, str(run.directory / "videos-eval")
+        )
         writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
         writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
-        print(f"evaluation over {args.eval_episodes} episodes: "
-              f"{episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
+        print(f"evaluation over {args.eval_episodes} episodes: {episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
 
     envs.close()
     run.close()

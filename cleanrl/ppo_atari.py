@@ -199,15 +199,28 @@ def check_atari(env_id: str) -> None:
     """Stop with one line unless ``env_id`` is an ALE game that does not skip frames itself."""
     check_env(env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "ppo_atari.py", id_suffix="NoFrameskip-v4")
     with gym.make(env_id) as game:
-        require(hasattr(game.unwrapped, "ale"), "--env-id",
-                f"{env_id} is not an Atari game; ppo_atari.py takes ALE ids such as BreakoutNoFrameskip-v4")
-        require(game.spec.kwargs.get("frameskip", 1) == 1, "--env-id",
-                f"{env_id} skips frames itself; take its NoFrameskip-v4 id (such as BreakoutNoFrameskip-v4): "
-                "the frame skipping is done here")
+        require(
+            hasattr(game.unwrapped, "ale"),
+            "--env-id",
+            f"{env_id} is not an Atari game; ppo_atari.py takes ALE ids such as BreakoutNoFrameskip-v4",
+        )
+        require(
+            game.spec.kwargs.get("frameskip", 1) == 1,
+            "--env-id",
+            f"{env_id} skips frames itself; take its NoFrameskip-v4 id (such as BreakoutNoFrameskip-v4): "
+            "the frame skipping is done here",
+        )
 
 
-def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, video_episodes=None, training: bool = True,
-             max_episode_frames: int = MAX_EPISODE_FRAMES):
+def make_env(
+    env_id: str,
+    idx: int,
+    capture_video: bool,
+    video_dir: str,
+    video_episodes=None,
+    training: bool = True,
+    max_episode_frames: int = MAX_EPISODE_FRAMES,
+):
     """A thunk creating env ``idx`` with the standard Atari preprocessing; env 0 records videos if asked.
 
     Observations: uint8 ``[4, 84, 84]`` (4 stacked grayscale frames, zero-padded at each (life)
@@ -268,11 +281,15 @@ class Agent(nn.Module):
     def __init__(self, num_actions: int):
         super().__init__()
         self.trunk = nn.Sequential(
-            layer_init(nn.Conv2d(4, 32, 8, stride=4)), nn.ReLU(),
-            layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-            layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
+            layer_init(nn.Conv2d(4, 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
             nn.Flatten(),
-            layer_init(nn.Linear(64 * 7 * 7, 512)), nn.ReLU(),
+            layer_init(nn.Linear(64 * 7 * 7, 512)),
+            nn.ReLU(),
         )
         self.actor = layer_init(nn.Linear(512, num_actions), std=0.01)
         self.critic = layer_init(nn.Linear(512, 1), std=1)
@@ -422,8 +439,10 @@ def evaluate(
     content = load_model(model_path, "ppo_atari")
     env_id = env_id or content["env_id"]
     seed = content["args"]["seed"] + 100_000 if seed is None else seed
-    envs = make_vector_env([make_env(env_id, 0, capture_video, video_dir, lambda episode: episode < eval_episodes,
-                                     training=False)], episode_statistics=False)
+    envs = make_vector_env(
+        [make_env(env_id, 0, capture_video, video_dir, lambda episode: episode < eval_episodes, training=False)],
+        episode_statistics=False,
+    )
     rng = np.random.default_rng(seed)
     agent = Agent(int(envs.single_action_space.n)).to(device, memory_format=torch.channels_last)
     agent.load_state_dict(content["model"])
@@ -453,7 +472,8 @@ if __name__ == "__main__":
 
     envs = make_vector_env(  # episode statistics come from each env: game scores
         [make_env(args.env_id, i, args.capture_video, str(run.video_dir)) for i in range(args.num_envs)],
-        args.env_mode, episode_statistics=False,
+        args.env_mode,
+        episode_statistics=False,
     )
     obs_shape = envs.single_observation_space.shape  # (4, 84, 84)
     # channels-last weights and inputs: faster convolutions on CPU (benchmark/README.md)
@@ -488,8 +508,10 @@ if __name__ == "__main__":
     checkpointer = Checkpointer(run.directory, "ppo_atari", args, args.checkpoint_interval, global_step, writer=writer)
     start_step, start_time = global_step, time.time()
     if args.num_iterations * args.batch_size != args.total_timesteps:
-        print(f"training {args.num_iterations * args.batch_size} steps: --total-timesteps rounded down "
-              f"to whole rollouts of {args.batch_size}")
+        print(
+            f"training {args.num_iterations * args.batch_size} steps: --total-timesteps rounded down "
+            f"to whole rollouts of {args.batch_size}"
+        )
     progress = Progress(args.num_iterations * args.batch_size, start_step=global_step)
 
     for iteration in range(first_iteration, args.num_iterations + 1):
@@ -527,8 +549,9 @@ if __name__ == "__main__":
             if truncated.any():
                 real_final = torch.from_numpy(final_obs[truncated]).to(device)
                 final_values[truncated] = agent.get_value(real_final).cpu().numpy()
-        advantages, returns = compute_gae(rewards, values, last_values, final_values, terminations, dones,
-                                          args.gamma, args.gae_lambda)
+        advantages, returns = compute_gae(
+            rewards, values, last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
+        )
 
         # Flatten the batch and move it to the training device once.
         # uint8 frames put in channels-last layout once per update: each minibatch's conversion to
@@ -570,9 +593,7 @@ if __name__ == "__main__":
                 # Value loss
                 if args.clip_vloss:
                     v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
-                    v_clipped = b_values[mb_inds] + torch.clamp(
-                        newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef
-                    )
+                    v_clipped = b_values[mb_inds] + torch.clamp(newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef)
                     v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
                     v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
                 else:
@@ -604,21 +625,29 @@ if __name__ == "__main__":
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
         if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
-            checkpointer.save(global_step, {"iteration": iteration, "model": agent.state_dict(),
-                                            "optimizer": optimizer.state_dict(), "action_rng": generator_state(rng),
-                                            "envs": envs_state(envs), "wandb_id": run.wandb_id})
+            checkpointer.save(
+                global_step,
+                {
+                    "iteration": iteration,
+                    "model": agent.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "action_rng": generator_state(rng),
+                    "envs": envs_state(envs),
+                    "wandb_id": run.wandb_id,
+                },
+            )
 
     progress.close()
     if args.save_model:
         model_path = run.directory / f"{args.exp_name}.cleanrl_model"
         save_model(model_path, "ppo_atari", args, agent.state_dict())
         print(f"model saved to {model_path}")
-        episodic_returns = evaluate(str(model_path), args.eval_episodes, args.env_id, args.capture_video,
-                                    str(run.directory / "videos-eval"))
+        episodic_returns = evaluate(
+            str(model_path), args.eval_episodes, args.env_id, args.capture_video, str(run.directory / "videos-eval")
+        )
         writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
         writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
-        print(f"evaluation over {args.eval_episodes} episodes: "
-              f"{episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
+        print(f"evaluation over {args.eval_episodes} episodes: {episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
 
     envs.close()
     run.close()

@@ -164,14 +164,16 @@ class Args:
 
 def check_args(args: Args) -> None:
     """Fill in the computed fields; stop with one line naming the flag on bad input."""
-    require(args.env_mode == "sync", "--env-mode",
-            "async runs one subprocess per env (gymnasium scripts); EnvPool already steps the envs in "
-            "parallel C++ threads: use sync and set --num-threads")
+    require(
+        args.env_mode == "sync",
+        "--env-mode",
+        "async runs one subprocess per env (gymnasium scripts); EnvPool already steps the envs in "
+        "parallel C++ threads: use sync and set --num-threads",
+    )
     require_positive(args, "total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs")
     require_positive(args, "learning_rate", "torch_threads")
     require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
-    require(args.num_threads is None or args.num_threads > 0, "--num-threads",
-            f"must be positive, got {args.num_threads}")
+    require(args.num_threads is None or args.num_threads > 0, "--num-threads", f"must be positive, got {args.num_threads}")
     if args.num_threads is None:
         args.num_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
@@ -210,8 +212,11 @@ def check_atari(env_id: str) -> None:
         close = [f"{game}-v5"] if f"{game}-v5" in known else difflib.get_close_matches(env_id, known, n=3)
         suggestion = f"; did you mean {', '.join(close)}?" if close else ""
         fail("--env-id", f"unknown EnvPool environment {env_id!r}{suggestion}")
-    require(type(envpool.make_spec(env_id)).__name__ == "AtariEnvSpec", "--env-id",
-            f"{env_id} is not an Atari game; ppo_atari_envpool.py takes EnvPool's Atari ids such as Breakout-v5")
+    require(
+        type(envpool.make_spec(env_id)).__name__ == "AtariEnvSpec",
+        "--env-id",
+        f"{env_id} is not an Atari game; ppo_atari_envpool.py takes EnvPool's Atari ids such as Breakout-v5",
+    )
 
 
 def resume_seed(seed: int, global_step: int) -> int:
@@ -223,8 +228,7 @@ def resume_seed(seed: int, global_step: int) -> int:
     return int(np.random.SeedSequence([seed, global_step]).generate_state(1)[0] % 2**31)
 
 
-def make_envs(env_id: str, num_envs: int, seed: int, num_threads: int, training: bool = True,
-              render: bool = False):
+def make_envs(env_id: str, num_envs: int, seed: int, num_threads: int, training: bool = True, render: bool = False):
     """EnvPool's Atari envs with the preprocessing of ppo_atari.py, gymnasium API (next-step autoreset).
 
     Observations: uint8 ``[num_envs, 4, 84, 84]``. ``info["reward"]`` holds the unclipped game
@@ -292,8 +296,9 @@ class VideoRecorder:
         from gymnasium.utils.save_video import save_video
 
         if self.recording and self.frames:
-            save_video(self.frames, self.video_dir, episode_trigger=lambda _: True, episode_index=self.game,
-                       fps=60 // FRAME_SKIP)
+            save_video(
+                self.frames, self.video_dir, episode_trigger=lambda _: True, episode_index=self.game, fps=60 // FRAME_SKIP
+            )
         self.frames = []
 
 
@@ -318,11 +323,15 @@ class Agent(nn.Module):
     def __init__(self, num_actions: int):
         super().__init__()
         self.trunk = nn.Sequential(
-            layer_init(nn.Conv2d(4, 32, 8, stride=4)), nn.ReLU(),
-            layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-            layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
+            layer_init(nn.Conv2d(4, 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
             nn.Flatten(),
-            layer_init(nn.Linear(64 * 7 * 7, 512)), nn.ReLU(),
+            layer_init(nn.Linear(64 * 7 * 7, 512)),
+            nn.ReLU(),
         )
         self.actor = layer_init(nn.Linear(512, num_actions), std=0.01)
         self.critic = layer_init(nn.Linear(512, 1), std=1)
@@ -480,8 +489,14 @@ def ppo_losses(
         v_loss = 0.5 * masked_mean(torch.max(v_loss_unclipped, v_loss_clipped), mask)
     else:
         v_loss = 0.5 * masked_mean((newvalue - returns) ** 2, mask)
-    return {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": masked_mean(entropy, mask),
-            "old_approx_kl": old_approx_kl, "approx_kl": approx_kl, "clipfrac": clipfrac}
+    return {
+        "policy_loss": pg_loss,
+        "value_loss": v_loss,
+        "entropy": masked_mean(entropy, mask),
+        "old_approx_kl": old_approx_kl,
+        "approx_kl": approx_kl,
+        "clipfrac": clipfrac,
+    }
 
 
 def accumulate_games(game_returns: np.ndarray, game_rewards: np.ndarray, game_over: np.ndarray) -> np.ndarray:
@@ -581,8 +596,9 @@ if __name__ == "__main__":
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
     resume_step = resumed["global_step"] if resumed is not None else 0
-    envs = make_envs(args.env_id, args.num_envs, resume_seed(args.seed, resume_step), args.num_threads,
-                     render=args.capture_video)
+    envs = make_envs(
+        args.env_id, args.num_envs, resume_seed(args.seed, resume_step), args.num_threads, render=args.capture_video
+    )
     recorder = VideoRecorder(envs, str(run.video_dir)) if args.capture_video else None
     obs_shape = envs.single_observation_space.shape  # (4, 84, 84)
     # channels-last weights and inputs: faster convolutions on CPU (benchmark/README.md)
@@ -609,12 +625,13 @@ if __name__ == "__main__":
         rng = make_generator(resumed["action_rng"])
         global_step, first_iteration = resumed["global_step"], resumed["iteration"] + 1
         set_rng_state(resumed["rng"])
-    checkpointer = Checkpointer(run.directory, "ppo_atari_envpool", args, args.checkpoint_interval, global_step,
-                                writer=writer)
+    checkpointer = Checkpointer(run.directory, "ppo_atari_envpool", args, args.checkpoint_interval, global_step, writer=writer)
     start_step, start_time = global_step, time.time()
     if args.num_iterations * args.batch_size != args.total_timesteps:
-        print(f"training {args.num_iterations * args.batch_size} steps: --total-timesteps rounded down "
-              f"to whole rollouts of {args.batch_size}")
+        print(
+            f"training {args.num_iterations * args.batch_size} steps: --total-timesteps rounded down "
+            f"to whole rollouts of {args.batch_size}"
+        )
     progress = Progress(args.num_iterations * args.batch_size, start_step=global_step)
     next_obs, _ = envs.reset()
     next_done = np.zeros(N, dtype=bool)  # the last step's dones: the next step is a reset step
@@ -663,8 +680,9 @@ if __name__ == "__main__":
 
         with torch.no_grad():
             last_values = agent.get_value(torch.from_numpy(next_obs).to(device)).cpu().numpy()
-        advantages, returns = compute_gae(rewards, values, last_values, terminations, dones, resets,
-                                          args.gamma, args.gae_lambda)
+        advantages, returns = compute_gae(
+            rewards, values, last_values, terminations, dones, resets, args.gamma, args.gae_lambda
+        )
 
         # uint8 frames put in channels-last layout once per update: each minibatch's conversion to
         # float is then elementwise (about half the time of converting layout and type together)
@@ -684,9 +702,19 @@ if __name__ == "__main__":
             for start in range(0, args.batch_size, args.minibatch_size):
                 mb_inds = b_inds[start : start + args.minibatch_size]
                 _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
-                losses = ppo_losses(newlogprob, entropy, newvalue, b_logprobs[mb_inds], b_values[mb_inds],
-                                    b_advantages[mb_inds], b_returns[mb_inds], b_mask[mb_inds], args.clip_coef,
-                                    args.clip_vloss, args.norm_adv)
+                losses = ppo_losses(
+                    newlogprob,
+                    entropy,
+                    newvalue,
+                    b_logprobs[mb_inds],
+                    b_values[mb_inds],
+                    b_advantages[mb_inds],
+                    b_returns[mb_inds],
+                    b_mask[mb_inds],
+                    args.clip_coef,
+                    args.clip_vloss,
+                    args.norm_adv,
+                )
                 clipfracs.append(losses["clipfrac"])
                 loss = losses["policy_loss"] - args.ent_coef * losses["entropy"] + losses["value_loss"] * args.vf_coef
 
@@ -711,9 +739,16 @@ if __name__ == "__main__":
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
         if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
-            checkpointer.save(global_step, {"iteration": iteration, "model": agent.state_dict(),
-                                            "optimizer": optimizer.state_dict(), "action_rng": generator_state(rng),
-                                            "wandb_id": run.wandb_id})
+            checkpointer.save(
+                global_step,
+                {
+                    "iteration": iteration,
+                    "model": agent.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "action_rng": generator_state(rng),
+                    "wandb_id": run.wandb_id,
+                },
+            )
 
     progress.close()
     if recorder:
@@ -722,12 +757,12 @@ if __name__ == "__main__":
         model_path = run.directory / f"{args.exp_name}.cleanrl_model"
         save_model(model_path, "ppo_atari_envpool", args, agent.state_dict())
         print(f"model saved to {model_path}")
-        episodic_returns = evaluate(str(model_path), args.eval_episodes, args.env_id, args.capture_video,
-                                    str(run.directory / "videos-eval"))
+        episodic_returns = evaluate(
+            str(model_path), args.eval_episodes, args.env_id, args.capture_video, str(run.directory / "videos-eval")
+        )
         writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
         writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
-        print(f"evaluation over {args.eval_episodes} episodes: "
-              f"{episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
+        print(f"evaluation over {args.eval_episodes} episodes: {episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
 
     envs.close()
     run.close()

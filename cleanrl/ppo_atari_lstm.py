@@ -237,11 +237,15 @@ class Agent(nn.Module):
     def __init__(self, num_actions: int):
         super().__init__()
         self.network = nn.Sequential(
-            layer_init(nn.Conv2d(1, 32, 8, stride=4)), nn.ReLU(),
-            layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-            layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
+            layer_init(nn.Conv2d(1, 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
             nn.Flatten(),
-            layer_init(nn.Linear(64 * 7 * 7, 512)), nn.ReLU(),
+            layer_init(nn.Linear(64 * 7 * 7, 512)),
+            nn.ReLU(),
         )
         self.lstm = nn.LSTM(512, 128)
         for name, param in self.lstm.named_parameters():
@@ -423,8 +427,9 @@ def evaluate(
         raise ValueError(f"eval_episodes must be positive, got {eval_episodes}")
     env_id = env_id or content["env_id"]
     seed = content["args"]["seed"] + 100_000 if seed is None else seed
-    envs = make_vector_env([make_env(env_id, 0, capture_video, video_dir, lambda episode: episode < eval_episodes)],
-                           episode_statistics=False)
+    envs = make_vector_env(
+        [make_env(env_id, 0, capture_video, video_dir, lambda episode: episode < eval_episodes)], episode_statistics=False
+    )
     rng = np.random.default_rng(seed)
     agent = Agent(int(envs.single_action_space.n)).to(device)
     agent.load_state_dict(content["model"])
@@ -436,8 +441,9 @@ def evaluate(
     starts = np.ones(1, dtype=np.float32)
     while len(returns) < eval_episodes:
         with torch.no_grad():
-            hidden, state = agent.unroll(torch.as_tensor(obs[None], device=device),
-                                         torch.as_tensor(starts[None], device=device), state)
+            hidden, state = agent.unroll(
+                torch.as_tensor(obs[None], device=device), torch.as_tensor(starts[None], device=device), state
+            )
             logits = agent.actor(hidden[0]).cpu().numpy()
         actions = logits.argmax(-1) if deterministic else sample_categorical(logits, rng)
         obs, _, terminations, truncations, infos = envs.step(actions)
@@ -454,11 +460,17 @@ if __name__ == "__main__":
     check_args(args)
     check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "ppo_atari_lstm.py", id_suffix="NoFrameskip-v4")
     with gym.make(args.env_id) as game:
-        require(hasattr(game.unwrapped, "ale"), "--env-id",
-                f"{args.env_id} is not an Atari game; ppo_atari_lstm.py takes ALE ids such as BreakoutNoFrameskip-v4")
-        require(game.spec.kwargs.get("frameskip", 1) == 1, "--env-id",
-                f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id (such as BreakoutNoFrameskip-v4): "
-                "the frame skipping is done here")
+        require(
+            hasattr(game.unwrapped, "ale"),
+            "--env-id",
+            f"{args.env_id} is not an Atari game; ppo_atari_lstm.py takes ALE ids such as BreakoutNoFrameskip-v4",
+        )
+        require(
+            game.spec.kwargs.get("frameskip", 1) == 1,
+            "--env-id",
+            f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id (such as BreakoutNoFrameskip-v4): "
+            "the frame skipping is done here",
+        )
     run = start_run(args, resume=resumed)
     writer = run.writer
 
@@ -468,7 +480,8 @@ if __name__ == "__main__":
 
     envs = make_vector_env(  # episode statistics come from each env: game scores
         [make_env(args.env_id, i, args.capture_video, str(run.video_dir)) for i in range(args.num_envs)],
-        args.env_mode, episode_statistics=False,
+        args.env_mode,
+        episode_statistics=False,
     )
     obs_shape = envs.single_observation_space.shape  # (1, 84, 84)
     agent = Agent(int(envs.single_action_space.n)).to(device)
@@ -502,12 +515,13 @@ if __name__ == "__main__":
         lstm_state = (resumed["lstm_state"][0].to(device), resumed["lstm_state"][1].to(device))
         next_obs = restore_envs(envs, resumed["envs"])
         set_rng_state(resumed["rng"])
-    checkpointer = Checkpointer(run.directory, "ppo_atari_lstm", args, args.checkpoint_interval, global_step,
-                                writer=writer)
+    checkpointer = Checkpointer(run.directory, "ppo_atari_lstm", args, args.checkpoint_interval, global_step, writer=writer)
     start_step, start_time = global_step, time.time()
     if args.num_iterations * args.batch_size != args.total_timesteps:
-        print(f"training {args.num_iterations * args.batch_size} steps: --total-timesteps rounded down "
-              f"to whole rollouts of {args.batch_size}")
+        print(
+            f"training {args.num_iterations * args.batch_size} steps: --total-timesteps rounded down "
+            f"to whole rollouts of {args.batch_size}"
+        )
     progress = Progress(args.num_iterations * args.batch_size, start_step=global_step)
 
     for iteration in range(first_iteration, args.num_iterations + 1):
@@ -524,8 +538,11 @@ if __name__ == "__main__":
             starts[step] = next_start
             # One forward per step: CNN, LSTM (reset where an episode starts), policy and V.
             with torch.no_grad():
-                hidden, lstm_state = agent.unroll(torch.from_numpy(obs[step : step + 1]).to(device),
-                                                  torch.from_numpy(starts[step : step + 1]).to(device), lstm_state)
+                hidden, lstm_state = agent.unroll(
+                    torch.from_numpy(obs[step : step + 1]).to(device),
+                    torch.from_numpy(starts[step : step + 1]).to(device),
+                    lstm_state,
+                )
                 log_probs = torch.log_softmax(agent.actor(hidden[0]), dim=-1).cpu().numpy()
                 values[step] = agent.critic(hidden[0]).squeeze(-1).cpu().numpy()
             actions[step] = sample_categorical(log_probs, rng)
@@ -542,20 +559,31 @@ if __name__ == "__main__":
                 # resets these envs' state, since next_start is 1 there.
                 final = torch.from_numpy(real_next_obs(next_obs, infos)[truncated][None]).to(device)
                 with torch.no_grad():
-                    final_values[step, truncated] = agent.get_value(
-                        final, torch.zeros(final.shape[:2], device=device),
-                        (lstm_state[0][truncated], lstm_state[1][truncated]),
-                    )[0].cpu().numpy()
+                    final_values[step, truncated] = (
+                        agent.get_value(
+                            final,
+                            torch.zeros(final.shape[:2], device=device),
+                            (lstm_state[0][truncated], lstm_state[1][truncated]),
+                        )[0]
+                        .cpu()
+                        .numpy()
+                    )
             if "_episode" in infos:
                 progress.episodes(log_episodes(writer, infos, global_step))
         progress.update(global_step)
 
         # V of the observations after the rollout, from the state the next rollout starts with.
         with torch.no_grad():
-            last_values = agent.get_value(torch.from_numpy(next_obs[None]).to(device),
-                                          torch.from_numpy(next_start[None]).to(device), lstm_state)[0].cpu().numpy()
-        advantages, returns = compute_gae(rewards, values, last_values, final_values, terminations, dones,
-                                          args.gamma, args.gae_lambda)
+            last_values = (
+                agent.get_value(
+                    torch.from_numpy(next_obs[None]).to(device), torch.from_numpy(next_start[None]).to(device), lstm_state
+                )[0]
+                .cpu()
+                .numpy()
+            )
+        advantages, returns = compute_gae(
+            rewards, values, last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
+        )
 
         # The batch as sequences [T, N, ...], moved to the training device once.
         b_obs = torch.from_numpy(obs).to(device)
@@ -629,23 +657,31 @@ if __name__ == "__main__":
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
         if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
-            checkpointer.save(global_step, {"iteration": iteration, "model": agent.state_dict(),
-                                            "optimizer": optimizer.state_dict(), "action_rng": generator_state(rng),
-                                            "lstm_state": [lstm_state[0].cpu(), lstm_state[1].cpu()],
-                                            "next_start": torch.from_numpy(next_start.copy()),
-                                            "envs": envs_state(envs), "wandb_id": run.wandb_id})
+            checkpointer.save(
+                global_step,
+                {
+                    "iteration": iteration,
+                    "model": agent.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "action_rng": generator_state(rng),
+                    "lstm_state": [lstm_state[0].cpu(), lstm_state[1].cpu()],
+                    "next_start": torch.from_numpy(next_start.copy()),
+                    "envs": envs_state(envs),
+                    "wandb_id": run.wandb_id,
+                },
+            )
 
     progress.close()
     if args.save_model:
         model_path = run.directory / f"{args.exp_name}.cleanrl_model"
         save_model(model_path, "ppo_atari_lstm", args, agent.state_dict())
         print(f"model saved to {model_path}")
-        episodic_returns = evaluate(str(model_path), args.eval_episodes, args.env_id, args.capture_video,
-                                    str(run.directory / "videos-eval"))
+        episodic_returns = evaluate(
+            str(model_path), args.eval_episodes, args.env_id, args.capture_video, str(run.directory / "videos-eval")
+        )
         writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
         writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
-        print(f"evaluation over {args.eval_episodes} episodes: "
-              f"{episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
+        print(f"evaluation over {args.eval_episodes} episodes: {episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
 
     envs.close()
     run.close()

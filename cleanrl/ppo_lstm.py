@@ -412,8 +412,9 @@ def evaluate(
     seed = content["args"]["seed"] + 100_000 if seed is None else seed
     envs = make_vector_env([make_env(env_id, 0, capture_video, video_dir, lambda episode: episode < eval_episodes)])
     rng = np.random.default_rng(seed)
-    agent = Agent(int(np.prod(envs.single_observation_space.shape)), int(envs.single_action_space.n),
-                  content["args"]["lstm_size"]).to(device)
+    agent = Agent(
+        int(np.prod(envs.single_observation_space.shape)), int(envs.single_action_space.n), content["args"]["lstm_size"]
+    ).to(device)
     agent.load_state_dict(content["model"])
     agent.eval()
 
@@ -423,8 +424,11 @@ def evaluate(
     starts = np.ones(1, dtype=np.float32)
     while len(returns) < eval_episodes:
         with torch.no_grad():
-            hidden, state = agent.unroll(torch.as_tensor(obs[None], dtype=torch.float32, device=device),
-                                         torch.as_tensor(starts[None], device=device), state)
+            hidden, state = agent.unroll(
+                torch.as_tensor(obs[None], dtype=torch.float32, device=device),
+                torch.as_tensor(starts[None], device=device),
+                state,
+            )
             logits = agent.actor(hidden[0]).cpu().numpy()
         actions = logits.argmax(-1) if deterministic else sample_categorical(logits, rng)
         obs, _, terminations, truncations, infos = envs.step(actions)
@@ -486,8 +490,10 @@ if __name__ == "__main__":
     checkpointer = Checkpointer(run.directory, "ppo_lstm", args, args.checkpoint_interval, global_step, writer=writer)
     start_step, start_time = global_step, time.time()
     if args.num_iterations * args.batch_size != args.total_timesteps:
-        print(f"training {args.num_iterations * args.batch_size} steps: --total-timesteps rounded down "
-              f"to whole rollouts of {args.batch_size}")
+        print(
+            f"training {args.num_iterations * args.batch_size} steps: --total-timesteps rounded down "
+            f"to whole rollouts of {args.batch_size}"
+        )
     progress = Progress(args.num_iterations * args.batch_size, start_step=global_step)
 
     for iteration in range(first_iteration, args.num_iterations + 1):
@@ -504,8 +510,11 @@ if __name__ == "__main__":
             starts[step] = next_start
             # One forward per step: the LSTM (reset where an episode starts), the policy and V.
             with torch.no_grad():
-                hidden, lstm_state = agent.unroll(torch.from_numpy(obs[step : step + 1]).to(device),
-                                                  torch.from_numpy(starts[step : step + 1]).to(device), lstm_state)
+                hidden, lstm_state = agent.unroll(
+                    torch.from_numpy(obs[step : step + 1]).to(device),
+                    torch.from_numpy(starts[step : step + 1]).to(device),
+                    lstm_state,
+                )
                 log_probs = torch.log_softmax(agent.actor(hidden[0]), dim=-1).cpu().numpy()
                 values[step] = agent.critic(hidden[0]).squeeze(-1).cpu().numpy()
             actions[step] = sample_categorical(log_probs, rng)
@@ -523,20 +532,33 @@ if __name__ == "__main__":
                 # lstm_state for these envs, since next_start is 1 there.
                 final = torch.from_numpy(real_next_obs(next_obs, infos)[truncated][None]).to(device)
                 with torch.no_grad():
-                    final_values[step, truncated] = agent.get_value(
-                        final, torch.zeros(final.shape[:2], device=device),
-                        (lstm_state[0][truncated], lstm_state[1][truncated]),
-                    )[0].cpu().numpy()
+                    final_values[step, truncated] = (
+                        agent.get_value(
+                            final,
+                            torch.zeros(final.shape[:2], device=device),
+                            (lstm_state[0][truncated], lstm_state[1][truncated]),
+                        )[0]
+                        .cpu()
+                        .numpy()
+                    )
             if "_episode" in infos:
                 progress.episodes(log_episodes(writer, infos, global_step))
         progress.update(global_step)
 
         # V of the observations after the rollout, from the state the next rollout starts with.
         with torch.no_grad():
-            last_values = agent.get_value(torch.from_numpy(next_obs[None]).float().to(device),
-                                          torch.from_numpy(next_start[None]).to(device), lstm_state)[0].cpu().numpy()
-        advantages, returns = compute_gae(rewards, values, last_values, final_values, terminations, dones,
-                                          args.gamma, args.gae_lambda)
+            last_values = (
+                agent.get_value(
+                    torch.from_numpy(next_obs[None]).float().to(device),
+                    torch.from_numpy(next_start[None]).to(device),
+                    lstm_state,
+                )[0]
+                .cpu()
+                .numpy()
+            )
+        advantages, returns = compute_gae(
+            rewards, values, last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
+        )
 
         # The batch as sequences [T, N, ...], moved to the training device once.
         b_obs = torch.from_numpy(obs).to(device)
@@ -610,23 +632,31 @@ if __name__ == "__main__":
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
         writer.add_scalar("charts/SPS", sps, global_step)
         if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
-            checkpointer.save(global_step, {"iteration": iteration, "model": agent.state_dict(),
-                                            "optimizer": optimizer.state_dict(), "action_rng": generator_state(rng),
-                                            "lstm_state": [lstm_state[0].cpu(), lstm_state[1].cpu()],
-                                            "next_start": torch.from_numpy(next_start.copy()),
-                                            "envs": envs_state(envs), "wandb_id": run.wandb_id})
+            checkpointer.save(
+                global_step,
+                {
+                    "iteration": iteration,
+                    "model": agent.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "action_rng": generator_state(rng),
+                    "lstm_state": [lstm_state[0].cpu(), lstm_state[1].cpu()],
+                    "next_start": torch.from_numpy(next_start.copy()),
+                    "envs": envs_state(envs),
+                    "wandb_id": run.wandb_id,
+                },
+            )
 
     progress.close()
     if args.save_model:
         model_path = run.directory / f"{args.exp_name}.cleanrl_model"
         save_model(model_path, "ppo_lstm", args, agent.state_dict())
         print(f"model saved to {model_path}")
-        episodic_returns = evaluate(str(model_path), args.eval_episodes, args.env_id, args.capture_video,
-                                    str(run.directory / "videos-eval"))
+        episodic_returns = evaluate(
+            str(model_path), args.eval_episodes, args.env_id, args.capture_video, str(run.directory / "videos-eval")
+        )
         writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
         writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
-        print(f"evaluation over {args.eval_episodes} episodes: "
-              f"{episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
+        print(f"evaluation over {args.eval_episodes} episodes: {episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
 
     envs.close()
     run.close()

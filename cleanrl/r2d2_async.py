@@ -213,12 +213,26 @@ class Args:
 
 def check_args(args: Args) -> None:
     """Stop with one line naming the flag on bad input."""
-    require_positive(args, "total_timesteps", "num_actors", "buffer_size", "batch_size", "learning_rate",
-                     "adam_eps", "learn_length", "n_step", "target_network_frequency", "replay_ratio",
-                     "frame_stack", "lstm_size", "hidden_size", "publish_interval", "torch_threads")
+    require_positive(
+        args,
+        "total_timesteps",
+        "num_actors",
+        "buffer_size",
+        "batch_size",
+        "learning_rate",
+        "adam_eps",
+        "learn_length",
+        "n_step",
+        "target_network_frequency",
+        "replay_ratio",
+        "frame_stack",
+        "lstm_size",
+        "hidden_size",
+        "publish_interval",
+        "torch_threads",
+    )
     require(args.num_envs >= 2, "--num-envs", f"must be at least 2 (two alternating groups), got {args.num_envs}")
-    for name in ("burn_in", "learning_starts", "checkpoint_interval", "eval_interval", "actor_lead",
-                 "debug_learner_sleep"):
+    for name in ("burn_in", "learning_starts", "checkpoint_interval", "eval_interval", "actor_lead", "debug_learner_sleep"):
         require(getattr(args, name) >= 0, flag_name(name), f"must be >= 0, got {getattr(args, name)}")
     require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
     for name in ("epsilon", "priority_eta", "importance_beta"):
@@ -227,16 +241,28 @@ def check_args(args: Args) -> None:
     require(args.epsilon_alpha >= 0, "--epsilon-alpha", f"must be >= 0, got {args.epsilon_alpha}")
     require(args.priority_exponent >= 0, "--priority-exponent", f"must be >= 0, got {args.priority_exponent}")
     require(args.value_rescale_eps >= 0, "--value-rescale-eps", f"must be >= 0, got {args.value_rescale_eps}")
-    require(args.buffer_size >= args.batch_size, "--buffer-size",
-            f"{args.buffer_size} sequences is fewer than --batch-size {args.batch_size}")
-    require(args.total_timesteps > args.learning_starts, "--learning-starts",
-            f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}")
+    require(
+        args.buffer_size >= args.batch_size,
+        "--buffer-size",
+        f"{args.buffer_size} sequences is fewer than --batch-size {args.batch_size}",
+    )
+    require(
+        args.total_timesteps > args.learning_starts,
+        "--learning-starts",
+        f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}",
+    )
     per_update = args.batch_size * args.learn_length / args.replay_ratio
-    require(args.actor_lead == 0 or args.actor_lead > per_update, "--actor-lead",
-            f"{args.actor_lead} must exceed batch_size x learn_length / replay_ratio = {per_update:g} env steps "
-            "(otherwise actors and learner wait for each other)")
-    require(not (args.save_model or args.eval_interval) or args.eval_episodes > 0, "--eval-episodes",
-            "must be positive with --save-model or --eval-interval")
+    require(
+        args.actor_lead == 0 or args.actor_lead > per_update,
+        "--actor-lead",
+        f"{args.actor_lead} must exceed batch_size x learn_length / replay_ratio = {per_update:g} env steps "
+        "(otherwise actors and learner wait for each other)",
+    )
+    require(
+        not (args.save_model or args.eval_interval) or args.eval_episodes > 0,
+        "--eval-episodes",
+        "must be positive with --save-model or --eval-interval",
+    )
 
 
 def actor_lead(args: Args) -> float:
@@ -253,8 +279,9 @@ def is_atari(env_id: str) -> bool:
         return hasattr(env.unwrapped, "ale")
 
 
-def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, atari: bool, frame_stack: int = 4,
-             video_episodes=None):
+def make_env(
+    env_id: str, idx: int, capture_video: bool, video_dir: str, atari: bool, frame_stack: int = 4, video_episodes=None
+):
     """A thunk creating env ``idx``; env 0 records videos if asked.
 
     Atari: the dqn_atari.py preprocessing (no-op starts, frame skip 4 with max-pooling,
@@ -308,10 +335,15 @@ class RecurrentQNetwork(nn.Module):
         self.atari, self.lstm_size = atari, lstm_size
         if atari:
             self.encoder = nn.Sequential(
-                nn.Conv2d(obs_shape[0], 32, 8, stride=4), nn.ReLU(),
-                nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
-                nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
-                nn.Flatten(), nn.Linear(3136, hidden_size), nn.ReLU(),
+                nn.Conv2d(obs_shape[0], 32, 8, stride=4),
+                nn.ReLU(),
+                nn.Conv2d(32, 64, 4, stride=2),
+                nn.ReLU(),
+                nn.Conv2d(64, 64, 3, stride=1),
+                nn.ReLU(),
+                nn.Flatten(),
+                nn.Linear(3136, hidden_size),
+                nn.ReLU(),
             )
         else:
             self.encoder = nn.Sequential(nn.Linear(int(np.prod(obs_shape)), hidden_size), nn.ReLU())
@@ -366,8 +398,15 @@ def epsilon_ladder(num_envs: int, epsilon: float = 0.4, alpha: float = 7.0) -> n
     return epsilon ** (1.0 + alpha * np.arange(num_envs) / (num_envs - 1))
 
 
-def n_step_targets(rewards: torch.Tensor, terminations: torch.Tensor, truncations: torch.Tensor,
-                   mask: torch.Tensor, next_values: torch.Tensor, gamma: float, n: int) -> torch.Tensor:
+def n_step_targets(
+    rewards: torch.Tensor,
+    terminations: torch.Tensor,
+    truncations: torch.Tensor,
+    mask: torch.Tensor,
+    next_values: torch.Tensor,
+    gamma: float,
+    n: int,
+) -> torch.Tensor:
     """n-step returns along sequences, bootstrapped from ``next_values`` (in the unrescaled space).
 
     For step t: y_t = sum_{k<m} γ^k r_{t+k} + γ^m v_{t+m}, where m = n unless the window stops
@@ -399,8 +438,8 @@ def n_step_targets(rewards: torch.Tensor, terminations: torch.Tensor, truncation
     boot_discount = torch.zeros_like(rewards)
     for k in range(n):
         pos = t + k
-        returns = returns + running * (gamma ** k) * r[:, k:k + T]
-        term_k, trunc_k = term[:, k:k + T], trunc[:, k:k + T]
+        returns = returns + running * (gamma**k) * r[:, k : k + T]
+        term_k, trunc_k = term[:, k : k + T], trunc[:, k : k + T]
         stop = running & (term_k | trunc_k | (pos + 1 == T) | torch.full_like(running, k == n - 1))
         boot_index = torch.where(stop, pos + 1, boot_index)
         boot_discount = torch.where(stop, torch.where(term_k, 0.0, gamma ** (k + 1)), boot_discount)
@@ -461,8 +500,9 @@ class Shared:
 # Actor process
 
 
-def actor_main(actor_id: int, args: Args, atari: bool, shared: Shared, rb: SequenceReplayBuffer,
-               parent_pid: int, video_dir: str) -> None:
+def actor_main(
+    actor_id: int, args: Args, atari: bool, shared: Shared, rb: SequenceReplayBuffer, parent_pid: int, video_dir: str
+) -> None:
     """Entry point of actor ``actor_id`` (a spawned process): run :func:`run_actor`, report failures.
 
     SIGINT and SIGTERM are ignored: the learner stops the actors (``shared.stop``) after Ctrl-C
@@ -480,8 +520,9 @@ def actor_main(actor_id: int, args: Args, atari: bool, shared: Shared, rb: Seque
         sys.exit(1)  # a normal exit: multiprocessing's finalizers unlink this process's semaphores
 
 
-def run_actor(actor_id: int, args: Args, atari: bool, shared: Shared, rb: SequenceReplayBuffer, parent_pid: int,
-              video_dir: str) -> None:
+def run_actor(
+    actor_id: int, args: Args, atari: bool, shared: Shared, rb: SequenceReplayBuffer, parent_pid: int, video_dir: str
+) -> None:
     """Step two alternating env groups with the ε-greedy LSTM policy until ``shared.stop``.
 
     While one group's envs step (in a worker thread), the policy runs for the other group.
@@ -493,19 +534,34 @@ def run_actor(actor_id: int, args: Args, atari: bool, shared: Shared, rb: Sequen
     epsilons = epsilon_ladder(args.num_actors * args.num_envs, args.epsilon, args.epsilon_alpha)
     half = args.num_envs // 2
     group_envs = [list(range(first, first + half)), list(range(first + half, first + args.num_envs))]
-    groups = [make_vector_env([make_env(args.env_id, i, args.capture_video, video_dir, atari, args.frame_stack)
-                               for i in envs], args.env_mode, episode_statistics=not atari)
-              for envs in group_envs]
+    groups = [
+        make_vector_env(
+            [make_env(args.env_id, i, args.capture_video, video_dir, atari, args.frame_stack) for i in envs],
+            args.env_mode,
+            episode_statistics=not atari,
+        )
+        for envs in group_envs
+    ]
     try:
         single = groups[0]
-        network = RecurrentQNetwork(single.single_observation_space.shape, int(single.single_action_space.n),
-                                    args.lstm_size, args.hidden_size, atari)
+        network = RecurrentQNetwork(
+            single.single_observation_space.shape, int(single.single_action_space.n), args.lstm_size, args.hidden_size, atari
+        )
         network.requires_grad_(False)
         version = shared.pull(network, -1)
         num_actions = int(single.single_action_space.n)
         state_example = np.zeros((2, args.lstm_size), np.float32)
-        builders = [SequenceBuilder(len(envs), args.burn_in, args.learn_length, single.single_observation_space,
-                                    single.single_action_space, state_example) for envs in group_envs]
+        builders = [
+            SequenceBuilder(
+                len(envs),
+                args.burn_in,
+                args.learn_length,
+                single.single_observation_space,
+                single.single_action_space,
+                state_example,
+            )
+            for envs in group_envs
+        ]
         obs = [g.reset(seed=args.seed + envs[0])[0] for g, envs in zip(groups, group_envs)]
         states = [network.initial_state(len(envs)) for envs in group_envs]
         before = [None, None]  # each group's state before acting on its current observations
@@ -543,8 +599,9 @@ def run_actor(actor_id: int, args: Args, atari: bool, shared: Shared, rb: Sequen
                 pending[k] = pool.submit(groups[k].step, actions[k])
                 j = 1 - k
                 next_obs, rewards, terminations, truncations, infos = pending[j].result()
-                sequences = builders[j].add(obs[j], actions[j], rewards, terminations, truncations,
-                                            real_next_obs(next_obs, infos), before[j].numpy())
+                sequences = builders[j].add(
+                    obs[j], actions[j], rewards, terminations, truncations, real_next_obs(next_obs, infos), before[j].numpy()
+                )
                 if sequences is not None:
                     rb.add(sequences)  # at the largest priority seen
                 done = torch.as_tensor(terminations | truncations)
@@ -552,8 +609,9 @@ def run_actor(actor_id: int, args: Args, atari: bool, shared: Shared, rb: Sequen
                 obs[j] = next_obs
                 if "_episode" in infos:
                     for e in np.flatnonzero(infos["_episode"]):
-                        shared.episodes.put((actor_id, group_envs[j][e], float(infos["episode"]["r"][e]),
-                                             int(infos["episode"]["l"][e])))
+                        shared.episodes.put(
+                            (actor_id, group_envs[j][e], float(infos["episode"]["r"][e]), int(infos["episode"]["l"][e]))
+                        )
                 shared.actor_steps[actor_id] += len(group_envs[j])
                 check_parent()
                 wait_for_learner()
@@ -569,9 +627,16 @@ def run_actor(actor_id: int, args: Args, atari: bool, shared: Shared, rb: Sequen
 # Evaluation
 
 
-def evaluate(model_path: str, eval_episodes: int, env_id: Optional[str] = None, capture_video: bool = False,
-             video_dir: str = "videos", seed: Optional[int] = None, epsilon: Optional[float] = None,
-             device: str = "cpu") -> np.ndarray:
+def evaluate(
+    model_path: str,
+    eval_episodes: int,
+    env_id: Optional[str] = None,
+    capture_video: bool = False,
+    video_dir: str = "videos",
+    seed: Optional[int] = None,
+    epsilon: Optional[float] = None,
+    device: str = "cpu",
+) -> np.ndarray:
     """Evaluate a model saved by this script for ``eval_episodes`` episodes, ε-greedy.
 
     The LSTM state is carried from step to step and reset to zeros at each episode start.
@@ -600,18 +665,22 @@ def evaluate(model_path: str, eval_episodes: int, env_id: Optional[str] = None, 
     seed = saved["seed"] + 100_000 if seed is None else seed
     atari = is_atari(env_id)
     epsilon = (0.01 if atari else 0.0) if epsilon is None else epsilon
-    envs = make_vector_env([make_env(env_id, 0, capture_video, video_dir, atari, saved["frame_stack"],
-                                     lambda episode: episode < eval_episodes)], episode_statistics=not atari)
-    network = RecurrentQNetwork(envs.single_observation_space.shape, int(envs.single_action_space.n),
-                                saved["lstm_size"], saved["hidden_size"], atari).to(device)
+    envs = make_vector_env(
+        [make_env(env_id, 0, capture_video, video_dir, atari, saved["frame_stack"], lambda episode: episode < eval_episodes)],
+        episode_statistics=not atari,
+    )
+    network = RecurrentQNetwork(
+        envs.single_observation_space.shape, int(envs.single_action_space.n), saved["lstm_size"], saved["hidden_size"], atari
+    ).to(device)
     network.load_state_dict(content["model"])
     returns = run_episodes(envs, network, eval_episodes, seed, epsilon, device)
     envs.close()
     return returns
 
 
-def run_episodes(envs, network: RecurrentQNetwork, num_episodes: int, seed: int, epsilon: float = 0.0,
-                 device: torch.device | str = "cpu") -> np.ndarray:
+def run_episodes(
+    envs, network: RecurrentQNetwork, num_episodes: int, seed: int, epsilon: float = 0.0, device: torch.device | str = "cpu"
+) -> np.ndarray:
     """Run ``network`` ε-greedily in the one-env vector env ``envs`` for ``num_episodes`` whole episodes.
 
     The LSTM state is carried from step to step and reset to zeros at each episode start.
@@ -678,27 +747,31 @@ if __name__ == "__main__":
     args = tyro.cli(Args)
     args, resumed = resume_args(args, "r2d2_async")  # with --resume: the checkpoint's run and its arguments
     check_args(args)
-    observation_space, action_space = check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,),
-                                                "r2d2_async.py")
+    observation_space, action_space = check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "r2d2_async.py")
     atari = is_atari(args.env_id)
     if atari:
         with gym.make(args.env_id) as game:
-            require(game.spec.kwargs.get("frameskip", 1) == 1, "--env-id",
-                    f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id (such as "
-                    "BreakoutNoFrameskip-v4): the frame skipping is done here")
+            require(
+                game.spec.kwargs.get("frameskip", 1) == 1,
+                "--env-id",
+                f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id (such as "
+                "BreakoutNoFrameskip-v4): the frame skipping is done here",
+            )
         probe = make_env(args.env_id, 0, False, "", atari, args.frame_stack)()
         observation_space, action_space = probe.observation_space, probe.action_space
         probe.close()
     else:
-        require(len(observation_space.shape) == 1, "--env-id",
-                f"{args.env_id} has observations of shape {observation_space.shape}; r2d2_async.py supports "
-                "Atari games and 1-dimensional observations only")
+        require(
+            len(observation_space.shape) == 1,
+            "--env-id",
+            f"{args.env_id} has observations of shape {observation_space.shape}; r2d2_async.py supports "
+            "Atari games and 1-dimensional observations only",
+        )
     T = args.burn_in + args.learn_length
     state_example = np.zeros((2, args.lstm_size), np.float32)
     builder = SequenceBuilder(1, args.burn_in, args.learn_length, observation_space, action_space, state_example)
     try:
-        rb = SequenceReplayBuffer(args.buffer_size, builder, alpha=args.priority_exponent, seed=args.seed,
-                                  shared=True)
+        rb = SequenceReplayBuffer(args.buffer_size, builder, alpha=args.priority_exponent, seed=args.seed, shared=True)
     except MemoryError as error:
         fail("--buffer-size", str(error))
     run = start_run(args, resume=resumed)
@@ -709,10 +782,10 @@ if __name__ == "__main__":
     torch.set_num_threads(args.torch_threads)
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     num_actions = int(action_space.n)
-    q_network = RecurrentQNetwork(observation_space.shape, num_actions, args.lstm_size, args.hidden_size,
-                                  atari).to(device)
-    target_network = RecurrentQNetwork(observation_space.shape, num_actions, args.lstm_size, args.hidden_size,
-                                       atari).to(device)
+    q_network = RecurrentQNetwork(observation_space.shape, num_actions, args.lstm_size, args.hidden_size, atari).to(device)
+    target_network = RecurrentQNetwork(observation_space.shape, num_actions, args.lstm_size, args.hidden_size, atari).to(
+        device
+    )
     optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=args.adam_eps)
     step_offset, update_offset = 0, 0  # env steps and gradient steps of the run before this process
     if resumed is not None:
@@ -720,8 +793,7 @@ if __name__ == "__main__":
         target_network.load_state_dict(resumed["target_model"])
         optimizer.load_state_dict(resumed["optimizer"])
         step_offset, update_offset = resumed["global_step"], resumed["updates"]
-        print(f"the checkpoint has no replay: refilling it until step {step_offset + args.learning_starts} "
-              "before updating")
+        print(f"the checkpoint has no replay: refilling it until step {step_offset + args.learning_starts} before updating")
     else:
         target_network.load_state_dict(q_network.state_dict())
 
@@ -729,17 +801,21 @@ if __name__ == "__main__":
     shared.publish(q_network)
     epsilons = epsilon_ladder(args.num_actors * args.num_envs, args.epsilon, args.epsilon_alpha)
     for i in range(args.num_actors):
-        writer.add_scalar(f"charts/epsilon/actor_{i}", epsilons[i * args.num_envs:(i + 1) * args.num_envs].mean(),
-                          step_offset)
-    checkpointer = Checkpointer(run.directory, "r2d2_async", args, args.checkpoint_interval, step_offset,
-                                writer=writer)
+        writer.add_scalar(
+            f"charts/epsilon/actor_{i}", epsilons[i * args.num_envs : (i + 1) * args.num_envs].mean(), step_offset
+        )
+    checkpointer = Checkpointer(run.directory, "r2d2_async", args, args.checkpoint_interval, step_offset, writer=writer)
     context = mp.get_context("spawn")
-    actors = [context.Process(target=actor_main, name=f"r2d2-actor-{i}",
-                              args=(i, args, atari, shared, rb, os.getpid(), str(run.video_dir)))
-              for i in range(args.num_actors)]
+    actors = [
+        context.Process(
+            target=actor_main, name=f"r2d2-actor-{i}", args=(i, args, atari, shared, rb, os.getpid(), str(run.video_dir))
+        )
+        for i in range(args.num_actors)
+    ]
     if args.eval_interval:
-        eval_envs = make_vector_env([make_env(args.env_id, 0, False, "", atari, args.frame_stack)],
-                                    episode_statistics=not atari)
+        eval_envs = make_vector_env(
+            [make_env(args.env_id, 0, False, "", atari, args.frame_stack)], episode_statistics=not atari
+        )
         next_eval = (step_offset // args.eval_interval + 1) * args.eval_interval
     per_update = args.batch_size * args.learn_length / args.replay_ratio  # env steps each gradient step needs
     progress = Progress(args.total_timesteps, start_step=step_offset)
@@ -770,28 +846,41 @@ if __name__ == "__main__":
             global_step = step_offset + collected
             progress.update(global_step)
             if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
-                checkpointer.save(global_step, {
-                    "model": q_network.state_dict(), "target_model": target_network.state_dict(),
-                    "optimizer": optimizer.state_dict(), "updates": update_offset + updates,
-                    "wandb_id": run.wandb_id})
+                checkpointer.save(
+                    global_step,
+                    {
+                        "model": q_network.state_dict(),
+                        "target_model": target_network.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "updates": update_offset + updates,
+                        "wandb_id": run.wandb_id,
+                    },
+                )
             owed = (updates + 1) * per_update <= collected - args.learning_starts and len(rb) >= args.batch_size
             if global_step >= args.total_timesteps:  # enough env steps: the actors hold, the learner
-                shared.hold[0] = 1                    # makes the gradient steps the ratio still owes
+                shared.hold[0] = 1  # makes the gradient steps the ratio still owes
                 if not owed:
                     break
             if args.eval_interval and global_step >= next_eval:  # the current network, greedy
                 next_eval += args.eval_interval * ((global_step - next_eval) // args.eval_interval + 1)
-                episodic_returns = run_episodes(eval_envs, q_network, args.eval_episodes, args.seed + 100_000,
-                                                0.01 if atari else 0.0, device)
+                episodic_returns = run_episodes(
+                    eval_envs, q_network, args.eval_episodes, args.seed + 100_000, 0.01 if atari else 0.0, device
+                )
                 writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
-                print(f"step {global_step}: evaluation over {args.eval_episodes} episodes: "
-                      f"{episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}", flush=True)
+                print(
+                    f"step {global_step}: evaluation over {args.eval_episodes} episodes: "
+                    f"{episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}",
+                    flush=True,
+                )
             now = time.time()
             if now - last_log >= 1.0 and collected > args.learning_starts:
                 last_log = now
                 writer.add_scalar("charts/SPS", int(collected / (now - start_time)), global_step)
-                writer.add_scalar("charts/replay_ratio", updates * args.batch_size * args.learn_length
-                                  / (collected - args.learning_starts), global_step)
+                writer.add_scalar(
+                    "charts/replay_ratio",
+                    updates * args.batch_size * args.learn_length / (collected - args.learning_starts),
+                    global_step,
+                )
                 writer.add_scalar("charts/updates", update_offset + updates, global_step)
                 writer.add_scalar("charts/buffer_sequences", len(rb), global_step)
                 writer.add_scalar("losses/td_loss", td_loss, global_step)
@@ -803,16 +892,30 @@ if __name__ == "__main__":
 
             data = rb.sample(args.batch_size, args.importance_beta)
             versions = rb.versions[data.indices.numpy()].copy()
-            data = data._replace(**{name: getattr(data, name).to(device) for name in
-                                    ("obs", "actions", "rewards", "terminations", "truncations", "mask",
-                                     "learn_mask", "states", "starts_episode", "weights")})
+            data = data._replace(
+                **{
+                    name: getattr(data, name).to(device)
+                    for name in (
+                        "obs",
+                        "actions",
+                        "rewards",
+                        "terminations",
+                        "truncations",
+                        "mask",
+                        "learn_mask",
+                        "states",
+                        "starts_episode",
+                        "weights",
+                    )
+                }
+            )
             # online network from the stored state; the gradient stops at the end of the burn-in
             # except for sequences that start their episode (exact zero state, every step learned)
             if args.burn_in > 0:
-                q_burn, burn_state = q_network(data.obs[:, :args.burn_in], data.states)
+                q_burn, burn_state = q_network(data.obs[:, : args.burn_in], data.states)
                 keep = data.starts_episode.view(-1, 1, 1)
                 burn_state = torch.where(keep, burn_state, burn_state.detach())
-                q_rest, _ = q_network(data.obs[:, args.burn_in:], burn_state)
+                q_rest, _ = q_network(data.obs[:, args.burn_in :], burn_state)
                 q_all = torch.cat([q_burn, q_rest], 1)  # [B, T + 1, A]
             else:
                 q_all, _ = q_network(data.obs, data.states)
@@ -820,8 +923,12 @@ if __name__ == "__main__":
                 q_target_all, _ = target_network(data.obs, data.states)
                 best = q_all.argmax(-1, keepdim=True)  # double Q: the online network picks a'
                 next_values = inverse_value_rescale(q_target_all.gather(-1, best).squeeze(-1), args.value_rescale_eps)
-                targets = value_rescale(n_step_targets(data.rewards, data.terminations, data.truncations, data.mask,
-                                                       next_values, args.gamma, args.n_step), args.value_rescale_eps)
+                targets = value_rescale(
+                    n_step_targets(
+                        data.rewards, data.terminations, data.truncations, data.mask, next_values, args.gamma, args.n_step
+                    ),
+                    args.value_rescale_eps,
+                )
             q_taken = q_all[:, :T].gather(-1, data.actions.long().unsqueeze(-1)).squeeze(-1)
             td_error = targets - q_taken
             learn = data.learn_mask.float()
@@ -830,8 +937,9 @@ if __name__ == "__main__":
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            rb.update_priorities(data.indices, sequence_priority(td_error.detach().abs(), data.learn_mask,
-                                                                 args.priority_eta), versions)
+            rb.update_priorities(
+                data.indices, sequence_priority(td_error.detach().abs(), data.learn_mask, args.priority_eta), versions
+            )
             updates += 1
             shared.updates[0] = updates
             if updates % args.publish_interval == 0:
@@ -858,23 +966,27 @@ if __name__ == "__main__":
     if collected > args.learning_starts:
         ratio = updates * args.batch_size * args.learn_length / (collected - args.learning_starts)
         writer.add_scalar("charts/replay_ratio", ratio, global_step)
-        print(f"replay ratio {ratio:.3f} (target {args.replay_ratio}); {updates} gradient steps, "
-              f"{collected} env steps in this process")
+        print(
+            f"replay ratio {ratio:.3f} (target {args.replay_ratio}); {updates} gradient steps, "
+            f"{collected} env steps in this process"
+        )
     if updates == 0:
-        why = (f"the replay held {len(rb)} sequences, fewer than --batch-size {args.batch_size}"
-               if len(rb) < args.batch_size else
-               f"one needs {per_update:.0f} env steps after --learning-starts (--batch-size x --learn-length / "
-               f"--replay-ratio), {max(collected - args.learning_starts, 0)} were collected")
+        why = (
+            f"the replay held {len(rb)} sequences, fewer than --batch-size {args.batch_size}"
+            if len(rb) < args.batch_size
+            else f"one needs {per_update:.0f} env steps after --learning-starts (--batch-size x --learn-length / "
+            f"--replay-ratio), {max(collected - args.learning_starts, 0)} were collected"
+        )
         print(f"warning: no gradient step was made: {why}", file=sys.stderr)
 
     if args.save_model:
         model_path = run.directory / f"{args.exp_name}.cleanrl_model"
         save_model(model_path, "r2d2_async", args, q_network.state_dict())
         print(f"model saved to {model_path}")
-        episodic_returns = evaluate(str(model_path), args.eval_episodes, args.env_id, args.capture_video,
-                                    str(run.directory / "videos-eval"))
+        episodic_returns = evaluate(
+            str(model_path), args.eval_episodes, args.env_id, args.capture_video, str(run.directory / "videos-eval")
+        )
         writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
         writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
-        print(f"evaluation over {args.eval_episodes} episodes: "
-              f"{episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
+        print(f"evaluation over {args.eval_episodes} episodes: {episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
     run.close()

@@ -177,26 +177,51 @@ class Args:
 
 def check_args(args: Args) -> None:
     """Stop with one line naming the flag on bad input."""
-    require_positive(args, "total_timesteps", "num_envs", "buffer_size", "batch_size", "learning_rate", "adam_eps",
-                     "target_network_frequency", "train_frequency", "torch_threads", "n_step", "max_grad_norm",
-                     "prioritized_replay_eps")
+    require_positive(
+        args,
+        "total_timesteps",
+        "num_envs",
+        "buffer_size",
+        "batch_size",
+        "learning_rate",
+        "adam_eps",
+        "target_network_frequency",
+        "train_frequency",
+        "torch_threads",
+        "n_step",
+        "max_grad_norm",
+        "prioritized_replay_eps",
+    )
     require(args.n_atoms >= 2, "--n-atoms", f"must be at least 2, got {args.n_atoms}")
     require(args.v_min < args.v_max, "--v-max", f"{args.v_max} is not above --v-min {args.v_min}")
     require(args.noisy_sigma0 >= 0, "--noisy-sigma0", f"must be >= 0, got {args.noisy_sigma0}")
     require(args.learning_starts >= 0, "--learning-starts", f"must be >= 0, got {args.learning_starts}")
     require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
     require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
-    require(args.prioritized_replay_alpha >= 0, "--prioritized-replay-alpha",
-            f"must be >= 0, got {args.prioritized_replay_alpha}")
-    require(0 <= args.prioritized_replay_beta <= 1, "--prioritized-replay-beta",
-            f"must be in [0, 1], got {args.prioritized_replay_beta}")
-    require(args.buffer_size >= args.batch_size, "--buffer-size",
-            f"{args.buffer_size} is smaller than --batch-size {args.batch_size}")
-    require(args.buffer_size // args.num_envs >= args.n_step + 2, "--buffer-size",
-            f"{args.buffer_size} holds {args.buffer_size // args.num_envs} steps per env; "
-            f"--n-step {args.n_step} needs at least {args.n_step + 2}")
-    require(args.total_timesteps > args.learning_starts, "--learning-starts",
-            f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}")
+    require(
+        args.prioritized_replay_alpha >= 0, "--prioritized-replay-alpha", f"must be >= 0, got {args.prioritized_replay_alpha}"
+    )
+    require(
+        0 <= args.prioritized_replay_beta <= 1,
+        "--prioritized-replay-beta",
+        f"must be in [0, 1], got {args.prioritized_replay_beta}",
+    )
+    require(
+        args.buffer_size >= args.batch_size,
+        "--buffer-size",
+        f"{args.buffer_size} is smaller than --batch-size {args.batch_size}",
+    )
+    require(
+        args.buffer_size // args.num_envs >= args.n_step + 2,
+        "--buffer-size",
+        f"{args.buffer_size} holds {args.buffer_size // args.num_envs} steps per env; "
+        f"--n-step {args.n_step} needs at least {args.n_step + 2}",
+    )
+    require(
+        args.total_timesteps > args.learning_starts,
+        "--learning-starts",
+        f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}",
+    )
     require(not args.save_model or args.eval_episodes > 0, "--eval-episodes", "must be positive with --save-model")
 
 
@@ -280,8 +305,7 @@ class NoisyLinear(nn.Module):
             return F.linear(x, self.weight_mu, self.bias_mu)
         bias = torch.addcmul(self.bias_mu, self.bias_sigma, self.bias_epsilon)
         if x.dim() == 2 and len(x) <= 4:  # acting: the factorised product, cheaper for a few rows
-            return F.linear(x, self.weight_mu, bias) + self.bias_epsilon * F.linear(x * self.epsilon_in,
-                                                                                   self.weight_sigma)
+            return F.linear(x, self.weight_mu, bias) + self.bias_epsilon * F.linear(x * self.epsilon_in, self.weight_sigma)
         return F.linear(x, torch.addcmul(self.weight_mu, self.weight_sigma, self.weight_epsilon), bias)
 
 
@@ -300,20 +324,23 @@ class RainbowNetwork(nn.Module):
         atoms: the support z_1..z_N, ``[n_atoms]`` (a buffer, saved with the model).
     """
 
-    def __init__(self, num_actions: int, n_atoms: int = 51, v_min: float = -10.0, v_max: float = 10.0,
-                 sigma0: float = 0.5):
+    def __init__(self, num_actions: int, n_atoms: int = 51, v_min: float = -10.0, v_max: float = 10.0, sigma0: float = 0.5):
         super().__init__()
         self.num_actions, self.n_atoms = num_actions, n_atoms
         self.register_buffer("atoms", torch.linspace(v_min, v_max, n_atoms))
         self.torso = nn.Sequential(
-            nn.Conv2d(4, 32, 8, stride=4), nn.ReLU(),
-            nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
-            nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+            nn.Conv2d(4, 32, 8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1),
+            nn.ReLU(),
             nn.Flatten(),
         )
         self.value = nn.Sequential(NoisyLinear(3136, 512, sigma0), nn.ReLU(), NoisyLinear(512, n_atoms, sigma0))
-        self.advantage = nn.Sequential(NoisyLinear(3136, 512, sigma0), nn.ReLU(),
-                                       NoisyLinear(512, num_actions * n_atoms, sigma0))
+        self.advantage = nn.Sequential(
+            NoisyLinear(3136, 512, sigma0), nn.ReLU(), NoisyLinear(512, num_actions * n_atoms, sigma0)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Frames uint8 ``[B, 4, 84, 84]`` (0-255) -> logits ``[B, num_actions, n_atoms]``."""
@@ -340,8 +367,11 @@ def noise(network: nn.Module) -> dict:
     a checkpoint needs them: the agent keeps acting with the same noise sample until the next
     update, and the next noise is then drawn from torch's generator (saved with the checkpoint).
     """
-    return {name: buffer.clone() for name, buffer in network.named_buffers() if name.rsplit(".", 1)[-1] in
-            ("epsilon_in", "weight_epsilon", "bias_epsilon")}
+    return {
+        name: buffer.clone()
+        for name, buffer in network.named_buffers()
+        if name.rsplit(".", 1)[-1] in ("epsilon_in", "weight_epsilon", "bias_epsilon")
+    }
 
 
 def load_noise(network: nn.Module, state: dict) -> None:
@@ -479,12 +509,14 @@ def evaluate(
     content = load_model(model_path, "rainbow_atari")
     env_id = env_id or content["env_id"]
     seed = content["args"]["seed"] + 100_000 if seed is None else seed
-    envs = make_vector_env([make_env(env_id, 0, capture_video, video_dir, lambda episode: episode < eval_episodes)],
-                           episode_statistics=False)
+    envs = make_vector_env(
+        [make_env(env_id, 0, capture_video, video_dir, lambda episode: episode < eval_episodes)], episode_statistics=False
+    )
     rng = np.random.default_rng(seed)
     a = content["args"]
-    network = RainbowNetwork(int(envs.single_action_space.n), a["n_atoms"], a["v_min"], a["v_max"],
-                             a["noisy_sigma0"]).to(device)
+    network = RainbowNetwork(int(envs.single_action_space.n), a["n_atoms"], a["v_min"], a["v_max"], a["noisy_sigma0"]).to(
+        device
+    )
     network.load_state_dict(content["model"])
     network.eval()  # mean weights
 
@@ -505,20 +537,36 @@ if __name__ == "__main__":
     check_args(args)
     check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "rainbow_atari.py", id_suffix="NoFrameskip-v4")
     with gym.make(args.env_id) as game:
-        require(hasattr(game.unwrapped, "ale"), "--env-id",
-                f"{args.env_id} is not an Atari game; rainbow_atari.py takes ALE ids such as BreakoutNoFrameskip-v4")
-        require(game.spec.kwargs.get("frameskip", 1) == 1, "--env-id",
-                f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id (such as BreakoutNoFrameskip-v4): "
-                "the frame skipping is done here")
+        require(
+            hasattr(game.unwrapped, "ale"),
+            "--env-id",
+            f"{args.env_id} is not an Atari game; rainbow_atari.py takes ALE ids such as BreakoutNoFrameskip-v4",
+        )
+        require(
+            game.spec.kwargs.get("frameskip", 1) == 1,
+            "--env-id",
+            f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id (such as BreakoutNoFrameskip-v4): "
+            "the frame skipping is done here",
+        )
     probe = make_env(args.env_id, 0, False, "")()  # the preprocessed spaces size the replay
     observation_space, action_space = probe.observation_space, probe.action_space
     probe.close()
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     N = args.num_envs
     try:  # prioritized n-step transitions in [buffer_size / N, N] rows, each frame stored once
-        rb = PrioritizedReplayBuffer(args.buffer_size // N, N, observation_space, action_space, n_step=args.n_step,
-                                     gamma=args.gamma, frame_stack=4, alpha=args.prioritized_replay_alpha,
-                                     eps=args.prioritized_replay_eps, device=device, seed=args.seed)
+        rb = PrioritizedReplayBuffer(
+            args.buffer_size // N,
+            N,
+            observation_space,
+            action_space,
+            n_step=args.n_step,
+            gamma=args.gamma,
+            frame_stack=4,
+            alpha=args.prioritized_replay_alpha,
+            eps=args.prioritized_replay_eps,
+            device=device,
+            seed=args.seed,
+        )
     except MemoryError as error:
         fail("--buffer-size", str(error))
     run = start_run(args, resume=resumed)
@@ -529,7 +577,8 @@ if __name__ == "__main__":
 
     envs = make_vector_env(  # episode statistics come from each env: game scores
         [make_env(args.env_id, i, args.capture_video, str(run.video_dir)) for i in range(args.num_envs)],
-        args.env_mode, episode_statistics=False,
+        args.env_mode,
+        episode_statistics=False,
     )
     num_actions = int(envs.single_action_space.n)
     network_args = (num_actions, args.n_atoms, args.v_min, args.v_max, args.noisy_sigma0)
@@ -565,12 +614,10 @@ if __name__ == "__main__":
         set_rng_state(resumed["rng"])
     if args.checkpoint_buffer:
         print(f"each checkpoint holds the replay buffer ({rb.nbytes / 2**20:.1f} MiB) besides the networks and optimisers")
-    checkpointer = Checkpointer(run.directory, "rainbow_atari", args, args.checkpoint_interval, global_step,
-                                writer=writer)
+    checkpointer = Checkpointer(run.directory, "rainbow_atari", args, args.checkpoint_interval, global_step, writer=writer)
     start_step, start_time = global_step, time.time()
     if args.buffer_size % N:
-        print(f"replay capacity {rb.capacity * N} transitions: --buffer-size rounded down to a multiple of "
-              f"--num-envs {N}")
+        print(f"replay capacity {rb.capacity * N} transitions: --buffer-size rounded down to a multiple of --num-envs {N}")
     if num_iterations * N != args.total_timesteps:
         print(f"training {num_iterations * N} steps: --total-timesteps rounded down to a multiple of --num-envs {N}")
     progress = Progress(num_iterations * N, start_step=global_step)
@@ -600,8 +647,13 @@ if __name__ == "__main__":
                 # The online network keeps its noise for s and s'; the target network has its own.
                 with torch.no_grad():
                     target_network.reset_noise()
-                    target = double_q_target_distribution(q_network(data.next_obs), target_network(data.next_obs),
-                                                          data.rewards, data.discounts, target_network.atoms)
+                    target = double_q_target_distribution(
+                        q_network(data.next_obs),
+                        target_network(data.next_obs),
+                        data.rewards,
+                        data.discounts,
+                        target_network.atoms,
+                    )
                 logits = q_network(data.obs)
                 chosen = logits[torch.arange(len(data.actions)), data.actions]  # [B, n_atoms]
                 loss, priorities = weighted_cross_entropy(chosen, target, data.weights)
@@ -629,23 +681,33 @@ if __name__ == "__main__":
         progress.update(global_step)
         if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
             replay = {"buffer": rb.state_dict()} if args.checkpoint_buffer else {"replay_rng": generator_state(rb.rng)}
-            checkpointer.save(global_step, {
-                "model": q_network.state_dict(), "target_model": target_network.state_dict(),
-                "noise": noise(q_network), "target_noise": noise(target_network),
-                "optimizer": optimizer.state_dict(), "action_rng": generator_state(rng), "updates_start": updates_start,
-                "envs": envs_state(envs), "wandb_id": run.wandb_id, **replay})
+            checkpointer.save(
+                global_step,
+                {
+                    "model": q_network.state_dict(),
+                    "target_model": target_network.state_dict(),
+                    "noise": noise(q_network),
+                    "target_noise": noise(target_network),
+                    "optimizer": optimizer.state_dict(),
+                    "action_rng": generator_state(rng),
+                    "updates_start": updates_start,
+                    "envs": envs_state(envs),
+                    "wandb_id": run.wandb_id,
+                    **replay,
+                },
+            )
     progress.close()
 
     if args.save_model:
         model_path = run.directory / f"{args.exp_name}.cleanrl_model"
         save_model(model_path, "rainbow_atari", args, q_network.state_dict())
         print(f"model saved to {model_path}")
-        episodic_returns = evaluate(str(model_path), args.eval_episodes, args.env_id, args.capture_video,
-                                    str(run.directory / "videos-eval"))
+        episodic_returns = evaluate(
+            str(model_path), args.eval_episodes, args.env_id, args.capture_video, str(run.directory / "videos-eval")
+        )
         writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
         writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
-        print(f"evaluation over {args.eval_episodes} episodes: "
-              f"{episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
+        print(f"evaluation over {args.eval_episodes} episodes: {episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
 
     envs.close()
     run.close()

@@ -170,22 +170,45 @@ class Args:
 
 def check_args(args: Args) -> None:
     """Stop with one line naming the flag on bad input."""
-    require_positive(args, "total_timesteps", "num_envs", "buffer_size", "batch_size", "policy_lr", "q_lr",
-                     "adam_eps", "update_frequency", "target_network_frequency", "torch_threads")
+    require_positive(
+        args,
+        "total_timesteps",
+        "num_envs",
+        "buffer_size",
+        "batch_size",
+        "policy_lr",
+        "q_lr",
+        "adam_eps",
+        "update_frequency",
+        "target_network_frequency",
+        "torch_threads",
+    )
     require(args.learning_starts >= 0, "--learning-starts", f"must be >= 0, got {args.learning_starts}")
     require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
     require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
     require(0 < args.tau <= 1, "--tau", f"must be in (0, 1], got {args.tau}")
     require(args.alpha >= 0, "--alpha", f"must be >= 0, got {args.alpha}")
-    require(0 <= args.target_entropy_scale <= 1, "--target-entropy-scale",
-            f"must be in [0, 1] (a fraction of the largest entropy, log |A|), got {args.target_entropy_scale}")
-    require(args.buffer_size >= args.batch_size, "--buffer-size",
-            f"{args.buffer_size} is smaller than --batch-size {args.batch_size}")
-    require(args.buffer_size // args.num_envs >= 6, "--buffer-size",
-            f"{args.buffer_size} holds {args.buffer_size // args.num_envs} steps per env; "
-            "the frame-stacked replay needs at least 6")
-    require(args.total_timesteps > args.learning_starts, "--learning-starts",
-            f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}")
+    require(
+        0 <= args.target_entropy_scale <= 1,
+        "--target-entropy-scale",
+        f"must be in [0, 1] (a fraction of the largest entropy, log |A|), got {args.target_entropy_scale}",
+    )
+    require(
+        args.buffer_size >= args.batch_size,
+        "--buffer-size",
+        f"{args.buffer_size} is smaller than --batch-size {args.batch_size}",
+    )
+    require(
+        args.buffer_size // args.num_envs >= 6,
+        "--buffer-size",
+        f"{args.buffer_size} holds {args.buffer_size // args.num_envs} steps per env; "
+        "the frame-stacked replay needs at least 6",
+    )
+    require(
+        args.total_timesteps > args.learning_starts,
+        "--learning-starts",
+        f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}",
+    )
     require(not args.save_model or args.eval_episodes > 0, "--eval-episodes", "must be positive with --save-model")
 
 
@@ -239,11 +262,15 @@ class NatureCNN(nn.Module):
     def __init__(self, num_actions: int):
         super().__init__()
         self.encoder = nn.Sequential(
-            layer_init(nn.Conv2d(4, 32, 8, stride=4)), nn.ReLU(),
-            layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-            layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
+            layer_init(nn.Conv2d(4, 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
             nn.Flatten(),
-            layer_init(nn.Linear(3136, 512)), nn.ReLU(),
+            layer_init(nn.Linear(3136, 512)),
+            nn.ReLU(),
         )
         self.head = layer_init(nn.Linear(512, num_actions))
 
@@ -393,8 +420,9 @@ def evaluate(
     content = load_model(model_path, "sac_atari")
     env_id = env_id or content["env_id"]
     seed = content["args"]["seed"] + 100_000 if seed is None else seed
-    envs = make_vector_env([make_env(env_id, 0, capture_video, video_dir, lambda episode: episode < eval_episodes)],
-                           episode_statistics=False)
+    envs = make_vector_env(
+        [make_env(env_id, 0, capture_video, video_dir, lambda episode: episode < eval_episodes)], episode_statistics=False
+    )
     rng = np.random.default_rng(seed)
     generator = torch.Generator().manual_seed(seed)
     actor = NatureCNN(int(envs.single_action_space.n)).to(device)
@@ -421,19 +449,33 @@ if __name__ == "__main__":
     check_args(args)
     check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "sac_atari.py", id_suffix="NoFrameskip-v4")
     with gym.make(args.env_id) as game:
-        require(hasattr(game.unwrapped, "ale"), "--env-id",
-                f"{args.env_id} is not an Atari game; sac_atari.py takes ALE ids such as BreakoutNoFrameskip-v4")
-        require(game.spec.kwargs.get("frameskip", 1) == 1, "--env-id",
-                f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id (such as BreakoutNoFrameskip-v4): "
-                "the frame skipping is done here")
+        require(
+            hasattr(game.unwrapped, "ale"),
+            "--env-id",
+            f"{args.env_id} is not an Atari game; sac_atari.py takes ALE ids such as BreakoutNoFrameskip-v4",
+        )
+        require(
+            game.spec.kwargs.get("frameskip", 1) == 1,
+            "--env-id",
+            f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id (such as BreakoutNoFrameskip-v4): "
+            "the frame skipping is done here",
+        )
     probe = make_env(args.env_id, 0, False, "")()  # the preprocessed spaces size the replay
     observation_space, action_space = probe.observation_space, probe.action_space
     probe.close()
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     N = args.num_envs
     try:  # one-step transitions in [buffer_size / N, N] rows, each frame stored once
-        rb = ReplayBuffer(args.buffer_size // N, N, observation_space, action_space, gamma=args.gamma, frame_stack=4,
-                          device=device, seed=args.seed)
+        rb = ReplayBuffer(
+            args.buffer_size // N,
+            N,
+            observation_space,
+            action_space,
+            gamma=args.gamma,
+            frame_stack=4,
+            device=device,
+            seed=args.seed,
+        )
     except MemoryError as error:
         fail("--buffer-size", str(error))
     run = start_run(args, resume=resumed)
@@ -444,7 +486,8 @@ if __name__ == "__main__":
 
     envs = make_vector_env(  # episode statistics come from each env: game scores
         [make_env(args.env_id, i, args.capture_video, str(run.video_dir)) for i in range(args.num_envs)],
-        args.env_mode, episode_statistics=False,
+        args.env_mode,
+        episode_statistics=False,
     )
     num_actions = int(envs.single_action_space.n)
     # channels-last convolutions: faster updates on CPU (benchmark/README.md)
@@ -478,9 +521,15 @@ if __name__ == "__main__":
     if resumed is None:
         obs, _ = envs.reset(seed=args.seed)
     else:  # continue: networks, optimisers, temperature, step, envs (replayed), random generators
-        for module, key in ((actor, "actor"), (qf1, "qf1"), (qf2, "qf2"), (qf1_target, "qf1_target"),
-                            (qf2_target, "qf2_target"), (q_optimizer, "q_optimizer"),
-                            (actor_optimizer, "actor_optimizer")):
+        for module, key in (
+            (actor, "actor"),
+            (qf1, "qf1"),
+            (qf2, "qf2"),
+            (qf1_target, "qf1_target"),
+            (qf2_target, "qf2_target"),
+            (q_optimizer, "q_optimizer"),
+            (actor_optimizer, "actor_optimizer"),
+        ):
             module.load_state_dict(resumed[key])
         if args.autotune:
             with torch.no_grad():
@@ -500,8 +549,7 @@ if __name__ == "__main__":
     checkpointer = Checkpointer(run.directory, "sac_atari", args, args.checkpoint_interval, global_step, writer=writer)
     start_step, start_time = global_step, time.time()
     if args.buffer_size % N:
-        print(f"replay capacity {rb.capacity * N} transitions: --buffer-size rounded down to a multiple of "
-              f"--num-envs {N}")
+        print(f"replay capacity {rb.capacity * N} transitions: --buffer-size rounded down to a multiple of --num-envs {N}")
     if num_iterations * N != args.total_timesteps:
         print(f"training {num_iterations * N} steps: --total-timesteps rounded down to a multiple of --num-envs {N}")
     progress = Progress(num_iterations * N, start_step=global_step)
@@ -531,8 +579,15 @@ if __name__ == "__main__":
                 # Critics: regress Q_i(s, a) on y = r + γ (1 - terminated) V(s'), V from the target critics.
                 with torch.no_grad():
                     next_log_probs = F.log_softmax(actor(data.next_obs), dim=-1)
-                    td_target = soft_td_target(data.rewards, data.discounts, next_log_probs.exp(), next_log_probs,
-                                               qf1_target(data.next_obs), qf2_target(data.next_obs), alpha)
+                    td_target = soft_td_target(
+                        data.rewards,
+                        data.discounts,
+                        next_log_probs.exp(),
+                        next_log_probs,
+                        qf1_target(data.next_obs),
+                        qf2_target(data.next_obs),
+                        alpha,
+                    )
                 qf1_a_values = qf1(data.obs).gather(1, data.actions.unsqueeze(1)).squeeze(1)
                 qf2_a_values = qf2(data.obs).gather(1, data.actions.unsqueeze(1)).squeeze(1)
                 qf1_loss = F.mse_loss(qf1_a_values, td_target)
@@ -574,8 +629,7 @@ if __name__ == "__main__":
                     if args.autotune:
                         writer.add_scalar("losses/alpha_loss", alpha_loss.item(), global_step)
                     writer.add_scalar("charts/learning_rate", q_optimizer.param_groups[0]["lr"], global_step)
-                    writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)),
-                                      global_step)
+                    writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)), global_step)
 
             # Target critics: θ' ← τ θ + (1 - τ) θ'
             if iteration % args.target_network_frequency == 0:
@@ -585,28 +639,46 @@ if __name__ == "__main__":
                             target_param.lerp_(param, args.tau)
         progress.update(global_step)
         if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
-            checkpointer.save(global_step, {
-                "iteration": iteration, "actor": actor.state_dict(), "qf1": qf1.state_dict(), "qf2": qf2.state_dict(),
-                "qf1_target": qf1_target.state_dict(), "qf2_target": qf2_target.state_dict(),
-                "q_optimizer": q_optimizer.state_dict(), "actor_optimizer": actor_optimizer.state_dict(),
-                **({"log_alpha": log_alpha.detach(), "alpha_optimizer": alpha_optimizer.state_dict()}
-                   if args.autotune else {}),
-                "action_rng": generator_state(rng), "replay_rng": generator_state(rb.rng),
-                **({"buffer": rb.state_dict()} if args.checkpoint_buffer else {}), "envs": envs_state(envs),
-                "wandb_id": run.wandb_id})
+            checkpointer.save(
+                global_step,
+                {
+                    "iteration": iteration,
+                    "actor": actor.state_dict(),
+                    "qf1": qf1.state_dict(),
+                    "qf2": qf2.state_dict(),
+                    "qf1_target": qf1_target.state_dict(),
+                    "qf2_target": qf2_target.state_dict(),
+                    "q_optimizer": q_optimizer.state_dict(),
+                    "actor_optimizer": actor_optimizer.state_dict(),
+                    **(
+                        {"log_alpha": log_alpha.detach(), "alpha_optimizer": alpha_optimizer.state_dict()}
+                        if args.autotune
+                        else {}
+                    ),
+                    "action_rng": generator_state(rng),
+                    "replay_rng": generator_state(rb.rng),
+                    **({"buffer": rb.state_dict()} if args.checkpoint_buffer else {}),
+                    "envs": envs_state(envs),
+                    "wandb_id": run.wandb_id,
+                },
+            )
     progress.close()
 
     if args.save_model:
         model_path = run.directory / f"{args.exp_name}.cleanrl_model"
-        save_model(model_path, "sac_atari", args, {"actor": actor.state_dict(), "qf1": qf1.state_dict(),
-                                                    "qf2": qf2.state_dict(), "alpha": torch.tensor(alpha)})
+        save_model(
+            model_path,
+            "sac_atari",
+            args,
+            {"actor": actor.state_dict(), "qf1": qf1.state_dict(), "qf2": qf2.state_dict(), "alpha": torch.tensor(alpha)},
+        )
         print(f"model saved to {model_path}")
-        episodic_returns = evaluate(str(model_path), args.eval_episodes, args.env_id, args.capture_video,
-                                    str(run.directory / "videos-eval"))
+        episodic_returns = evaluate(
+            str(model_path), args.eval_episodes, args.env_id, args.capture_video, str(run.directory / "videos-eval")
+        )
         writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
         writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
-        print(f"evaluation over {args.eval_episodes} episodes: "
-              f"{episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
+        print(f"evaluation over {args.eval_episodes} episodes: {episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
 
     envs.close()
     run.close()

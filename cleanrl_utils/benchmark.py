@@ -73,8 +73,7 @@ class Job:
     log_name: str
 
 
-def make_jobs(command: Sequence[str], env_ids: Sequence[str], seeds: Sequence[int],
-              extra: Sequence[str] = ()) -> list[Job]:
+def make_jobs(command: Sequence[str], env_ids: Sequence[str], seeds: Sequence[int], extra: Sequence[str] = ()) -> list[Job]:
     """The grid of runs, seed-major: every env with the first seed, then every env with the next.
 
     Seed-major order means a partial grid (interrupted, or still running) already covers
@@ -195,8 +194,16 @@ def _child_setup(cores: list[int] | None):
     return setup
 
 
-def run_local(jobs: Sequence[Job], core_sets: Sequence[list[int]], log_dir: Path, torch_threads_flag: bool,
-              pin: bool = True, out=None, err=None, poll: float = 0.2) -> int:
+def run_local(
+    jobs: Sequence[Job],
+    core_sets: Sequence[list[int]],
+    log_dir: Path,
+    torch_threads_flag: bool,
+    pin: bool = True,
+    out=None,
+    err=None,
+    poll: float = 0.2,
+) -> int:
     """Run ``jobs``, one per core set at a time, and report as described in the module docstring.
 
     Args:
@@ -224,9 +231,11 @@ def run_local(jobs: Sequence[Job], core_sets: Sequence[list[int]], log_dir: Path
     def on_sigterm(signum, frame):
         raise KeyboardInterrupt
 
-    previous_handlers = {signal.SIGTERM: signal.signal(signal.SIGTERM, on_sigterm),
-                         # Ctrl-C even where SIGINT was ignored when the launcher started (`cmd &` in a script)
-                         signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
+    previous_handlers = {
+        signal.SIGTERM: signal.signal(signal.SIGTERM, on_sigterm),
+        # Ctrl-C even where SIGINT was ignored when the launcher started (`cmd &` in a script)
+        signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
+    }
     try:
         while pending or running:
             while pending and free:
@@ -234,23 +243,40 @@ def run_local(jobs: Sequence[Job], core_sets: Sequence[list[int]], log_dir: Path
                 cores = list(core_sets[slot])
                 threads = str(len(cores))
                 argv = list(outcome.job.argv) + (["--torch-threads", threads] if torch_threads_flag else [])
-                env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-                       "OPENBLAS_NUM_THREADS": threads, "PYTHONUNBUFFERED": "1"}
+                env = {
+                    **os.environ,
+                    "OMP_NUM_THREADS": threads,
+                    "MKL_NUM_THREADS": threads,
+                    "OPENBLAS_NUM_THREADS": threads,
+                    "PYTHONUNBUFFERED": "1",
+                }
                 with open(outcome.log, "w") as log:
-                    log.write(f"# benchmark launcher: {shlex.join(argv)}\n"
-                              f"# cores {cores if pin else 'not pinned'}, OMP_NUM_THREADS={threads}\n")
+                    log.write(
+                        f"# benchmark launcher: {shlex.join(argv)}\n"
+                        f"# cores {cores if pin else 'not pinned'}, OMP_NUM_THREADS={threads}\n"
+                    )
                     log.flush()
                     try:
-                        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                                   env=env, start_new_session=True,
-                                                   preexec_fn=_child_setup(cores if pin else None))
+                        process = subprocess.Popen(
+                            argv,
+                            stdin=subprocess.DEVNULL,
+                            stdout=log,
+                            stderr=subprocess.STDOUT,
+                            env=env,
+                            start_new_session=True,
+                            preexec_fn=_child_setup(cores if pin else None),
+                        )
                     except OSError as error:  # e.g. the program vanished after the checks
                         log.write(f"cannot start: {error}\n")
                         outcome.status, outcome.returncode, outcome.seconds = "failed", 127, 0.0
                         finished += 1
                         free.appendleft(slot)
-                        print(f"[{finished}/{len(jobs)}] FAILED (cannot start: {error}) "
-                              f"{outcome.job.env_id} seed {outcome.job.seed}", file=out, flush=True)
+                        print(
+                            f"[{finished}/{len(jobs)}] FAILED (cannot start: {error}) "
+                            f"{outcome.job.env_id} seed {outcome.job.seed}",
+                            file=out,
+                            flush=True,
+                        )
                         continue
                 outcome.cores, outcome.argv = cores, argv
                 running[process.pid] = (process, outcome, time.monotonic(), slot)
@@ -264,8 +290,12 @@ def run_local(jobs: Sequence[Job], core_sets: Sequence[list[int]], log_dir: Path
                 outcome.returncode, outcome.seconds = returncode, time.monotonic() - started
                 outcome.status = "ok" if returncode == 0 else "failed"
                 verdict = "ok" if returncode == 0 else f"FAILED ({describe_status(returncode)})"
-                print(f"[{finished}/{len(jobs)}] {verdict} {outcome.job.env_id} seed {outcome.job.seed} "
-                      f"({format_seconds(outcome.seconds)})", file=out, flush=True)
+                print(
+                    f"[{finished}/{len(jobs)}] {verdict} {outcome.job.env_id} seed {outcome.job.seed} "
+                    f"({format_seconds(outcome.seconds)})",
+                    file=out,
+                    flush=True,
+                )
             if running:
                 time.sleep(poll)
     except KeyboardInterrupt:
@@ -276,9 +306,12 @@ def run_local(jobs: Sequence[Job], core_sets: Sequence[list[int]], log_dir: Path
             outcome.seconds = time.monotonic() - started
         write_summary(log_dir, outcomes)
         stopped = ", ".join(f"{o.job.env_id} seed {o.job.seed}" for _, o, _, _ in running.values()) or "none"
-        print(f"interrupted after {format_seconds(time.monotonic() - start_all)}: {finished} of {len(jobs)} runs "
-              f"finished, stopped {len(running)} ({stopped}), {len(pending)} not started; logs in {log_dir}",
-              file=err, flush=True)
+        print(
+            f"interrupted after {format_seconds(time.monotonic() - start_all)}: {finished} of {len(jobs)} runs "
+            f"finished, stopped {len(running)} ({stopped}), {len(pending)} not started; logs in {log_dir}",
+            file=err,
+            flush=True,
+        )
         return INTERRUPTED
     finally:
         for signum, handler in previous_handlers.items():
@@ -310,9 +343,19 @@ def _stop(running: dict, grace: float = 5.0) -> None:
 def write_summary(log_dir: Path, outcomes: Sequence[Outcome]) -> None:
     """Write ``{log_dir}/summary.json``: one entry per run (env_id, seed, command, log, status,
     returncode, seconds, cores)."""
-    entries = [{"env_id": o.job.env_id, "seed": o.job.seed, "command": shlex.join(o.argv or o.job.argv), "log": str(o.log),
-                "status": o.status, "returncode": o.returncode,
-                "seconds": None if o.seconds is None else round(o.seconds, 1), "cores": o.cores} for o in outcomes]
+    entries = [
+        {
+            "env_id": o.job.env_id,
+            "seed": o.job.seed,
+            "command": shlex.join(o.argv or o.job.argv),
+            "log": str(o.log),
+            "status": o.status,
+            "returncode": o.returncode,
+            "seconds": None if o.seconds is None else round(o.seconds, 1),
+            "cores": o.cores,
+        }
+        for o in outcomes
+    ]
     (log_dir / "summary.json").write_text(json.dumps(entries, indent=2) + "\n")
 
 
@@ -323,12 +366,19 @@ def report(outcomes: Sequence[Outcome], log_dir: Path, seconds: float, out, err)
         1 if any run failed, else 0.
     """
     failed = [o for o in outcomes if o.status != "ok"]
-    print(f"{len(outcomes)} runs in {format_seconds(seconds)}: {len(outcomes) - len(failed)} ok, "
-          f"{len(failed)} failed; logs in {log_dir}", file=out, flush=True)
+    print(
+        f"{len(outcomes)} runs in {format_seconds(seconds)}: {len(outcomes) - len(failed)} ok, "
+        f"{len(failed)} failed; logs in {log_dir}",
+        file=out,
+        flush=True,
+    )
     for o in failed:
         status = describe_status(o.returncode) if o.returncode is not None else o.status
-        print(f"\nFAILED {o.job.env_id} seed {o.job.seed} ({status}): {shlex.join(o.argv or o.job.argv)}\n"
-              f"last {TAIL_LINES} lines of {o.log}:", file=err)
+        print(
+            f"\nFAILED {o.job.env_id} seed {o.job.seed} ({status}): {shlex.join(o.argv or o.job.argv)}\n"
+            f"last {TAIL_LINES} lines of {o.log}:",
+            file=err,
+        )
         for line in log_tail(o.log, TAIL_LINES):
             print(f"    {line}", file=err)
     if failed:
@@ -375,10 +425,19 @@ exit "$status"
 """The sbatch script; ``{{name}}`` placeholders are filled by :func:`slurm_script`."""
 
 
-def slurm_script(jobs: Sequence[Job], log_dir: Path, workdir: Path, cpus_per_task: int, time_limit: str,
-                 partition: str | None = None, mem: str | None = None, max_parallel: int | None = None,
-                 job_name: str = "cleanrl-benchmark", torch_threads_flag: bool = False,
-                 template: str = SLURM_TEMPLATE) -> str:
+def slurm_script(
+    jobs: Sequence[Job],
+    log_dir: Path,
+    workdir: Path,
+    cpus_per_task: int,
+    time_limit: str,
+    partition: str | None = None,
+    mem: str | None = None,
+    max_parallel: int | None = None,
+    job_name: str = "cleanrl-benchmark",
+    torch_threads_flag: bool = False,
+    template: str = SLURM_TEMPLATE,
+) -> str:
     """The sbatch array script running ``jobs``: array index i runs ``jobs[i]``, log in ``log_dir``.
 
     Args:
@@ -416,8 +475,9 @@ def slurm_script(jobs: Sequence[Job], log_dir: Path, workdir: Path, cpus_per_tas
 
     def fill(match: re.Match) -> str:
         if match.group(1) not in values:
-            raise ValueError(f"unknown placeholder {{{{{match.group(1)}}}}} in the Slurm template; "
-                             f"known: {', '.join(sorted(values))}")
+            raise ValueError(
+                f"unknown placeholder {{{{{match.group(1)}}}}} in the Slurm template; known: {', '.join(sorted(values))}"
+            )
         return values[match.group(1)]
 
     return re.sub(r"\{\{(\w+)\}\}", fill, template)
@@ -441,39 +501,53 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     passthrough: list[str] = []
     if "--" in argv:
         cut = argv.index("--")
-        argv, passthrough = argv[:cut], argv[cut + 1:]
+        argv, passthrough = argv[:cut], argv[cut + 1 :]
     parser = _Parser(
         prog="python -m cleanrl_utils.benchmark",
         description="Run a command over every environment x seed: locally, N at a time, each run pinned to\n"
-                    "its own cores; or as a Slurm array job. Arguments after -- are passed to every run.",
+        "its own cores; or as a Slurm array job. Arguments after -- are passed to every run.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n"
-               "  python -m cleanrl_utils.benchmark --env-ids CartPole-v1 Acrobot-v1 \\\n"
-               '      --command "python cleanrl/ppo.py" --num-seeds 3 --workers 2 -- --total-timesteps 50000\n'
-               "  python -m cleanrl_utils.benchmark --env-ids Hopper-v5 --command \"python cleanrl/sac_continuous.py\" \\\n"
-               "      --slurm --slurm-partition cpu --slurm-time 12:00:00 --torch-threads-flag",
+        "  python -m cleanrl_utils.benchmark --env-ids CartPole-v1 Acrobot-v1 \\\n"
+        '      --command "python cleanrl/ppo.py" --num-seeds 3 --workers 2 -- --total-timesteps 50000\n'
+        '  python -m cleanrl_utils.benchmark --env-ids Hopper-v5 --command "python cleanrl/sac_continuous.py" \\\n'
+        "      --slurm --slurm-partition cpu --slurm-time 12:00:00 --torch-threads-flag",
     )
     parser.add_argument("--env-ids", nargs="*", default=[], metavar="ENV_ID", help="environment ids (--env-id of each run)")
-    parser.add_argument("--command", default="", help='the command, e.g. "python cleanrl/ppo.py"; each run appends '
-                        "--env-id ENV --seed SEED and the extra arguments")
+    parser.add_argument(
+        "--command",
+        default="",
+        help='the command, e.g. "python cleanrl/ppo.py"; each run appends --env-id ENV --seed SEED and the extra arguments',
+    )
     parser.add_argument("--num-seeds", type=int, default=3, help="seeds per environment (default 3)")
     parser.add_argument("--start-seed", type=int, default=1, help="first seed (default 1); seeds are consecutive")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="local: runs at a time, each on its own 1/N of the cores (default 1); "
-                             "Slurm: at most this many array tasks at once (default: no limit)")
-    parser.add_argument("--extra", default="", help='arguments for every run, as one string: --extra="--total-timesteps 50000 --cuda" '
-                        "(or put them after --)")
-    parser.add_argument("--torch-threads-flag", action="store_true",
-                        help="also pass --torch-threads K (K = cores of the run) to every run; "
-                             "only for scripts that have that flag")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="local: runs at a time, each on its own 1/N of the cores (default 1); "
+        "Slurm: at most this many array tasks at once (default: no limit)",
+    )
+    parser.add_argument(
+        "--extra",
+        default="",
+        help='arguments for every run, as one string: --extra="--total-timesteps 50000 --cuda" (or put them after --)',
+    )
+    parser.add_argument(
+        "--torch-threads-flag",
+        action="store_true",
+        help="also pass --torch-threads K (K = cores of the run) to every run; only for scripts that have that flag",
+    )
     parser.add_argument("--log-dir", default=None, help="where the runs' logs go (default runs/benchmark_logs/<time>/)")
     slurm = parser.add_argument_group("Slurm")
     slurm.add_argument("--slurm", action="store_true", help="write an sbatch array job for the grid and submit it")
     slurm.add_argument("--slurm-dry-run", action="store_true", help="with --slurm: write the script, do not submit it")
     slurm.add_argument("--slurm-script", default=None, help="where to write it (default {log_dir}/benchmark.sbatch)")
-    slurm.add_argument("--slurm-template", default=None,
-                       help="a template file with {{name}} placeholders (default: the built-in one, "
-                            "cleanrl_utils.benchmark.SLURM_TEMPLATE)")
+    slurm.add_argument(
+        "--slurm-template",
+        default=None,
+        help="a template file with {{name}} placeholders (default: the built-in one, cleanrl_utils.benchmark.SLURM_TEMPLATE)",
+    )
     slurm.add_argument("--slurm-cpus-per-task", type=int, default=1, help="cores of each run (default 1)")
     slurm.add_argument("--slurm-time", default="04:00:00", help="time limit of each run (default 04:00:00)")
     slurm.add_argument("--slurm-partition", default=None, help="partition (default: the cluster's default)")
@@ -579,16 +653,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         template = Path(args.slurm_template).read_text() if args.slurm_template else SLURM_TEMPLATE
         log_dir = make_log_dir(args.log_dir, jobs)
         try:
-            text = slurm_script(jobs, log_dir, Path.cwd(), args.slurm_cpus_per_task, args.slurm_time,
-                                args.slurm_partition, args.slurm_mem, args.workers, args.slurm_job_name,
-                                args.torch_threads_flag, template)
+            text = slurm_script(
+                jobs,
+                log_dir,
+                Path.cwd(),
+                args.slurm_cpus_per_task,
+                args.slurm_time,
+                args.slurm_partition,
+                args.slurm_mem,
+                args.workers,
+                args.slurm_job_name,
+                args.torch_threads_flag,
+                template,
+            )
         except ValueError as error:
             fail("--slurm-template", str(error))
         path = Path(args.slurm_script) if args.slurm_script else log_dir / "benchmark.sbatch"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         path.chmod(0o755)
-        print(f"{len(jobs)} runs ({plural(len(args.env_ids), 'env')} x {plural(len(seeds), 'seed')}) as a Slurm array job: {path}")
+        print(
+            f"{len(jobs)} runs ({plural(len(args.env_ids), 'env')} x {plural(len(seeds), 'seed')}) as a Slurm array job: {path}"
+        )
         if args.slurm_dry_run or shutil.which("sbatch") is None:
             reason = "--slurm-dry-run" if args.slurm_dry_run else "sbatch is not on PATH"
             print(f"not submitted ({reason}); submit with: sbatch {path}")
@@ -609,9 +695,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     pin = hasattr(os, "sched_setaffinity")
     log_dir = make_log_dir(args.log_dir, jobs)
     sizes = sorted({len(s) for s in core_sets})
-    print(f"{len(jobs)} runs ({plural(len(args.env_ids), 'env')} x {plural(len(seeds), 'seed')}), {workers} at a "
-          f"time, {'/'.join(map(str, sizes))} core{'s' if sizes[-1] > 1 else ''} each{'' if pin else ' (not pinned: no sched_setaffinity here)'}; "
-          f"logs in {log_dir}", flush=True)
+    print(
+        f"{len(jobs)} runs ({plural(len(args.env_ids), 'env')} x {plural(len(seeds), 'seed')}), {workers} at a "
+        f"time, {'/'.join(map(str, sizes))} core{'s' if sizes[-1] > 1 else ''} each{'' if pin else ' (not pinned: no sched_setaffinity here)'}; "
+        f"logs in {log_dir}",
+        flush=True,
+    )
     return run_local(jobs, core_sets, log_dir, args.torch_threads_flag, pin=pin)
 
 

@@ -69,8 +69,20 @@ Fields:
 """
 
 Sequences = namedarraytuple(
-    "Sequences", ["obs", "actions", "rewards", "terminations", "truncations", "mask", "learn_mask", "states",
-                  "starts_episode", "indices", "weights"],
+    "Sequences",
+    [
+        "obs",
+        "actions",
+        "rewards",
+        "terminations",
+        "truncations",
+        "mask",
+        "learn_mask",
+        "states",
+        "starts_episode",
+        "indices",
+        "weights",
+    ],
 )
 Sequences.__doc__ = """Fixed-length sequences, a namedarraytuple with leading dimension K (sequences).
 
@@ -352,8 +364,7 @@ def _priorities(values: Any) -> np.ndarray:
     """|values| as float64 numpy; a NaN or infinite one (a diverged loss) raises ValueError."""
     values = np.abs(np.asarray(torch.as_tensor(values).detach().cpu(), dtype=np.float64))
     if not np.isfinite(values).all():
-        raise ValueError(f"priorities must be finite, got {values[~np.isfinite(values)][:3].tolist()}: "
-                         "has the loss diverged?")
+        raise ValueError(f"priorities must be finite, got {values[~np.isfinite(values)][:3].tolist()}: has the loss diverged?")
     return values
 
 
@@ -423,36 +434,40 @@ class ReplayBuffer(_Storage):
         shared: bool = False,
     ):
         if num_envs <= 0 or n_step <= 0 or frame_stack <= 0:
-            raise ValueError(f"num_envs, n_step and frame_stack must be positive, got {num_envs}, {n_step}, "
-                             f"{frame_stack}")
+            raise ValueError(f"num_envs, n_step and frame_stack must be positive, got {num_envs}, {n_step}, {frame_stack}")
         if capacity < n_step + frame_stack + 1:
-            raise ValueError(f"capacity must be at least n_step + frame_stack + 1 = {n_step + frame_stack + 1}, "
-                             f"got {capacity}")
+            raise ValueError(
+                f"capacity must be at least n_step + frame_stack + 1 = {n_step + frame_stack + 1}, got {capacity}"
+            )
         obs_example = example_from_space(observation_space)
         if frame_stack > 1:
             if not isinstance(observation_space, gym.spaces.Box) or observation_space.shape[0] != frame_stack:
-                raise ValueError(f"frame_stack={frame_stack} needs Box observations stacked on axis 0, "
-                                 f"got {observation_space}")
+                raise ValueError(
+                    f"frame_stack={frame_stack} needs Box observations stacked on axis 0, got {observation_space}"
+                )
             obs_example = obs_example[0]  # one frame
         self.capacity, self.num_envs, self.n_step, self.gamma = capacity, num_envs, n_step, gamma
         self.frame_stack, self.device = frame_stack, torch.device(device)
         self.rng = np.random.default_rng(seed)
         rows = (capacity, num_envs)
-        self._allocate({
-            "observations": (obs_example, rows),  # the newest frame when stacking
-            "actions": (example_from_space(action_space), rows),
-            "rewards": (np.float32(0), rows),
-            "terminations": (False, rows),
-            "truncations": (False, rows),
-            "first": (False, rows),  # row starts an episode: no frames before it
-            "valid": (False, rows),  # row is a complete transition that may be sampled
-            "versions": (np.int64(0), rows),  # times the row was written (stale priority updates)
-            "pos": (np.int64(0), (num_envs,)),  # next row to write, per column
-            "episode_rows": (np.int64(0), (num_envs,)),  # transition rows of the current episode
-            "written": (np.int64(0), (num_envs,)),  # rows ever written, per column
-            "counts": (np.int64(0), (1,)),  # [valid rows]
-            **self._extra_arrays(),
-        }, shared)
+        self._allocate(
+            {
+                "observations": (obs_example, rows),  # the newest frame when stacking
+                "actions": (example_from_space(action_space), rows),
+                "rewards": (np.float32(0), rows),
+                "terminations": (False, rows),
+                "truncations": (False, rows),
+                "first": (False, rows),  # row starts an episode: no frames before it
+                "valid": (False, rows),  # row is a complete transition that may be sampled
+                "versions": (np.int64(0), rows),  # times the row was written (stale priority updates)
+                "pos": (np.int64(0), (num_envs,)),  # next row to write, per column
+                "episode_rows": (np.int64(0), (num_envs,)),  # transition rows of the current episode
+                "written": (np.int64(0), (num_envs,)),  # rows ever written, per column
+                "counts": (np.int64(0), (1,)),  # [valid rows]
+                **self._extra_arrays(),
+            },
+            shared,
+        )
         self._bind()
         self._discounts = gamma ** np.arange(n_step + 1, dtype=np.float64)
 
@@ -496,8 +511,10 @@ class ReplayBuffer(_Storage):
         """
         terminations, truncations = np.asarray(terminations, bool), np.asarray(truncations, bool)
         if np.shape(rewards)[:1] != (self.num_envs,) or terminations.shape != (self.num_envs,):
-            raise ValueError(f"add takes one vector step of num_envs={self.num_envs} envs: rewards and "
-                             f"terminations shaped [{self.num_envs}], got {np.shape(rewards)} and {terminations.shape}")
+            raise ValueError(
+                f"add takes one vector step of num_envs={self.num_envs} envs: rewards and "
+                f"terminations shaped [{self.num_envs}], got {np.shape(rewards)} and {terminations.shape}"
+            )
         obs, next_obs = self._as_observation(obs), self._as_observation(next_obs)
         with self._lock:
             self._add(obs, actions, rewards, terminations, truncations, next_obs)
@@ -528,9 +545,11 @@ class ReplayBuffer(_Storage):
             length = int(self.episode_rows[e]) + 1  # transitions of this episode so far
             self.first[row, e] = length == 1
             if length == 1 and k > 1 and obs[e, :-1].any():
-                raise ValueError("the first frame stack of an episode must be zero-padded before its first frame, as "
-                                 "FrameStackObservation(padding_type='zero') or SB3's VecFrameStack give (and each "
-                                 "env's first add must be the start of an episode)")
+                raise ValueError(
+                    "the first frame stack of an episode must be zero-padded before its first frame, as "
+                    "FrameStackObservation(padding_type='zero') or SB3's VecFrameStack give (and each "
+                    "env's first add must be the start of an episode)"
+                )
             # Transitions whose n-step window is now known: row - n, whose s_{t+n} this row is,
             if length > n:
                 self._mark((row - n) % cap * E + e, True, changed)
@@ -654,15 +673,25 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         (others as :class:`ReplayBuffer`)
     """
 
-    def __init__(self, capacity: int, num_envs: int, observation_space: gym.Space, action_space: gym.Space,
-                 n_step: int = 1, gamma: float = 0.99, frame_stack: int = 1, alpha: float = 0.6,
-                 eps: float = 1e-6, device: torch.device | str = "cpu", seed: int | None = None,
-                 shared: bool = False):
+    def __init__(
+        self,
+        capacity: int,
+        num_envs: int,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        n_step: int = 1,
+        gamma: float = 0.99,
+        frame_stack: int = 1,
+        alpha: float = 0.6,
+        eps: float = 1e-6,
+        device: torch.device | str = "cpu",
+        seed: int | None = None,
+        shared: bool = False,
+    ):
         if alpha < 0 or eps <= 0:
             raise ValueError(f"alpha must be >= 0 and eps > 0, got {alpha} and {eps}")
         self.alpha, self.eps = alpha, eps
-        super().__init__(capacity, num_envs, observation_space, action_space, n_step, gamma, frame_stack,
-                         device, seed, shared)
+        super().__init__(capacity, num_envs, observation_space, action_space, n_step, gamma, frame_stack, device, seed, shared)
         self.max_priority[0] = 1.0
 
     def _bind(self) -> None:
@@ -671,8 +700,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def _extra_arrays(self) -> dict:
         size = self.capacity * self.num_envs
-        return {"tree_storage": (np.float64(0), (2 * SumTree.leaf_offset_of(size),)),
-                "max_priority": (np.float64(0), (1,))}
+        return {"tree_storage": (np.float64(0), (2 * SumTree.leaf_offset_of(size),)), "max_priority": (np.float64(0), (1,))}
 
     def _on_valid_change(self, changed: list[tuple[int, bool]]) -> None:
         # a transition becomes sampleable with the largest priority so far; a stale one with 0
@@ -701,8 +729,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             weights = importance_weights(probabilities, int(self.counts[0]), beta)
             return self._gather(flat, weights)
 
-    def update_priorities(self, indices: np.ndarray | torch.Tensor, priorities: np.ndarray | torch.Tensor,
-                          versions: np.ndarray | None = None) -> None:
+    def update_priorities(
+        self, indices: np.ndarray | torch.Tensor, priorities: np.ndarray | torch.Tensor, versions: np.ndarray | None = None
+    ) -> None:
         """Set p_i = |priorities_i| + ε for the sampled slots ``indices`` (``[B]``), typically |δ_i|.
 
         Slots that are no longer sampleable (overwritten since they were sampled) are skipped;
@@ -724,8 +753,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 # Sequence replay
 
 
-def sequence_priority(abs_td_errors: np.ndarray | torch.Tensor, mask: np.ndarray | torch.Tensor,
-                      eta: float = 0.9) -> np.ndarray:
+def sequence_priority(
+    abs_td_errors: np.ndarray | torch.Tensor, mask: np.ndarray | torch.Tensor, eta: float = 0.9
+) -> np.ndarray:
     """Priority of each sequence: p = η max_t |δ_t| + (1 - η) mean_t |δ_t| over its masked steps.
 
     Kapturowski et al. (2019), section 2.3 (η = 0.9 in R2D2).
@@ -772,8 +802,15 @@ class SequenceBuilder:
         ValueError: ``burn_in`` < 0 or ``learn_length`` <= 0.
     """
 
-    def __init__(self, num_envs: int, burn_in: int, learn_length: int, observation_space: gym.Space,
-                 action_space: gym.Space, state_example: Any):
+    def __init__(
+        self,
+        num_envs: int,
+        burn_in: int,
+        learn_length: int,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        state_example: Any,
+    ):
         if burn_in < 0 or learn_length <= 0:
             raise ValueError(f"burn_in must be >= 0 and learn_length > 0, got {burn_in} and {learn_length}")
         self.num_envs, self.burn_in, self.learn_length = num_envs, burn_in, learn_length
@@ -789,13 +826,27 @@ class SequenceBuilder:
         self.template = Sequences(
             obs=buffer_from_example(example_from_space(observation_space), (T + 1,)),
             actions=buffer_from_example(example_from_space(action_space), (T,)),
-            rewards=np.zeros(T, np.float32), terminations=np.zeros(T, bool), truncations=np.zeros(T, bool),
-            mask=np.zeros(T, bool), learn_mask=np.zeros(T, bool),
-            states=state_example, starts_episode=np.zeros((), bool), indices=None, weights=None,
+            rewards=np.zeros(T, np.float32),
+            terminations=np.zeros(T, bool),
+            truncations=np.zeros(T, bool),
+            mask=np.zeros(T, bool),
+            learn_mask=np.zeros(T, bool),
+            states=state_example,
+            starts_episode=np.zeros((), bool),
+            indices=None,
+            weights=None,
         )
 
-    def add(self, obs: Any, actions: np.ndarray, rewards: np.ndarray, terminations: np.ndarray,
-            truncations: np.ndarray, next_obs: Any, states: Any) -> Sequences | None:
+    def add(
+        self,
+        obs: Any,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        terminations: np.ndarray,
+        truncations: np.ndarray,
+        next_obs: Any,
+        states: Any,
+    ) -> Sequences | None:
         """Take one vector step (arrays ``[num_envs, ...]``); return the sequences it completes.
 
         Args:
@@ -882,20 +933,31 @@ class SequenceReplayBuffer(_Storage):
         MemoryError: the arrays would not fit in available memory.
     """
 
-    def __init__(self, capacity: int, builder: SequenceBuilder, alpha: float = 0.9, eps: float = 1e-6,
-                 device: torch.device | str = "cpu", seed: int | None = None, shared: bool = False):
+    def __init__(
+        self,
+        capacity: int,
+        builder: SequenceBuilder,
+        alpha: float = 0.9,
+        eps: float = 1e-6,
+        device: torch.device | str = "cpu",
+        seed: int | None = None,
+        shared: bool = False,
+    ):
         if capacity <= 0:
             raise ValueError(f"capacity must be positive, got {capacity}")
         self.capacity, self.alpha, self.eps, self.device = capacity, alpha, eps, torch.device(device)
         self.rng = np.random.default_rng(seed)
-        self._allocate({
-            "data": (builder.template._replace(indices=None, weights=None), (capacity,)),
-            "versions": (np.int64(0), (capacity,)),
-            "tree_storage": (np.float64(0), (2 * SumTree.leaf_offset_of(capacity),)),
-            # [next slot, sequences stored], [largest priority seen]
-            "counts": (np.int64(0), (2,)),
-            "max_priority": (np.float64(1.0), (1,)),
-        }, shared)
+        self._allocate(
+            {
+                "data": (builder.template._replace(indices=None, weights=None), (capacity,)),
+                "versions": (np.int64(0), (capacity,)),
+                "tree_storage": (np.float64(0), (2 * SumTree.leaf_offset_of(capacity),)),
+                # [next slot, sequences stored], [largest priority seen]
+                "counts": (np.int64(0), (2,)),
+                "max_priority": (np.float64(1.0), (1,)),
+            },
+            shared,
+        )
         self.max_priority[0] = 1.0
         self._bind()
 
@@ -917,7 +979,7 @@ class SequenceReplayBuffer(_Storage):
             else:
                 values = _priorities(priorities) + self.eps
                 self.max_priority[0] = max(self.max_priority[0], values.max())
-            self.tree.update(slots, values ** self.alpha)
+            self.tree.update(slots, values**self.alpha)
             self.counts[0] = (self.counts[0] + k) % self.capacity
             self.counts[1] = min(self.counts[1] + k, self.capacity)
 

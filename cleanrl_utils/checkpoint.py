@@ -53,8 +53,13 @@ def rng_state() -> dict:
     name, keys, pos, has_gauss, cached = np.random.get_state()
     state = {
         "python": random.getstate(),
-        "numpy": {"name": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "numpy": {
+            "name": name,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -67,8 +72,9 @@ def set_rng_state(state: dict) -> None:
     python = state["python"]
     random.setstate((python[0], tuple(python[1]), python[2]))
     numpy = state["numpy"]
-    np.random.set_state((numpy["name"], numpy["keys"].numpy().astype(np.uint32), numpy["pos"],
-                         numpy["has_gauss"], numpy["cached_gaussian"]))
+    np.random.set_state(
+        (numpy["name"], numpy["keys"].numpy().astype(np.uint32), numpy["pos"], numpy["has_gauss"], numpy["cached_gaussian"])
+    )
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -225,8 +231,10 @@ def restore_envs(envs: gym.vector.VectorEnv, state: dict) -> Any:
         statistics.episode_lengths[:] = state["episode_lengths"].numpy()
     observations = [observation for observation, _ in results]
     return gym.vector.utils.concatenate(
-        envs.single_observation_space, observations,
-        gym.vector.utils.create_empty_array(envs.single_observation_space, n=envs.num_envs))
+        envs.single_observation_space,
+        observations,
+        gym.vector.utils.create_empty_array(envs.single_observation_space, n=envs.num_envs),
+    )
 
 
 def _episode_statistics(envs):
@@ -256,8 +264,7 @@ def save_checkpoint(path: str | os.PathLike, script: str, args: Any, content: di
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    checkpoint = {"format": FORMAT, "script": script, "args": dataclasses.asdict(args), "rng": rng_state(),
-                  **content}
+    checkpoint = {"format": FORMAT, "script": script, "args": dataclasses.asdict(args), "rng": rng_state(), **content}
     temporary = path.with_name(path.name + ".tmp")
     torch.save(checkpoint, temporary)
     with open(temporary, "rb") as file:
@@ -300,9 +307,20 @@ def load_checkpoint(path: str | os.PathLike, script: str) -> dict:
     return content
 
 
-RESUMABLE_WITH_OTHER_VALUES = ("resume", "checkpoint_interval", "checkpoint_buffer", "track", "wandb_project_name",
-                               "wandb_entity", "cuda", "torch_threads", "env_mode", "capture_video", "save_model",
-                               "eval_episodes")
+RESUMABLE_WITH_OTHER_VALUES = (
+    "resume",
+    "checkpoint_interval",
+    "checkpoint_buffer",
+    "track",
+    "wandb_project_name",
+    "wandb_entity",
+    "cuda",
+    "torch_threads",
+    "env_mode",
+    "capture_video",
+    "save_model",
+    "eval_episodes",
+)
 """Flags a resumed run may set differently from its checkpoint (left out, they keep the
 checkpoint's values); every other flag comes from the checkpoint."""
 
@@ -310,9 +328,14 @@ checkpoint's values); every other flag comes from the checkpoint."""
 def given_flags(argv: Sequence[str], fields: Sequence[str]) -> set[str]:
     """The ``Args`` fields whose flag appears in ``argv`` (``--name``, ``--name=value`` or ``--no-name``)."""
     tokens = {token.split("=", 1)[0] for token in argv if token.startswith("--")}
-    return {name for name in fields
-            if f"--{name.replace('_', '-')}" in tokens or f"--no-{name.replace('_', '-')}" in tokens
-            or f"--{name}" in tokens or f"--no-{name}" in tokens}
+    return {
+        name
+        for name in fields
+        if f"--{name.replace('_', '-')}" in tokens
+        or f"--no-{name.replace('_', '-')}" in tokens
+        or f"--{name}" in tokens
+        or f"--no-{name}" in tokens
+    }
 
 
 def resume_args(args: Any, script: str, argv: Sequence[str] | None = None) -> tuple[Any, dict | None]:
@@ -352,8 +375,11 @@ def resume_args(args: Any, script: str, argv: Sequence[str] | None = None) -> tu
         if name in RESUMABLE_WITH_OTHER_VALUES or name not in saved or name not in given:
             continue
         if getattr(args, name) != saved[name]:
-            fail(flag_name(name), f"{getattr(args, name)!r} differs from the resumed run's {saved[name]!r}; "
-                                  f"leave it out to continue the run as it was started")
+            fail(
+                flag_name(name),
+                f"{getattr(args, name)!r} differs from the resumed run's {saved[name]!r}; "
+                f"leave it out to continue the run as it was started",
+            )
     values = {}
     for name in fields:
         if name == "resume" or name not in saved or (name in RESUMABLE_WITH_OTHER_VALUES and name in given):
@@ -383,8 +409,16 @@ class Checkpointer:
             events up to the checkpoint's step are on disk when the checkpoint is.
     """
 
-    def __init__(self, run_dir: str | os.PathLike, script: str, args: Any, interval: int, start_step: int = 0,
-                 keep: int = 2, writer: Any = None):
+    def __init__(
+        self,
+        run_dir: str | os.PathLike,
+        script: str,
+        args: Any,
+        interval: int,
+        start_step: int = 0,
+        keep: int = 2,
+        writer: Any = None,
+    ):
         self.directory = Path(run_dir) / "checkpoints"
         self.script, self.args, self.interval, self.keep, self.writer = script, args, interval, keep, writer
         self.next_step = (start_step // interval + 1) * interval if interval > 0 else None
@@ -406,8 +440,9 @@ class Checkpointer:
         """
         if self.writer is not None:
             self.writer.flush()
-        path = save_checkpoint(self.directory / f"step_{global_step}.pt", self.script, self.args,
-                               {**content, "global_step": global_step})
+        path = save_checkpoint(
+            self.directory / f"step_{global_step}.pt", self.script, self.args, {**content, "global_step": global_step}
+        )
         if self.interval > 0:
             while self.next_step <= global_step:
                 self.next_step += self.interval

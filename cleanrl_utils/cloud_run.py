@@ -85,7 +85,7 @@ class S3Sync:
         count = 0
         for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.base):
             for item in page.get("Contents", []):
-                relative = item["Key"][len(self.base):]
+                relative = item["Key"][len(self.base) :]
                 target = self.runs / relative
                 if not relative or ".." in Path(relative).parts:
                     continue
@@ -122,20 +122,25 @@ class S3Sync:
             return count
 
 
-
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     """The wrapper's flags, and the command after ``--``."""
     argv = list(argv)
     command: list[str] = []
     if "--" in argv:
         cut = argv.index("--")
-        argv, command = argv[:cut], argv[cut + 1:]
-    parser = _Parser(prog="python -m cleanrl_utils.cloud_run",
-                     description="Run a script in a cloud job: resume its run from S3, sync it back, forward SIGTERM.")
+        argv, command = argv[:cut], argv[cut + 1 :]
+    parser = _Parser(
+        prog="python -m cleanrl_utils.cloud_run",
+        description="Run a script in a cloud job: resume its run from S3, sync it back, forward SIGTERM.",
+    )
     parser.add_argument("--bucket", default="", help="S3 bucket of run directories ('' = no S3)")
     parser.add_argument("--prefix", default="", help="key prefix of this job's runs (s3://BUCKET/PREFIX/runs/)")
-    parser.add_argument("--grid-json", default=None, help='array job: {"command": [...], "env_ids": [...], "seeds": [...], '
-                        '"extra": [...]}; the child runs entry $AWS_BATCH_JOB_ARRAY_INDEX')
+    parser.add_argument(
+        "--grid-json",
+        default=None,
+        help='array job: {"command": [...], "env_ids": [...], "seeds": [...], '
+        '"extra": [...]}; the child runs entry $AWS_BATCH_JOB_ARRAY_INDEX',
+    )
     parser.add_argument("--array-index", type=int, default=None, help="grid entry (default $AWS_BATCH_JOB_ARRAY_INDEX)")
     parser.add_argument("--sync-interval", type=float, default=300.0, help="seconds between uploads (default 300)")
     return parser.parse_args(argv), command
@@ -159,8 +164,11 @@ def pick_command(args: argparse.Namespace, command: list[str]) -> tuple[list[str
     index = args.array_index
     if index is None:
         raw = os.environ.get("AWS_BATCH_JOB_ARRAY_INDEX")
-        require(raw is not None and raw.isdigit(), "--array-index",
-                "not given and AWS_BATCH_JOB_ARRAY_INDEX is not set (not an array job child?)")
+        require(
+            raw is not None and raw.isdigit(),
+            "--array-index",
+            "not given and AWS_BATCH_JOB_ARRAY_INDEX is not set (not an array job child?)",
+        )
         index = int(raw)
     require(0 <= index < len(jobs), "--array-index", f"{index} outside the grid's 0-{len(jobs) - 1}")
     job = jobs[index]
@@ -188,8 +196,10 @@ def main(argv: Sequence[str] | None = None, s3_client: Any = None) -> int:
         count = sync.download()
         print(f"cloud_run: {count} files from s3://{args.bucket}/{sync.base}", flush=True)
         if (RUNS / FINISHED).exists():
-            print(f"cloud_run: the run finished in an earlier attempt (s3://{args.bucket}/{sync.base}{FINISHED}); "
-                  "nothing to do", flush=True)
+            print(
+                f"cloud_run: the run finished in an earlier attempt (s3://{args.bucket}/{sync.base}{FINISHED}); nothing to do",
+                flush=True,
+            )
             return 0
         run_dir = resumable_run()
         if run_dir is not None:

@@ -41,8 +41,11 @@ def find_model(path: Path) -> Path:
         models = sorted(path.glob("*.cleanrl_model"))
         if len(models) == 1:
             return models[0]
-        raise FileNotFoundError(f"{path} holds {len(models)} .cleanrl_model files; give the file itself"
-                                if models else f"{path} holds no .cleanrl_model file (train with --save-model)")
+        raise FileNotFoundError(
+            f"{path} holds {len(models)} .cleanrl_model files; give the file itself"
+            if models
+            else f"{path} holds no .cleanrl_model file (train with --save-model)"
+        )
     raise FileNotFoundError(f"no such file or directory: {path}")
 
 
@@ -96,8 +99,7 @@ def parse_options(options: list[str], evaluate) -> dict:
         if not sep:
             raise ValueError(f"{option!r} is not NAME=VALUE")
         if name not in allowed:
-            raise ValueError(f"this script's evaluate takes no option {name!r}; it takes: "
-                             f"{', '.join(allowed) or 'none'}")
+            raise ValueError(f"this script's evaluate takes no option {name!r}; it takes: {', '.join(allowed) or 'none'}")
         try:
             kwargs[name] = ast.literal_eval(text)
         except (ValueError, SyntaxError):
@@ -110,13 +112,22 @@ def main(argv: list[str] | None = None) -> np.ndarray:
     parser.add_argument("model", type=Path, help="a .cleanrl_model file, or a run directory holding one")
     parser.add_argument("--eval-episodes", type=int, default=10, help="episodes to run (default 10)")
     parser.add_argument("--env-id", default=None, help="environment; the one the model was trained on by default")
-    parser.add_argument("--seed", type=int, default=None,
-                        help="seed of the evaluation env; the training seed + 100000 by default (as at the end of training)")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed of the evaluation env; the training seed + 100000 by default (as at the end of training)",
+    )
     parser.add_argument("--capture-video", action="store_true", help="record every episode into --video-dir")
     parser.add_argument("--video-dir", default="videos-enjoy", help="where videos go (default videos-enjoy)")
     parser.add_argument("--device", default="cpu", help="torch device of the network (default cpu)")
-    parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
-                        help="a script-specific option of its evaluate(), e.g. epsilon=0.05 or deterministic=False")
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a script-specific option of its evaluate(), e.g. epsilon=0.05 or deterministic=False",
+    )
     args = parser.parse_args(argv)
     if args.eval_episodes < 1:
         fail("--eval-episodes", f"must be positive, got {args.eval_episodes}")
@@ -130,8 +141,16 @@ def main(argv: list[str] | None = None) -> np.ndarray:
         options = parse_options(args.option, module.evaluate)
     except ValueError as error:
         fail("--option", str(error))
-    returns = module.evaluate(str(model), args.eval_episodes, env_id=args.env_id, capture_video=args.capture_video,
-                              video_dir=args.video_dir, seed=args.seed, device=args.device, **options)
+    returns = module.evaluate(
+        str(model),
+        args.eval_episodes,
+        env_id=args.env_id,
+        capture_video=args.capture_video,
+        video_dir=args.video_dir,
+        seed=args.seed,
+        device=args.device,
+        **options,
+    )
     print(f"{script}.py, {model}: {args.eval_episodes} episodes, return {returns.mean():.2f} ± {returns.std():.2f}")
     return returns
 

@@ -11,8 +11,13 @@ from typing import Callable, Optional
 import numpy as np
 
 
-def run_episodes(envs, policy: Callable[[np.ndarray], np.ndarray], num_episodes: int, seed: int | None = None,
-                 on_done: Optional[Callable[[np.ndarray], None]] = None) -> np.ndarray:
+def run_episodes(
+    envs,
+    policy: Callable[[np.ndarray], np.ndarray],
+    num_episodes: int,
+    seed: int | None = None,
+    on_done: Optional[Callable[[np.ndarray], None]] = None,
+) -> np.ndarray:
     """Run ``policy`` in ``envs`` until ``num_episodes`` episodes have ended.
 
     Args:

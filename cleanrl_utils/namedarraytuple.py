@@ -62,8 +62,7 @@ class _NamedArrayTupleMethods:
                 to the exception as a note.
         """
         _check_not_name(self, index)
-        return self._make(None if value is None else _on_field(name, lambda: value[index])
-                          for name, value in self.items())
+        return self._make(None if value is None else _on_field(name, lambda: value[index]) for name, value in self.items())
 
     def __setitem__(self, index: Any, value: Any) -> None:
         """Write ``value`` at ``index`` of every field, in place.
@@ -91,8 +90,10 @@ class _NamedArrayTupleMethods:
             source = None
         if source is not None and set(source) != set(self._fields):
             missing, extra = sorted(set(self._fields) - set(source)), sorted(set(source) - set(self._fields))
-            raise ValueError(f"cannot write a value with fields {list(source)} into {type(self).__name__} with "
-                             f"fields {list(self._fields)}: missing {missing}, unexpected {extra}")
+            raise ValueError(
+                f"cannot write a value with fields {list(source)} into {type(self).__name__} with "
+                f"fields {list(self._fields)}: missing {missing}, unexpected {extra}"
+            )
         for name, dst in self.items():
             src = value if source is None else source[name]
             if isinstance(dst, torch.Tensor) and isinstance(src, (np.ndarray, np.generic)):
@@ -218,16 +219,19 @@ def buffer_from_example(example: Any, leading_dims: tuple[int, ...] | int, share
                 raise ValueError(f"share_memory=True needs CPU tensors, got one on {leaf.device}")
             return torch.zeros(lead + tuple(leaf.shape), dtype=leaf.dtype).share_memory_()
         if not isinstance(leaf, (np.ndarray, np.generic, bool, int, float)):
-            raise TypeError(f"cannot allocate a buffer from a {type(leaf).__name__}; expected a numpy array or "
-                            "scalar, a python bool/int/float, a torch tensor, None or a namedarraytuple")
+            raise TypeError(
+                f"cannot allocate a buffer from a {type(leaf).__name__}; expected a numpy array or "
+                "scalar, a python bool/int/float, a torch tensor, None or a namedarraytuple"
+            )
         array = np.asarray(leaf)
         if not share_memory:
             return np.zeros(lead + array.shape, dtype=array.dtype)
         try:
             dtype = torch.from_numpy(np.empty(0, dtype=array.dtype)).dtype
         except (TypeError, ValueError) as error:
-            raise TypeError(f"share_memory=True allocates torch tensors, and torch has no dtype for numpy "
-                            f"{array.dtype}: {error}") from error
+            raise TypeError(
+                f"share_memory=True allocates torch tensors, and torch has no dtype for numpy {array.dtype}: {error}"
+            ) from error
         return torch.zeros(lead + array.shape, dtype=dtype).share_memory_().numpy()
 
     return _map_leaves(allocate, example)
@@ -258,8 +262,7 @@ def np_to_torch(x: Any) -> Any:
             return torch.from_numpy(leaf)
         if isinstance(leaf, (np.generic, bool, int, float)):
             return torch.as_tensor(leaf)
-        raise TypeError(f"np_to_torch expects numpy arrays, tensors, None or namedarraytuples, "
-                        f"got {type(leaf).__name__}")
+        raise TypeError(f"np_to_torch expects numpy arrays, tensors, None or namedarraytuples, got {type(leaf).__name__}")
 
     return _map_leaves(convert, x)
 
@@ -286,8 +289,7 @@ def torch_to_np(x: Any) -> Any:
         if isinstance(leaf, np.ndarray):
             return leaf
         if not isinstance(leaf, torch.Tensor):
-            raise TypeError(f"torch_to_np expects tensors, numpy arrays, None or namedarraytuples, "
-                            f"got {type(leaf).__name__}")
+            raise TypeError(f"torch_to_np expects tensors, numpy arrays, None or namedarraytuples, got {type(leaf).__name__}")
         if leaf.device.type != "cpu":
             raise ValueError(f"torch_to_np needs CPU tensors, got one on {leaf.device}; move it to the CPU first")
         return leaf.detach().numpy()
@@ -343,10 +345,16 @@ def example_from_space(space: gym.spaces.Space) -> Any:
         return np.zeros(space.shape, dtype=space.dtype)  # Discrete has shape ()
     if isinstance(space, gym.spaces.Dict):
         for key in space.spaces:
-            if not (isinstance(key, str) and key.isidentifier()) or keyword.iskeyword(key) \
-                    or key.startswith("_") or key in _RESERVED:
-                raise ValueError(f"Dict space key {key!r} cannot be a namedarraytuple field: keys must be Python "
-                                 f"identifiers, not keywords, not start with '_', and not be {list(_RESERVED)}")
+            if (
+                not (isinstance(key, str) and key.isidentifier())
+                or keyword.iskeyword(key)
+                or key.startswith("_")
+                or key in _RESERVED
+            ):
+                raise ValueError(
+                    f"Dict space key {key!r} cannot be a namedarraytuple field: keys must be Python "
+                    f"identifiers, not keywords, not start with '_', and not be {list(_RESERVED)}"
+                )
         cls = _cached_class("DictObservation", tuple(space.spaces))
         return cls(**{key: example_from_space(sub) for key, sub in space.spaces.items()})
     if isinstance(space, gym.spaces.Tuple):
@@ -394,8 +402,9 @@ def _map_leaves(fn: Callable[[Any], Any], x: Any) -> Any:
 
 def _check_not_name(x: Any, index: Any) -> None:
     if isinstance(index, str):
-        raise TypeError(f"{type(x).__name__}[{index!r}]: indices apply to every field; read a field with "
-                        f"x.{index} or x.get({index!r})")
+        raise TypeError(
+            f"{type(x).__name__}[{index!r}]: indices apply to every field; read a field with x.{index} or x.get({index!r})"
+        )
 
 
 def _on_field(name: str, operation: Callable[[], Any]) -> Any:

@@ -114,12 +114,14 @@ def read_run(directory: Path, tag: str = "charts/episodic_return") -> RunData:
     accumulator = EventAccumulator(str(directory), size_guidance={"scalars": 0})
     accumulator.Reload()
     tags = accumulator.Tags()["scalars"]
-    require(tag in tags, "--tag",
-            f"{directory} has no scalar {tag!r}; it has {', '.join(sorted(tags)) or 'no scalars'}")
+    require(tag in tags, "--tag", f"{directory} has no scalar {tag!r}; it has {', '.join(sorted(tags)) or 'no scalars'}")
     events = accumulator.Scalars(tag)
     start = accumulator.FirstEventTimestamp()
     return RunData(
-        directory=directory, env_id=env_id, exp_name=exp_name, seed=seed,
+        directory=directory,
+        env_id=env_id,
+        exp_name=exp_name,
+        seed=seed,
         steps=np.array([e.step for e in events], dtype=np.int64),
         values=np.array([e.value for e in events], dtype=np.float64),
         minutes=(np.array([e.wall_time for e in events], dtype=np.float64) - start) / 60.0,
@@ -155,11 +157,12 @@ def final_return(run: RunData, last_episodes: int = 20, last_fraction: float | N
     if n == 0:
         return float("nan")
     count = math.ceil(last_fraction * n) if last_fraction is not None else last_episodes
-    return float(np.mean(run.values[-max(1, min(count, n)):]))
+    return float(np.mean(run.values[-max(1, min(count, n)) :]))
 
 
-def curve_matrix(runs: Sequence[RunData], x: str = "steps", window: int = 1, points: int = 100
-                 ) -> tuple[np.ndarray, np.ndarray]:
+def curve_matrix(
+    runs: Sequence[RunData], x: str = "steps", window: int = 1, points: int = 100
+) -> tuple[np.ndarray, np.ndarray]:
     """The runs' (smoothed) values interpolated linearly onto a common grid.
 
     The grid has ``points`` evenly spaced x values over the range that every run covers (from
@@ -185,8 +188,9 @@ def curve_matrix(runs: Sequence[RunData], x: str = "steps", window: int = 1, poi
     return grid, np.stack([np.interp(grid, v, smooth(r.values, window)) for v, r in zip(xs, runs)])
 
 
-def band(matrix: np.ndarray, kind: str = "ci", reps: int = 2000, seed: int = 0, confidence: float = 0.95
-         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def band(
+    matrix: np.ndarray, kind: str = "ci", reps: int = 2000, seed: int = 0, confidence: float = 0.95
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean over seeds and a band, for a ``[seeds, points]`` matrix.
 
     ``kind`` ``"ci"``: at each point, the percentile bootstrap confidence interval of the mean
@@ -208,8 +212,9 @@ def band(matrix: np.ndarray, kind: str = "ci", reps: int = 2000, seed: int = 0, 
     return mean, lower, upper
 
 
-def returns_table(groups: Mapping[tuple[str, str], Sequence[RunData]], last_episodes: int = 20,
-                  last_fraction: float | None = None) -> str:
+def returns_table(
+    groups: Mapping[tuple[str, str], Sequence[RunData]], last_episodes: int = 20, last_fraction: float | None = None
+) -> str:
     """Markdown table ``| env | exp_name | mean ± std | seeds |`` of the final returns
     (:func:`final_return`), mean and standard deviation (ddof 0) over the group's runs."""
     what = f"last {last_fraction:.0%} of episodes" if last_fraction is not None else f"last {last_episodes} episodes"
@@ -232,26 +237,36 @@ def load_scores(path: Path, env_ids: Sequence[str]) -> dict[str, tuple[float, fl
         content = json.loads(Path(path).read_text())
     except (OSError, ValueError) as error:
         fail("--scores", f"cannot read {str(path)!r}: {error}")
-    require(isinstance(content, dict), "--scores", f"{str(path)!r} must hold a JSON object env_id -> "
-            '{"random": ..., "reference": ...}')
+    require(
+        isinstance(content, dict),
+        "--scores",
+        f'{str(path)!r} must hold a JSON object env_id -> {{"random": ..., "reference": ...}}',
+    )
     scores = {}
     for env_id in env_ids:
         entry = content.get(env_id)
-        require(isinstance(entry, dict), "--scores",
-                f'{str(path)!r} has no entry {{"random": ..., "reference": ...}} for {env_id}')
+        require(
+            isinstance(entry, dict), "--scores", f'{str(path)!r} has no entry {{"random": ..., "reference": ...}} for {env_id}'
+        )
         try:
             random, reference = float(entry["random"]), float(entry["reference"])
         except (KeyError, TypeError, ValueError):
             fail("--scores", f"{env_id}: needs numbers 'random' and 'reference', got {entry}")
-        require(math.isfinite(random) and math.isfinite(reference) and random != reference, "--scores",
-                f"{env_id}: 'random' and 'reference' must be finite and differ, got {random} and {reference}")
+        require(
+            math.isfinite(random) and math.isfinite(reference) and random != reference,
+            "--scores",
+            f"{env_id}: 'random' and 'reference' must be finite and differ, got {random} and {reference}",
+        )
         scores[env_id] = (random, reference)
     return scores
 
 
-def score_matrices(groups: Mapping[tuple[str, str], Sequence[RunData]], scores: Mapping[str, tuple[float, float]],
-                   last_episodes: int = 20, last_fraction: float | None = None
-                   ) -> tuple[dict[str, np.ndarray], list[str], list[str]]:
+def score_matrices(
+    groups: Mapping[tuple[str, str], Sequence[RunData]],
+    scores: Mapping[str, tuple[float, float]],
+    last_episodes: int = 20,
+    last_fraction: float | None = None,
+) -> tuple[dict[str, np.ndarray], list[str], list[str]]:
     """Normalised final returns per ``exp_name``: ``[runs, envs]`` matrices for rliable.
 
     An ``exp_name`` with unequal numbers of runs across environments keeps its ``k`` lowest
@@ -270,16 +285,21 @@ def score_matrices(groups: Mapping[tuple[str, str], Sequence[RunData]], scores: 
         envs_of.setdefault(exp_name, set()).add(env_id)
     env_ids = sorted(set().union(*envs_of.values()))
     differing = {name: envs for name, envs in envs_of.items() if envs != set(env_ids)}
-    require(not differing, "runs",
-            "the aggregate needs runs of every exp_name on the same environments; "
-            + "; ".join(f"{name} has none on {', '.join(sorted(set(env_ids) - envs))}" for name, envs in differing.items()))
+    require(
+        not differing,
+        "runs",
+        "the aggregate needs runs of every exp_name on the same environments; "
+        + "; ".join(f"{name} has none on {', '.join(sorted(set(env_ids) - envs))}" for name, envs in differing.items()),
+    )
     matrices, notes = {}, []
     for exp_name in sorted(envs_of):
         counts = [len(groups[(env_id, exp_name)]) for env_id in env_ids]
         k = min(counts)
         if len(set(counts)) > 1:
-            notes.append(f"note: {exp_name} has {', '.join(map(str, counts))} runs on {', '.join(env_ids)}; "
-                         f"the aggregate uses the {k} lowest seeds on each")
+            notes.append(
+                f"note: {exp_name} has {', '.join(map(str, counts))} runs on {', '.join(env_ids)}; "
+                f"the aggregate uses the {k} lowest seeds on each"
+            )
         columns = []
         for env_id in env_ids:
             random, reference = scores[env_id]
@@ -294,12 +314,19 @@ def aggregate_metrics(scores: np.ndarray) -> np.ndarray:
     normalised scores, by ``rliable.metrics``; float64 ``[4]`` in the order of :data:`METRICS`."""
     from rliable import metrics
 
-    return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_median(scores),
-                     metrics.aggregate_mean(scores), metrics.aggregate_optimality_gap(scores)])
+    return np.array(
+        [
+            metrics.aggregate_iqm(scores),
+            metrics.aggregate_median(scores),
+            metrics.aggregate_mean(scores),
+            metrics.aggregate_optimality_gap(scores),
+        ]
+    )
 
 
-def stratified_bootstrap(scores: np.ndarray, func: Callable[[np.ndarray], np.ndarray], reps: int = 2000,
-                         seed: int = 0, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+def stratified_bootstrap(
+    scores: np.ndarray, func: Callable[[np.ndarray], np.ndarray], reps: int = 2000, seed: int = 0, confidence: float = 0.95
+) -> tuple[np.ndarray, np.ndarray]:
     """Point estimate and stratified bootstrap confidence interval of ``func(scores)``.
 
     rliable's ``get_interval_estimates`` (``StratifiedBootstrap``, percentile method): each
@@ -323,13 +350,14 @@ def stratified_bootstrap(scores: np.ndarray, func: Callable[[np.ndarray], np.nda
     with warnings.catch_warnings():  # arch 7 deprecates the random_state that rliable 1.2 passes
         warnings.filterwarnings("ignore", "random_state is deprecated", FutureWarning)
         points, intervals = library.get_interval_estimates(
-            {"scores": scores}, func, reps=reps, confidence_interval_size=confidence,
-            random_state=np.random.RandomState(seed))
+            {"scores": scores}, func, reps=reps, confidence_interval_size=confidence, random_state=np.random.RandomState(seed)
+        )
     return points["scores"], intervals["scores"]
 
 
-def aggregate_table(points: Mapping[str, np.ndarray], intervals: Mapping[str, np.ndarray],
-                    matrices: Mapping[str, np.ndarray]) -> str:
+def aggregate_table(
+    points: Mapping[str, np.ndarray], intervals: Mapping[str, np.ndarray], matrices: Mapping[str, np.ndarray]
+) -> str:
     """Markdown table of the aggregate metrics: ``point [lower, upper]`` per metric."""
     lines = ["| exp_name | runs × envs | " + " | ".join(METRICS) + " |", "|---|---|" + "---|" * len(METRICS)]
     for name, point in points.items():
@@ -355,9 +383,17 @@ def _save(fig, out: Path, name: str) -> list[Path]:
     return paths
 
 
-def plot_curves(groups: Mapping[tuple[str, str], Sequence[RunData]], out: Path, x: str = "steps",
-                window: int = 1, points: int = 100, band_kind: str = "ci", reps: int = 2000, seed: int = 0,
-                tag: str = "charts/episodic_return") -> list[Path]:
+def plot_curves(
+    groups: Mapping[tuple[str, str], Sequence[RunData]],
+    out: Path,
+    x: str = "steps",
+    window: int = 1,
+    points: int = 100,
+    band_kind: str = "ci",
+    reps: int = 2000,
+    seed: int = 0,
+    tag: str = "charts/episodic_return",
+) -> list[Path]:
     """Write ``curves.png`` and ``curves.svg`` into ``out``: a subplot per env, a line per
     exp_name (mean over seeds, :func:`curve_matrix`) with its band (:func:`band`)."""
     plt = _pyplot()
@@ -383,7 +419,7 @@ def plot_curves(groups: Mapping[tuple[str, str], Sequence[RunData]], out: Path, 
         ax.set_ylabel(tag if window <= 1 else f"{tag} (mean of {window})")
         ax.grid(alpha=0.25)
         ax.legend(fontsize="small")
-    for ax in list(axes.flat)[len(env_ids):]:
+    for ax in list(axes.flat)[len(env_ids) :]:
         ax.set_visible(False)
     what = "95% bootstrap CI of the mean" if band_kind == "ci" else "± one std"
     fig.suptitle(f"mean over seeds, band: {what}", fontsize="medium")
@@ -401,9 +437,17 @@ def plot_aggregate(points: Mapping[str, np.ndarray], intervals: Mapping[str, np.
 
     names = list(points)
     height = max(0.37 * len(names), 1.5)  # inches
-    fig, _ = plot_utils.plot_interval_estimates(points, intervals, metric_names=list(METRICS), algorithms=names,
-                                                xlabel="normalised score", row_height=height / len(names),
-                                                max_ticks=3, xlabel_y_coordinate=-0.5 / height, wspace=0.2)
+    fig, _ = plot_utils.plot_interval_estimates(
+        points,
+        intervals,
+        metric_names=list(METRICS),
+        algorithms=names,
+        xlabel="normalised score",
+        row_height=height / len(names),
+        max_ticks=3,
+        xlabel_y_coordinate=-0.5 / height,
+        wspace=0.2,
+    )
     paths = _save(fig, out, "aggregate")
     plt.close(fig)
     return paths
@@ -412,33 +456,51 @@ def plot_aggregate(points: Mapping[str, np.ndarray], intervals: Mapping[str, np.
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line; see ``python -m cleanrl_utils.plot --help``."""
     parser = argparse.ArgumentParser(
-        prog="python -m cleanrl_utils.plot", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        prog="python -m cleanrl_utils.plot",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         description="Learning curves, a table of final returns and (with --scores) rliable aggregate metrics "
-                    "from the TensorBoard events of run directories.")
+        "from the TensorBoard events of run directories.",
+    )
     parser.add_argument("runs", nargs="+", help="run directories, or folders holding them (runs/)")
     parser.add_argument("--out", type=Path, default=Path("plots"), help="output folder (created)")
     parser.add_argument("--tag", default="charts/episodic_return", help="scalar tag to read")
-    parser.add_argument("--x", choices=("steps", "wall_time"), default="steps",
-                        help="x axis of the curves: environment steps or wall-clock minutes since the run started")
+    parser.add_argument(
+        "--x",
+        choices=("steps", "wall_time"),
+        default="steps",
+        help="x axis of the curves: environment steps or wall-clock minutes since the run started",
+    )
     parser.add_argument("--smooth", type=int, default=1, help="moving-average window in episodes (1: none)")
     parser.add_argument("--points", type=int, default=100, help="points of the common x grid of the curves")
-    parser.add_argument("--band", choices=("ci", "std"), default="ci",
-                        help="band around the mean over seeds: 95%% bootstrap CI, or ± one std")
+    parser.add_argument(
+        "--band", choices=("ci", "std"), default="ci", help="band around the mean over seeds: 95%% bootstrap CI, or ± one std"
+    )
     last = parser.add_mutually_exclusive_group()
     last.add_argument("--last-episodes", type=int, default=20, help="final return: mean of this many last episodes")
-    last.add_argument("--last-fraction", type=float, default=None,
-                      help="final return: mean of this fraction (0, 1] of the last episodes instead")
-    parser.add_argument("--scores", type=Path, default=None,
-                        help='JSON {"<env_id>": {"random": r, "reference": s}} for normalised scores; '
-                             "without it the aggregate metrics are skipped")
+    last.add_argument(
+        "--last-fraction",
+        type=float,
+        default=None,
+        help="final return: mean of this fraction (0, 1] of the last episodes instead",
+    )
+    parser.add_argument(
+        "--scores",
+        type=Path,
+        default=None,
+        help='JSON {"<env_id>": {"random": r, "reference": s}} for normalised scores; '
+        "without it the aggregate metrics are skipped",
+    )
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap resamples (bands and aggregate CIs)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     args = parser.parse_args(argv)
     for name in ("smooth", "reps", "last_episodes"):
         require(getattr(args, name) > 0, f"--{name.replace('_', '-')}", f"must be positive, got {getattr(args, name)}")
     require(args.points >= 2, "--points", f"must be at least 2, got {args.points}")
-    require(args.last_fraction is None or 0 < args.last_fraction <= 1, "--last-fraction",
-            f"must be in (0, 1], got {args.last_fraction}")
+    require(
+        args.last_fraction is None or 0 < args.last_fraction <= 1,
+        "--last-fraction",
+        f"must be in (0, 1], got {args.last_fraction}",
+    )
     require(not args.out.exists() or args.out.is_dir(), "--out", f"{str(args.out)!r} exists and is not a directory")
     return args
 
@@ -452,8 +514,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     for (env_id, exp_name), members in groups.items():
         repeated = sorted(seed for seed, n in Counter(r.seed for r in members).items() if n > 1)
         if repeated:
-            notes.append(f"note: {env_id} {exp_name} has several runs of seed {', '.join(map(str, repeated))}; "
-                         "each counts as a run")
+            notes.append(
+                f"note: {env_id} {exp_name} has several runs of seed {', '.join(map(str, repeated))}; each counts as a run"
+            )
     matrices = None
     if args.scores is not None:
         scores = load_scores(args.scores, sorted({env_id for env_id, _ in groups}))
@@ -469,16 +532,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     written.append(args.out / "returns.md")
     print(table)
     if matrices is None:
-        print("note: no --scores file, so no aggregate metrics (they need normalised scores: "
-              '--scores scores.json with {"<env_id>": {"random": r, "reference": s}})')
+        print(
+            "note: no --scores file, so no aggregate metrics (they need normalised scores: "
+            '--scores scores.json with {"<env_id>": {"random": r, "reference": s}})'
+        )
     else:
         points, intervals = {}, {}
         for name, matrix in matrices.items():
             points[name], intervals[name] = stratified_bootstrap(matrix, aggregate_metrics, args.reps, args.seed)
         written += plot_aggregate(points, intervals, args.out)
         aggregate = aggregate_table(points, intervals, matrices)
-        header = (f"Normalised final returns over {', '.join(env_ids)}; 95% stratified bootstrap CIs "
-                  f"({args.reps} resamples).\n\n")
+        header = (
+            f"Normalised final returns over {', '.join(env_ids)}; 95% stratified bootstrap CIs ({args.reps} resamples).\n\n"
+        )
         (args.out / "aggregate.md").write_text(header + aggregate)
         written.append(args.out / "aggregate.md")
         print(header + aggregate)

@@ -34,6 +34,7 @@ import torch
 
 from cleanrl_utils.cli import USAGE_ERROR, fail, require, safe_name  # noqa: F401  (re-exported)
 
+
 def require_positive(args: Any, *names: str) -> None:
     """Fail on the first of the fields ``names`` of ``args`` that is not > 0.
 
@@ -220,8 +221,11 @@ def start_run(args: Any, runs_dir: str | os.PathLike = "runs", resume: dict | No
     """
     from torch.utils.tensorboard import SummaryWriter
 
-    require("/" not in args.exp_name and args.exp_name.strip() == args.exp_name != "",
-            "--exp-name", f"{args.exp_name!r} must be a non-empty name without '/' or surrounding spaces")
+    require(
+        "/" not in args.exp_name and args.exp_name.strip() == args.exp_name != "",
+        "--exp-name",
+        f"{args.exp_name!r} must be a non-empty name without '/' or surrounding spaces",
+    )
     config = dataclasses.asdict(args)
     if resume is not None:  # continue the checkpoint's run, in its directory
         directory = Path(resume["path"]).parent.parent
@@ -253,8 +257,7 @@ def start_run(args: Any, runs_dir: str | os.PathLike = "runs", resume: dict | No
         )
     purge_step = resume["global_step"] + 1 if resume is not None else None
     writer = SummaryWriter(str(directory), purge_step=purge_step)
-    print(f"run directory: {directory}" + (f" (resumed at step {resume['global_step']})" if resume else ""),
-          flush=True)
+    print(f"run directory: {directory}" + (f" (resumed at step {resume['global_step']})" if resume else ""), flush=True)
     table = "\n".join(f"|{key}|{value}|" for key, value in config.items())
     writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
     return Run(name=name, directory=directory, writer=writer, tracked=args.track)
@@ -386,8 +389,7 @@ def load_model(path: str | os.PathLike, script: str) -> dict:
         raise ValueError(f"{path} is not a model file saved by a cleanrl script")
     if content.get("script") != script:
         raise ValueError(
-            f"{path} was saved by {content.get('script')!r}, not {script!r}; "
-            f"evaluate it with that script's evaluate()"
+            f"{path} was saved by {content.get('script')!r}, not {script!r}; evaluate it with that script's evaluate()"
         )
     return content
 

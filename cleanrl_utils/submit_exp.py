@@ -80,8 +80,10 @@ def read_outputs(path: str) -> dict[str, Any]:
     except (OSError, ValueError) as error:
         fail("--terraform-outputs", f"cannot read {path} as JSON: {error}")
     if not isinstance(raw, dict) or not all(isinstance(v, dict) and "value" in v for v in raw.values()):
-        fail("--terraform-outputs", f"{path} is not the output of 'terraform output -json' "
-                                    '(expected {"name": {"value": ...}, ...})')
+        fail(
+            "--terraform-outputs",
+            f'{path} is not the output of \'terraform output -json\' (expected {{"name": {{"value": ...}}, ...}})',
+        )
     return {name: entry["value"] for name, entry in raw.items()}
 
 
@@ -104,9 +106,10 @@ def resource_requirements(vcpus: int | None, memory: int | None, gpus: int | Non
 
 def retry_strategy(attempts: int) -> dict[str, Any]:
     """Retry when the instance went away (status reason ``Host EC2*``: spot reclamation), exit otherwise."""
-    return {"attempts": attempts,
-            "evaluateOnExit": [{"onStatusReason": "Host EC2*", "action": "RETRY"},
-                               {"onReason": "*", "action": "EXIT"}]}
+    return {
+        "attempts": attempts,
+        "evaluateOnExit": [{"onStatusReason": "Host EC2*", "action": "RETRY"}, {"onReason": "*", "action": "EXIT"}],
+    }
 
 
 def wrapped(argv: Sequence[str], bucket: str, prefix: str) -> list[str]:
@@ -115,20 +118,43 @@ def wrapped(argv: Sequence[str], bucket: str, prefix: str) -> list[str]:
     return ["python", "-m", "cleanrl_utils.cloud_run", *sync, "--", *argv]
 
 
-COPIED_CONTAINER_KEYS = ("command", "resourceRequirements", "secrets", "logConfiguration", "jobRoleArn",
-                         "executionRoleArn", "environment", "linuxParameters", "ulimits", "user", "readonlyRootFilesystem")
+COPIED_CONTAINER_KEYS = (
+    "command",
+    "resourceRequirements",
+    "secrets",
+    "logConfiguration",
+    "jobRoleArn",
+    "executionRoleArn",
+    "environment",
+    "linuxParameters",
+    "ulimits",
+    "user",
+    "readonlyRootFilesystem",
+)
 """What a job definition registered with ``--image`` copies from the definition it is based on."""
 
 
-def job_definition_spec(base: dict[str, Any], name: str, image: str, vcpus: int | None, memory: int | None,
-                        gpus: int | None, attempts: int | None, timeout: int | None, secret_arn: str | None,
-                        log_group: str | None, region: str, job_role_arn: str | None,
-                        execution_role_arn: str | None) -> dict[str, Any]:
+def job_definition_spec(
+    base: dict[str, Any],
+    name: str,
+    image: str,
+    vcpus: int | None,
+    memory: int | None,
+    gpus: int | None,
+    attempts: int | None,
+    timeout: int | None,
+    secret_arn: str | None,
+    log_group: str | None,
+    region: str,
+    job_role_arn: str | None,
+    execution_role_arn: str | None,
+) -> dict[str, Any]:
     """Keyword arguments of boto3 ``batch.register_job_definition`` for job definition ``name``: the
     definition ``base`` (as ``describe_job_definitions`` returns it: the Terraform one) with
     ``image``, and the resources, attempts and timeout that are given (not None) in place of its own."""
-    container: dict[str, Any] = {key: base["containerProperties"][key] for key in COPIED_CONTAINER_KEYS
-                                 if key in base.get("containerProperties", {})}
+    container: dict[str, Any] = {
+        key: base["containerProperties"][key] for key in COPIED_CONTAINER_KEYS if key in base.get("containerProperties", {})
+    }
     container["image"] = image
     container.setdefault("command", ["python", "-m", "cleanrl_utils.cloud_run", "--help"])  # every job overrides it
     resources = {r["type"]: r["value"] for r in container.get("resourceRequirements", [])}
@@ -137,14 +163,21 @@ def job_definition_spec(base: dict[str, Any], name: str, image: str, vcpus: int 
     if secret_arn:
         container["secrets"] = [{"name": SECRET_ENV, "valueFrom": secret_arn}]
     if log_group:
-        container["logConfiguration"] = {"logDriver": "awslogs", "options": {
-            "awslogs-group": log_group, "awslogs-region": region, "awslogs-stream-prefix": "cleanrl"}}
+        container["logConfiguration"] = {
+            "logDriver": "awslogs",
+            "options": {"awslogs-group": log_group, "awslogs-region": region, "awslogs-stream-prefix": "cleanrl"},
+        }
     if job_role_arn:
         container["jobRoleArn"] = job_role_arn
     if execution_role_arn:
         container["executionRoleArn"] = execution_role_arn
-    spec: dict[str, Any] = {"jobDefinitionName": name, "type": "container", "containerProperties": container,
-                            "propagateTags": True, "tags": {"project": "cleanrl"}}
+    spec: dict[str, Any] = {
+        "jobDefinitionName": name,
+        "type": "container",
+        "containerProperties": container,
+        "propagateTags": True,
+        "tags": {"project": "cleanrl"},
+    }
     if attempts is not None or "retryStrategy" in base:
         spec["retryStrategy"] = retry_strategy(attempts) if attempts is not None else base["retryStrategy"]
     if timeout is not None or "timeout" in base:
@@ -152,9 +185,20 @@ def job_definition_spec(base: dict[str, Any], name: str, image: str, vcpus: int 
     return spec
 
 
-def submit_specs(jobs: Sequence[Job], queue: str, definition: str, bucket: str, prefix: str, array: bool,
-                 vcpus: int | None, memory: int | None, gpus: int | None, attempts: int | None, timeout: int | None,
-                 bucket_prefix: str = "") -> list[dict[str, Any]]:
+def submit_specs(
+    jobs: Sequence[Job],
+    queue: str,
+    definition: str,
+    bucket: str,
+    prefix: str,
+    array: bool,
+    vcpus: int | None,
+    memory: int | None,
+    gpus: int | None,
+    attempts: int | None,
+    timeout: int | None,
+    bucket_prefix: str = "",
+) -> list[dict[str, Any]]:
     """Keyword arguments of each boto3 ``batch.submit_job`` call: one per run, or one array job.
 
     ``prefix`` is the sweep id (job names, tags); ``bucket_prefix`` the part of the bucket the
@@ -166,8 +210,12 @@ def submit_specs(jobs: Sequence[Job], queue: str, definition: str, bucket: str, 
     that are None are not overridden: the job definition's apply.
     """
     s3_prefix = f"{bucket_prefix}/{prefix}" if bucket_prefix else prefix
-    common: dict[str, Any] = {"jobQueue": queue, "jobDefinition": definition, "propagateTags": True,
-                              "tags": {"project": "cleanrl", "sweep": prefix}}
+    common: dict[str, Any] = {
+        "jobQueue": queue,
+        "jobDefinition": definition,
+        "propagateTags": True,
+        "tags": {"project": "cleanrl", "sweep": prefix},
+    }
     if attempts is not None:
         common["retryStrategy"] = retry_strategy(attempts)
     if timeout is not None:
@@ -177,12 +225,22 @@ def submit_specs(jobs: Sequence[Job], queue: str, definition: str, bucket: str, 
         grid = grid_of(jobs)
         sync = ["--bucket", bucket, "--prefix", s3_prefix] if bucket else []
         command = ["python", "-m", "cleanrl_utils.cloud_run", *sync, "--grid-json", json.dumps(grid, separators=(",", ":"))]
-        return [{"jobName": job_name(prefix, "array"), **common, "arrayProperties": {"size": len(jobs)},
-                 "containerOverrides": {"command": command, **resources}}]
-    return [{"jobName": job_name(prefix, run_name(job)), **common,
-             "containerOverrides": {"command": wrapped(job.argv, bucket, f"{s3_prefix}/{run_name(job)}"),
-                                    **resources}}
-            for job in jobs]
+        return [
+            {
+                "jobName": job_name(prefix, "array"),
+                **common,
+                "arrayProperties": {"size": len(jobs)},
+                "containerOverrides": {"command": command, **resources},
+            }
+        ]
+    return [
+        {
+            "jobName": job_name(prefix, run_name(job)),
+            **common,
+            "containerOverrides": {"command": wrapped(job.argv, bucket, f"{s3_prefix}/{run_name(job)}"), **resources},
+        }
+        for job in jobs
+    ]
 
 
 def grid_of(jobs: Sequence[Job]) -> dict[str, Any]:
@@ -195,11 +253,10 @@ def grid_of(jobs: Sequence[Job]) -> dict[str, Any]:
     seeds = list(dict.fromkeys(job.seed for job in jobs))
     first = jobs[0].argv
     cut = first.index("--env-id")
-    command, extra = list(first[:cut]), list(first[cut + 4:])
+    command, extra = list(first[:cut]), list(first[cut + 4 :])
     if [j.argv for j in make_jobs(command, env_ids, seeds, extra)] != [j.argv for j in jobs]:
         raise ValueError("the jobs are not a full env x seed grid")
     return {"command": command, "env_ids": env_ids, "seeds": seeds, "extra": extra}
-
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -208,55 +265,94 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     passthrough: list[str] = []
     if "--" in argv:
         cut = argv.index("--")
-        argv, passthrough = argv[:cut], argv[cut + 1:]
+        argv, passthrough = argv[:cut], argv[cut + 1 :]
     parser = _Parser(
         prog="python -m cleanrl_utils.submit_exp",
         description="Submit every environment x seed of a command to AWS Batch (one job per run, or one array job).\n"
-                    "Arguments after -- are passed to every run.",
+        "Arguments after -- are passed to every run.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="example:\n"
-               "  python -m cleanrl_utils.submit_exp --terraform-outputs outputs.json --env-ids CartPole-v1 \\\n"
-               '      --command "python cleanrl/ppo.py" --num-seeds 3 --spot --dry-run -- --checkpoint-interval 50000',
+        "  python -m cleanrl_utils.submit_exp --terraform-outputs outputs.json --env-ids CartPole-v1 \\\n"
+        '      --command "python cleanrl/ppo.py" --num-seeds 3 --spot --dry-run -- --checkpoint-interval 50000',
     )
     grid = parser.add_argument_group("grid (as python -m cleanrl_utils.benchmark)")
     grid.add_argument("--env-ids", nargs="*", default=[], metavar="ENV_ID", help="environment ids (--env-id of each run)")
-    grid.add_argument("--command", default="", help='the command, e.g. "python cleanrl/ppo.py" (a path inside the image, '
-                      "relative to its workdir)")
+    grid.add_argument(
+        "--command",
+        default="",
+        help='the command, e.g. "python cleanrl/ppo.py" (a path inside the image, relative to its workdir)',
+    )
     grid.add_argument("--num-seeds", type=int, default=3, help="seeds per environment (default 3)")
     grid.add_argument("--start-seed", type=int, default=1, help="first seed (default 1); seeds are consecutive")
     grid.add_argument("--extra", default="", help="arguments for every run, as one string (or put them after --)")
     grid.add_argument("--track", action="store_true", help="pass --track to every run (W&B; the key comes from the secret)")
     where = parser.add_argument_group("where")
-    where.add_argument("--terraform-outputs", default=None, metavar="FILE",
-                       help="the JSON of 'terraform output -json' (queues, definitions, bucket, secret, roles)")
+    where.add_argument(
+        "--terraform-outputs",
+        default=None,
+        metavar="FILE",
+        help="the JSON of 'terraform output -json' (queues, definitions, bucket, secret, roles)",
+    )
     where.add_argument("--region", default=None, help="AWS region (default: the outputs' region)")
-    where.add_argument("--job-queue", default=None, help="job queue name (default: the outputs' queue for --spot/--on-demand, CPU/GPU)")
+    where.add_argument(
+        "--job-queue", default=None, help="job queue name (default: the outputs' queue for --spot/--on-demand, CPU/GPU)"
+    )
     where.add_argument("--job-definition", default=None, help="job definition name (default: the outputs' cpu or gpu one)")
-    where.add_argument("--wandb-secret-arn", default=None, help="ARN of the W&B key in Secrets Manager or SSM "
-                       "(default: the outputs' wandb_secret_arn); only with --image")
+    where.add_argument(
+        "--wandb-secret-arn",
+        default=None,
+        help="ARN of the W&B key in Secrets Manager or SSM (default: the outputs' wandb_secret_arn); only with --image",
+    )
     market = where.add_mutually_exclusive_group()
     market.add_argument("--spot", dest="spot", action="store_true", default=True, help="spot queue (default)")
     market.add_argument("--on-demand", dest="spot", action="store_false", help="on-demand queue")
-    where.add_argument("--bucket", default=None, help="S3 bucket for run directories and checkpoints (default: the "
-                       "outputs' checkpoint_bucket; '' = no S3, runs do not survive a retry)")
-    where.add_argument("--bucket-prefix", default=None, help="the part of the bucket the jobs write, "
-                       "s3://BUCKET/BUCKET_PREFIX/SWEEP_ID/... (default: the outputs' checkpoint_prefix, the only "
-                       "prefix the Terraform job role may write; none without outputs)")
+    where.add_argument(
+        "--bucket",
+        default=None,
+        help="S3 bucket for run directories and checkpoints (default: the "
+        "outputs' checkpoint_bucket; '' = no S3, runs do not survive a retry)",
+    )
+    where.add_argument(
+        "--bucket-prefix",
+        default=None,
+        help="the part of the bucket the jobs write, "
+        "s3://BUCKET/BUCKET_PREFIX/SWEEP_ID/... (default: the outputs' checkpoint_prefix, the only "
+        "prefix the Terraform job role may write; none without outputs)",
+    )
     where.add_argument("--job-name-prefix", default="cleanrl", help="start of the sweep id (default cleanrl)")
-    where.add_argument("--sweep-id", default=None, help="names the jobs and the S3 prefix s3://BUCKET/BUCKET_PREFIX/SWEEP_ID/<env>__seed<seed>/ "
-                       "(default PREFIX-<UTC time>, a new one per submission; give an earlier id to continue that sweep's runs)")
+    where.add_argument(
+        "--sweep-id",
+        default=None,
+        help="names the jobs and the S3 prefix s3://BUCKET/BUCKET_PREFIX/SWEEP_ID/<env>__seed<seed>/ "
+        "(default PREFIX-<UTC time>, a new one per submission; give an earlier id to continue that sweep's runs)",
+    )
     job = parser.add_argument_group("each job")
-    job.add_argument("--image", default=None, help="first register job definition <definition>-<sweep id>: the job "
-                     "definition's copy with this image URI (the sweep's jobs use it; other submissions are unaffected)")
+    job.add_argument(
+        "--image",
+        default=None,
+        help="first register job definition <definition>-<sweep id>: the job "
+        "definition's copy with this image URI (the sweep's jobs use it; other submissions are unaffected)",
+    )
     job.add_argument("--vcpus", type=int, default=None, help="vCPUs of each run (default: the job definition's)")
     job.add_argument("--memory", type=int, default=None, help="memory of each run in MiB (default: the job definition's)")
-    job.add_argument("--gpus", type=int, default=None, help="GPUs of each run (default: the job definition's; "
-                     "> 0 picks the GPU queue and definition)")
-    job.add_argument("--attempts", type=int, default=None, help=f"attempts per run, 1-{MAX_ATTEMPTS} (default: the job "
-                     "definition's); retried only when the instance went away")
-    job.add_argument("--timeout", type=int, default=None, help=f"seconds per attempt (>= {MIN_TIMEOUT}; default: the job "
-                     "definition's)")
-    job.add_argument("--array", action="store_true", help="one array job (child i runs grid entry i) instead of one job per run")
+    job.add_argument(
+        "--gpus",
+        type=int,
+        default=None,
+        help="GPUs of each run (default: the job definition's; > 0 picks the GPU queue and definition)",
+    )
+    job.add_argument(
+        "--attempts",
+        type=int,
+        default=None,
+        help=f"attempts per run, 1-{MAX_ATTEMPTS} (default: the job definition's); retried only when the instance went away",
+    )
+    job.add_argument(
+        "--timeout", type=int, default=None, help=f"seconds per attempt (>= {MIN_TIMEOUT}; default: the job definition's)"
+    )
+    job.add_argument(
+        "--array", action="store_true", help="one array job (child i runs grid entry i) instead of one job per run"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the boto3 calls as JSON; submit nothing")
     args = parser.parse_args(argv)
     args.passthrough = passthrough
@@ -275,29 +371,51 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
         SystemExit: (status 2, one line on stderr) on bad input.
     """
     # the launcher's own checks of the grid flags (env ids, seeds, command, script exists, ...)
-    grid_args = argparse.Namespace(env_ids=args.env_ids, num_seeds=args.num_seeds, start_seed=args.start_seed,
-                                   command=args.command, extra=args.extra, passthrough=args.passthrough,
-                                   workers=None, slurm=False, slurm_dry_run=False)
+    grid_args = argparse.Namespace(
+        env_ids=args.env_ids,
+        num_seeds=args.num_seeds,
+        start_seed=args.start_seed,
+        command=args.command,
+        extra=args.extra,
+        passthrough=args.passthrough,
+        workers=None,
+        slurm=False,
+        slurm_dry_run=False,
+    )
     command, extra = check_args(grid_args)
     if args.track and "--track" not in extra:
         extra.append("--track")
     for token in [*command, *extra]:
         if SECRET_ENV in token or token.lower().startswith("--wandb-api-key") or token.lower().startswith("--wandb_api_key"):
-            fail("--command" if token in command else "--extra",
-                 f"{SECRET_ENV} must not be given in a command; the job gets it from the secret (--wandb-secret-arn)")
+            fail(
+                "--command" if token in command else "--extra",
+                f"{SECRET_ENV} must not be given in a command; the job gets it from the secret (--wandb-secret-arn)",
+            )
     require(args.vcpus is None or args.vcpus >= 1, "--vcpus", f"must be at least 1, got {args.vcpus}")
     require(args.memory is None or args.memory >= 128, "--memory", f"must be at least 128 (MiB), got {args.memory}")
     require(args.gpus is None or args.gpus >= 0, "--gpus", f"must be >= 0, got {args.gpus}")
-    require(args.attempts is None or 1 <= args.attempts <= MAX_ATTEMPTS, "--attempts",
-            f"must be 1-{MAX_ATTEMPTS}, got {args.attempts}")
-    require(args.timeout is None or args.timeout >= MIN_TIMEOUT, "--timeout",
-            f"must be at least {MIN_TIMEOUT} s (AWS Batch's minimum), got {args.timeout}")
-    require(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", args.job_name_prefix) is not None, "--job-name-prefix",
-            f"{args.job_name_prefix!r}: letters, digits, '-' and '_' only, at most 64 characters")
+    require(
+        args.attempts is None or 1 <= args.attempts <= MAX_ATTEMPTS,
+        "--attempts",
+        f"must be 1-{MAX_ATTEMPTS}, got {args.attempts}",
+    )
+    require(
+        args.timeout is None or args.timeout >= MIN_TIMEOUT,
+        "--timeout",
+        f"must be at least {MIN_TIMEOUT} s (AWS Batch's minimum), got {args.timeout}",
+    )
+    require(
+        re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}", args.job_name_prefix) is not None,
+        "--job-name-prefix",
+        f"{args.job_name_prefix!r}: letters, digits, '-' and '_' only, at most 64 characters",
+    )
     if args.sweep_id is None:  # a new sweep never resumes the runs of an earlier one
         args.sweep_id = f"{args.job_name_prefix}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
-    require(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,79}", args.sweep_id) is not None, "--sweep-id",
-            f"{args.sweep_id!r}: letters, digits, '-' and '_' only, at most 80 characters")
+    require(
+        re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,79}", args.sweep_id) is not None,
+        "--sweep-id",
+        f"{args.sweep_id!r}: letters, digits, '-' and '_' only, at most 80 characters",
+    )
 
     outputs = read_outputs(args.terraform_outputs) if args.terraform_outputs else {}
     kind = "gpu" if (args.gpus or 0) > 0 else "cpu"
@@ -311,43 +429,95 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
     definition = args.job_definition
     if definition is None:
         definition = (outputs.get("job_definitions") or {}).get(kind)
-        require(bool(definition), "--job-definition", f"give --job-definition or --terraform-outputs with job_definitions.{kind}")
+        require(
+            bool(definition), "--job-definition", f"give --job-definition or --terraform-outputs with job_definitions.{kind}"
+        )
     bucket = args.bucket if args.bucket is not None else (outputs.get("checkpoint_bucket") or "")
-    require(bucket == "" or re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", bucket) is not None, "--bucket",
-            f"{bucket!r} is not an S3 bucket name (give the name, not an s3:// URL)")
+    require(
+        bucket == "" or re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", bucket) is not None,
+        "--bucket",
+        f"{bucket!r} is not an S3 bucket name (give the name, not an s3:// URL)",
+    )
     # the jobs' IAM role may write only s3://bucket/<checkpoint_prefix>/* (terraform/iam.tf)
     bucket_prefix = args.bucket_prefix if args.bucket_prefix is not None else outputs.get("checkpoint_prefix", "")
-    require(bucket_prefix == "" or re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", bucket_prefix) is not None,
-            "--bucket-prefix", f"{bucket_prefix!r}: one path segment (letters, digits, '.', '_', '-')")
+    require(
+        bucket_prefix == "" or re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", bucket_prefix) is not None,
+        "--bucket-prefix",
+        f"{bucket_prefix!r}: one path segment (letters, digits, '.', '_', '-')",
+    )
     secret_arn = args.wandb_secret_arn or outputs.get("wandb_secret_arn")
     if args.wandb_secret_arn is not None:
         require(args.image is not None, "--wandb-secret-arn", "only with --image (a new job definition revision)")
     if secret_arn is not None:
-        require(SECRET_ARN.fullmatch(secret_arn) is not None, "--wandb-secret-arn",
-                "must be the ARN of a Secrets Manager secret or SSM parameter (arn:aws:secretsmanager:... or "
-                "arn:aws:ssm:...); a key in plain text is never accepted")
+        require(
+            SECRET_ARN.fullmatch(secret_arn) is not None,
+            "--wandb-secret-arn",
+            "must be the ARN of a Secrets Manager secret or SSM parameter (arn:aws:secretsmanager:... or "
+            "arn:aws:ssm:...); a key in plain text is never accepted",
+        )
     if args.track and args.image is not None:
-        require(secret_arn is not None, "--track", "needs the W&B key's secret: --wandb-secret-arn or the outputs' wandb_secret_arn")
+        require(
+            secret_arn is not None,
+            "--track",
+            "needs the W&B key's secret: --wandb-secret-arn or the outputs' wandb_secret_arn",
+        )
 
     seeds = list(range(args.start_seed, args.start_seed + args.num_seeds))
     jobs = make_jobs(command, args.env_ids, seeds, extra)
     if args.array:
-        require(2 <= len(jobs) <= MAX_ARRAY, "--array", f"an array job has 2-{MAX_ARRAY} children; the grid has {len(jobs)} runs")
+        require(
+            2 <= len(jobs) <= MAX_ARRAY, "--array", f"an array job has 2-{MAX_ARRAY} children; the grid has {len(jobs)} runs"
+        )
 
     spec = None
     if args.image is not None:
-        require(args.image.strip() == args.image != "" and " " not in args.image, "--image", f"{args.image!r} is not an image URI")
+        require(
+            args.image.strip() == args.image != "" and " " not in args.image, "--image", f"{args.image!r} is not an image URI"
+        )
 
         def spec(base: dict[str, Any]) -> dict[str, Any]:  # the new definition, from the one it copies
-            return job_definition_spec(base, job_name(definition, args.sweep_id), args.image, args.vcpus, args.memory,
-                                       args.gpus, args.attempts, args.timeout, secret_arn, outputs.get("log_group"),
-                                       region, outputs.get("job_role_arn"), outputs.get("execution_role_arn"))
-    submits = submit_specs(jobs, queue, definition, bucket, args.sweep_id, args.array, args.vcpus, args.memory,
-                           args.gpus, args.attempts, args.timeout, bucket_prefix)
+            return job_definition_spec(
+                base,
+                job_name(definition, args.sweep_id),
+                args.image,
+                args.vcpus,
+                args.memory,
+                args.gpus,
+                args.attempts,
+                args.timeout,
+                secret_arn,
+                outputs.get("log_group"),
+                region,
+                outputs.get("job_role_arn"),
+                outputs.get("execution_role_arn"),
+            )
+
+    submits = submit_specs(
+        jobs,
+        queue,
+        definition,
+        bucket,
+        args.sweep_id,
+        args.array,
+        args.vcpus,
+        args.memory,
+        args.gpus,
+        args.attempts,
+        args.timeout,
+        bucket_prefix,
+    )
     s3_root = f"s3://{bucket}/{bucket_prefix + '/' if bucket_prefix else ''}{args.sweep_id}/"
-    return {"jobs": jobs, "region": region, "queue": queue, "definition": definition, "bucket": bucket,
-            "definition_spec": spec, "submits": submits, "log_group": outputs.get("log_group"),
-            "s3_root": s3_root if bucket else None}
+    return {
+        "jobs": jobs,
+        "region": region,
+        "queue": queue,
+        "definition": definition,
+        "bucket": bucket,
+        "definition_spec": spec,
+        "submits": submits,
+        "log_group": outputs.get("log_group"),
+        "s3_root": s3_root if bucket else None,
+    }
 
 
 def latest_definition(client: Any, name: str) -> dict[str, Any]:
@@ -372,9 +542,11 @@ def main(argv: Sequence[str] | None = None, client: Any = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     plan = resolve(args)
     jobs, submits, spec = plan["jobs"], plan["submits"], plan["definition_spec"]
-    summary = (f"{len(jobs)} runs ({plural(len(args.env_ids), 'env')} x {plural(args.num_seeds, 'seed')}) "
-               f"{'as one array job' if args.array else 'as ' + plural(len(submits), 'job')} on queue {plan['queue']}, "
-               f"sweep {args.sweep_id}, S3 {plan['s3_root'] or 'off (runs cannot resume after a retry)'}")
+    summary = (
+        f"{len(jobs)} runs ({plural(len(args.env_ids), 'env')} x {plural(args.num_seeds, 'seed')}) "
+        f"{'as one array job' if args.array else 'as ' + plural(len(submits), 'job')} on queue {plan['queue']}, "
+        f"sweep {args.sweep_id}, S3 {plan['s3_root'] or 'off (runs cannot resume after a retry)'}"
+    )
     from botocore.exceptions import BotoCoreError, ClientError
 
     if client is None and (spec is not None or not args.dry_run):
@@ -394,7 +566,7 @@ def main(argv: Sequence[str] | None = None, client: Any = None) -> int:
         except (BotoCoreError, ClientError) as error:
             fail("--bucket", f"cannot reach bucket {plan['bucket']!r} (missing, or no access): {error}")
     if args.dry_run:
-        calls = ([{"call": "register_job_definition", "kwargs": spec}] if spec else [])
+        calls = [{"call": "register_job_definition", "kwargs": spec}] if spec else []
         calls += [{"call": "submit_job", "kwargs": s} for s in submits]
         print(json.dumps({"region": plan["region"], "calls": calls}, indent=2))
         print(f"dry run: {summary}; nothing submitted", file=sys.stderr)
@@ -412,13 +584,17 @@ def main(argv: Sequence[str] | None = None, client: Any = None) -> int:
             ids.append(response["jobId"])
             print(f"submitted {response['jobName']}: {response['jobId']}")
     except (BotoCoreError, ClientError) as error:
-        print(f"AWS Batch refused a call: {error}" + (f" ({len(ids)} jobs were submitted: {' '.join(ids)})" if ids else ""),
-              file=sys.stderr)
+        print(
+            f"AWS Batch refused a call: {error}" + (f" ({len(ids)} jobs were submitted: {' '.join(ids)})" if ids else ""),
+            file=sys.stderr,
+        )
         return 1
     print(summary)
     print("watch:")
-    print(f"  aws batch describe-jobs --region {plan['region']} --jobs {' '.join(ids[:100])}"
-          + (" ..." if len(ids) > 100 else ""))
+    print(
+        f"  aws batch describe-jobs --region {plan['region']} --jobs {' '.join(ids[:100])}"
+        + (" ..." if len(ids) > 100 else "")
+    )
     if plan["log_group"]:
         print(f"  aws logs tail {shlex.quote(plan['log_group'])} --region {plan['region']} --follow")
     return 0

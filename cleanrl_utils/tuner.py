@@ -305,8 +305,9 @@ class Tuner:
         for env_id, target in target_scores.items():
             if target is None:
                 if len(target_scores) > 1:
-                    raise ValueError(f"{env_id}: raw scores (target None) cannot be aggregated with other envs; "
-                                     "give every env [low, high]")
+                    raise ValueError(
+                        f"{env_id}: raw scores (target None) cannot be aggregated with other envs; give every env [low, high]"
+                    )
             elif len(target) != 2 or not target[0] < target[1]:
                 raise ValueError(f"{env_id}: target scores must be [low, high] with low < high, got {target!r}")
         if direction not in ("maximize", "minimize"):
@@ -371,18 +372,22 @@ class Tuner:
         with open(log, "w") as output:
             output.write("$ " + " ".join(command) + "\n")
             output.flush()
-            status = subprocess.run(command, cwd=trial_dir, env=environ, stdout=output,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+            status = subprocess.run(
+                command, cwd=trial_dir, env=environ, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            ).returncode
         if status != 0:
-            raise RunFailed(f"{env_id} seed {seed} exited with status {status}; log {log}:\n{chr(10).join(log_tail(log, LOG_TAIL_LINES))}")
+            raise RunFailed(
+                f"{env_id} seed {seed} exited with status {status}; log {log}:\n{chr(10).join(log_tail(log, LOG_TAIL_LINES))}"
+            )
         printed = re.findall(r"^run directory: (.+)$", log.read_text(errors="replace"), flags=re.MULTILINE)
         if printed:
             run_dir = trial_dir / printed[-1].strip()
         else:
             new = sorted(set(runs.iterdir()) - before) if runs.is_dir() else []
             if len(new) != 1:
-                raise RunFailed(f"{env_id} seed {seed}: cannot tell its run directory under {runs} "
-                                f"({len(new)} new folders); log {log}")
+                raise RunFailed(
+                    f"{env_id} seed {seed}: cannot tell its run directory under {runs} ({len(new)} new folders); log {log}"
+                )
             run_dir = new[0]
         return read_metric(run_dir, self.metric, self.metric_last_n), run_dir
 
@@ -417,9 +422,11 @@ class Tuner:
                 trial.set_user_attr("scores", {e: float(np.mean(s)) for e, s in scores.items()})
                 trial.set_user_attr("normalized_scores", normalized)
                 trial.set_user_attr("run_dirs", run_dirs)
-                self._print(f"trial {trial.number}: {env_id} seed {seed}: {self.metric} {score:.4g} "
-                            f"(normalised {normalize(score, self.target_scores[env_id]):.4g}), "
-                            f"{self.aggregation} so far {value:.4g} [{time.perf_counter() - start:.0f} s]")
+                self._print(
+                    f"trial {trial.number}: {env_id} seed {seed}: {self.metric} {score:.4g} "
+                    f"(normalised {normalize(score, self.target_scores[env_id]):.4g}), "
+                    f"{self.aggregation} so far {value:.4g} [{time.perf_counter() - start:.0f} s]"
+                )
                 trial.report(value, step)
                 step += 1
                 if step < total_runs and trial.should_prune():
@@ -451,8 +458,9 @@ class Tuner:
         study = self.create_study()
         finished = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
         done = len(study.get_trials(deepcopy=False, states=finished))
-        self._print(f"study {self.study_name!r} in {self.storage}: {done} finished trials, "
-                    f"running {max(num_trials - done, 0)} more")
+        self._print(
+            f"study {self.study_name!r} in {self.storage}: {done} finished trials, running {max(num_trials - done, 0)} more"
+        )
         failures = 0
         for _ in range(num_trials - done):
             trial = study.ask()
@@ -468,8 +476,10 @@ class Tuner:
                 self._print(f"trial {trial.number} failed: {error}")
                 failures += 1
                 if self.max_consecutive_failures is not None and failures >= self.max_consecutive_failures:
-                    raise RuntimeError(f"{failures} trials failed in a row; stopping the study "
-                                       f"(the logs are in {self.runs_dir / safe_name(self.study_name)})") from None
+                    raise RuntimeError(
+                        f"{failures} trials failed in a row; stopping the study "
+                        f"(the logs are in {self.runs_dir / safe_name(self.study_name)})"
+                    ) from None
                 continue
             except BaseException:  # Ctrl-C or a bug: the trial is not left running in the storage
                 study.tell(trial, state=TrialState.FAIL)
@@ -501,8 +511,9 @@ def script_flags(python: str, script: Path) -> set[str]:
     environ = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
     paths = [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]
     environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    result = subprocess.run([python, str(script), "--help"], capture_output=True, text=True, env=environ,
-                            stdin=subprocess.DEVNULL)
+    result = subprocess.run(
+        [python, str(script), "--help"], capture_output=True, text=True, env=environ, stdin=subprocess.DEVNULL
+    )
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
         fail("--script", f"`{script} --help` exited with status {result.returncode}: {last}")
@@ -526,39 +537,60 @@ def make_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m cleanrl_utils.tuner",
         description="Tune a script's flags with Optuna: each trial runs the script per env and seed, "
-                    "reads a TensorBoard metric, normalises it per env and aggregates across envs; "
-                    "bad trials are pruned; rerunning the same command resumes the study.",
+        "reads a TensorBoard metric, normalises it per env and aggregates across envs; "
+        "bad trials are pruned; rerunning the same command resumes the study.",
         epilog="search syntax: NAME=float:LOW:HIGH[:log] | NAME=int:LOW:HIGH[:log] | NAME=categorical:A,B,C "
-               "(true/false are booleans: --NAME / --no-NAME). Example: --search learning-rate=float:1e-4:1e-2:log",
+        "(true/false are booleans: --NAME / --no-NAME). Example: --search learning-rate=float:1e-4:1e-2:log",
     )
     parser.add_argument("--script", required=True, help="the script to tune, e.g. cleanrl/ppo.py")
     parser.add_argument("--env-ids", nargs="+", required=True, help="environments, tuned in this order")
-    parser.add_argument("--target-scores", action="append", default=[], metavar="ENV=LOW:HIGH",
-                        help="scores normalised to 0 and 1 on ENV (repeatable); needed for every env when "
-                             "there are several, optional for one (raw scores)")
-    parser.add_argument("--search", action="append", default=[], metavar="NAME=KIND:...",
-                        help="a dimension of the search space (repeatable), syntax below")
-    parser.add_argument("--fixed", action="append", default=[], metavar="NAME=VALUE",
-                        help="a flag passed unchanged to every run (repeatable)")
+    parser.add_argument(
+        "--target-scores",
+        action="append",
+        default=[],
+        metavar="ENV=LOW:HIGH",
+        help="scores normalised to 0 and 1 on ENV (repeatable); needed for every env when "
+        "there are several, optional for one (raw scores)",
+    )
+    parser.add_argument(
+        "--search",
+        action="append",
+        default=[],
+        metavar="NAME=KIND:...",
+        help="a dimension of the search space (repeatable), syntax below",
+    )
+    parser.add_argument(
+        "--fixed", action="append", default=[], metavar="NAME=VALUE", help="a flag passed unchanged to every run (repeatable)"
+    )
     parser.add_argument("--metric", default="charts/episodic_return", help="TensorBoard tag of the objective")
     parser.add_argument("--metric-last-n", type=int, default=20, help="last values of the metric averaged per run")
     parser.add_argument("--direction", choices=("maximize", "minimize"), default="maximize")
-    parser.add_argument("--aggregation", choices=tuple(AGGREGATIONS), default="average",
-                        help="how the normalised scores of the envs become one value")
-    parser.add_argument("--num-trials", type=int, default=10,
-                        help="total trials of the study, counting finished ones already in the storage")
+    parser.add_argument(
+        "--aggregation",
+        choices=tuple(AGGREGATIONS),
+        default="average",
+        help="how the normalised scores of the envs become one value",
+    )
+    parser.add_argument(
+        "--num-trials", type=int, default=10, help="total trials of the study, counting finished ones already in the storage"
+    )
     parser.add_argument("--num-seeds", type=int, default=1, help="runs per env in each trial (seeds 1..N)")
     parser.add_argument("--storage", default="sqlite:///tuner.db", help="Optuna storage URL")
-    parser.add_argument("--study-name", default=None,
-                        help="name of the study in the storage (default <script>__<envs>); an existing one is resumed")
+    parser.add_argument(
+        "--study-name",
+        default=None,
+        help="name of the study in the storage (default <script>__<envs>); an existing one is resumed",
+    )
     parser.add_argument("--sampler", choices=("tpe", "random"), default="tpe")
     parser.add_argument("--sampler-seed", type=int, default=None, help="seed of the sampler")
     parser.add_argument("--pruner", choices=("median", "none"), default="median")
-    parser.add_argument("--pruner-startup-trials", type=int, default=5,
-                        help="trials that finish before the median pruner prunes any")
+    parser.add_argument(
+        "--pruner-startup-trials", type=int, default=5, help="trials that finish before the median pruner prunes any"
+    )
     parser.add_argument("--runs-dir", default="tuner_runs", help="folder of the trials' logs and run directories")
-    parser.add_argument("--max-failures", type=int, default=3,
-                        help="stop after this many failed trials in a row (0: never stop)")
+    parser.add_argument(
+        "--max-failures", type=int, default=3, help="stop after this many failed trials in a row (0: never stop)"
+    )
     return parser
 
 
@@ -585,13 +617,19 @@ def main(argv: Sequence[str] | None = None) -> None:
             low, high = (float(part) for part in parts) if len(parts) == 2 else (None, None)
         except ValueError:
             low = high = None
-        require(low is not None and low < high, "--target-scores",
-                f"{text!r} is not ENV=LOW:HIGH with LOW < HIGH; e.g. CartPole-v1=0:500")
+        require(
+            low is not None and low < high,
+            "--target-scores",
+            f"{text!r} is not ENV=LOW:HIGH with LOW < HIGH; e.g. CartPole-v1=0:500",
+        )
         require(env_id in targets, "--target-scores", f"{env_id!r} is not one of --env-ids {' '.join(args.env_ids)}")
         targets[env_id] = (low, high)
     missing = [env_id for env_id, target in targets.items() if target is None]
-    require(len(targets) == 1 or not missing, "--target-scores",
-            f"needed for every env when tuning on several; missing {', '.join(missing)}")
+    require(
+        len(targets) == 1 or not missing,
+        "--target-scores",
+        f"needed for every env when tuning on several; missing {', '.join(missing)}",
+    )
     params, fixed = [], {}
     for text in args.search:
         try:
@@ -646,8 +684,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         tuner.create_study()
     except Exception as error:  # a storage that cannot be opened, a stored study of the other direction
-        fail("--storage", f"cannot open study {tuner.study_name!r} in {args.storage}: "
-                          f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}")
+        fail(
+            "--storage",
+            f"cannot open study {tuner.study_name!r} in {args.storage}: "
+            f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}",
+        )
     try:
         study = tuner.tune(num_trials=args.num_trials, num_seeds=args.num_seeds)
     except RuntimeError as error:

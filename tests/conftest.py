@@ -14,13 +14,20 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_script(script: str, *flags: str, cwd: Path, timeout: float = 600, env: dict | None = None,
-               check: bool = True) -> subprocess.CompletedProcess:
+def run_script(
+    script: str, *flags: str, cwd: Path, timeout: float = 600, env: dict | None = None, check: bool = True
+) -> subprocess.CompletedProcess:
     """Run ``python cleanrl/<script> <flags>`` with ``cwd`` as working directory (runs/ goes there)."""
     environ = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     environ.pop("WANDB_API_KEY", None)
-    result = subprocess.run([sys.executable, str(ROOT / "cleanrl" / script), *flags], cwd=cwd, env=environ,
-                            capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "cleanrl" / script), *flags],
+        cwd=cwd,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if check and result.returncode != 0:
         raise AssertionError(f"{script} exited {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return result
@@ -72,8 +79,9 @@ def tmp_cwd(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def sigterm_then_resume(script: str, flags: list[str], interval: int, total: int, cwd: Path,
-                        model_key: str = "model") -> tuple[dict, dict]:
+def sigterm_then_resume(
+    script: str, flags: list[str], interval: int, total: int, cwd: Path, model_key: str = "model"
+) -> tuple[dict, dict]:
     """Run ``script`` uninterrupted, and again with ``--checkpoint-interval interval`` stopped by
     SIGTERM once its first checkpoint exists, then resumed with ``--resume RUN_DIR``.
 
@@ -98,9 +106,14 @@ def sigterm_then_resume(script: str, flags: list[str], interval: int, total: int
 
     (cwd / "cut").mkdir()
     environ = {**os.environ, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen([sys.executable, str(ROOT / "cleanrl" / script), *flags, "--checkpoint-interval",
-                                str(interval)], cwd=cwd / "cut", env=environ, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "cleanrl" / script), *flags, "--checkpoint-interval", str(interval)],
+        cwd=cwd / "cut",
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     while not list((cwd / "cut").glob("runs/*/checkpoints/step_*.pt")):  # training is under way
         assert process.poll() is None, process.communicate()
         time.sleep(0.05)
@@ -131,13 +144,23 @@ def resume_without_the_buffer(script: str, flags: list[str], total: int, loss_ta
     import torch
 
     half, quarter = total // 2, total // 4
-    run_script(script, *flags, "--total-timesteps", str(total), "--learning-starts", str(quarter),
-               "--checkpoint-interval", str(half), cwd=cwd)
+    run_script(
+        script,
+        *flags,
+        "--total-timesteps",
+        str(total),
+        "--learning-starts",
+        str(quarter),
+        "--checkpoint-interval",
+        str(half),
+        cwd=cwd,
+    )
     run = run_dir(cwd)
     resumed_from = torch.load(run / "checkpoints" / f"step_{half}.pt", weights_only=True)
     assert "buffer" not in resumed_from
-    result = run_script(script, "--resume", str(run / "checkpoints" / f"step_{half}.pt"), "--checkpoint-interval",
-                        str(quarter), cwd=cwd)
+    result = run_script(
+        script, "--resume", str(run / "checkpoints" / f"step_{half}.pt"), "--checkpoint-interval", str(quarter), cwd=cwd
+    )
     assert f"resumed at step {half}" in result.stdout
     assert f"refilling it until step {half + quarter} before updating" in result.stdout
     assert run_dir(cwd) == run
@@ -174,8 +197,9 @@ def assert_buffered_resume_is_exact(script: str, flags: list[str], loss_tag: str
     import torch
 
     total = int(flags[flags.index("--total-timesteps") + 1])
-    whole, resumed = sigterm_then_resume(script, [*flags, "--checkpoint-buffer", "--save-model", "--eval-episodes",
-                                                  "1"], total // 4, total, cwd)
+    whole, resumed = sigterm_then_resume(
+        script, [*flags, "--checkpoint-buffer", "--save-model", "--eval-episodes", "1"], total // 4, total, cwd
+    )
     for name, tensor in whole["model"].items():
         assert torch.equal(tensor, resumed["model"][name]), name
     assert resumed["curves"] == whole["curves"]  # TensorBoard curves continue without a fold or a repeat

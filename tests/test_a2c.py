@@ -10,7 +10,6 @@ it ended at 500.0 / 500.0. Seeds 1 / 2 / 3 run to 300k steps: the last-20 mean r
 recovered by 200k).
 """
 
-
 import numpy as np
 import pytest
 import torch
@@ -28,12 +27,22 @@ from tests.conftest import (
 )
 
 SHORT = ["--total-timesteps", "2000"]
-TAGS = {"charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
-        "losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/explained_variance",
-        "eval/episodic_return", "eval/episodic_return_std"}
+TAGS = {
+    "charts/episodic_return",
+    "charts/episodic_length",
+    "charts/SPS",
+    "charts/learning_rate",
+    "losses/value_loss",
+    "losses/policy_loss",
+    "losses/entropy",
+    "losses/explained_variance",
+    "eval/episodic_return",
+    "eval/episodic_return_std",
+}
 
 
 # ---- pure functions
+
 
 def test_n_step_returns_with_a_truncation_and_a_termination_by_hand():
     # λ = 1: R_t = r_t + γ R_{t+1}; env 0 is truncated at t = 1 (V(final obs) = 2.0) and
@@ -80,8 +89,9 @@ def test_a2c_loss_value_and_gradients_by_hand():
     values = torch.tensor([1.0, 2.0], requires_grad=True)
     advantages = torch.tensor([2.0, 1.0], requires_grad=True)
     returns = torch.tensor([3.0, 1.0], requires_grad=True)
-    loss, policy_loss, value_loss, entropy_loss = a2c.a2c_loss(log_probs, entropy, values, advantages, returns,
-                                                               ent_coef=0.1, vf_coef=0.5)
+    loss, policy_loss, value_loss, entropy_loss = a2c.a2c_loss(
+        log_probs, entropy, values, advantages, returns, ent_coef=0.1, vf_coef=0.5
+    )
     # policy: -mean(2 * -.5, 1 * -1) = 1.0; value: mean((3 - 1)², (1 - 2)²) = 2.5 (no ½);
     # entropy 0.5; loss = 1.0 - .1 * .5 + .5 * 2.5 = 2.2
     torch.testing.assert_close(policy_loss, torch.tensor(1.0))
@@ -110,6 +120,7 @@ def test_log_prob_and_entropy_of_the_categorical_policy():
 
 # ---- the training loop, in this process so that its variables can be inspected
 
+
 def run_in_process(monkeypatch, cwd, *flags):
     """Run ``cleanrl/a2c.py`` as ``__main__`` in this process; return its global variables."""
     return conftest.run_in_process("a2c.py", monkeypatch, cwd, *flags)
@@ -121,8 +132,22 @@ def test_loop_bootstraps_truncations_from_the_real_final_observation(monkeypatch
     weights after training equal to those of the last rollout to float precision."""
     import tests.envs  # noqa: F401  registers the env
 
-    g = run_in_process(monkeypatch, tmp_path, "--env-id", "tests.envs:Counter-v0", "--num-envs", "2",
-                       "--num-steps", "6", "--total-timesteps", "120", "--gamma", "0.5", "--learning-rate", "1e-12")
+    g = run_in_process(
+        monkeypatch,
+        tmp_path,
+        "--env-id",
+        "tests.envs:Counter-v0",
+        "--num-envs",
+        "2",
+        "--num-steps",
+        "6",
+        "--total-timesteps",
+        "120",
+        "--gamma",
+        "0.5",
+        "--learning-rate",
+        "1e-12",
+    )
     truncated, terminations, dones = g["truncated"], g["terminations"].astype(bool), g["dones"]
     assert truncated.any() and terminations.any()  # both kinds of episode end in the last rollout
     # the stored final observation of a truncated episode is the real one, [3] (not the reset [0])
@@ -168,9 +193,11 @@ def test_acting_copy_follows_the_trained_actor(monkeypatch, tmp_path):
 
 # ---- whole script
 
+
 def test_smoke_async_envs_logs_saves_and_evaluates(tmp_path):
-    result = run_script("a2c.py", *SHORT, "--env-mode", "async", "--save-model", "--eval-episodes", "2",
-                        "--log-interval", "10", cwd=tmp_path)
+    result = run_script(
+        "a2c.py", *SHORT, "--env-mode", "async", "--save-model", "--eval-episodes", "2", "--log-interval", "10", cwd=tmp_path
+    )
     directory = run_dir(tmp_path)
     assert directory.name.startswith("CartPole-v1__a2c__1__")
     tags = scalars(directory)
@@ -206,8 +233,9 @@ def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
     assert len(whole["curves"]["losses/value_loss"]) == 30 and len(whole["curves"]["charts/episodic_return"]) > 100
     assert resumed["curves"] == whole["curves"]
     (tmp_path / "other").mkdir()
-    assert_stops_with_one_line("ppo.py", ["--resume", str(run_dir(tmp_path / "cut"))], "--resume",
-                               "written by a2c.py, not ppo.py", tmp_path / "other")
+    assert_stops_with_one_line(
+        "ppo.py", ["--resume", str(run_dir(tmp_path / "cut"))], "--resume", "written by a2c.py, not ppo.py", tmp_path / "other"
+    )
 
 
 BAD_INPUT = [

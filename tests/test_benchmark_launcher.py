@@ -23,8 +23,14 @@ CORES = sorted(os.sched_getaffinity(0))
 def launch(*flags: str, cwd: Path, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run ``python -m cleanrl_utils.benchmark <flags>`` in ``cwd``."""
     environ = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "cleanrl_utils.benchmark", *flags], cwd=cwd, env=environ,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "cleanrl_utils.benchmark", *flags],
+        cwd=cwd,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def only_log_dir(cwd: Path) -> Path:
@@ -35,13 +41,22 @@ def only_log_dir(cwd: Path) -> Path:
 
 # --- pure functions --------------------------------------------------------------------------
 
+
 def test_make_jobs_is_seed_major_with_env_seed_and_extra_args():
     jobs = make_jobs(["python", "cleanrl/ppo.py"], ["CartPole-v1", "ALE/Pong-v5"], [1, 2], ["--total-timesteps", "9"])
     assert [(j.index, j.env_id, j.seed) for j in jobs] == [
-        (0, "CartPole-v1", 1), (1, "ALE/Pong-v5", 1), (2, "CartPole-v1", 2), (3, "ALE/Pong-v5", 2)]
+        (0, "CartPole-v1", 1),
+        (1, "ALE/Pong-v5", 1),
+        (2, "CartPole-v1", 2),
+        (3, "ALE/Pong-v5", 2),
+    ]
     assert jobs[3].argv == ("python", "cleanrl/ppo.py", "--env-id", "ALE/Pong-v5", "--seed", "2", "--total-timesteps", "9")
-    assert [j.log_name for j in jobs] == ["CartPole-v1__seed1.log", "ALE-Pong-v5__seed1.log",
-                                          "CartPole-v1__seed2.log", "ALE-Pong-v5__seed2.log"]
+    assert [j.log_name for j in jobs] == [
+        "CartPole-v1__seed1.log",
+        "ALE-Pong-v5__seed1.log",
+        "CartPole-v1__seed2.log",
+        "ALE-Pong-v5__seed2.log",
+    ]
 
 
 def test_partition_cores_by_hand():
@@ -67,11 +82,28 @@ def test_script_of_and_format_seconds():
 
 # --- local mode ------------------------------------------------------------------------------
 
+
 def test_real_ppo_grid_two_workers(tmp_path):
     workers = str(min(2, len(CORES)))
-    result = launch("--env-ids", "CartPole-v1", "--command", f"{sys.executable} {ROOT / 'cleanrl' / 'ppo.py'}",
-                    "--num-seeds", "2", "--workers", workers, "--torch-threads-flag",
-                    "--", "--total-timesteps", "512", "--num-envs", "1", "--num-steps", "128", cwd=tmp_path)
+    result = launch(
+        "--env-ids",
+        "CartPole-v1",
+        "--command",
+        f"{sys.executable} {ROOT / 'cleanrl' / 'ppo.py'}",
+        "--num-seeds",
+        "2",
+        "--workers",
+        workers,
+        "--torch-threads-flag",
+        "--",
+        "--total-timesteps",
+        "512",
+        "--num-envs",
+        "1",
+        "--num-steps",
+        "128",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[2/2] ok CartPole-v1 seed" in result.stdout and "2 runs in" in result.stdout and "2 ok, 0 failed" in result.stdout
     run_dirs = sorted(p for p in (tmp_path / "runs").iterdir() if p.name != "benchmark_logs")
@@ -98,9 +130,20 @@ PROBE = textwrap.dedent("""\
 
 def test_failed_run_is_reported_with_status_and_log_tail(tmp_path):
     (tmp_path / "probe.py").write_text(PROBE)
-    result = launch("--env-ids", "Fake-v0", "--command", f"{sys.executable} probe.py", "--num-seeds", "3",
-                    "--workers", str(min(2, len(CORES))), "--extra", "--flag 'a b'", cwd=tmp_path,
-                    env={"OMP_NUM_THREADS": "7"})  # replaced by each run's core count
+    result = launch(
+        "--env-ids",
+        "Fake-v0",
+        "--command",
+        f"{sys.executable} probe.py",
+        "--num-seeds",
+        "3",
+        "--workers",
+        str(min(2, len(CORES))),
+        "--extra",
+        "--flag 'a b'",
+        cwd=tmp_path,
+        env={"OMP_NUM_THREADS": "7"},
+    )  # replaced by each run's core count
     assert result.returncode == 1, result.stdout + result.stderr
     assert "FAILED (exit 3) Fake-v0 seed 2" in result.stdout
     assert "2 ok, 1 failed" in result.stdout
@@ -117,20 +160,40 @@ def test_failed_run_is_reported_with_status_and_log_tail(tmp_path):
 
 
 def test_ctrl_c_stops_running_process_groups(tmp_path):
-    (tmp_path / "sleeper.py").write_text(textwrap.dedent("""\
+    (tmp_path / "sleeper.py").write_text(
+        textwrap.dedent("""\
         import subprocess, sys
         seed = sys.argv[sys.argv.index("--seed") + 1]
         child = subprocess.Popen(["sleep", "300"])  # a grandchild, like a vector env's worker
         open(f"pids{seed}", "w").write(f"{child.pid}\\n")
         child.wait()
-        """))
+        """)
+    )
     environ = {**os.environ, "PYTHONPATH": str(ROOT)}
-    launcher = subprocess.Popen([sys.executable, "-m", "cleanrl_utils.benchmark", "--env-ids", "Fake-v0", "--command",
-                                 f"{sys.executable} sleeper.py", "--num-seeds", "3", "--workers", "1"],
-                                cwd=tmp_path, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    launcher = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cleanrl_utils.benchmark",
+            "--env-ids",
+            "Fake-v0",
+            "--command",
+            f"{sys.executable} sleeper.py",
+            "--num-seeds",
+            "3",
+            "--workers",
+            "1",
+        ],
+        cwd=tmp_path,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not ((tmp_path / "pids1").exists() and
-                                               (tmp_path / "pids1").read_text().endswith("\n")):
+    while time.monotonic() < deadline and not (
+        (tmp_path / "pids1").exists() and (tmp_path / "pids1").read_text().endswith("\n")
+    ):
         time.sleep(0.1)  # the file is written whole, newline last
     grandchild = int((tmp_path / "pids1").read_text())
     launcher.send_signal(signal.SIGINT)
@@ -157,17 +220,27 @@ def alive(pid: int, wait: float = 5.0) -> bool:
     return True
 
 
-@pytest.mark.parametrize("flags, flag, message", [
-    (["--command", f"{sys.executable} probe.py"], "--env-ids", "at least one environment id"),
-    (["--env-ids", "A", "--command", f"{sys.executable} probe.py", "--num-seeds", "0"], "--num-seeds", "must be at least 1"),
-    (["--env-ids", "A", "--command", f"{sys.executable} missing.py"], "--command", "'missing.py' does not exist"),
-    (["--env-ids", "A", "--command", "no-such-program-xyz"], "--command", "not found"),
-    (["--env-ids", "A"], "--command", "give the command"),
-    (["--env-ids", "A", "--command", f"{sys.executable} probe.py", "--workers", str(len(CORES) + 1)], "--workers",
-     f"may use only {len(CORES)} cores"),
-    (["--env-ids", "A", "--command", f"{sys.executable} probe.py", "--", "--seed", "4"], "--extra", "set by the launcher"),
-    (["--env-ids", "A", "A", "--command", f"{sys.executable} probe.py"], "--env-ids", "more than once"),
-])
+@pytest.mark.parametrize(
+    "flags, flag, message",
+    [
+        (["--command", f"{sys.executable} probe.py"], "--env-ids", "at least one environment id"),
+        (
+            ["--env-ids", "A", "--command", f"{sys.executable} probe.py", "--num-seeds", "0"],
+            "--num-seeds",
+            "must be at least 1",
+        ),
+        (["--env-ids", "A", "--command", f"{sys.executable} missing.py"], "--command", "'missing.py' does not exist"),
+        (["--env-ids", "A", "--command", "no-such-program-xyz"], "--command", "not found"),
+        (["--env-ids", "A"], "--command", "give the command"),
+        (
+            ["--env-ids", "A", "--command", f"{sys.executable} probe.py", "--workers", str(len(CORES) + 1)],
+            "--workers",
+            f"may use only {len(CORES)} cores",
+        ),
+        (["--env-ids", "A", "--command", f"{sys.executable} probe.py", "--", "--seed", "4"], "--extra", "set by the launcher"),
+        (["--env-ids", "A", "A", "--command", f"{sys.executable} probe.py"], "--env-ids", "more than once"),
+    ],
+)
 def test_bad_input_one_line_before_any_run(tmp_path, flags, flag, message):
     (tmp_path / "probe.py").write_text(PROBE)
     result = launch(*flags, cwd=tmp_path)
@@ -179,6 +252,7 @@ def test_bad_input_one_line_before_any_run(tmp_path, flags, flag, message):
 
 # --- Slurm mode ------------------------------------------------------------------------------
 
+
 def fake_program(directory: Path, name: str, body: str) -> None:
     path = directory / name
     path.write_text("#!/usr/bin/env bash\n" + body)
@@ -189,14 +263,44 @@ def test_slurm_script_maps_every_array_index_to_its_env_and_seed(tmp_path):
     (tmp_path / "probe.py").write_text(PROBE)
     bin_dir = tmp_path / "bin"  # a `python` that prints its arguments (and fails for seed 6)
     bin_dir.mkdir()
-    fake_program(bin_dir, "python", 'printf "%s\\n" "$@" "threads=$OMP_NUM_THREADS"\n'
-                                    '[[ " $* " == *" --seed 6 "* ]] && { echo "KNOWN LINE"; exit 3; }\nexit 0\n')
+    fake_program(
+        bin_dir,
+        "python",
+        'printf "%s\\n" "$@" "threads=$OMP_NUM_THREADS"\n'
+        '[[ " $* " == *" --seed 6 "* ]] && { echo "KNOWN LINE"; exit 3; }\nexit 0\n',
+    )
     path = f"{bin_dir}:{os.environ['PATH']}"
-    result = launch("--env-ids", "CartPole-v1", "ALE/Pong-v5", "--command", "python probe.py", "--num-seeds", "2",
-                    "--start-seed", "5", "--slurm", "--slurm-dry-run", "--slurm-cpus-per-task", "4",
-                    "--slurm-time", "01:30:00", "--slurm-partition", "cpu", "--slurm-mem", "8G", "--workers", "3",
-                    "--torch-threads-flag", "--log-dir", "logs", "--", "--note", "it's $HOME", cwd=tmp_path,
-                    env={"PATH": path})
+    result = launch(
+        "--env-ids",
+        "CartPole-v1",
+        "ALE/Pong-v5",
+        "--command",
+        "python probe.py",
+        "--num-seeds",
+        "2",
+        "--start-seed",
+        "5",
+        "--slurm",
+        "--slurm-dry-run",
+        "--slurm-cpus-per-task",
+        "4",
+        "--slurm-time",
+        "01:30:00",
+        "--slurm-partition",
+        "cpu",
+        "--slurm-mem",
+        "8G",
+        "--workers",
+        "3",
+        "--torch-threads-flag",
+        "--log-dir",
+        "logs",
+        "--",
+        "--note",
+        "it's $HOME",
+        cwd=tmp_path,
+        env={"PATH": path},
+    )
     assert result.returncode == 0, result.stderr
     script = tmp_path / "logs" / "benchmark.sbatch"
     assert f"as a Slurm array job: {script}" in result.stdout and "not submitted (--slurm-dry-run)" in result.stdout
@@ -206,18 +310,27 @@ def test_slurm_script_maps_every_array_index_to_its_env_and_seed(tmp_path):
     # run the script as Slurm would, from another directory, with the fake `python` first on PATH
     expected = [("CartPole-v1", 5), ("ALE/Pong-v5", 5), ("CartPole-v1", 6), ("ALE/Pong-v5", 6)]
     for index, (env_id, seed) in enumerate(expected):
-        environ = {**os.environ, "PATH": path, "SLURM_ARRAY_TASK_ID": str(index),
-                   "SLURM_CPUS_PER_TASK": "4"}
+        environ = {**os.environ, "PATH": path, "SLURM_ARRAY_TASK_ID": str(index), "SLURM_CPUS_PER_TASK": "4"}
         task = subprocess.run(["bash", str(script)], cwd="/", env=environ, capture_output=True, text=True, timeout=30)
         assert task.returncode == (3 if seed == 6 else 0), task.stderr
         log = tmp_path / "logs" / f"{env_id.replace('/', '-')}__seed{seed}.log"
         assert log.read_text().splitlines()[:10] == [
-            "probe.py", "--env-id", env_id, "--seed", str(seed), "--note", "it's $HOME", "--torch-threads", "4",
-            "threads=4"]
+            "probe.py",
+            "--env-id",
+            env_id,
+            "--seed",
+            str(seed),
+            "--note",
+            "it's $HOME",
+            "--torch-threads",
+            "4",
+            "threads=4",
+        ]
         if seed == 6:
             assert "FAILED (exit 3)" in task.stderr and "KNOWN LINE" in task.stderr
-    outside = subprocess.run(["bash", str(script)], env={**os.environ, "SLURM_ARRAY_TASK_ID": "4"},
-                             capture_output=True, text=True, timeout=30)
+    outside = subprocess.run(
+        ["bash", str(script)], env={**os.environ, "SLURM_ARRAY_TASK_ID": "4"}, capture_output=True, text=True, timeout=30
+    )
     assert outside.returncode == 2 and "outside 0-3" in outside.stderr
 
 
@@ -227,8 +340,17 @@ def test_slurm_submits_with_sbatch_when_on_path(tmp_path):
     bin_dir.mkdir()
     fake_program(bin_dir, "python", "exit 0\n")
     fake_program(bin_dir, "sbatch", 'echo "$@" > "$(dirname "$0")/submitted"\necho "Submitted batch job 42"\n')
-    result = launch("--env-ids", "A", "--command", f"{sys.executable} probe.py", "--num-seeds", "1", "--slurm",
-                    cwd=tmp_path, env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    result = launch(
+        "--env-ids",
+        "A",
+        "--command",
+        f"{sys.executable} probe.py",
+        "--num-seeds",
+        "1",
+        "--slurm",
+        cwd=tmp_path,
+        env={"PATH": f"{bin_dir}:{os.environ['PATH']}"},
+    )
     assert result.returncode == 0, result.stderr
     assert "Submitted batch job 42" in result.stdout
     script = Path((bin_dir / "submitted").read_text().strip())

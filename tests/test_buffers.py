@@ -32,8 +32,9 @@ def one(x):
 def add_scalar_step(rb, obs, reward, terminated=False, truncated=False, final_obs=None):
     """One step of a single env whose observations are the numbers ``obs``."""
     next_obs = final_obs if final_obs is not None else -1.0  # -1: must not be read (next add gives it)
-    rb.add(np.array([[obs]], np.float32), one(0), one(reward), one(terminated), one(truncated),
-           np.array([[next_obs]], np.float32))
+    rb.add(
+        np.array([[obs]], np.float32), one(0), one(reward), one(terminated), one(truncated), np.array([[next_obs]], np.float32)
+    )
 
 
 def all_samples(rb, draws=4000, **kwargs):
@@ -41,8 +42,13 @@ def all_samples(rb, draws=4000, **kwargs):
     batch = rb.sample(draws, **kwargs)
     table = {}
     for i in range(draws):
-        row = (round(batch.rewards[i].item(), 6), batch.next_obs[i, 0].item(), round(batch.discounts[i].item(), 6),
-               batch.terminations[i].item(), batch.truncations[i].item())
+        row = (
+            round(batch.rewards[i].item(), 6),
+            batch.next_obs[i, 0].item(),
+            round(batch.discounts[i].item(), 6),
+            batch.terminations[i].item(),
+            batch.truncations[i].item(),
+        )
         assert table.setdefault(batch.obs[i, 0].item(), row) == row
     return table
 
@@ -79,8 +85,14 @@ def test_one_step_buffer_and_uniform_sampling_over_envs():
     rb = ReplayBuffer(5, 2, SCALAR_OBS, DISCRETE, gamma=0.9, seed=0)
     for t in range(9):  # env 0 obs t, env 1 obs 100 + t, reward = obs; env 1's episodes end every 3 steps
         done = np.array([False, t % 3 == 2])
-        rb.add(np.array([[t], [100 + t]], np.float32), np.array([1, 2]), np.array([t, 100 + t]), np.zeros(2),
-               done, np.array([[-1], [1000 + t]], np.float32))
+        rb.add(
+            np.array([[t], [100 + t]], np.float32),
+            np.array([1, 2]),
+            np.array([t, 100 + t]),
+            np.zeros(2),
+            done,
+            np.array([[-1], [1000 + t]], np.float32),
+        )
     batch = rb.sample(20000)
     obs, next_obs = batch.obs[:, 0].numpy(), batch.next_obs[:, 0].numpy()
     values, counts = np.unique(obs, return_counts=True)
@@ -166,8 +178,14 @@ def test_frame_stack_hand_computed_episode_start_and_unwritten_slots():
     rb.add(np.array([stacks[1]], np.uint8)[..., None], one(0), one(0), one(False), one(False), None)
     batch = rb.sample(100)
     assert batch.obs[:, :, 0].tolist() == [[0, 0, 1]] * 100 and batch.next_obs[:, :, 0].tolist() == [[0, 1, 2]] * 100
-    rb.add(np.array([stacks[2]], np.uint8)[..., None], one(0), one(0), one(False), one(True),
-           np.array([[2, 3, 4]], np.uint8)[..., None])
+    rb.add(
+        np.array([stacks[2]], np.uint8)[..., None],
+        one(0),
+        one(0),
+        one(False),
+        one(True),
+        np.array([[2, 3, 4]], np.uint8)[..., None],
+    )
     # next episode starts with frame 9: its stack must not show frames 3, 4 of the last one
     rb.add(np.array([[0, 0, 9]], np.uint8)[..., None], one(0), one(0), one(False), one(False), None)
     rb.add(np.array([[0, 9, 10]], np.uint8)[..., None], one(0), one(0), one(False), one(False), None)
@@ -202,8 +220,9 @@ def test_bad_sizes_raise():
 
 
 def test_dict_observations_are_stored_as_namedarraytuples():
-    space = gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (2, 2), np.uint8),
-                             "vector": gym.spaces.Box(-1, 1, (3,), np.float32)})
+    space = gym.spaces.Dict(
+        {"image": gym.spaces.Box(0, 255, (2, 2), np.uint8), "vector": gym.spaces.Box(-1, 1, (3,), np.float32)}
+    )
     rb = ReplayBuffer(6, 2, space, DISCRETE, seed=0)
     obs_cls = type(rb.observations)
     for t in range(3):
@@ -211,8 +230,7 @@ def test_dict_observations_are_stored_as_namedarraytuples():
         rb.add(obs, np.array([t, t]), np.array([1.0, 1.0]), np.zeros(2), np.zeros(2), obs)
     batch = rb.sample(50)
     assert batch.obs.image.shape == (50, 2, 2) and batch.obs.vector.dtype == torch.float32
-    np.testing.assert_allclose(batch.next_obs.vector[:, 0].numpy(), (batch.obs.image[:, 0, 0].numpy() + 1) / 10,
-                               rtol=1e-6)
+    np.testing.assert_allclose(batch.next_obs.vector[:, 0].numpy(), (batch.obs.image[:, 0, 0].numpy() + 1) / 10, rtol=1e-6)
 
 
 def test_sum_tree_sampling_frequencies_chi_square():
@@ -246,7 +264,7 @@ def test_sum_tree_updates_with_repeats_keep_sums_exact():
     assert tree.total == pytest.approx(values.sum(), rel=1e-12)
     # internal nodes are the sums of their children
     t = tree.tree
-    np.testing.assert_allclose(t[1:tree.leaf_offset], t[2:2 * tree.leaf_offset:2] + t[3:2 * tree.leaf_offset:2])
+    np.testing.assert_allclose(t[1 : tree.leaf_offset], t[2 : 2 * tree.leaf_offset : 2] + t[3 : 2 * tree.leaf_offset : 2])
     # find: the prefix-sum boundaries
     cumulative = np.cumsum(values)
     u = rng.random(500) * values.sum()
@@ -257,7 +275,7 @@ def test_importance_weights_hand_computed():
     p = np.array([0.5, 0.25, 0.125])
     w = importance_weights(p, num_stored=8, beta=0.5)
     # (8 * .5)^-.5 = .5, (8 * .25)^-.5 = .7071, (8 * .125)^-.5 = 1 -> divided by the max 1
-    np.testing.assert_allclose(w, [0.5, 2 ** -0.5, 1.0], rtol=1e-6)
+    np.testing.assert_allclose(w, [0.5, 2**-0.5, 1.0], rtol=1e-6)
     np.testing.assert_array_equal(importance_weights(p, 8, 0.0), [1, 1, 1])
 
 
@@ -288,12 +306,12 @@ def test_prioritized_buffer_probabilities_weights_and_updates():
     # a new transition takes the largest priority so far (9 + ε)
     add_scalar_step(rb, 7, 0, terminated=True, final_obs=8.0)
     new_slot = int(np.flatnonzero(rb.observations.reshape(-1) == 7)[0])
-    assert rb.tree[np.array([new_slot])][0] == pytest.approx(9.0 ** 0.5)
+    assert rb.tree[np.array([new_slot])][0] == pytest.approx(9.0**0.5)
     # a stale update (the slot was rewritten since sampling) is skipped
     versions = rb.versions.reshape(-1)[[new_slot]].copy()
     rb.versions.reshape(-1)[new_slot] += 1
     rb.update_priorities(np.array([new_slot]), np.array([100.0]), versions)
-    assert rb.tree[np.array([new_slot])][0] == pytest.approx(9.0 ** 0.5)
+    assert rb.tree[np.array([new_slot])][0] == pytest.approx(9.0**0.5)
 
 
 def test_prioritized_sampling_never_returns_incomplete_slots():
@@ -314,8 +332,14 @@ StateHC = namedarraytuple("StateHC", ["h", "c"])
 
 
 def make_builder(num_envs=1):
-    return SequenceBuilder(num_envs, burn_in=2, learn_length=2, observation_space=SCALAR_OBS,
-                           action_space=DISCRETE, state_example=StateHC(np.zeros(3, np.float32), np.zeros(3, np.float32)))
+    return SequenceBuilder(
+        num_envs,
+        burn_in=2,
+        learn_length=2,
+        observation_space=SCALAR_OBS,
+        action_space=DISCRETE,
+        state_example=StateHC(np.zeros(3, np.float32), np.zeros(3, np.float32)),
+    )
 
 
 def feed_episode(builder, first_obs, length, truncated=False, state_offset=0.0):
@@ -324,8 +348,15 @@ def feed_episode(builder, first_obs, length, truncated=False, state_offset=0.0):
     for i in range(length):
         end = i == length - 1
         state = StateHC(np.full((1, 3), state_offset + i, np.float32), np.full((1, 3), -(state_offset + i), np.float32))
-        seqs = builder.add(np.array([[first_obs + i]], np.float32), one(i % 4), one(float(i)), one(end and not truncated),
-                           one(end and truncated), np.array([[first_obs + i + 1]], np.float32), state)
+        seqs = builder.add(
+            np.array([[first_obs + i]], np.float32),
+            one(i % 4),
+            one(float(i)),
+            one(end and not truncated),
+            one(end and truncated),
+            np.array([[first_obs + i + 1]], np.float32),
+            state,
+        )
         if seqs is not None:
             out.extend(seqs[j] for j in range(len(seqs.rewards)))
     return out
@@ -443,9 +474,12 @@ def test_shared_sequence_buffer_two_writers_never_tear_sequences():
 class DictCounter(gym.Env):
     """Dict observations {"pos": [t, t], "parts": (t % 5, [t])}, time limit set by TimeLimit."""
 
-    observation_space = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1000, (2,), np.float32),
-                                         "parts": gym.spaces.Tuple((gym.spaces.Discrete(5),
-                                                                    gym.spaces.Box(-1, 1000, (1,), np.float32)))})
+    observation_space = gym.spaces.Dict(
+        {
+            "pos": gym.spaces.Box(-1, 1000, (2,), np.float32),
+            "parts": gym.spaces.Tuple((gym.spaces.Discrete(5), gym.spaces.Box(-1, 1000, (1,), np.float32))),
+        }
+    )
     action_space = gym.spaces.Discrete(2)
 
     def reset(self, seed=None, options=None):
@@ -464,8 +498,9 @@ class DictCounter(gym.Env):
 def test_dict_observations_from_a_vector_env_with_real_final_obs():
     from cleanrl_utils.run import make_vector_env, real_next_obs
 
-    envs = make_vector_env([lambda: gym.wrappers.TimeLimit(DictCounter(), 3),
-                            lambda: gym.wrappers.TimeLimit(DictCounter(), 2)])
+    envs = make_vector_env(
+        [lambda: gym.wrappers.TimeLimit(DictCounter(), 3), lambda: gym.wrappers.TimeLimit(DictCounter(), 2)]
+    )
     rb = ReplayBuffer(10, 2, envs.single_observation_space, envs.single_action_space, gamma=0.5, seed=0)
     obs, _ = envs.reset(seed=0)
     for _ in range(6):
@@ -509,8 +544,9 @@ def test_state_dict_round_trip_continues_sampling_exactly(prioritized, tmp_path)
     obs = rng.random((2, 3), dtype=np.float32)
     for _ in range(30):  # wraps the ring of 12 rows twice
         next_obs = rng.random((2, 3), dtype=np.float32)
-        original.add(obs, rng.integers(0, 3, 2), rng.random(2, dtype=np.float32), rng.random(2) < 0.15,
-                     np.zeros(2, bool), next_obs)
+        original.add(
+            obs, rng.integers(0, 3, 2), rng.random(2, dtype=np.float32), rng.random(2) < 0.15, np.zeros(2, bool), next_obs
+        )
         obs = next_obs
     if prioritized:
         batch = original.sample(6)

@@ -26,12 +26,13 @@ def test_atoms_between_and_on_the_support():
 
 
 def test_atoms_beyond_the_edges_are_clipped():
-    m = project([[0.0, 0.0, 0.0, 0.0, 1.0], [1.0, 0.0, 0.0, 0.0, 0.0], [0.5, 0.0, 0.0, 0.0, 0.5]],
-                [3.0, -5.0, -1.0], [1.0, 1.0, 1.0])
+    m = project(
+        [[0.0, 0.0, 0.0, 0.0, 1.0], [1.0, 0.0, 0.0, 0.0, 0.0], [0.5, 0.0, 0.0, 0.0, 0.5]], [3.0, -5.0, -1.0], [1.0, 1.0, 1.0]
+    )
     # 3 + 2 = 5 -> v_max; -5 - 2 = -7 -> v_min; -1 + [-2, 2] = [-3 -> -2, 1]
-    torch.testing.assert_close(m, torch.tensor([[0.0, 0.0, 0.0, 0.0, 1.0],
-                                                [1.0, 0.0, 0.0, 0.0, 0.0],
-                                                [0.5, 0.0, 0.0, 0.5, 0.0]]))
+    torch.testing.assert_close(
+        m, torch.tensor([[0.0, 0.0, 0.0, 0.0, 1.0], [1.0, 0.0, 0.0, 0.0, 0.0], [0.5, 0.0, 0.0, 0.5, 0.0]])
+    )
 
 
 def test_projection_keeps_mass_and_mean_inside_the_support():
@@ -54,10 +55,38 @@ def test_q_values_are_the_means_of_the_distributions():
 # ---- checkpoints: SIGTERM, then --resume (cleanrl_utils/checkpoint.py)
 
 C51_RESUME = {  # tiny runs: few updates (an Atari update costs tens of ms on one core, whatever the batch)
-    "c51.py": ["--total-timesteps", "2000", "--learning-starts", "500", "--buffer-size", "1000", "--batch-size", "32",
-               "--train-frequency", "4", "--target-network-frequency", "100", "--n-step", "3"],
-    "c51_atari.py": ["--total-timesteps", "800", "--learning-starts", "200", "--buffer-size", "1000", "--batch-size",
-                     "4", "--train-frequency", "4", "--target-network-frequency", "100", "--n-step", "3"],
+    "c51.py": [
+        "--total-timesteps",
+        "2000",
+        "--learning-starts",
+        "500",
+        "--buffer-size",
+        "1000",
+        "--batch-size",
+        "32",
+        "--train-frequency",
+        "4",
+        "--target-network-frequency",
+        "100",
+        "--n-step",
+        "3",
+    ],
+    "c51_atari.py": [
+        "--total-timesteps",
+        "800",
+        "--learning-starts",
+        "200",
+        "--buffer-size",
+        "1000",
+        "--batch-size",
+        "4",
+        "--train-frequency",
+        "4",
+        "--target-network-frequency",
+        "100",
+        "--n-step",
+        "3",
+    ],
 }
 
 
@@ -68,10 +97,13 @@ def test_c51_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run(scr
     assert_buffered_resume_is_exact(script, C51_RESUME[script], "losses/loss", tmp_path)
 
 
-@pytest.mark.parametrize("script,flags,total", [
-    ("c51.py", ["--buffer-size", "1000", "--batch-size", "32", "--train-frequency", "2"], 2000),
-    ("c51_atari.py", ["--buffer-size", "1000", "--batch-size", "4", "--target-network-frequency", "100"], 800),
-])
+@pytest.mark.parametrize(
+    "script,flags,total",
+    [
+        ("c51.py", ["--buffer-size", "1000", "--batch-size", "32", "--train-frequency", "2"], 2000),
+        ("c51_atari.py", ["--buffer-size", "1000", "--batch-size", "4", "--target-network-frequency", "100"], 800),
+    ],
+)
 def test_c51_resume_without_the_buffer_refills_it_then_updates(script, flags, total, tmp_path):
     from tests.conftest import resume_without_the_buffer
 
@@ -84,5 +116,6 @@ def test_c51_resume_refuses_another_scripts_checkpoint(tmp_path):
     from tests.conftest import assert_stops_with_one_line
 
     path = save_checkpoint(tmp_path / "run" / "checkpoints" / "step_100.pt", "dqn", Args(), {"global_step": 100})
-    assert_stops_with_one_line("c51.py", ["--resume", str(path.parent.parent)], "--resume",
-                               "written by dqn.py, not c51.py", tmp_path)
+    assert_stops_with_one_line(
+        "c51.py", ["--resume", str(path.parent.parent)], "--resume", "written by dqn.py, not c51.py", tmp_path
+    )

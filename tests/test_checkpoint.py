@@ -47,8 +47,16 @@ def _play(envs, actions):
     for action in actions:
         obs, reward, terminated, truncated, infos = envs.step(action)
         episode = infos.get("episode", {})
-        seen.append((obs.copy(), reward.copy(), terminated.copy(), truncated.copy(),
-                     np.asarray(episode.get("r", [])).copy(), np.asarray(infos.get("_episode", [])).copy()))
+        seen.append(
+            (
+                obs.copy(),
+                reward.copy(),
+                terminated.copy(),
+                truncated.copy(),
+                np.asarray(episode.get("r", [])).copy(),
+                np.asarray(infos.get("_episode", [])).copy(),
+            )
+        )
     return seen
 
 
@@ -145,8 +153,9 @@ def test_save_is_atomic_and_load_refuses_other_scripts(tmp_path):
     class Args:
         seed: int = 1
 
-    path = checkpoint.save_checkpoint(tmp_path / "run" / "checkpoints" / "step_128.pt", "ppo", Args(),
-                                      {"global_step": 128, "model": {"w": torch.ones(2)}})
+    path = checkpoint.save_checkpoint(
+        tmp_path / "run" / "checkpoints" / "step_128.pt", "ppo", Args(), {"global_step": 128, "model": {"w": torch.ones(2)}}
+    )
     checkpoint.save_checkpoint(tmp_path / "run" / "checkpoints" / "step_1024.pt", "ppo", Args(), {"global_step": 1024})
     assert not list(path.parent.glob("*.tmp"))
     assert checkpoint.load_checkpoint(tmp_path / "run", "ppo")["global_step"] == 1024  # latest in a run dir
@@ -162,8 +171,19 @@ def test_save_is_atomic_and_load_refuses_other_scripts(tmp_path):
 
 # ---- a script interrupted and resumed ends as if it had run uninterrupted (ppo.py, the pattern)
 
-PPO_RUN = ["--env-id", "CartPole-v1", "--num-envs", "2", "--num-steps", "128", "--total-timesteps", "40960",
-           "--save-model", "--eval-episodes", "1"]
+PPO_RUN = [
+    "--env-id",
+    "CartPole-v1",
+    "--num-envs",
+    "2",
+    "--num-steps",
+    "128",
+    "--total-timesteps",
+    "40960",
+    "--save-model",
+    "--eval-episodes",
+    "1",
+]
 
 
 def test_ppo_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
@@ -174,31 +194,56 @@ def test_ppo_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
 
 
 def test_resume_refuses_contradicting_flags_and_foreign_checkpoints(tmp_path):
-    run_script("ppo.py", "--env-id", "CartPole-v1", "--num-envs", "1", "--num-steps", "128", "--total-timesteps", "512",
-               "--checkpoint-interval", "256", cwd=tmp_path)
+    run_script(
+        "ppo.py",
+        "--env-id",
+        "CartPole-v1",
+        "--num-envs",
+        "1",
+        "--num-steps",
+        "128",
+        "--total-timesteps",
+        "512",
+        "--checkpoint-interval",
+        "256",
+        cwd=tmp_path,
+    )
     run = run_dir(tmp_path)
     (tmp_path / "other").mkdir()
     assert sorted(file.name for file in (run / "checkpoints").iterdir()) == ["step_256.pt", "step_512.pt"]
-    assert_stops_with_one_line("ppo.py", ["--resume", str(run), "--learning-rate", "0.1"], "--learning-rate",
-                               "differs from the resumed run's 0.00025", tmp_path / "other")
-    assert_stops_with_one_line("ppo.py", ["--resume", str(tmp_path / "nothing")], "--resume", "No such file",
-                               tmp_path / "other")
+    assert_stops_with_one_line(
+        "ppo.py",
+        ["--resume", str(run), "--learning-rate", "0.1"],
+        "--learning-rate",
+        "differs from the resumed run's 0.00025",
+        tmp_path / "other",
+    )
+    assert_stops_with_one_line(
+        "ppo.py", ["--resume", str(tmp_path / "nothing")], "--resume", "No such file", tmp_path / "other"
+    )
 
 
 def test_resume_keeps_the_runs_checkpoint_flags_unless_given(tmp_path):
     from cleanrl.ppo import Args
 
-    path = checkpoint.save_checkpoint(tmp_path / "run" / "checkpoints" / "step_512.pt", "ppo",
-                                      Args(env_id="Acrobot-v1", checkpoint_interval=256, torch_threads=2),
-                                      {"global_step": 512})
+    path = checkpoint.save_checkpoint(
+        tmp_path / "run" / "checkpoints" / "step_512.pt",
+        "ppo",
+        Args(env_id="Acrobot-v1", checkpoint_interval=256, torch_threads=2),
+        {"global_step": 512},
+    )
     plain, _ = checkpoint.resume_args(Args(resume=str(path)), "ppo", ["--resume", str(path)])
     assert (plain.env_id, plain.checkpoint_interval, plain.torch_threads) == ("Acrobot-v1", 256, 2)
-    changed, _ = checkpoint.resume_args(Args(resume=str(path), checkpoint_interval=100, torch_threads=3), "ppo",
-                                        ["--resume", str(path), "--checkpoint-interval", "100", "--torch-threads=3"])
+    changed, _ = checkpoint.resume_args(
+        Args(resume=str(path), checkpoint_interval=100, torch_threads=3),
+        "ppo",
+        ["--resume", str(path), "--checkpoint-interval", "100", "--torch-threads=3"],
+    )
     assert (changed.env_id, changed.checkpoint_interval, changed.torch_threads) == ("Acrobot-v1", 100, 3)
     # given explicitly, a default value counts too: checkpoints can be turned off on resume
-    off, _ = checkpoint.resume_args(Args(resume=str(path)), "ppo", ["--resume", str(path), "--checkpoint-interval",
-                                                                    "0", "--torch-threads", "1"])
+    off, _ = checkpoint.resume_args(
+        Args(resume=str(path)), "ppo", ["--resume", str(path), "--checkpoint-interval", "0", "--torch-threads", "1"]
+    )
     assert (off.checkpoint_interval, off.torch_threads) == (0, 1)
     # and a non-resumable flag given with its default value, which differs from the run's, is refused
     with pytest.raises(SystemExit):

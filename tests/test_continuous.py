@@ -25,20 +25,34 @@ from tests.conftest import (
 )
 
 SCRIPTS = ["ddpg_continuous.py", "td3_continuous.py", "sac_continuous.py"]
-MODULES = {"ddpg_continuous.py": ddpg_continuous, "td3_continuous.py": td3_continuous,
-           "sac_continuous.py": sac_continuous}
+MODULES = {"ddpg_continuous.py": ddpg_continuous, "td3_continuous.py": td3_continuous, "sac_continuous.py": sac_continuous}
 SHORT = ["--env-id", "Pendulum-v1", "--total-timesteps", "600", "--learning-starts", "300", "--batch-size", "32"]
 LOSS_TAGS = {
     "ddpg_continuous.py": {"losses/qf1_values", "losses/qf1_loss", "losses/actor_loss"},
-    "td3_continuous.py": {"losses/qf1_values", "losses/qf2_values", "losses/qf1_loss", "losses/qf2_loss",
-                          "losses/qf_loss", "losses/actor_loss"},
-    "sac_continuous.py": {"losses/qf1_values", "losses/qf2_values", "losses/qf1_loss", "losses/qf2_loss",
-                          "losses/qf_loss", "losses/actor_loss", "losses/alpha", "losses/alpha_loss"},
+    "td3_continuous.py": {
+        "losses/qf1_values",
+        "losses/qf2_values",
+        "losses/qf1_loss",
+        "losses/qf2_loss",
+        "losses/qf_loss",
+        "losses/actor_loss",
+    },
+    "sac_continuous.py": {
+        "losses/qf1_values",
+        "losses/qf2_values",
+        "losses/qf1_loss",
+        "losses/qf2_loss",
+        "losses/qf_loss",
+        "losses/actor_loss",
+        "losses/alpha",
+        "losses/alpha_loss",
+    },
 }
 STANDARD_TAGS = {"charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate"}
 
 
 # ---- action rescaling
+
 
 @pytest.mark.parametrize("module", MODULES.values())
 def test_action_rescaling_maps_unit_box_onto_bounds_and_back(module):
@@ -51,6 +65,7 @@ def test_action_rescaling_maps_unit_box_onto_bounds_and_back(module):
 
 
 # ---- the batched critics
+
 
 @pytest.mark.parametrize("module", MODULES.values())
 def test_critic_ensemble_is_k_independent_mlps_and_detach_stops_weight_gradients(module):
@@ -78,6 +93,7 @@ def test_critic_ensemble_is_k_independent_mlps_and_detach_stops_weight_gradients
 
 # ---- SAC
 
+
 def test_squashed_gaussian_log_probability_by_hand():
     # μ = 0.5, σ = 0.5, ε = 1: x = 1, u = tanh(1) = 0.761594
     # log N(1; 0.5, 0.5) = -ε²/2 - log σ - log(2π)/2 = -0.5 + 0.693147 - 0.918939 = -0.725792
@@ -96,8 +112,9 @@ def test_squashed_gaussian_log_probability_by_hand():
     u, log_prob = sac_continuous.squashed_gaussian(mean, log_std, noise)
     x = mean + log_std.exp() * noise
     ordinary = (x.abs() < 3).all(-1)
-    dist = torch.distributions.TransformedDistribution(torch.distributions.Normal(mean, log_std.exp()),
-                                                       torch.distributions.transforms.TanhTransform())
+    dist = torch.distributions.TransformedDistribution(
+        torch.distributions.Normal(mean, log_std.exp()), torch.distributions.transforms.TanhTransform()
+    )
     torch.testing.assert_close(log_prob[ordinary], dist.log_prob(u).sum(-1)[ordinary], atol=1e-4, rtol=1e-4)
     assert ordinary.sum() > 40
     # stays finite where tanh(x) rounds to 1 in float32
@@ -145,6 +162,7 @@ def test_sac_temperature_loss_value_and_gradient_by_hand():
 
 # ---- TD3 and DDPG
 
+
 def test_td3_smoothed_target_actions_by_hand():
     # σ̃ ε = (0.2, -0.6, 0.04) clipped to ±0.5 -> (0.2, -0.5, 0.04); μ' + noise = (1.1, -0.7, 0.04)
     # then clipped to the bounds [-1, 1] -> (1.0, -0.7, 0.04)
@@ -184,6 +202,7 @@ def test_exploration_noise_is_added_per_entry_and_clipped_to_the_bounds(module):
 
 # ---- whole scripts
 
+
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_smoke_logs_saves_and_evaluates(script, tmp_path):
     module = MODULES[script]
@@ -216,8 +235,23 @@ def test_same_seed_same_returns(script, tmp_path):
 
 def test_sac_on_mujoco_hopper_with_async_envs(tmp_path):
     """A MuJoCo task (the mujoco extra), two envs in subprocesses, truncation by Hopper's time limit unreachable here."""
-    run_script("sac_continuous.py", "--env-id", "Hopper-v5", "--total-timesteps", "600", "--learning-starts", "300",
-               "--batch-size", "32", "--num-envs", "2", "--env-mode", "async", "--capture-video", cwd=tmp_path)
+    run_script(
+        "sac_continuous.py",
+        "--env-id",
+        "Hopper-v5",
+        "--total-timesteps",
+        "600",
+        "--learning-starts",
+        "300",
+        "--batch-size",
+        "32",
+        "--num-envs",
+        "2",
+        "--env-mode",
+        "async",
+        "--capture-video",
+        cwd=tmp_path,
+    )
     directory = run_dir(tmp_path)
     tags = scalars(directory)
     assert directory.name.startswith("Hopper-v5__sac_continuous__1__")
@@ -228,15 +262,31 @@ def test_sac_on_mujoco_hopper_with_async_envs(tmp_path):
 
 def test_training_from_the_first_step(tmp_path):
     """--learning-starts 0: the first update waits for the first complete transition instead of failing."""
-    run_script("td3_continuous.py", *SHORT, "--learning-starts", "0", "--total-timesteps", "150", "--batch-size", "4",
-               cwd=tmp_path)
+    run_script(
+        "td3_continuous.py", *SHORT, "--learning-starts", "0", "--total-timesteps", "150", "--batch-size", "4", cwd=tmp_path
+    )
     assert "losses/qf1_loss" in scalars(run_dir(tmp_path))
 
 
 # ---- checkpoints: interrupted by SIGTERM, resumed with --resume
 
-CHECKPOINTED = ["--env-id", "Pendulum-v1", "--num-envs", "2", "--total-timesteps", "1200", "--learning-starts", "200",
-                "--buffer-size", "800", "--batch-size", "32", "--save-model", "--eval-episodes", "1"]
+CHECKPOINTED = [
+    "--env-id",
+    "Pendulum-v1",
+    "--num-envs",
+    "2",
+    "--total-timesteps",
+    "1200",
+    "--learning-starts",
+    "200",
+    "--buffer-size",
+    "800",
+    "--batch-size",
+    "32",
+    "--save-model",
+    "--eval-episodes",
+    "1",
+]
 
 
 def _tensors(value, prefix=""):
@@ -263,8 +313,20 @@ def test_resume_without_the_buffer_refills_it_then_updates_on(tmp_path):
     with its trained optimisers and temperature (the networks load as in the exact test above)."""
     from shutil import copytree
 
-    flags = ["--env-id", "Pendulum-v1", "--total-timesteps", "1200", "--learning-starts", "200", "--buffer-size", "1000",
-             "--batch-size", "32", "--checkpoint-interval", "400"]
+    flags = [
+        "--env-id",
+        "Pendulum-v1",
+        "--total-timesteps",
+        "1200",
+        "--learning-starts",
+        "200",
+        "--buffer-size",
+        "1000",
+        "--batch-size",
+        "32",
+        "--checkpoint-interval",
+        "400",
+    ]
     (tmp_path / "whole").mkdir()
     run_script("sac_continuous.py", *flags, cwd=tmp_path / "whole")
     whole = run_dir(tmp_path / "whole")
@@ -272,8 +334,14 @@ def test_resume_without_the_buffer_refills_it_then_updates_on(tmp_path):
     # the run continued from its step-800 checkpoint, in a copy of its directory
     copy = copytree(whole, tmp_path / "resumed" / "runs" / whole.name)
     (copy / "checkpoints" / "step_1200.pt").unlink()
-    result = run_script("sac_continuous.py", "--resume", str(copy / "checkpoints" / "step_800.pt"),
-                        "--checkpoint-interval", "400", cwd=tmp_path / "resumed")
+    result = run_script(
+        "sac_continuous.py",
+        "--resume",
+        str(copy / "checkpoints" / "step_800.pt"),
+        "--checkpoint-interval",
+        "400",
+        cwd=tmp_path / "resumed",
+    )
     assert "resumed at step 800" in result.stdout and "refilling it until step 1000" in result.stdout
 
     def load(run):
@@ -305,18 +373,42 @@ def test_resume_without_the_buffer_refills_it_then_updates_on(tmp_path):
     assert q_values[1001] < q_values[401] < q_values[301] < 0
     # another script's checkpoint is refused
     (tmp_path / "other").mkdir()
-    assert_stops_with_one_line("td3_continuous.py", ["--resume", str(whole)], "--resume",
-                               "was written by sac_continuous.py, not td3_continuous.py", tmp_path / "other")
-    assert_stops_with_one_line("ddpg_continuous.py", ["--checkpoint-interval", "-1"], "--checkpoint-interval",
-                               "must be >= 0, got -1", tmp_path / "other")
+    assert_stops_with_one_line(
+        "td3_continuous.py",
+        ["--resume", str(whole)],
+        "--resume",
+        "was written by sac_continuous.py, not td3_continuous.py",
+        tmp_path / "other",
+    )
+    assert_stops_with_one_line(
+        "ddpg_continuous.py",
+        ["--checkpoint-interval", "-1"],
+        "--checkpoint-interval",
+        "must be >= 0, got -1",
+        tmp_path / "other",
+    )
 
 
 @pytest.mark.learning
-@pytest.mark.parametrize("script,steps", [("sac_continuous.py", 12000), ("td3_continuous.py", 12000),
-                                          ("ddpg_continuous.py", 12000)])
+@pytest.mark.parametrize(
+    "script,steps", [("sac_continuous.py", 12000), ("td3_continuous.py", 12000), ("ddpg_continuous.py", 12000)]
+)
 def test_learns_pendulum(script, steps, tmp_path):
-    run_script(script, "--env-id", "Pendulum-v1", "--seed", "1", "--total-timesteps", str(steps),
-               "--learning-starts", "1000", "--torch-threads", "2", cwd=tmp_path, timeout=1800)
+    run_script(
+        script,
+        "--env-id",
+        "Pendulum-v1",
+        "--seed",
+        "1",
+        "--total-timesteps",
+        str(steps),
+        "--learning-starts",
+        "1000",
+        "--torch-threads",
+        "2",
+        cwd=tmp_path,
+        timeout=1800,
+    )
     returns = episodic_returns(run_dir(tmp_path))
     last10 = float(np.mean(returns[-10:]))
     print(f"{script}: mean return over the last 10 episodes {last10:.1f} ({len(returns)} episodes)")
@@ -327,8 +419,20 @@ def test_learns_pendulum(script, steps, tmp_path):
 
 # ---- the training loop, run in this process so that its variables can be inspected
 
-LOOP = ["--env-id", "tests.envs:ContinuousCounter-v0", "--num-envs", "2", "--total-timesteps", "60",
-        "--learning-starts", "20", "--batch-size", "8", "--buffer-size", "100"]
+LOOP = [
+    "--env-id",
+    "tests.envs:ContinuousCounter-v0",
+    "--num-envs",
+    "2",
+    "--total-timesteps",
+    "60",
+    "--learning-starts",
+    "20",
+    "--batch-size",
+    "8",
+    "--buffer-size",
+    "100",
+]
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

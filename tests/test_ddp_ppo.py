@@ -37,12 +37,19 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 ENV.pop("WANDB_API_KEY", None)
 
 
-def torchrun(*flags: str, cwd: Path, nproc: int = 2, timeout: float = 300, launcher: list[str] | None = None,
-             check: bool = True) -> subprocess.CompletedProcess:
+def torchrun(
+    *flags: str, cwd: Path, nproc: int = 2, timeout: float = 300, launcher: list[str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess:
     """``python -m torch.distributed.run --standalone --nproc-per-node nproc ddp_ppo.py flags`` in ``cwd``."""
     launcher = launcher or ["--standalone", "--nproc-per-node", str(nproc)]
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", *launcher, SCRIPT, *flags], cwd=cwd,
-                            env=ENV, capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", *launcher, SCRIPT, *flags],
+        cwd=cwd,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if check and result.returncode != 0:
         raise AssertionError(f"torchrun exited {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
     return result
@@ -125,8 +132,9 @@ def _assert_episodes_of_both_ranks(tags: dict, global_steps: int) -> None:
 def test_target_kl_early_stop_is_agreed_without_a_hang(tmp_path):
     """A tiny --target-kl ends the epochs of some updates early; the ranks agree (no hang within
     the timeout) and stay identical."""
-    torchrun(*CARTPOLE, "--total-timesteps", "4096", "--target-kl", "1e-4", "--check-params-every", "1",
-             cwd=tmp_path, timeout=240)
+    torchrun(
+        *CARTPOLE, "--total-timesteps", "4096", "--target-kl", "1e-4", "--check-params-every", "1", cwd=tmp_path, timeout=240
+    )
     tags = scalars(run_dir(tmp_path))
     epochs = [value for _, value in tags["losses/epochs"]]
     assert len(epochs) == 8 and min(epochs) < 4, epochs
@@ -139,12 +147,39 @@ def test_two_nodes_through_the_c10d_rendezvous(tmp_path):
     port, nodes = free_port(), []
     for node in ("a", "b"):
         (tmp_path / node).mkdir()
-        launcher = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                    f"127.0.0.1:{port}", "--rdzv-id", "ddp-test"]
-        nodes.append(subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *launcher, SCRIPT, *CARTPOLE,
-                                       "--total-timesteps", "2048", "--check-params-every", "4"],
-                                      cwd=tmp_path / node, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True))
+        launcher = [
+            "--nnodes",
+            "2",
+            "--nproc-per-node",
+            "1",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"127.0.0.1:{port}",
+            "--rdzv-id",
+            "ddp-test",
+        ]
+        nodes.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    *launcher,
+                    SCRIPT,
+                    *CARTPOLE,
+                    "--total-timesteps",
+                    "2048",
+                    "--check-params-every",
+                    "4",
+                ],
+                cwd=tmp_path / node,
+                env=ENV,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     outputs = [process.communicate(timeout=300) for process in nodes]
     assert [process.returncode for process in nodes] == [0, 0], outputs
     with_runs = [node for node in ("a", "b") if (tmp_path / node / "runs").exists()]
@@ -154,8 +189,20 @@ def test_two_nodes_through_the_c10d_rendezvous(tmp_path):
     _assert_episodes_of_both_ranks(tags, 2048)
 
 
-RESUMED = [*CARTPOLE, "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "2", "--total-timesteps", "2560",
-           "--save-model", "--eval-episodes", "1"]
+RESUMED = [
+    *CARTPOLE,
+    "--num-steps",
+    "32",
+    "--num-minibatches",
+    "2",
+    "--update-epochs",
+    "2",
+    "--total-timesteps",
+    "2560",
+    "--save-model",
+    "--eval-episodes",
+    "1",
+]
 
 
 def test_sigterm_checkpoints_and_resume_continues_exactly(tmp_path):
@@ -168,9 +215,26 @@ def test_sigterm_checkpoints_and_resume_continues_exactly(tmp_path):
 
     cut = tmp_path / "cut"
     cut.mkdir()
-    process = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                                "2", SCRIPT, *RESUMED, "--checkpoint-interval", "512"], cwd=cut, env=ENV,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            SCRIPT,
+            *RESUMED,
+            "--checkpoint-interval",
+            "512",
+        ],
+        cwd=cut,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         while not list(cut.glob("runs/*/checkpoints/step_*.pt")):  # training is under way
             assert process.poll() is None, process.communicate()
@@ -186,8 +250,9 @@ def test_sigterm_checkpoints_and_resume_continues_exactly(tmp_path):
     assert 512 <= step < 2560 and not list(directory.glob("*.cleanrl_model"))
 
     (tmp_path / "other").mkdir()
-    assert_stops_with_one_line("ddp_ppo.py", ["--resume", str(directory)], "--resume",
-                               "written by 2 ranks, this run has 1", tmp_path / "other")
+    assert_stops_with_one_line(
+        "ddp_ppo.py", ["--resume", str(directory)], "--resume", "written by 2 ranks, this run has 1", tmp_path / "other"
+    )
     resumed = torchrun("--resume", str(directory), cwd=cut)
     assert f"resumed at step {step}" in resumed.stdout and run_dir(cut) == directory
 
@@ -201,9 +266,26 @@ def test_sigterm_checkpoints_and_resume_continues_exactly(tmp_path):
 def test_atari_default_path_two_ranks(tmp_path):
     """The default Atari path (Nature CNN, SB3 wrappers) on Breakout with 2 ranks: identical
     parameters, the standard tags, and a saved model that evaluate() plays whole games with."""
-    torchrun("--env-id", "BreakoutNoFrameskip-v4", "--num-envs", "1", "--num-steps", "32", "--num-minibatches", "2",
-             "--update-epochs", "1", "--total-timesteps", "128", "--check-params-every", "1", "--save-model",
-             "--eval-episodes", "1", cwd=tmp_path)
+    torchrun(
+        "--env-id",
+        "BreakoutNoFrameskip-v4",
+        "--num-envs",
+        "1",
+        "--num-steps",
+        "32",
+        "--num-minibatches",
+        "2",
+        "--update-epochs",
+        "1",
+        "--total-timesteps",
+        "128",
+        "--check-params-every",
+        "1",
+        "--save-model",
+        "--eval-episodes",
+        "1",
+        cwd=tmp_path,
+    )
     tags = scalars(run_dir(tmp_path))
     assert tags["charts/param_divergence"] == [(64, 0.0), (128, 0.0)]
     assert {"charts/SPS", "losses/value_loss", "losses/approx_kl", "eval/episodic_return"} <= set(tags)
@@ -213,8 +295,19 @@ def test_atari_default_path_two_ranks(tmp_path):
 
 
 def test_plain_python_runs_one_rank_and_evaluates_its_model(tmp_path):
-    result = run_script("ddp_ppo.py", *CARTPOLE, "--total-timesteps", "512", "--check-params-every", "1",
-                        "--save-model", "--eval-episodes", "2", cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
+    result = run_script(
+        "ddp_ppo.py",
+        *CARTPOLE,
+        "--total-timesteps",
+        "512",
+        "--check-params-every",
+        "1",
+        "--save-model",
+        "--eval-episodes",
+        "2",
+        cwd=tmp_path,
+        env={"OMP_NUM_THREADS": "1"},
+    )
     assert "1 rank(s), backend gloo; global batch 256" in result.stdout
     tags = scalars(run_dir(tmp_path))
     assert tags["charts/param_divergence"] == [(256, 0.0), (512, 0.0)]
@@ -222,12 +315,10 @@ def test_plain_python_runs_one_rank_and_evaluates_its_model(tmp_path):
 
 
 BAD_INPUT = [
-    (["--env-id", "CartPole-v1", "--num-minibatches", "3"], "--num-minibatches",
-     "does not divide each rank's batch of 1024"),
+    (["--env-id", "CartPole-v1", "--num-minibatches", "3"], "--num-minibatches", "does not divide each rank's batch of 1024"),
     (["--env-id", "MountainCarContinuous-v0"], "--env-id", "supports Discrete only"),
     (["--env-id", "ALE/Breakout-v5"], "--env-id", "skips frames itself"),
-    (["--env-id", "CartPole-v1", "--total-timesteps", "100"], "--total-timesteps",
-     "less than one global rollout of 1024"),
+    (["--env-id", "CartPole-v1", "--total-timesteps", "100"], "--total-timesteps", "less than one global rollout of 1024"),
     (["--env-id", "CartPole-v1", "--check-params-every", "-1"], "--check-params-every", "must be >= 0"),
     (["--env-id", "CartPole-v1", "--target-kl", "0"], "--target-kl", "must be positive"),
     (["--resume", "no/such/run"], "--resume", "no/such/run"),
@@ -254,8 +345,18 @@ def test_bad_input_stops_every_rank_under_torchrun(tmp_path):
 def test_two_ranks_solve_cartpole_at_ppo_global_batch(tmp_path):
     """2 ranks x 2 envs x 128 steps (ppo.py's global batch of 4 x 128, its hyperparameters)
     reach tests/test_learning.py's threshold for ppo.py within its 500k steps."""
-    torchrun("--env-id", "CartPole-v1", "--clip-coef", "0.2", "--num-envs", "2", "--total-timesteps", "500000",
-             cwd=tmp_path, timeout=900)
+    torchrun(
+        "--env-id",
+        "CartPole-v1",
+        "--clip-coef",
+        "0.2",
+        "--num-envs",
+        "2",
+        "--total-timesteps",
+        "500000",
+        cwd=tmp_path,
+        timeout=900,
+    )
     returns = episodic_returns(run_dir(tmp_path))
     last20 = float(np.mean(returns[-20:]))
     print(f"ddp_ppo.py, 2 ranks: mean return over the last 20 episodes {last20:.1f} ({len(returns)} episodes)")

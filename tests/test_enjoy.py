@@ -12,17 +12,26 @@ from tests.conftest import ROOT, run_dir, run_script, scalars
 
 
 def enjoy(*flags, cwd, check=True):
-    result = subprocess.run([sys.executable, "-m", "cleanrl_utils.enjoy", *flags], cwd=cwd, capture_output=True,
-                            text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = subprocess.run(
+        [sys.executable, "-m", "cleanrl_utils.enjoy", *flags],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     if check:
         assert result.returncode == 0, result.stderr
     return result
 
 
-@pytest.mark.parametrize("script,flags", [
-    ("ppo", ["--total-timesteps", "4096", "--num-envs", "2"]),
-    ("dqn", ["--total-timesteps", "3000", "--learning-starts", "500", "--buffer-size", "3000"]),
-])
+@pytest.mark.parametrize(
+    "script,flags",
+    [
+        ("ppo", ["--total-timesteps", "4096", "--num-envs", "2"]),
+        ("dqn", ["--total-timesteps", "3000", "--learning-starts", "500", "--buffer-size", "3000"]),
+    ],
+)
 def test_enjoy_scores_a_saved_model_as_training_evaluated_it(script, flags, tmp_path):
     run_script(f"{script}.py", "--env-id", "CartPole-v1", *flags, "--save-model", "--eval-episodes", "4", cwd=tmp_path)
     run = run_dir(tmp_path)
@@ -31,20 +40,44 @@ def test_enjoy_scores_a_saved_model_as_training_evaluated_it(script, flags, tmp_
     assert out.startswith(f"{script}.py, ")
     mean = float(out.split("return ")[1].split(" ±")[0])
     assert mean == pytest.approx(trained, abs=0.005)  # same episodes, same seed, same policy
-    assert "return" in enjoy(str(run), "--eval-episodes", "2", "--seed", "5", "--capture-video", "--video-dir",
-                             str(tmp_path / "vid"), cwd=tmp_path).stdout
+    assert (
+        "return"
+        in enjoy(
+            str(run),
+            "--eval-episodes",
+            "2",
+            "--seed",
+            "5",
+            "--capture-video",
+            "--video-dir",
+            str(tmp_path / "vid"),
+            cwd=tmp_path,
+        ).stdout
+    )
     assert list((tmp_path / "vid").glob("*.mp4"))
 
 
 def test_enjoy_passes_script_options_and_refuses_unknown_ones(tmp_path):
-    run_script("dqn.py", "--env-id", "CartPole-v1", "--total-timesteps", "1000", "--learning-starts", "500",
-               "--save-model", "--eval-episodes", "1", cwd=tmp_path)
+    run_script(
+        "dqn.py",
+        "--env-id",
+        "CartPole-v1",
+        "--total-timesteps",
+        "1000",
+        "--learning-starts",
+        "500",
+        "--save-model",
+        "--eval-episodes",
+        "1",
+        cwd=tmp_path,
+    )
     run = run_dir(tmp_path)
     assert "return" in enjoy(str(run), "--eval-episodes", "1", "--option", "epsilon=1.0", cwd=tmp_path).stdout
     result = enjoy(str(run), "--option", "deterministic=True", cwd=tmp_path, check=False)
     assert result.returncode == 2
-    assert result.stderr.strip() == ("error: --option: this script's evaluate takes no option 'deterministic'; "
-                                     "it takes: epsilon")
+    assert result.stderr.strip() == (
+        "error: --option: this script's evaluate takes no option 'deterministic'; it takes: epsilon"
+    )
 
 
 def _junk(path):
@@ -52,11 +85,14 @@ def _junk(path):
     return path
 
 
-@pytest.mark.parametrize("make,message", [
-    (lambda tmp: tmp / "missing.cleanrl_model", "no such file or directory"),
-    (lambda tmp: tmp, "holds no .cleanrl_model file"),
-    (lambda tmp: _junk(tmp / "junk.cleanrl_model"), "is not a model saved by a cleanrl script"),
-])
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (lambda tmp: tmp / "missing.cleanrl_model", "no such file or directory"),
+        (lambda tmp: tmp, "holds no .cleanrl_model file"),
+        (lambda tmp: _junk(tmp / "junk.cleanrl_model"), "is not a model saved by a cleanrl script"),
+    ],
+)
 def test_bad_model_paths_stop_with_one_line(make, message, tmp_path):
     result = enjoy(str(make(tmp_path)), cwd=tmp_path, check=False)
     assert result.returncode == 2

@@ -15,8 +15,7 @@ THRESHOLD = 475.0
 @pytest.mark.learning
 @pytest.mark.parametrize("script", ["ppo.py", "dqn.py", "c51.py"])
 def test_solves_cartpole(script, tmp_path):
-    run_script(script, "--env-id", "CartPole-v1", "--seed", "1", "--total-timesteps", "500000",
-               cwd=tmp_path, timeout=1500)
+    run_script(script, "--env-id", "CartPole-v1", "--seed", "1", "--total-timesteps", "500000", cwd=tmp_path, timeout=1500)
     returns = episodic_returns(run_dir(tmp_path))
     last20 = float(np.mean(returns[-20:]))
     print(f"{script}: mean return over the last 20 episodes {last20:.1f} ({len(returns)} episodes)")

@@ -77,8 +77,10 @@ def test_invalid_field_names():
 
 def test_repr_shows_shapes_and_dtypes():
     text = repr(make_samples())
-    assert text == ("Samples(obs=ndarray[4, 3, 2] float32, act=Tensor[4, 3] int64, extra=None, "
-                    "inner=Inner(a=ndarray[4, 3] int64, b=Tensor[4, 3, 5] float32))")
+    assert text == (
+        "Samples(obs=ndarray[4, 3, 2] float32, act=Tensor[4, 3] int64, extra=None, "
+        "inner=Inner(a=ndarray[4, 3] int64, b=Tensor[4, 3, 5] float32))"
+    )
 
 
 # ----------------------------------------------------------------------------- indexing
@@ -145,8 +147,12 @@ def test_bad_index_names_the_field():
 
 def test_setitem_field_by_field():
     x = make_samples()
-    step = Samples(obs=np.full((3, 2), -2.0, np.float32), act=torch.full((3,), 42), extra=np.ones(3),
-                   inner=Inner(a=np.array([1, 2, 3]), b=None))
+    step = Samples(
+        obs=np.full((3, 2), -2.0, np.float32),
+        act=torch.full((3,), 42),
+        extra=np.ones(3),
+        inner=Inner(a=np.array([1, 2, 3]), b=None),
+    )
     x[1] = step
     np.testing.assert_array_equal(x.obs[1], -2.0)
     assert torch.equal(x.act[1], torch.full((3,), 42)) and x.extra is None
@@ -179,8 +185,12 @@ def test_setitem_mask_and_index_array():
     x = make_samples()
     x[np.array([True, False, True, False])] = -1
     assert torch.equal(x.act[:, 0], torch.tensor([-1, 3, -1, 9]))
-    x[torch.tensor([1])] = Samples(obs=np.zeros((1, 3, 2), np.float32), act=torch.zeros(1, 3, dtype=torch.int64),
-                                   extra=None, inner=Inner(a=np.zeros((1, 3), np.int64), b=torch.zeros(1, 3, 5)))
+    x[torch.tensor([1])] = Samples(
+        obs=np.zeros((1, 3, 2), np.float32),
+        act=torch.zeros(1, 3, dtype=torch.int64),
+        extra=None,
+        inner=Inner(a=np.zeros((1, 3), np.int64), b=torch.zeros(1, 3, 5)),
+    )
     assert torch.equal(x.act[:, 0], torch.tensor([-1, 0, -1, 9]))
     np.testing.assert_array_equal(x.inner.a[1], 0)
 
@@ -197,8 +207,9 @@ def test_setitem_mismatched_fields():
 
 
 def test_buffer_from_example_numpy_torch_scalars_nested():
-    example = Samples(obs=np.zeros((2, 7), np.uint8), act=torch.zeros((), dtype=torch.int32), extra=None,
-                      inner=Inner(a=1.5, b=True))
+    example = Samples(
+        obs=np.zeros((2, 7), np.uint8), act=torch.zeros((), dtype=torch.int32), extra=None, inner=Inner(a=1.5, b=True)
+    )
     buf = buffer_from_example(example, (5, 3))
     assert type(buf) is Samples and type(buf.inner) is Inner and buf.extra is None
     assert isinstance(buf.obs, np.ndarray) and buf.obs.shape == (5, 3, 2, 7) and buf.obs.dtype == np.uint8
@@ -234,8 +245,12 @@ def test_forked_child_writes_numpy_shared_buffer():
 
 
 def test_spawned_child_writes_torch_shared_buffer():
-    example = Samples(obs=torch.zeros(2), act=torch.zeros((), dtype=torch.int64), extra=None,
-                      inner=Inner(a=torch.zeros(3, dtype=torch.int32), b=None))
+    example = Samples(
+        obs=torch.zeros(2),
+        act=torch.zeros((), dtype=torch.int64),
+        extra=None,
+        inner=Inner(a=torch.zeros(3, dtype=torch.int32), b=None),
+    )
     buf = buffer_from_example(example, 4, share_memory=True)
     process = multiprocessing.get_context("spawn").Process(target=_spawn_child, args=(buf,))
     process.start()
@@ -299,8 +314,9 @@ def test_example_from_simple_spaces():
 
 
 def test_example_and_buffer_from_dict_space():
-    space = gym.spaces.Dict({"vector": gym.spaces.Box(-1, 1, (5,), np.float32),
-                             "image": gym.spaces.Box(0, 255, (3, 8, 8), np.uint8)})
+    space = gym.spaces.Dict(
+        {"vector": gym.spaces.Box(-1, 1, (5,), np.float32), "image": gym.spaces.Box(0, 255, (3, 8, 8), np.uint8)}
+    )
     example = example_from_space(space)
     assert is_namedarraytuple(example) and type(example).__name__ == "DictObservation"
     assert example._fields == tuple(space.spaces) == ("image", "vector")
@@ -320,10 +336,12 @@ def test_example_and_buffer_from_dict_space():
 
 
 def test_nested_dict_and_tuple_spaces():
-    space = gym.spaces.Dict({
-        "pos": gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Box(0, 1, (2,), np.float64))),
-        "sub": gym.spaces.Dict({"flag": gym.spaces.MultiBinary(2)}),
-    })
+    space = gym.spaces.Dict(
+        {
+            "pos": gym.spaces.Tuple((gym.spaces.Discrete(3), gym.spaces.Box(0, 1, (2,), np.float64))),
+            "sub": gym.spaces.Dict({"flag": gym.spaces.MultiBinary(2)}),
+        }
+    )
     example = example_from_space(space)
     assert example._fields == ("pos", "sub")
     assert type(example.pos).__name__ == "TupleObservation" and example.pos._fields == ("f0", "f1")

@@ -107,9 +107,15 @@ def test_curves_returns_table_and_aggregate(fake_runs, tmp_path, capsys):
     assert aggregate in printed
     lines = {line.split("|")[1].strip(): line for line in aggregate.splitlines() if line.startswith("| ")}
     for exp_name in ("ppo", "dqn"):
-        normalised = np.array([[(finals[(e, exp_name)][i] - SCORES[e]["random"])
-                                / (SCORES[e]["reference"] - SCORES[e]["random"]) for e in sorted(ENVS)]
-                               for i in range(3)])
+        normalised = np.array(
+            [
+                [
+                    (finals[(e, exp_name)][i] - SCORES[e]["random"]) / (SCORES[e]["reference"] - SCORES[e]["random"])
+                    for e in sorted(ENVS)
+                ]
+                for i in range(3)
+            ]
+        )
         cells = [c.strip() for c in lines[exp_name].strip("|").split("|")]
         assert cells[1] == "3 × 2"
         iqm, low, high = (float(v) for v in cells[2].replace("[", "").replace("]", "").replace(",", "").split())
@@ -149,8 +155,9 @@ def test_stratified_bootstrap_resamples_within_each_env():
 
 def test_smooth_interpolate_and_band(tmp_path):
     assert plot.smooth(np.array([1.0, 2, 3, 4]), 2).tolist() == [1, 1.5, 2.5, 3.5]
-    runs = [plot.read_run(write_run(tmp_path, "CartPole-v1", "ppo", seed, [seed * 1.0 + i for i in range(10)]))
-            for seed in (1, 2)]
+    runs = [
+        plot.read_run(write_run(tmp_path, "CartPole-v1", "ppo", seed, [seed * 1.0 + i for i in range(10)])) for seed in (1, 2)
+    ]
     assert runs[0].minutes[0] >= 0 and np.all(np.diff(runs[0].minutes) >= 0)
     grid, matrix = plot.curve_matrix(runs, "steps", 1, points=5)
     assert grid.tolist() == [100, 325, 550, 775, 1000]
@@ -207,9 +214,23 @@ def test_bad_input(fake_runs, tmp_path, capsys):
 
 def test_command_line(fake_runs, tmp_path):
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
-    help_text = subprocess.run([sys.executable, "-m", "cleanrl_utils.plot", "--help"], check=False, env=env, cwd=tmp_path,
-                               capture_output=True, text=True, timeout=120)
+    help_text = subprocess.run(
+        [sys.executable, "-m", "cleanrl_utils.plot", "--help"],
+        check=False,
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert help_text.returncode == 0 and "--scores" in help_text.stdout and "--last-episodes" in help_text.stdout
-    bad = subprocess.run([sys.executable, "-m", "cleanrl_utils.plot", str(tmp_path / "nowhere")], check=False, env=env,
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "cleanrl_utils.plot", str(tmp_path / "nowhere")],
+        check=False,
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and bad.stderr.startswith("error: runs: ")

@@ -33,8 +33,10 @@ from tests.conftest import (
 )
 
 STANDARD_TAGS = {"charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate"}
-LOSS_TAGS = {f"losses/{name}" for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl",
-                                           "clipfrac", "explained_variance")}
+LOSS_TAGS = {
+    f"losses/{name}"
+    for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac", "explained_variance")
+}
 TINY = ["--num-envs", "2", "--num-steps", "32", "--total-timesteps", "128", "--torch-threads", "1"]
 
 
@@ -87,6 +89,7 @@ def test_gae_with_lambda_one_and_no_dones_is_discounted_return_minus_value():
 
 # ---- masked PPO losses
 
+
 def _losses(mask, norm_adv=False, clip_vloss=True, extra=None):
     """Two real samples, then the masked-out ones of ``extra`` (log-ratio, A, V, V_old, R)."""
     logratio = [math.log(1.2), math.log(0.5)]
@@ -101,9 +104,19 @@ def _losses(mask, norm_adv=False, clip_vloss=True, extra=None):
     newlogprob = (oldlogprob + torch.tensor(logratio)).requires_grad_()
     newvalue = torch.tensor(newvalue).requires_grad_()
     entropy = torch.tensor([0.5, 1.5] + [100.0] * len(extra or [])).requires_grad_()
-    losses = ppo_losses(newlogprob, entropy, newvalue, oldlogprob, torch.tensor(oldvalue), torch.tensor(advantages),
-                        torch.tensor(returns), torch.tensor(mask), clip_coef=0.1, clip_vloss=clip_vloss,
-                        norm_adv=norm_adv)
+    losses = ppo_losses(
+        newlogprob,
+        entropy,
+        newvalue,
+        oldlogprob,
+        torch.tensor(oldvalue),
+        torch.tensor(advantages),
+        torch.tensor(returns),
+        torch.tensor(mask),
+        clip_coef=0.1,
+        clip_vloss=clip_vloss,
+        norm_adv=norm_adv,
+    )
     return losses, (newlogprob, newvalue, entropy)
 
 
@@ -143,6 +156,7 @@ def test_masked_out_samples_change_no_loss_and_get_no_gradient():
 
 # ---- game scores from EnvPool's per-life episodes
 
+
 def test_accumulate_games_known_sequence():
     # two envs; unclipped rewards per step; env 0's game ends at step 2, env 1's at step 3
     # (a lost life before that is not a game over: the score goes on)
@@ -168,8 +182,14 @@ class _StepLog:
     def step(self, actions):
         result = self.env.step(actions)
         _, reward, termination, truncation, info = result
-        self.steps.append((reward.copy(), termination.copy(), truncation.copy(),
-                           {key: np.copy(info[key]) for key in ("reward", "terminated", "lives")}))
+        self.steps.append(
+            (
+                reward.copy(),
+                termination.copy(),
+                truncation.copy(),
+                {key: np.copy(info[key]) for key in ("reward", "terminated", "lives")},
+            )
+        )
         return result
 
 
@@ -185,9 +205,25 @@ def test_envpool_logs_unclipped_game_scores_over_all_lives(monkeypatch, tmp_path
         return logs[-1]
 
     monkeypatch.setattr(ppo_atari_envpool.envpool, "make", logged_make)
-    run_in_process("ppo_atari_envpool.py", monkeypatch, tmp_path, "--env-id", "SpaceInvaders-v5", "--num-envs", "2",
-                   "--num-steps", "128", "--total-timesteps", "2048", "--update-epochs", "1", "--num-minibatches", "1",
-                   "--torch-threads", "1")
+    run_in_process(
+        "ppo_atari_envpool.py",
+        monkeypatch,
+        tmp_path,
+        "--env-id",
+        "SpaceInvaders-v5",
+        "--num-envs",
+        "2",
+        "--num-steps",
+        "128",
+        "--total-timesteps",
+        "2048",
+        "--update-epochs",
+        "1",
+        "--num-minibatches",
+        "1",
+        "--torch-threads",
+        "1",
+    )
     logged = [value for _, value in scalars(run_dir(tmp_path))["charts/episodic_return"]]
     # the games from the raw steps, in the order they ended (env order within a step)
     expected, running, clipped, lives_lost = [], np.zeros(2), np.zeros(2), np.zeros(2, int)
@@ -205,14 +241,24 @@ def test_envpool_logs_unclipped_game_scores_over_all_lives(monkeypatch, tmp_path
 
 # ---- environment semantics the scripts rely on
 
+
 def test_envpool_next_step_reset_semantics():
     """EnvPool 1.2.5: the step that returns done gives the real final observation (the frame
     stack goes on); the next step ignores its action, returns reward 0 and the new episode's
     first observation; a time limit is a truncation at max_episode_steps."""
+
     def make(steps=27000):
-        return ppo_atari_envpool.envpool.make("Breakout-v5", env_type="gymnasium", num_envs=1, seed=5,
-                                              episodic_life=True, reward_clip=True, num_threads=1,
-                                              repeat_action_probability=0.0, max_episode_steps=steps)
+        return ppo_atari_envpool.envpool.make(
+            "Breakout-v5",
+            env_type="gymnasium",
+            num_envs=1,
+            seed=5,
+            episodic_life=True,
+            reward_clip=True,
+            num_threads=1,
+            repeat_action_probability=0.0,
+            max_episode_steps=steps,
+        )
 
     a, b = make(), make()
     prev, _ = a.reset()
@@ -269,8 +315,9 @@ def test_async_and_sync_envs_give_identical_observations():
     and the same as EnvPool's in structure: uint8 [N, 4, 84, 84]."""
     results = {}
     for mode in ("sync", "async"):
-        envs = make_vector_env([ppo_atari.make_env("BreakoutNoFrameskip-v4", i, False, "") for i in range(2)], mode,
-                               episode_statistics=False)
+        envs = make_vector_env(
+            [ppo_atari.make_env("BreakoutNoFrameskip-v4", i, False, "") for i in range(2)], mode, episode_statistics=False
+        )
         first, _ = envs.reset(seed=3)
         observations = [first]
         for step in range(40):
@@ -291,16 +338,29 @@ def test_async_and_sync_envs_give_identical_observations():
 
 # ---- the training loop of ppo_atari.py, run in this process
 
+
 def test_loop_bootstraps_truncations_from_the_real_final_observation(monkeypatch, tmp_path):
     """Games cut at 200 frames (about 50 steps): the loop keeps the real final frame stack of
     each truncated episode, not the zero-padded first stack of the next one, and the advantage
     of a truncated step bootstraps from its value. (A learning rate of 1e-30 leaves the weights
     as they were in the rollout, so the values can be recomputed after the run.)"""
     make = gym.make
-    monkeypatch.setattr(gym, "make",
-                        lambda env_id, **kwargs: make(env_id, **{**kwargs, "max_num_frames_per_episode": 200}))
-    g = run_in_process("ppo_atari.py", monkeypatch, tmp_path, "--num-envs", "2", "--num-steps", "64",
-                       "--total-timesteps", "128", "--torch-threads", "1", "--learning-rate", "1e-30")
+    monkeypatch.setattr(gym, "make", lambda env_id, **kwargs: make(env_id, **{**kwargs, "max_num_frames_per_episode": 200}))
+    g = run_in_process(
+        "ppo_atari.py",
+        monkeypatch,
+        tmp_path,
+        "--num-envs",
+        "2",
+        "--num-steps",
+        "64",
+        "--total-timesteps",
+        "128",
+        "--torch-threads",
+        "1",
+        "--learning-rate",
+        "1e-30",
+    )
     truncated, final_obs, obs, T = g["truncated"], g["final_obs"], g["obs"], g["T"]
     assert truncated.sum() >= 2 and not g["terminations"][truncated].any()
     agent = g["agent"]
@@ -326,9 +386,23 @@ def test_envpool_loop_masks_reset_steps_and_bootstraps_from_the_final_observatio
     and has dones at its rows 24 and 32. The steps after a done are masked out of the loss,
     their advantages are 0, and the row after a done holds the real final observation (the
     stack goes on), whose value is the truncation bootstrap."""
-    g = run_in_process("ppo_atari_envpool.py", monkeypatch, tmp_path, "--num-envs", "2", "--num-steps", "37",
-                       "--num-minibatches", "2", "--total-timesteps", "222", "--torch-threads", "1",
-                       "--learning-rate", "1e-30")
+    g = run_in_process(
+        "ppo_atari_envpool.py",
+        monkeypatch,
+        tmp_path,
+        "--num-envs",
+        "2",
+        "--num-steps",
+        "37",
+        "--num-minibatches",
+        "2",
+        "--total-timesteps",
+        "222",
+        "--torch-threads",
+        "1",
+        "--learning-rate",
+        "1e-30",
+    )
     dones, resets, obs, agent = g["dones"], g["resets"], g["obs"], g["agent"]
     assert np.nonzero(dones[:, 0])[0].tolist() == [32] and np.nonzero(dones[:, 1])[0].tolist() == [24]
     expected = np.zeros_like(resets)
@@ -340,15 +414,26 @@ def test_envpool_loop_masks_reset_steps_and_bootstraps_from_the_final_observatio
     for t, i in zip(*np.nonzero(dones[:-1])):
         np.testing.assert_array_equal(obs[t + 1, i, :3], obs[t, i, 1:])  # the final observation, not a new stack
     with torch.no_grad():
-        np.testing.assert_allclose(g["values"], agent.get_value(torch.from_numpy(obs.reshape(-1, 4, 84, 84)))
-                                   .numpy().reshape(obs.shape[:2]), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(
+            g["values"],
+            agent.get_value(torch.from_numpy(obs.reshape(-1, 4, 84, 84))).numpy().reshape(obs.shape[:2]),
+            rtol=1e-4,
+            atol=1e-5,
+        )
     # the logged losses of the last minibatch are the masked ones
     mb_inds, b_mask, losses = g["mb_inds"], g["b_mask"], g["losses"]
     assert b_mask[mb_inds].min() == 0  # this minibatch has a reset step (seed 1)
     with torch.no_grad():
         _, newlogprob, entropy, newvalue = agent.get_action_and_value(g["b_obs"][mb_inds], g["b_actions"][mb_inds])
-        args = (newlogprob, entropy, newvalue, g["b_logprobs"][mb_inds], g["b_values"][mb_inds],
-                g["b_advantages"][mb_inds], g["b_returns"][mb_inds])
+        args = (
+            newlogprob,
+            entropy,
+            newvalue,
+            g["b_logprobs"][mb_inds],
+            g["b_values"][mb_inds],
+            g["b_advantages"][mb_inds],
+            g["b_returns"][mb_inds],
+        )
         masked = ppo_losses(*args, b_mask[mb_inds], 0.1)
         unmasked = ppo_losses(*args, torch.ones_like(b_mask[mb_inds]), 0.1)
     for name in ("value_loss", "policy_loss", "entropy"):
@@ -357,6 +442,7 @@ def test_envpool_loop_masks_reset_steps_and_bootstraps_from_the_final_observatio
 
 
 # ---- whole scripts
+
 
 def test_ppo_atari_smoke_video_model_and_evaluation(tmp_path):
     result = run_script("ppo_atari.py", *TINY, "--save-model", "--eval-episodes", "1", "--capture-video", cwd=tmp_path)
@@ -377,8 +463,17 @@ def test_ppo_atari_smoke_video_model_and_evaluation(tmp_path):
 
 
 def test_ppo_atari_envpool_smoke_video_model_and_evaluation(tmp_path):
-    result = run_script("ppo_atari_envpool.py", *TINY, "--total-timesteps", "512", "--save-model",
-                        "--eval-episodes", "1", "--capture-video", cwd=tmp_path)
+    result = run_script(
+        "ppo_atari_envpool.py",
+        *TINY,
+        "--total-timesteps",
+        "512",
+        "--save-model",
+        "--eval-episodes",
+        "1",
+        "--capture-video",
+        cwd=tmp_path,
+    )
     directory = run_dir(tmp_path)
     assert directory.name.startswith("Breakout-v5__ppo_atari_envpool__1__")
     tags = scalars(directory)
@@ -411,9 +506,21 @@ def test_same_seed_same_numbers(script, tmp_path):
 
 # ---- checkpoints: SIGTERM, then --resume
 
-SMALL = ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1", "--save-model",
-         "--eval-episodes", "1"]
+SMALL = [
+    "--num-envs",
+    "2",
+    "--num-steps",
+    "16",
+    "--num-minibatches",
+    "2",
+    "--update-epochs",
+    "1",
+    "--save-model",
+    "--eval-episodes",
+    "1",
+]
 RESUMED_RUN = [*SMALL, "--total-timesteps", "192"]
+
 
 def test_ppo_atari_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
     """Breakout replayed from its log (frame stacks, episodic life, no-op starts): the resumed run
@@ -424,8 +531,13 @@ def test_ppo_atari_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
     assert len(whole["curves"]["losses/value_loss"]) == 6  # 6 rollouts of 2 x 16 steps
     assert resumed["curves"] == whole["curves"]
     (tmp_path / "other").mkdir()
-    assert_stops_with_one_line("ppo_atari_envpool.py", ["--resume", str(run_dir(tmp_path / "cut"))], "--resume",
-                               "written by ppo_atari.py, not ppo_atari_envpool.py", tmp_path / "other")
+    assert_stops_with_one_line(
+        "ppo_atari_envpool.py",
+        ["--resume", str(run_dir(tmp_path / "cut"))],
+        "--resume",
+        "written by ppo_atari.py, not ppo_atari_envpool.py",
+        tmp_path / "other",
+    )
 
 
 def test_envpool_resume_continues_the_run_with_new_envs(monkeypatch, tmp_path):

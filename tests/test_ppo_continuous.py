@@ -26,14 +26,28 @@ from tests.conftest import (
     sigterm_then_resume,
 )
 
-LOSS_TAGS = {"losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/old_approx_kl", "losses/approx_kl",
-             "losses/clipfrac", "losses/explained_variance"}
-TAGS = LOSS_TAGS | {"charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
-                    "eval/episodic_return", "eval/episodic_return_std"}
+LOSS_TAGS = {
+    "losses/value_loss",
+    "losses/policy_loss",
+    "losses/entropy",
+    "losses/old_approx_kl",
+    "losses/approx_kl",
+    "losses/clipfrac",
+    "losses/explained_variance",
+}
+TAGS = LOSS_TAGS | {
+    "charts/episodic_return",
+    "charts/episodic_length",
+    "charts/SPS",
+    "charts/learning_rate",
+    "eval/episodic_return",
+    "eval/episodic_return_std",
+}
 COUNTER = "tests.envs:ContinuousCounter-v0"  # observation [t], reward 1, actions in [2, 6], time limit 3
 
 
 # ---- the Gaussian policy
+
 
 def test_gaussian_log_prob_and_entropy_by_hand():
     # dimension 1: μ = .5, σ = .5, a = 1: z = 1, -z²/2 - log σ - log(2π)/2 = -.5 + .693147 - .918939 = -.725792
@@ -63,6 +77,7 @@ def test_agent_starts_with_unit_std_and_a_near_zero_mean():
 
 
 # ---- observation normalisation on the vector env
+
 
 def counter_envs(mode="sync", clip=10.0):
     envs = make_vector_env([ppo_continuous.make_env(COUNTER, 0, False, "")], mode)
@@ -127,6 +142,7 @@ def test_rewards_are_scaled_by_the_return_std_and_clipped_while_episodes_report_
 
 # ---- the training loop, in this process so that its variables can be inspected
 
+
 def run_in_process(monkeypatch, cwd, *flags):
     """Run ``cleanrl/ppo_continuous.py`` as ``__main__`` in this process; return its global variables."""
     return conftest.run_in_process("ppo_continuous.py", monkeypatch, cwd, *flags)
@@ -138,8 +154,22 @@ def test_loop_normalises_clips_and_bootstraps_from_the_normalised_final_observat
     from gymnasium.wrappers.utils import RunningMeanStd
 
     gamma = 0.9
-    g = run_in_process(monkeypatch, tmp_path, "--env-id", COUNTER, "--num-steps", "8", "--num-minibatches", "2",
-                       "--total-timesteps", "16", "--gamma", str(gamma), "--learning-rate", "1e-12")
+    g = run_in_process(
+        monkeypatch,
+        tmp_path,
+        "--env-id",
+        COUNTER,
+        "--num-steps",
+        "8",
+        "--num-minibatches",
+        "2",
+        "--total-timesteps",
+        "16",
+        "--gamma",
+        str(gamma),
+        "--learning-rate",
+        "1e-12",
+    )
     # replay the raw stream: observations 0 (reset), 1, 2, then at each truncation the final 3
     # and the reset 0; rewards 1, scaled by the std of the discounted return G = γ G + 1
     obs_rms, return_rms = RunningMeanStd(shape=(1,)), RunningMeanStd(shape=())
@@ -185,27 +215,53 @@ def test_loop_normalises_clips_and_bootstraps_from_the_normalised_final_observat
 
 def test_acting_copy_follows_the_trained_policy(monkeypatch, tmp_path):
     """After training, the numpy mean network and σ used for sampling are the torch policy's."""
-    g = run_in_process(monkeypatch, tmp_path, "--env-id", COUNTER, "--num-steps", "8", "--num-minibatches", "2",
-                       "--total-timesteps", "16", "--learning-rate", "0.01")
+    g = run_in_process(
+        monkeypatch,
+        tmp_path,
+        "--env-id",
+        COUNTER,
+        "--num-steps",
+        "8",
+        "--num-minibatches",
+        "2",
+        "--total-timesteps",
+        "16",
+        "--learning-rate",
+        "0.01",
+    )
     agent = g["agent"]
     std = agent.actor_logstd.detach().exp().numpy()
     assert np.abs(std - 1.0).max() > 1e-3  # σ has been trained away from its initial 1
     np.testing.assert_array_equal(g["action_std"], std)
     x = np.random.default_rng(0).normal(size=(5, 1)).astype(np.float32)
     with torch.no_grad():
-        np.testing.assert_allclose(g["policy_mean"](x), agent.actor_mean(torch.from_numpy(x)).numpy(), rtol=1e-5,
-                                   atol=1e-6)
+        np.testing.assert_allclose(g["policy_mean"](x), agent.actor_mean(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-6)
 
 
 # ---- whole script
+
 
 @pytest.fixture(scope="module")
 def hopper_run(tmp_path_factory):
     """One short Hopper-v5 run with subprocess envs and --save-model: 2 rollouts of 256 steps."""
     cwd = tmp_path_factory.mktemp("hopper")
-    result = run_script("ppo_continuous.py", "--env-id", "Hopper-v5", "--num-steps", "256", "--num-minibatches", "4",
-                        "--total-timesteps", "512", "--env-mode", "async", "--save-model", "--eval-episodes", "2",
-                        cwd=cwd)
+    result = run_script(
+        "ppo_continuous.py",
+        "--env-id",
+        "Hopper-v5",
+        "--num-steps",
+        "256",
+        "--num-minibatches",
+        "4",
+        "--total-timesteps",
+        "512",
+        "--env-mode",
+        "async",
+        "--save-model",
+        "--eval-episodes",
+        "2",
+        cwd=cwd,
+    )
     return result, run_dir(cwd)
 
 
@@ -258,12 +314,25 @@ def test_evaluation_uses_the_saved_statistics_frozen(hopper_run, monkeypatch):
 
 def test_async_envs_give_the_same_returns_as_sync_ones(tmp_path):
     """Same seed, same numbers: the statistics live in the main process in both modes."""
-    returns = returns_by_env_mode("ppo_continuous.py", "--env-id", "InvertedPendulum-v5", "--num-steps", "256",
-                                  "--num-minibatches", "4", "--total-timesteps", "768", "--num-envs", "2", cwd=tmp_path)
+    returns = returns_by_env_mode(
+        "ppo_continuous.py",
+        "--env-id",
+        "InvertedPendulum-v5",
+        "--num-steps",
+        "256",
+        "--num-minibatches",
+        "4",
+        "--total-timesteps",
+        "768",
+        "--num-envs",
+        "2",
+        cwd=tmp_path,
+    )
     assert len(returns["sync"]) > 20 and returns["sync"] == returns["async"]
 
 
 # ---- checkpoints
+
 
 def test_normalised_envs_resume_exactly(tmp_path):
     """The observation and reward normalisation (running statistics, each env's discounted return)
@@ -305,8 +374,23 @@ def test_normalised_envs_resume_exactly(tmp_path):
 def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
     """Stopped by SIGTERM after its first checkpoint and resumed, the run ends with the same
     weights, observation statistics and TensorBoard curves as without the interruption."""
-    flags = ["--env-id", "Pendulum-v1", "--num-envs", "2", "--num-steps", "64", "--num-minibatches", "2",
-             "--update-epochs", "2", "--total-timesteps", "1920", "--save-model", "--eval-episodes", "1"]
+    flags = [
+        "--env-id",
+        "Pendulum-v1",
+        "--num-envs",
+        "2",
+        "--num-steps",
+        "64",
+        "--num-minibatches",
+        "2",
+        "--update-epochs",
+        "2",
+        "--total-timesteps",
+        "1920",
+        "--save-model",
+        "--eval-episodes",
+        "1",
+    ]
     whole, resumed = sigterm_then_resume("ppo_continuous.py", flags, 256, 1920, tmp_path)
     assert any(key.startswith("obs_rms.") for key in whole["model"])
     for name, tensor in whole["model"].items():
@@ -314,8 +398,13 @@ def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
     assert len(whole["curves"]["losses/value_loss"]) == 15 and len(whole["curves"]["charts/episodic_return"]) >= 8
     assert resumed["curves"] == whole["curves"]
     (tmp_path / "other").mkdir()
-    assert_stops_with_one_line("ppo.py", ["--resume", str(run_dir(tmp_path / "cut"))], "--resume",
-                               "written by ppo_continuous.py, not ppo.py", tmp_path / "other")
+    assert_stops_with_one_line(
+        "ppo.py",
+        ["--resume", str(run_dir(tmp_path / "cut"))],
+        "--resume",
+        "written by ppo_continuous.py, not ppo.py",
+        tmp_path / "other",
+    )
 
 
 BAD_INPUT = [
@@ -345,8 +434,18 @@ def test_learns_inverted_pendulum_and_evaluates_the_same(tmp_path):
     The test took 324 s (116 s of CPU) on the 2-core machine while other jobs kept its load
     average near 6; it ended at 1000.0 / 1000.0.
     """
-    run_script("ppo_continuous.py", "--env-id", "InvertedPendulum-v5", "--seed", "1", "--total-timesteps", "102400",
-               "--save-model", cwd=tmp_path, timeout=1200)
+    run_script(
+        "ppo_continuous.py",
+        "--env-id",
+        "InvertedPendulum-v5",
+        "--seed",
+        "1",
+        "--total-timesteps",
+        "102400",
+        "--save-model",
+        cwd=tmp_path,
+        timeout=1200,
+    )
     directory = run_dir(tmp_path)
     returns = episodic_returns(directory)
     last20 = float(np.mean(returns[-20:]))

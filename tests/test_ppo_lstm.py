@@ -11,7 +11,6 @@ Learning (marked ``learning``): on the masked CartPole, ppo_lstm.py balances the
 with the same steps, does not (budgets and measured values in the two tests' docstrings).
 """
 
-
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -31,12 +30,23 @@ from tests.conftest import (
 )
 
 MASKED = "cleanrl_utils.envs:CartPoleNoVelocity-v1"
-PPO_TAGS = {"charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate",
-            "losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/old_approx_kl",
-            "losses/approx_kl", "losses/clipfrac", "losses/explained_variance"}
+PPO_TAGS = {
+    "charts/episodic_return",
+    "charts/episodic_length",
+    "charts/SPS",
+    "charts/learning_rate",
+    "losses/value_loss",
+    "losses/policy_loss",
+    "losses/entropy",
+    "losses/old_approx_kl",
+    "losses/approx_kl",
+    "losses/clipfrac",
+    "losses/explained_variance",
+}
 
 
 # ---- the masked tasks
+
 
 def test_cartpole_no_velocity_is_cartpole_without_the_velocities():
     masked, full = gym.make(MASKED), gym.make("CartPole-v1")
@@ -90,6 +100,7 @@ def test_hide_observation_entries_refuses_what_it_cannot_hide():
 
 # ---- pure functions
 
+
 @pytest.mark.parametrize("module", [ppo_lstm, ppo_atari_lstm])
 def test_gae_by_hand_and_as_ppo(module):
     rewards = np.ones((3, 1), dtype=np.float32)
@@ -107,7 +118,7 @@ def test_gae_by_hand_and_as_ppo(module):
     np.testing.assert_allclose(advantages[:, 0], [1.328, 0.4, 0.66], rtol=1e-6)
     rng = np.random.default_rng(0)
     args = [rng.normal(size=(6, 3)).astype(np.float32) for _ in range(2)] + [rng.normal(size=3).astype(np.float32)]
-    args += [rng.normal(size=(6, 3)).astype(np.float32)] + [(rng.random((6, 3)) < p).astype(np.float32) for p in (.2, .4)]
+    args += [rng.normal(size=(6, 3)).astype(np.float32)] + [(rng.random((6, 3)) < p).astype(np.float32) for p in (0.2, 0.4)]
     args[5] = np.maximum(args[4], args[5])  # a termination is a done
     for ours, reference in zip(module.compute_gae(*args, 0.99, 0.95), ppo.compute_gae(*args, 0.99, 0.95)):
         np.testing.assert_array_equal(ours, reference)
@@ -125,10 +136,12 @@ def test_unroll_resets_the_state_at_episode_starts():
         hidden, (h, c) = agent.unroll(obs, starts, state)
         zero = agent.initial_state(1)
         # env 0 from step 3 and env 1 from step 0: as if started from a zero state there
-        torch.testing.assert_close(hidden[3:, 0], agent.unroll(obs[3:, :1], torch.zeros(3, 1), zero)[0][:, 0],
-                                   rtol=0, atol=1e-6)
-        torch.testing.assert_close(hidden[:, 1], agent.unroll(obs[:, 1:2], torch.zeros(6, 1), zero)[0][:, 0],
-                                   rtol=0, atol=1e-6)
+        torch.testing.assert_close(
+            hidden[3:, 0], agent.unroll(obs[3:, :1], torch.zeros(3, 1), zero)[0][:, 0], rtol=0, atol=1e-6
+        )
+        torch.testing.assert_close(
+            hidden[:, 1], agent.unroll(obs[:, 1:2], torch.zeros(6, 1), zero)[0][:, 0], rtol=0, atol=1e-6
+        )
         # before a reset, and without one, the memory of the initial state is used
         carried = agent.unroll(obs[:, 2:3], torch.zeros(6, 1), (state[0][2:3], state[1][2:3]))[0][:, 0]
         torch.testing.assert_close(hidden[:, 2], carried, rtol=0, atol=1e-6)
@@ -149,8 +162,24 @@ def test_unroll_resets_the_state_at_episode_starts():
 
 # ---- the training loop, run in this process so that its variables can be inspected
 
-LOOP = ["--env-id", "tests.envs:Counter-v0", "--num-envs", "4", "--num-steps", "10", "--num-minibatches", "2",
-        "--update-epochs", "2", "--total-timesteps", "80", "--lstm-size", "16", "--seed", "11"]
+LOOP = [
+    "--env-id",
+    "tests.envs:Counter-v0",
+    "--num-envs",
+    "4",
+    "--num-steps",
+    "10",
+    "--num-minibatches",
+    "2",
+    "--update-epochs",
+    "2",
+    "--total-timesteps",
+    "80",
+    "--lstm-size",
+    "16",
+    "--seed",
+    "11",
+]
 
 
 @pytest.fixture
@@ -169,8 +198,7 @@ def test_loop_resets_the_lstm_at_episode_starts(frozen_run):
     # at an episode start the value is that of the observation alone, from a zero state
     with torch.no_grad():
         for t, n in zip(*np.nonzero(starts)):
-            alone = agent.get_value(torch.from_numpy(obs[t : t + 1, n : n + 1]), torch.ones(1, 1),
-                                    agent.initial_state(1))
+            alone = agent.get_value(torch.from_numpy(obs[t : t + 1, n : n + 1]), torch.ones(1, 1), agent.initial_state(1))
             np.testing.assert_allclose(values[t, n], alone.item(), rtol=0, atol=1e-6)
 
 
@@ -187,8 +215,9 @@ def test_update_replays_the_rollout_from_its_initial_state(frozen_run):
     assert abs(g["approx_kl"].item()) < 1e-7 and max(c.item() for c in g["clipfracs"]) == 0.0
     # the whole rollout, all envs at once
     with torch.no_grad():
-        logprob, _, value, _ = agent.get_action_and_value(torch.from_numpy(g["obs"]), torch.from_numpy(g["starts"]),
-                                                          initial_state, torch.from_numpy(g["actions"]))
+        logprob, _, value, _ = agent.get_action_and_value(
+            torch.from_numpy(g["obs"]), torch.from_numpy(g["starts"]), initial_state, torch.from_numpy(g["actions"])
+        )
     np.testing.assert_allclose(logprob.numpy(), g["logprobs"], rtol=0, atol=1e-6)
     np.testing.assert_allclose(value.numpy(), g["values"], rtol=0, atol=1e-6)
 
@@ -202,8 +231,11 @@ def test_truncation_bootstraps_with_the_episodes_own_lstm_state(frozen_run):
     final_obs = torch.tensor([[[3.0]]])  # Counter-v0 is truncated after 3 steps, at observation [3]
     with torch.no_grad():
         for t, n in zip(*np.nonzero(truncated)):
-            _, state = agent.unroll(torch.from_numpy(obs[: t + 1, n : n + 1]), torch.from_numpy(starts[: t + 1, n : n + 1]),
-                                    (initial_state[0][n : n + 1], initial_state[1][n : n + 1]))
+            _, state = agent.unroll(
+                torch.from_numpy(obs[: t + 1, n : n + 1]),
+                torch.from_numpy(starts[: t + 1, n : n + 1]),
+                (initial_state[0][n : n + 1], initial_state[1][n : n + 1]),
+            )
             expected = agent.get_value(final_obs, torch.zeros(1, 1), state).item()
             np.testing.assert_allclose(g["final_values"][t, n], expected, rtol=0, atol=1e-6)
             reset = agent.get_value(final_obs, torch.ones(1, 1), state).item()
@@ -211,16 +243,30 @@ def test_truncation_bootstraps_with_the_episodes_own_lstm_state(frozen_run):
         # the observations after the rollout, read with the state the next rollout starts from
         # (reset where the last step ended an episode)
         assert 0 < g["next_start"].sum() < len(g["next_start"])
-        last = agent.get_value(torch.from_numpy(g["next_obs"][None]), torch.from_numpy(g["next_start"][None]),
-                               g["lstm_state"])[0]
+        last = agent.get_value(
+            torch.from_numpy(g["next_obs"][None]), torch.from_numpy(g["next_start"][None]), g["lstm_state"]
+        )[0]
     np.testing.assert_allclose(g["last_values"], last.numpy(), rtol=0, atol=1e-6)
 
 
 def test_atari_update_replays_the_rollout_from_its_initial_state(monkeypatch, tmp_path):
     """ppo_atari_lstm.py, frozen weights, Breakout: the update's sequences reproduce the rollout's log π and V."""
     monkeypatch.setattr(torch.optim.Adam, "step", lambda self, closure=None: None)
-    g = run_in_process("ppo_atari_lstm.py", monkeypatch, tmp_path, "--num-envs", "2", "--num-steps", "16",
-                       "--num-minibatches", "2", "--update-epochs", "1", "--total-timesteps", "64")
+    g = run_in_process(
+        "ppo_atari_lstm.py",
+        monkeypatch,
+        tmp_path,
+        "--num-envs",
+        "2",
+        "--num-steps",
+        "16",
+        "--num-minibatches",
+        "2",
+        "--update-epochs",
+        "1",
+        "--total-timesteps",
+        "64",
+    )
     assert g["obs"].shape == (16, 2, 1, 84, 84) and g["obs"].dtype == np.uint8  # one frame per observation
     mb, initial_state = g["mb"], g["initial_state"]
     assert g["iteration"] == 2 and (initial_state[0][mb].abs().sum() > 0) and (g["starts"][0, mb.numpy()] == 0).all()
@@ -228,18 +274,37 @@ def test_atari_update_replays_the_rollout_from_its_initial_state(monkeypatch, tm
     np.testing.assert_allclose(g["newvalue"].detach().numpy(), g["values"][:, mb.numpy()], rtol=0, atol=1e-5)
     agent = g["agent"]
     with torch.no_grad():  # and the state matters: from a zero state the first steps differ
-        _, _, value, _ = agent.get_action_and_value(torch.from_numpy(g["obs"][:, mb.numpy()]),
-                                                    torch.from_numpy(g["starts"][:, mb.numpy()]),
-                                                    agent.initial_state(len(mb)), torch.from_numpy(g["actions"][:, mb.numpy()]))
+        _, _, value, _ = agent.get_action_and_value(
+            torch.from_numpy(g["obs"][:, mb.numpy()]),
+            torch.from_numpy(g["starts"][:, mb.numpy()]),
+            agent.initial_state(len(mb)),
+            torch.from_numpy(g["actions"][:, mb.numpy()]),
+        )
     assert np.abs(value.numpy()[0] - g["values"][0, mb.numpy()]).max() > 1e-4
 
 
 # ---- whole scripts
 
+
 def test_smoke_logs_saves_and_evaluates(tmp_path):
-    result = run_script("ppo_lstm.py", "--env-id", MASKED, "--total-timesteps", "1024", "--num-envs", "4",
-                        "--num-minibatches", "2", "--update-epochs", "2", "--save-model", "--eval-episodes", "2",
-                        "--capture-video", cwd=tmp_path)
+    result = run_script(
+        "ppo_lstm.py",
+        "--env-id",
+        MASKED,
+        "--total-timesteps",
+        "1024",
+        "--num-envs",
+        "4",
+        "--num-minibatches",
+        "2",
+        "--update-epochs",
+        "2",
+        "--save-model",
+        "--eval-episodes",
+        "2",
+        "--capture-video",
+        cwd=tmp_path,
+    )
     directory = run_dir(tmp_path)
     assert directory.name.startswith("cleanrl_utils.envs-CartPoleNoVelocity-v1__ppo_lstm__1__")
     assert PPO_TAGS | {"eval/episodic_return", "eval/episodic_return_std"} <= set(scalars(directory))
@@ -255,8 +320,7 @@ def test_smoke_logs_saves_and_evaluates(tmp_path):
 
 
 def test_same_seed_same_returns_and_async_matches_sync(tmp_path):
-    flags = ["--env-id", MASKED, "--total-timesteps", "1024", "--num-envs", "2", "--num-steps", "64",
-             "--update-epochs", "2"]
+    flags = ["--env-id", MASKED, "--total-timesteps", "1024", "--num-envs", "2", "--num-steps", "64", "--update-epochs", "2"]
     returns = {}
     for name, extra in [("a", []), ("b", []), ("async", ["--env-mode", "async"]), ("seed", ["--seed", "2"])]:
         (tmp_path / name).mkdir()
@@ -268,10 +332,31 @@ def test_same_seed_same_returns_and_async_matches_sync(tmp_path):
 
 
 RESUMED_RUNS = [  # script, flags, checkpoint interval, total steps
-    ("ppo_lstm.py", ["--env-id", MASKED, "--num-envs", "2", "--num-steps", "32", "--update-epochs", "2",
-                     "--lstm-size", "16", "--total-timesteps", "1280"], 256, 1280),
-    ("ppo_atari_lstm.py", ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1",
-                           "--total-timesteps", "192"], 64, 192),
+    (
+        "ppo_lstm.py",
+        [
+            "--env-id",
+            MASKED,
+            "--num-envs",
+            "2",
+            "--num-steps",
+            "32",
+            "--update-epochs",
+            "2",
+            "--lstm-size",
+            "16",
+            "--total-timesteps",
+            "1280",
+        ],
+        256,
+        1280,
+    ),
+    (
+        "ppo_atari_lstm.py",
+        ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1", "--total-timesteps", "192"],
+        64,
+        192,
+    ),
 ]
 
 
@@ -280,8 +365,7 @@ def test_sigterm_then_resume_equals_an_uninterrupted_run(script, flags, interval
     """Stopped by SIGTERM after its first checkpoint and resumed, the run ends with the same
     weights and TensorBoard curves as without the interruption: the LSTM state carried from one
     rollout to the next (and where the next rollout starts episodes) comes back with it."""
-    whole, resumed = sigterm_then_resume(script, [*flags, "--save-model", "--eval-episodes", "1"], interval, total,
-                                         tmp_path)
+    whole, resumed = sigterm_then_resume(script, [*flags, "--save-model", "--eval-episodes", "1"], interval, total, tmp_path)
     for name, tensor in whole["model"].items():
         assert torch.equal(tensor, resumed["model"][name]), name
     assert len(whole["curves"]["losses/value_loss"]) == total // (2 * int(flags[flags.index("--num-steps") + 1]))
@@ -289,21 +373,34 @@ def test_sigterm_then_resume_equals_an_uninterrupted_run(script, flags, interval
     if script == "ppo_lstm.py":  # episodes ended in the run (none of Breakout's games this early); another
         assert len(whole["curves"]["charts/episodic_return"]) > 20  # script refuses the checkpoint
         (tmp_path / "other").mkdir()
-        assert_stops_with_one_line("ppo_atari_lstm.py", ["--resume", str(run_dir(tmp_path / "cut"))], "--resume",
-                                   "written by ppo_lstm.py, not ppo_atari_lstm.py", tmp_path / "other")
+        assert_stops_with_one_line(
+            "ppo_atari_lstm.py",
+            ["--resume", str(run_dir(tmp_path / "cut"))],
+            "--resume",
+            "written by ppo_lstm.py, not ppo_atari_lstm.py",
+            tmp_path / "other",
+        )
 
 
 BAD_INPUT = [
-    ("ppo_lstm.py", ["--num-minibatches", "3"], "--num-minibatches",
-     "3 does not divide --num-envs 8: a minibatch is made of whole environment sequences"),
+    (
+        "ppo_lstm.py",
+        ["--num-minibatches", "3"],
+        "--num-minibatches",
+        "3 does not divide --num-envs 8: a minibatch is made of whole environment sequences",
+    ),
     ("ppo_lstm.py", ["--env-id", "Pendulum-v1"], "--env-id", "supports Discrete only"),
     ("ppo_lstm.py", ["--env-id", "tests.envs:Image-v0"], "--env-id", "1-dimensional observations only"),
     ("ppo_lstm.py", ["--env-id", "cleanrl_utils.envs:NoSuchTask-v1"], "--env-id", "unknown environment"),
     ("ppo_lstm.py", ["--lstm-size", "0"], "--lstm-size", "must be positive"),
     ("ppo_lstm.py", ["--checkpoint-interval", "-1"], "--checkpoint-interval", "must be >= 0"),
     ("ppo_lstm.py", ["--total-timesteps", "100"], "--total-timesteps", "less than one rollout of 256"),
-    ("ppo_atari_lstm.py", ["--num-minibatches", "3"], "--num-minibatches",
-     "does not divide --num-envs 8: a minibatch is made of whole environment sequences"),
+    (
+        "ppo_atari_lstm.py",
+        ["--num-minibatches", "3"],
+        "--num-minibatches",
+        "does not divide --num-envs 8: a minibatch is made of whole environment sequences",
+    ),
     ("ppo_atari_lstm.py", ["--env-id", "CartPole-v1"], "--env-id", "is not an Atari game"),
     ("ppo_atari_lstm.py", ["--env-id", "ALE/Breakout-v5"], "--env-id", "skips frames itself"),
     ("ppo_atari_lstm.py", ["--gae-lambda", "2"], "--gae-lambda", "must be in [0, 1]"),
@@ -317,8 +414,22 @@ def test_bad_input_stops_with_one_line(script, flags, flag, message, tmp_path):
 
 def test_atari_lstm_on_breakout_logs_game_scores_and_evaluates(tmp_path):
     """A real ALE game, one frame per observation; whole games (5 lives) are logged and evaluated."""
-    result = run_script("ppo_atari_lstm.py", "--num-envs", "2", "--num-steps", "64", "--num-minibatches", "2",
-                        "--total-timesteps", "512", "--save-model", "--eval-episodes", "1", cwd=tmp_path, timeout=600)
+    result = run_script(
+        "ppo_atari_lstm.py",
+        "--num-envs",
+        "2",
+        "--num-steps",
+        "64",
+        "--num-minibatches",
+        "2",
+        "--total-timesteps",
+        "512",
+        "--save-model",
+        "--eval-episodes",
+        "1",
+        cwd=tmp_path,
+        timeout=600,
+    )
     directory = run_dir(tmp_path)
     assert directory.name.startswith("BreakoutNoFrameskip-v4__ppo_atari_lstm__1__")
     tags = scalars(directory)
@@ -341,8 +452,7 @@ LEARNING_STEPS = 153600  # whole rollouts of both scripts (600 of ppo_lstm.py's 
 
 
 def last20(script, tmp_path):
-    run_script(script, "--env-id", MASKED, "--seed", "1", "--total-timesteps", str(LEARNING_STEPS), cwd=tmp_path,
-               timeout=1800)
+    run_script(script, "--env-id", MASKED, "--seed", "1", "--total-timesteps", str(LEARNING_STEPS), cwd=tmp_path, timeout=1800)
     returns = episodic_returns(run_dir(tmp_path))
     print(f"{script}: mean return over the last 20 episodes {np.mean(returns[-20:]):.1f} ({len(returns)} episodes)")
     assert len(returns) >= 20

@@ -28,9 +28,32 @@ from tests.conftest import ROOT, assert_stops_with_one_line, run_dir, run_script
 
 MASKED = "cleanrl_utils.envs:CartPoleNoVelocity-v1"
 # a small, fast configuration on the 3-step Counter-v0 episodes
-SMALL = ["--env-mode", "sync", "--num-actors", "1", "--num-envs", "4", "--lstm-size", "16", "--hidden-size", "16",
-         "--burn-in", "2", "--learn-length", "4", "--n-step", "2", "--batch-size", "8", "--buffer-size", "500",
-         "--learning-starts", "200", "--target-network-frequency", "50"]
+SMALL = [
+    "--env-mode",
+    "sync",
+    "--num-actors",
+    "1",
+    "--num-envs",
+    "4",
+    "--lstm-size",
+    "16",
+    "--hidden-size",
+    "16",
+    "--burn-in",
+    "2",
+    "--learn-length",
+    "4",
+    "--n-step",
+    "2",
+    "--batch-size",
+    "8",
+    "--buffer-size",
+    "500",
+    "--learning-starts",
+    "200",
+    "--target-network-frequency",
+    "50",
+]
 
 
 # ---- pure functions
@@ -58,11 +81,13 @@ def test_n_step_targets_hand_computed():
     truncations[2, 1] = True  # row 2: truncated at step 1 (value 30 is of the real final observation)
     mask[1:, 2:] = False
     targets = r2d2_async.n_step_targets(rewards, terminations, truncations, mask, values, gamma, n)
-    expected = torch.tensor([
-        [1 + 0.5 * 2 + 0.25 * 30, 2 + 0.5 * 3 + 0.25 * 40, 3 + 0.5 * 4 + 0.25 * 50, 4 + 0.5 * 50],  # end: bootstrap
-        [1 + 0.5 * 2, 2, 0, 0],  # termination: no bootstrap
-        [1 + 0.5 * 2 + 0.25 * 30, 2 + 0.5 * 30, 0, 0],  # truncation is not termination
-    ])
+    expected = torch.tensor(
+        [
+            [1 + 0.5 * 2 + 0.25 * 30, 2 + 0.5 * 3 + 0.25 * 40, 3 + 0.5 * 4 + 0.25 * 50, 4 + 0.5 * 50],  # end: bootstrap
+            [1 + 0.5 * 2, 2, 0, 0],  # termination: no bootstrap
+            [1 + 0.5 * 2 + 0.25 * 30, 2 + 0.5 * 30, 0, 0],  # truncation is not termination
+        ]
+    )
     torch.testing.assert_close(targets, expected)
     one_step = r2d2_async.n_step_targets(rewards[:1], terminations[:1], truncations[:1], mask[:1], values[:1], gamma, 1)
     torch.testing.assert_close(one_step, torch.tensor([[1 + 10.0, 2 + 15.0, 3 + 20.0, 4 + 25.0]]))
@@ -70,7 +95,7 @@ def test_n_step_targets_hand_computed():
 
 def test_epsilon_ladder():
     ladder = r2d2_async.epsilon_ladder(4, 0.4, 7.0)
-    np.testing.assert_allclose(ladder, [0.4, 0.4 ** (1 + 7 / 3), 0.4 ** (1 + 14 / 3), 0.4 ** 8])
+    np.testing.assert_allclose(ladder, [0.4, 0.4 ** (1 + 7 / 3), 0.4 ** (1 + 14 / 3), 0.4**8])
     np.testing.assert_allclose(r2d2_async.epsilon_ladder(1, 0.4, 7.0), [0.4])
     assert np.all(np.diff(r2d2_async.epsilon_ladder(16)) < 0)
 
@@ -99,15 +124,18 @@ def test_parameter_publishing_is_a_seqlock():
 # ---- bad input
 
 
-@pytest.mark.parametrize("flags, flag, message", [
-    (["--num-envs", "1"], "--num-envs", "at least 2"),
-    (["--replay-ratio", "0"], "--replay-ratio", "must be positive"),
-    (["--actor-lead", "10", "--batch-size", "8", "--learn-length", "4"], "--actor-lead", "must exceed"),
-    (["--buffer-size", "4", "--batch-size", "8"], "--buffer-size", "fewer than --batch-size"),
-    (["--epsilon", "1.5"], "--epsilon", "must be in [0, 1]"),
-    (["--env-id", "tests.envs:Image-v0"], "--env-id", "1-dimensional observations"),
-    (["--env-id", "Pendulum-v1"], "--env-id", "supports Discrete only"),
-])
+@pytest.mark.parametrize(
+    "flags, flag, message",
+    [
+        (["--num-envs", "1"], "--num-envs", "at least 2"),
+        (["--replay-ratio", "0"], "--replay-ratio", "must be positive"),
+        (["--actor-lead", "10", "--batch-size", "8", "--learn-length", "4"], "--actor-lead", "must exceed"),
+        (["--buffer-size", "4", "--batch-size", "8"], "--buffer-size", "fewer than --batch-size"),
+        (["--epsilon", "1.5"], "--epsilon", "must be in [0, 1]"),
+        (["--env-id", "tests.envs:Image-v0"], "--env-id", "1-dimensional observations"),
+        (["--env-id", "Pendulum-v1"], "--env-id", "supports Discrete only"),
+    ],
+)
 def test_bad_input_stops_with_one_line(flags, flag, message, tmp_path):
     base = ["--env-id", "tests.envs:Counter-v0", "--total-timesteps", "1000", "--learning-starts", "100"]
     assert_stops_with_one_line("r2d2_async.py", [*base, *flags], flag, message, tmp_path)
@@ -128,8 +156,18 @@ def test_replay_ratio_holds(case, tmp_path):
     if case == "slow actors":
         flags = ["--env-id", "tests.envs:SlowCounter-v0", "--replay-ratio", "4", "--total-timesteps", "3000"]
     else:
-        flags = ["--env-id", "tests.envs:Counter-v0", "--replay-ratio", "1", "--total-timesteps", "4000",
-                 "--num-actors", "2", "--debug-learner-sleep", "0.05"]
+        flags = [
+            "--env-id",
+            "tests.envs:Counter-v0",
+            "--replay-ratio",
+            "1",
+            "--total-timesteps",
+            "4000",
+            "--num-actors",
+            "2",
+            "--debug-learner-sleep",
+            "0.05",
+        ]
     result = run_script("r2d2_async.py", *SMALL, *flags, cwd=tmp_path, timeout=300)
     target = float(flags[flags.index("--replay-ratio") + 1])
     assert final_ratio(result.stdout) == pytest.approx(target, rel=0.1), result.stdout
@@ -145,8 +183,19 @@ def test_replay_ratio_holds(case, tmp_path):
 
 
 def test_crashing_actor_stops_the_run_with_its_traceback(tmp_path):
-    result = run_script("r2d2_async.py", *SMALL, "--env-id", "tests.envs:CrashingCounter-v0", "--num-actors", "2",
-                        "--total-timesteps", "1000000", cwd=tmp_path, check=False, timeout=120)
+    result = run_script(
+        "r2d2_async.py",
+        *SMALL,
+        "--env-id",
+        "tests.envs:CrashingCounter-v0",
+        "--num-actors",
+        "2",
+        "--total-timesteps",
+        "1000000",
+        cwd=tmp_path,
+        check=False,
+        timeout=120,
+    )
     assert result.returncode == 1, result.stderr
     assert "error: actor" in result.stderr and "Traceback" in result.stderr
     assert "RuntimeError: CrashingCounter-v0: deliberate failure for the crash test" in result.stderr
@@ -183,9 +232,16 @@ def start(flags: list[str], cwd: Path) -> subprocess.Popen:
     environ = {**os.environ, "PYTHONPATH": str(ROOT)}
     # SIGINT as in a terminal's foreground job: a job started in the background by a non-interactive
     # shell (as CI may run pytest) inherits SIGINT ignored, and Python then installs no handler for it
-    return subprocess.Popen([sys.executable, str(ROOT / "cleanrl" / "r2d2_async.py"), *flags], cwd=cwd, env=environ,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "cleanrl" / "r2d2_async.py"), *flags],
+        cwd=cwd,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 def wait_for_training(process: subprocess.Popen, cwd: Path, processes: int) -> set[int]:
@@ -216,8 +272,17 @@ def shm_in_use() -> set[str]:
 def test_ctrl_c_leaves_no_process_and_no_shared_memory(env_mode, tmp_path):
     shm_before = set(os.listdir("/dev/shm"))
     actors = 2 if env_mode == "sync" else 1
-    flags = [*SMALL, "--env-id", "tests.envs:Counter-v0", "--num-actors", str(actors), "--total-timesteps",
-             "10000000", "--env-mode", env_mode]
+    flags = [
+        *SMALL,
+        "--env-id",
+        "tests.envs:Counter-v0",
+        "--num-actors",
+        str(actors),
+        "--total-timesteps",
+        "10000000",
+        "--env-mode",
+        env_mode,
+    ]
     process = start(flags, tmp_path)
     # the actors (+ the resource tracker; async: a forkserver and 4 env processes per actor)
     pids = wait_for_training(process, tmp_path, 2 if env_mode == "sync" else 6)
@@ -235,8 +300,20 @@ def test_ctrl_c_leaves_no_process_and_no_shared_memory(env_mode, tmp_path):
 
 
 def test_sigterm_writes_a_checkpoint_and_resume_continues(tmp_path):
-    flags = [*SMALL, "--env-id", "tests.envs:SlowCounter-v0", "--total-timesteps", "4000", "--replay-ratio", "2",
-             "--save-model", "--eval-episodes", "2", "--checkpoint-interval", "500"]
+    flags = [
+        *SMALL,
+        "--env-id",
+        "tests.envs:SlowCounter-v0",
+        "--total-timesteps",
+        "4000",
+        "--replay-ratio",
+        "2",
+        "--save-model",
+        "--eval-episodes",
+        "2",
+        "--checkpoint-interval",
+        "500",
+    ]
     process = start(flags, tmp_path)
     while not list(tmp_path.glob("runs/*/checkpoints/step_*.pt")):  # training is under way
         assert process.poll() is None, process.communicate()
@@ -273,13 +350,50 @@ def test_learns_masked_cartpole(tmp_path):
     210 s, 204 s), their final networks 500.0, 500.0, 500.0; seeds 5, 6, 7 reached 500.0 each
     (324-337 s), their final networks 221.8, 491.3, 415.8: the greedy policy oscillates, so the
     final network alone is not a reliable test."""
-    result = run_script("r2d2_async.py", "--env-id", MASKED, "--env-mode", "sync", "--num-actors", "1",
-                        "--num-envs", "8", "--lstm-size", "64", "--hidden-size", "64", "--burn-in", "8",
-                        "--learn-length", "16", "--n-step", "3", "--gamma", "0.99", "--learning-rate", "1e-3",
-                        "--adam-eps", "1e-5", "--target-network-frequency", "50", "--buffer-size", "2000",
-                        "--batch-size", "32", "--replay-ratio", "32", "--learning-starts", "2000",
-                        "--total-timesteps", "80000", "--eval-interval", "8000", "--save-model", cwd=tmp_path,
-                        timeout=600)
+    result = run_script(
+        "r2d2_async.py",
+        "--env-id",
+        MASKED,
+        "--env-mode",
+        "sync",
+        "--num-actors",
+        "1",
+        "--num-envs",
+        "8",
+        "--lstm-size",
+        "64",
+        "--hidden-size",
+        "64",
+        "--burn-in",
+        "8",
+        "--learn-length",
+        "16",
+        "--n-step",
+        "3",
+        "--gamma",
+        "0.99",
+        "--learning-rate",
+        "1e-3",
+        "--adam-eps",
+        "1e-5",
+        "--target-network-frequency",
+        "50",
+        "--buffer-size",
+        "2000",
+        "--batch-size",
+        "32",
+        "--replay-ratio",
+        "32",
+        "--learning-starts",
+        "2000",
+        "--total-timesteps",
+        "80000",
+        "--eval-interval",
+        "8000",
+        "--save-model",
+        cwd=tmp_path,
+        timeout=600,
+    )
     evaluations = [value for _, value in scalars(run_dir(tmp_path))["eval/episodic_return"]]
     assert len(evaluations) >= 9  # every 8k steps during training, and the final network
     assert max(evaluations) >= 400, result.stdout

@@ -131,16 +131,26 @@ def test_n_step_targets_with_prioritized_importance_weights():
     """3-step returns from the prioritized buffer, their weights after a priority update, the weighted loss."""
     space = gym.spaces.Box(-100, 100, (1,), np.float32)
     gamma, alpha, beta = 0.5, 1.0, 1.0
-    rb = PrioritizedReplayBuffer(32, 1, space, gym.spaces.Discrete(2), n_step=3, gamma=gamma, alpha=alpha,
-                                 eps=1e-6, seed=0)
+    rb = PrioritizedReplayBuffer(32, 1, space, gym.spaces.Discrete(2), n_step=3, gamma=gamma, alpha=alpha, eps=1e-6, seed=0)
     rewards = [1.0, 2.0, 4.0, 8.0, 16.0]  # obs 0..4, the episode terminates after the step from obs 4
     for t, r in enumerate(rewards):
-        rb.add(np.array([[t]], np.float32), np.array([0]), np.array([r]), np.array([t == 4]), np.array([False]),
-               np.array([[t + 1]], np.float32))
+        rb.add(
+            np.array([[t]], np.float32),
+            np.array([0]),
+            np.array([r]),
+            np.array([t == 4]),
+            np.array([False]),
+            np.array([[t + 1]], np.float32),
+        )
     assert len(rb) == 5
     # hand-computed 3-step returns and discounts; the window stops at the termination
-    expected = {0: (1 + 0.5 * 2 + 0.25 * 4, 3.0, 0.125), 1: (2 + 0.5 * 4 + 0.25 * 8, 4.0, 0.125),
-                2: (4 + 0.5 * 8 + 0.25 * 16, 5.0, 0.0), 3: (8 + 0.5 * 16, 5.0, 0.0), 4: (16.0, 5.0, 0.0)}
+    expected = {
+        0: (1 + 0.5 * 2 + 0.25 * 4, 3.0, 0.125),
+        1: (2 + 0.5 * 4 + 0.25 * 8, 4.0, 0.125),
+        2: (4 + 0.5 * 8 + 0.25 * 16, 5.0, 0.0),
+        3: (8 + 0.5 * 16, 5.0, 0.0),
+        4: (16.0, 5.0, 0.0),
+    }
     batch = rb.sample(200, beta)
     slot_of = {}
     for i in range(200):
@@ -189,18 +199,39 @@ def test_noise_is_saved_and_restored_outside_the_state_dict(tmp_path):
     assert torch.equal(other(x), expected)
 
 
-RAINBOW_RESUME = ["--buffer-size", "1000", "--batch-size", "4", "--train-frequency", "4", "--target-network-frequency",
-                  "100"]  # tiny runs: each noisy-network step (acting or update) costs several ms on one core
+RAINBOW_RESUME = [
+    "--buffer-size",
+    "1000",
+    "--batch-size",
+    "4",
+    "--train-frequency",
+    "4",
+    "--target-network-frequency",
+    "100",
+]  # tiny runs: each noisy-network step (acting or update) costs several ms on one core
 
 
 def test_rainbow_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run(tmp_path):
     from tests.conftest import sigterm_then_resume
 
     # stopped after the first updates (from step 251), so that the noise they drew must come back
-    whole, resumed = sigterm_then_resume("rainbow_atari.py", [*RAINBOW_RESUME, "--total-timesteps", "600",
-                                                              "--learning-starts", "250", "--checkpoint-buffer",
-                                                              "--save-model", "--eval-episodes", "1"], 300, 600,
-                                         tmp_path)
+    whole, resumed = sigterm_then_resume(
+        "rainbow_atari.py",
+        [
+            *RAINBOW_RESUME,
+            "--total-timesteps",
+            "600",
+            "--learning-starts",
+            "250",
+            "--checkpoint-buffer",
+            "--save-model",
+            "--eval-episodes",
+            "1",
+        ],
+        300,
+        600,
+        tmp_path,
+    )
     for name, tensor in whole["model"].items():
         assert torch.equal(tensor, resumed["model"][name]), name
     assert resumed["curves"] == whole["curves"]  # TensorBoard curves continue without a fold or a repeat
@@ -219,5 +250,6 @@ def test_rainbow_resume_refuses_another_scripts_checkpoint(tmp_path):
     from tests.conftest import assert_stops_with_one_line
 
     path = save_checkpoint(tmp_path / "run" / "checkpoints" / "step_100.pt", "dqn_atari", Args(), {"global_step": 100})
-    assert_stops_with_one_line("rainbow_atari.py", ["--resume", str(path)], "--resume",
-                               "written by dqn_atari.py, not rainbow_atari.py", tmp_path)
+    assert_stops_with_one_line(
+        "rainbow_atari.py", ["--resume", str(path)], "--resume", "written by dqn_atari.py, not rainbow_atari.py", tmp_path
+    )

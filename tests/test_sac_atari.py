@@ -50,8 +50,7 @@ def test_target_takes_the_min_of_the_twin_target_critics():
     y = soft_td_target(torch.tensor([1.0]), torch.tensor([0.99]), PROBS, LOG_PROBS, q1, q2, 0.0)
     torch.testing.assert_close(y, torch.tensor([1.2475]))
     # symmetric in the two critics
-    torch.testing.assert_close(soft_td_target(torch.tensor([1.0]), torch.tensor([0.99]), PROBS, LOG_PROBS, q2, q1,
-                                              0.0), y)
+    torch.testing.assert_close(soft_td_target(torch.tensor([1.0]), torch.tensor([0.99]), PROBS, LOG_PROBS, q2, q1, 0.0), y)
     # α = 0.2 adds γ α H: y = 1 + 0.99 (0.25 + 0.2 · 0.562335) = 1.358842
     y = soft_td_target(torch.tensor([1.0]), torch.tensor([0.99]), PROBS, LOG_PROBS, q1, q2, 0.2)
     torch.testing.assert_close(y, torch.tensor([1.358842]))
@@ -60,8 +59,15 @@ def test_target_takes_the_min_of_the_twin_target_critics():
 def test_target_is_the_reward_alone_after_a_termination():
     # discount 0 (terminated): y = r, whatever the critics and the entropy bonus say
     big = torch.tensor([[100.0, 100.0]])
-    y = soft_td_target(torch.tensor([0.5, 0.5]), torch.tensor([0.0, 0.99]), PROBS.expand(2, 2),
-                       LOG_PROBS.expand(2, 2), big.expand(2, 2), big.expand(2, 2), 0.2)
+    y = soft_td_target(
+        torch.tensor([0.5, 0.5]),
+        torch.tensor([0.0, 0.99]),
+        PROBS.expand(2, 2),
+        LOG_PROBS.expand(2, 2),
+        big.expand(2, 2),
+        big.expand(2, 2),
+        0.2,
+    )
     # second row bootstraps: 0.5 + 0.99 (100 + 0.2 · 0.562335) = 99.611342
     torch.testing.assert_close(y, torch.tensor([0.5, 99.611342]))
 
@@ -73,8 +79,14 @@ def test_replay_discounts_stop_the_bootstrap_at_a_termination_but_not_at_a_trunc
     # obs 0 -> 1 -> 2 (terminated); obs 10 -> 11 (truncated, real final obs 11)
     steps = [(0, 1, False, False), (1, 2, True, False), (10, 11, False, True)]
     for o, next_o, terminated, truncated in steps:
-        rb.add(np.array([[o]], np.float32), np.array([1]), np.array([1.0]), np.array([terminated]),
-               np.array([truncated]), np.array([[next_o]], np.float32))
+        rb.add(
+            np.array([[o]], np.float32),
+            np.array([1]),
+            np.array([1.0]),
+            np.array([terminated]),
+            np.array([truncated]),
+            np.array([[next_o]], np.float32),
+        )
     batch = rb.sample(64)
     q = torch.full((64, 2), 10.0)
     probs = torch.full((64, 2), 0.5)
@@ -121,8 +133,9 @@ def test_actor_loss_is_minimised_by_the_softmax_of_q_over_alpha():
     assert step[0, 1] > step[0, 0] > step[0, 2] and step.abs().max() > 0.05
     # the minimum value is -α log Σ_a exp(Q / α)
     log_probs = torch.log_softmax(q / alpha, -1)
-    torch.testing.assert_close(discrete_actor_loss(log_probs.exp(), log_probs, q, alpha),
-                               -alpha * torch.logsumexp(q / alpha, -1)[0])
+    torch.testing.assert_close(
+        discrete_actor_loss(log_probs.exp(), log_probs, q, alpha), -alpha * torch.logsumexp(q / alpha, -1)[0]
+    )
 
 
 def test_temperature_loss_hand_computed():
@@ -175,16 +188,31 @@ def test_network_outputs_one_value_per_action_from_frames():
 
 # ---- checkpoints: interrupted by SIGTERM, resumed with --resume (whole runs on Breakout, a few seconds each)
 
-CHECKPOINTED = ["--total-timesteps", "800", "--learning-starts", "400", "--buffer-size", "600", "--batch-size", "16",
-                "--update-frequency", "8", "--target-network-frequency", "48", "--torch-threads", "1"]
+CHECKPOINTED = [
+    "--total-timesteps",
+    "800",
+    "--learning-starts",
+    "400",
+    "--buffer-size",
+    "600",
+    "--batch-size",
+    "16",
+    "--update-frequency",
+    "8",
+    "--target-network-frequency",
+    "48",
+    "--torch-threads",
+    "1",
+]
 
 
 def test_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run(tmp_path):
     from tests.conftest import sigterm_then_resume
 
     # the frame-stacked replay (600 transitions) wraps around; the target critics are copied every 48 steps
-    whole, resumed = sigterm_then_resume("sac_atari.py", [*CHECKPOINTED, "--checkpoint-buffer", "--save-model",
-                                                          "--eval-episodes", "1"], 200, 800, tmp_path)
+    whole, resumed = sigterm_then_resume(
+        "sac_atari.py", [*CHECKPOINTED, "--checkpoint-buffer", "--save-model", "--eval-episodes", "1"], 200, 800, tmp_path
+    )
     assert whole["model"].keys() == resumed["model"].keys() == {"actor", "qf1", "qf2", "alpha"}
     for part in ("actor", "qf1", "qf2"):
         for name, tensor in whole["model"][part].items():
@@ -208,15 +236,23 @@ def test_resume_without_the_buffer_refills_it_then_updates_on(tmp_path):
     whole = run_dir(tmp_path / "whole")
     copy = copytree(whole, tmp_path / "resumed" / "runs" / whole.name)
     (copy / "checkpoints" / "step_800.pt").unlink()
-    result = run_script("sac_atari.py", "--resume", str(copy / "checkpoints" / "step_600.pt"), "--checkpoint-interval",
-                        "200", cwd=tmp_path / "resumed")
+    result = run_script(
+        "sac_atari.py",
+        "--resume",
+        str(copy / "checkpoints" / "step_600.pt"),
+        "--checkpoint-interval",
+        "200",
+        cwd=tmp_path / "resumed",
+    )
     assert "resumed at step 600" in result.stdout and "refilling it until step 700" in result.stdout
 
     def adam_steps(run, step):
         checkpoint = torch.load(run / "checkpoints" / f"step_{step}.pt", weights_only=True)
         assert "buffer" not in checkpoint
-        return [{int(s["step"]) for s in checkpoint[name]["state"].values()}
-                for name in ("q_optimizer", "actor_optimizer", "alpha_optimizer")]
+        return [
+            {int(s["step"]) for s in checkpoint[name]["state"].values()}
+            for name in ("q_optimizer", "actor_optimizer", "alpha_optimizer")
+        ]
 
     # updates at every 8th iteration after step 100: 62 by step 600, 87 by step 800; resumed at 600, none in
     # steps 601-700 and 12 in steps 701-800 (iterations 704, ..., 792), from the trained optimisers' states
@@ -224,7 +260,13 @@ def test_resume_without_the_buffer_refills_it_then_updates_on(tmp_path):
     assert adam_steps(copy, 800) == [{62 + 12}] * 3
     # another script's checkpoint is refused
     other = save_checkpoint(tmp_path / "other" / "step_1.pt", "sac_continuous", Args(), {"global_step": 1})
-    assert_stops_with_one_line("sac_atari.py", ["--resume", str(other)], "--resume",
-                               "was written by sac_continuous.py, not sac_atari.py", tmp_path / "other")
-    assert_stops_with_one_line("sac_atari.py", ["--checkpoint-interval", "-1"], "--checkpoint-interval",
-                               "must be >= 0, got -1", tmp_path / "other")
+    assert_stops_with_one_line(
+        "sac_atari.py",
+        ["--resume", str(other)],
+        "--resume",
+        "was written by sac_continuous.py, not sac_atari.py",
+        tmp_path / "other",
+    )
+    assert_stops_with_one_line(
+        "sac_atari.py", ["--checkpoint-interval", "-1"], "--checkpoint-interval", "must be >= 0, got -1", tmp_path / "other"
+    )

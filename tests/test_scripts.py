@@ -30,8 +30,17 @@ LOSS_TAGS = {
 
 @pytest.mark.parametrize("script", ["ppo.py", "dqn.py", "c51.py"])
 def test_smoke_run_directory_video_model_and_tracking(script, tmp_path):
-    result = run_script(script, *SHORT[script], "--capture-video", "--save-model", "--track",
-                        "--eval-episodes", "2", cwd=tmp_path, env={"WANDB_MODE": "offline"})
+    result = run_script(
+        script,
+        *SHORT[script],
+        "--capture-video",
+        "--save-model",
+        "--track",
+        "--eval-episodes",
+        "2",
+        cwd=tmp_path,
+        env={"WANDB_MODE": "offline"},
+    )
     directory = run_dir(tmp_path)
     assert directory.name.startswith(f"CartPole-v1__{script[:-3]}__1__")
     tags = set(scalars(directory))
@@ -148,9 +157,11 @@ def test_bad_input_stops_with_one_line(script, flags, flag, message, tmp_path):
 
 @pytest.mark.parametrize("script", ["ppo.py", "dqn.py", "c51.py"])
 def test_same_seed_same_returns(script, tmp_path):
-    flags = {"ppo.py": ["--total-timesteps", "6144"],
-             "dqn.py": ["--total-timesteps", "4000", "--learning-starts", "1000", "--train-frequency", "1"],
-             "c51.py": ["--total-timesteps", "4000", "--learning-starts", "1000", "--train-frequency", "1"]}[script]
+    flags = {
+        "ppo.py": ["--total-timesteps", "6144"],
+        "dqn.py": ["--total-timesteps", "4000", "--learning-starts", "1000", "--train-frequency", "1"],
+        "c51.py": ["--total-timesteps", "4000", "--learning-starts", "1000", "--train-frequency", "1"],
+    }[script]
     runs = []
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
@@ -166,8 +177,19 @@ def test_same_seed_same_returns(script, tmp_path):
 def test_dqn_all_options_run_and_evaluate(tmp_path):
     from cleanrl.dqn import evaluate
 
-    run_script("dqn.py", *SHORT["dqn.py"], "--double-q", "--dueling", "--n-step", "3", "--prioritized-replay",
-               "--save-model", "--eval-episodes", "1", cwd=tmp_path)
+    run_script(
+        "dqn.py",
+        *SHORT["dqn.py"],
+        "--double-q",
+        "--dueling",
+        "--n-step",
+        "3",
+        "--prioritized-replay",
+        "--save-model",
+        "--eval-episodes",
+        "1",
+        cwd=tmp_path,
+    )
     directory = run_dir(tmp_path)
     assert {"losses/td_loss", "losses/q_values"} <= set(scalars(directory))
     assert evaluate(str(directory / "dqn.cleanrl_model"), eval_episodes=2).shape == (2,)
@@ -176,8 +198,10 @@ def test_dqn_all_options_run_and_evaluate(tmp_path):
 @pytest.mark.parametrize("script", ["ppo.py", "dqn.py"])
 def test_async_env_mode_matches_sync(script, tmp_path):
     """Subprocess envs give the same observations, hence the same returns, as serial ones."""
-    flags = {"ppo.py": ["--total-timesteps", "2048", "--num-envs", "2"],
-             "dqn.py": ["--total-timesteps", "2000", "--num-envs", "2", "--learning-starts", "500"]}[script]
+    flags = {
+        "ppo.py": ["--total-timesteps", "2048", "--num-envs", "2"],
+        "dqn.py": ["--total-timesteps", "2000", "--num-envs", "2", "--learning-starts", "500"],
+    }[script]
     returns = returns_by_env_mode(script, *flags, cwd=tmp_path)
     assert returns["sync"] and returns["sync"] == returns["async"]
 
@@ -209,8 +233,10 @@ def test_progress_bar_on_a_terminal_and_lines_otherwise():
     progress.update(100)
     progress.close()
     lines = plain.getvalue().splitlines()
-    assert lines == ["step 50/100 (50%) | SPS " + lines[0].split("SPS ")[1].split(" |")[0] + " | return (last 2) 15.0",
-                     lines[1]]
+    assert lines == [
+        "step 50/100 (50%) | SPS " + lines[0].split("SPS ")[1].split(" |")[0] + " | return (last 2) 15.0",
+        lines[1],
+    ]
     assert lines[1].startswith("step 100/100 (100%)")
 
 
@@ -224,9 +250,27 @@ def test_dqn_atari_on_breakout_logs_game_scores_and_evaluates(tmp_path):
     """A real ALE game: the standard preprocessing, the frame-stacked replay, all DQN options."""
     from cleanrl.dqn_atari import evaluate
 
-    result = run_script("dqn_atari.py", "--total-timesteps", "1500", "--learning-starts", "1000", "--buffer-size",
-                        "2000", "--train-frequency", "4", "--double-q", "--dueling", "--n-step", "3",
-                        "--prioritized-replay", "--save-model", "--eval-episodes", "1", cwd=tmp_path, timeout=600)
+    result = run_script(
+        "dqn_atari.py",
+        "--total-timesteps",
+        "1500",
+        "--learning-starts",
+        "1000",
+        "--buffer-size",
+        "2000",
+        "--train-frequency",
+        "4",
+        "--double-q",
+        "--dueling",
+        "--n-step",
+        "3",
+        "--prioritized-replay",
+        "--save-model",
+        "--eval-episodes",
+        "1",
+        cwd=tmp_path,
+        timeout=600,
+    )
     directory = run_dir(tmp_path)
     assert directory.name.startswith("BreakoutNoFrameskip-v4__dqn_atari__1__")
     tags = scalars(directory)
@@ -242,8 +286,22 @@ def test_dqn_atari_on_breakout_logs_game_scores_and_evaluates(tmp_path):
 def test_c51_atari_on_breakout_logs_game_scores_and_evaluates(tmp_path):
     from cleanrl.c51_atari import evaluate
 
-    result = run_script("c51_atari.py", "--total-timesteps", "1500", "--learning-starts", "1000", "--buffer-size",
-                        "2000", "--n-step", "3", "--save-model", "--eval-episodes", "1", cwd=tmp_path, timeout=600)
+    result = run_script(
+        "c51_atari.py",
+        "--total-timesteps",
+        "1500",
+        "--learning-starts",
+        "1000",
+        "--buffer-size",
+        "2000",
+        "--n-step",
+        "3",
+        "--save-model",
+        "--eval-episodes",
+        "1",
+        cwd=tmp_path,
+        timeout=600,
+    )
     directory = run_dir(tmp_path)
     tags = scalars(directory)
     assert {"losses/loss", "losses/q_values", "charts/episodic_return"} <= set(tags)
@@ -256,9 +314,22 @@ def test_rainbow_atari_on_breakout_logs_game_scores_and_evaluates(tmp_path):
     """Noisy dueling distributional network, 3-step prioritized replay, on a real ALE game."""
     from cleanrl.rainbow_atari import evaluate
 
-    result = run_script("rainbow_atari.py", "--total-timesteps", "1500", "--learning-starts", "1000",
-                        "--buffer-size", "2000", "--target-network-frequency", "100", "--save-model",
-                        "--eval-episodes", "1", cwd=tmp_path, timeout=600)
+    result = run_script(
+        "rainbow_atari.py",
+        "--total-timesteps",
+        "1500",
+        "--learning-starts",
+        "1000",
+        "--buffer-size",
+        "2000",
+        "--target-network-frequency",
+        "100",
+        "--save-model",
+        "--eval-episodes",
+        "1",
+        cwd=tmp_path,
+        timeout=600,
+    )
     directory = run_dir(tmp_path)
     assert directory.name.startswith("BreakoutNoFrameskip-v4__rainbow_atari__1__")
     tags = scalars(directory)
@@ -276,14 +347,39 @@ def test_sac_atari_on_breakout_logs_game_scores_and_evaluates(tmp_path):
     from cleanrl.sac_atari import evaluate
 
     (tmp_path / "tuned").mkdir()
-    result = run_script("sac_atari.py", "--total-timesteps", "1500", "--learning-starts", "1000", "--buffer-size",
-                        "2000", "--target-network-frequency", "100", "--save-model", "--eval-episodes", "1",
-                        cwd=tmp_path / "tuned", timeout=600)
+    result = run_script(
+        "sac_atari.py",
+        "--total-timesteps",
+        "1500",
+        "--learning-starts",
+        "1000",
+        "--buffer-size",
+        "2000",
+        "--target-network-frequency",
+        "100",
+        "--save-model",
+        "--eval-episodes",
+        "1",
+        cwd=tmp_path / "tuned",
+        timeout=600,
+    )
     directory = run_dir(tmp_path / "tuned")
     assert directory.name.startswith("BreakoutNoFrameskip-v4__sac_atari__1__")
     tags = scalars(directory)
-    losses = {f"losses/{name}" for name in ("qf1_values", "qf2_values", "qf1_loss", "qf2_loss", "qf_loss",
-                                            "actor_loss", "alpha", "alpha_loss", "entropy")}
+    losses = {
+        f"losses/{name}"
+        for name in (
+            "qf1_values",
+            "qf2_values",
+            "qf1_loss",
+            "qf2_loss",
+            "qf_loss",
+            "actor_loss",
+            "alpha",
+            "alpha_loss",
+            "entropy",
+        )
+    }
     assert losses | STANDARD_TAGS <= set(tags), set(tags)
     assert min(v for _, v in tags["charts/episodic_length"]) > 100  # whole games, not lives
     # α starts at 1 and is tuned by a few dozen Adam steps of 3e-4 in log α
@@ -297,14 +393,33 @@ def test_sac_atari_on_breakout_logs_game_scores_and_evaluates(tmp_path):
 
     # --no-autotune: α stays at --alpha and there is no temperature loss (one update, at step 801, logged)
     (tmp_path / "fixed").mkdir()
-    run_script("sac_atari.py", "--total-timesteps", "804", "--learning-starts", "800", "--buffer-size", "2000",
-               "--no-autotune", "--alpha", "0.05", cwd=tmp_path / "fixed", timeout=600)
+    run_script(
+        "sac_atari.py",
+        "--total-timesteps",
+        "804",
+        "--learning-starts",
+        "800",
+        "--buffer-size",
+        "2000",
+        "--no-autotune",
+        "--alpha",
+        "0.05",
+        cwd=tmp_path / "fixed",
+        timeout=600,
+    )
     tags = scalars(run_dir(tmp_path / "fixed"))
     assert [v for _, v in tags["losses/alpha"]] == [pytest.approx(0.05)] and "losses/alpha_loss" not in tags
 
 
-@pytest.mark.parametrize("script,flag", [("ppo.py", "--batch-size"), ("a2c.py", "--num-iterations"),
-                                         ("ppo_lstm.py", "--minibatch-size"), ("ppo_atari.py", "--batch-size")])
+@pytest.mark.parametrize(
+    "script,flag",
+    [
+        ("ppo.py", "--batch-size"),
+        ("a2c.py", "--num-iterations"),
+        ("ppo_lstm.py", "--minibatch-size"),
+        ("ppo_atari.py", "--batch-size"),
+    ],
+)
 def test_computed_fields_are_not_flags(script, flag, tmp_path):
     """Fields computed from other flags (batch size, minibatch size, iterations) cannot be set:
     tyro refuses them (exit status 2) rather than the script silently overriding them."""
@@ -316,11 +431,39 @@ def test_computed_fields_are_not_flags(script, flag, tmp_path):
 # ---- checkpoints of the off-policy scripts: SIGTERM, then --resume (cleanrl_utils/checkpoint.py)
 
 DQN_RESUME = {  # tiny runs: few updates (an Atari update costs tens of ms on one core, whatever the batch)
-    "dqn.py": ["--total-timesteps", "2000", "--learning-starts", "500", "--buffer-size", "1000", "--batch-size", "32",
-               "--train-frequency", "4", "--target-network-frequency", "100"],
-    "dqn_atari.py": ["--total-timesteps", "800", "--learning-starts", "200", "--buffer-size", "1000", "--batch-size",
-                     "4", "--train-frequency", "4", "--target-network-frequency", "100", "--double-q", "--dueling",
-                     "--n-step", "3", "--prioritized-replay"],
+    "dqn.py": [
+        "--total-timesteps",
+        "2000",
+        "--learning-starts",
+        "500",
+        "--buffer-size",
+        "1000",
+        "--batch-size",
+        "32",
+        "--train-frequency",
+        "4",
+        "--target-network-frequency",
+        "100",
+    ],
+    "dqn_atari.py": [
+        "--total-timesteps",
+        "800",
+        "--learning-starts",
+        "200",
+        "--buffer-size",
+        "1000",
+        "--batch-size",
+        "4",
+        "--train-frequency",
+        "4",
+        "--target-network-frequency",
+        "100",
+        "--double-q",
+        "--dueling",
+        "--n-step",
+        "3",
+        "--prioritized-replay",
+    ],
 }
 
 
@@ -331,11 +474,17 @@ def test_dqn_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run(scr
     assert_buffered_resume_is_exact(script, DQN_RESUME[script], "losses/td_loss", tmp_path)
 
 
-@pytest.mark.parametrize("script,flags,total", [
-    ("dqn.py", ["--buffer-size", "1000", "--batch-size", "32", "--train-frequency", "2"], 2000),
-    ("dqn_atari.py", ["--buffer-size", "1000", "--batch-size", "4", "--target-network-frequency", "100",
-                      "--n-step", "3"], 800),
-])
+@pytest.mark.parametrize(
+    "script,flags,total",
+    [
+        ("dqn.py", ["--buffer-size", "1000", "--batch-size", "32", "--train-frequency", "2"], 2000),
+        (
+            "dqn_atari.py",
+            ["--buffer-size", "1000", "--batch-size", "4", "--target-network-frequency", "100", "--n-step", "3"],
+            800,
+        ),
+    ],
+)
 def test_dqn_resume_without_the_buffer_refills_it_then_updates(script, flags, total, tmp_path):
     resume_without_the_buffer(script, flags, total, "losses/td_loss", tmp_path)
 
@@ -345,5 +494,4 @@ def test_dqn_resume_refuses_another_scripts_checkpoint(tmp_path):
     from cleanrl_utils.checkpoint import save_checkpoint
 
     path = save_checkpoint(tmp_path / "run" / "checkpoints" / "step_100.pt", "c51", Args(), {"global_step": 100})
-    assert_stops_with_one_line("dqn.py", ["--resume", str(path)], "--resume", "written by c51.py, not dqn.py",
-                               tmp_path)
+    assert_stops_with_one_line("dqn.py", ["--resume", str(path)], "--resume", "written by c51.py, not dqn.py", tmp_path)

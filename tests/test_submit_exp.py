@@ -52,28 +52,46 @@ def batch(aws, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)  # the grid's scripts are checked relative to the working directory
     client = boto3.client("batch", region_name=REGION)
     role = boto3.client("iam").create_role(RoleName="batch-service", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
-    environment = client.create_compute_environment(computeEnvironmentName="cleanrl-ce", type="UNMANAGED",
-                                                    state="ENABLED", serviceRole=role)["computeEnvironmentArn"]
+    environment = client.create_compute_environment(
+        computeEnvironmentName="cleanrl-ce", type="UNMANAGED", state="ENABLED", serviceRole=role
+    )["computeEnvironmentArn"]
     queues = {key: f"cleanrl-{key.replace('_', '-')}" for key in submit_exp.QUEUE_KEYS}
     for name in queues.values():
-        client.create_job_queue(jobQueueName=name, state="ENABLED", priority=1,
-                                computeEnvironmentOrder=[{"order": 1, "computeEnvironment": environment}])
+        client.create_job_queue(
+            jobQueueName=name,
+            state="ENABLED",
+            priority=1,
+            computeEnvironmentOrder=[{"order": 1, "computeEnvironment": environment}],
+        )
     for kind in ("cpu", "gpu"):
-        client.register_job_definition(jobDefinitionName=f"cleanrl-{kind}", type="container",
-                                       containerProperties={"image": f"old:{kind}", "command": ["true"],
-                                                            "resourceRequirements": [{"type": "VCPU", "value": "1"},
-                                                                                     {"type": "MEMORY", "value": "512"}]})
-    outputs = {"region": REGION, "ecr_repository_url": "123456789012.dkr.ecr.us-east-1.amazonaws.com/cleanrl",
-               "job_queues": queues, "job_definitions": {"cpu": "cleanrl-cpu", "gpu": "cleanrl-gpu"},
-               "checkpoint_bucket": "cleanrl-runs-test", "checkpoint_prefix": "runs", "log_group": "/aws/batch/cleanrl", "wandb_secret_arn": SECRET,
-               "job_role_arn": "arn:aws:iam::123456789012:role/cleanrl-job",
-               "execution_role_arn": "arn:aws:iam::123456789012:role/cleanrl-execution"}
+        client.register_job_definition(
+            jobDefinitionName=f"cleanrl-{kind}",
+            type="container",
+            containerProperties={
+                "image": f"old:{kind}",
+                "command": ["true"],
+                "resourceRequirements": [{"type": "VCPU", "value": "1"}, {"type": "MEMORY", "value": "512"}],
+            },
+        )
+    outputs = {
+        "region": REGION,
+        "ecr_repository_url": "123456789012.dkr.ecr.us-east-1.amazonaws.com/cleanrl",
+        "job_queues": queues,
+        "job_definitions": {"cpu": "cleanrl-cpu", "gpu": "cleanrl-gpu"},
+        "checkpoint_bucket": "cleanrl-runs-test",
+        "checkpoint_prefix": "runs",
+        "log_group": "/aws/batch/cleanrl",
+        "wandb_secret_arn": SECRET,
+        "job_role_arn": "arn:aws:iam::123456789012:role/cleanrl-job",
+        "execution_role_arn": "arn:aws:iam::123456789012:role/cleanrl-execution",
+    }
     boto3.client("s3", region_name=REGION).create_bucket(Bucket="cleanrl-runs-test")
     path = tmp_path / "outputs.json"
     path.write_text(json.dumps({k: {"value": v, "type": "string", "sensitive": False} for k, v in outputs.items()}))
     sent: list[tuple[str, dict]] = []
-    client.meta.events.register("before-parameter-build.batch.*",
-                                lambda model, params, **_: sent.append((model.name, json.loads(json.dumps(params)))))
+    client.meta.events.register(
+        "before-parameter-build.batch.*", lambda model, params, **_: sent.append((model.name, json.loads(json.dumps(params))))
+    )
     return {"client": client, "outputs": str(path), "queues": queues, "sent": sent}
 
 
@@ -88,10 +106,30 @@ GRID = ["--env-ids", "CartPole-v1", "Acrobot-v1", "--command", "python cleanrl/p
 
 def test_one_job_per_run(batch, capsys):
     client = batch["client"]
-    status = submit_exp.main([*GRID, "--terraform-outputs", batch["outputs"], "--image", "repo/cleanrl:cpu-abc1234",
-                              "--vcpus", "2", "--memory", "4096", "--attempts", "4", "--timeout", "3600", "--track",
-                              "--sweep-id", "sweep1",
-                              "--", "--total-timesteps", "50000"], client=client)
+    status = submit_exp.main(
+        [
+            *GRID,
+            "--terraform-outputs",
+            batch["outputs"],
+            "--image",
+            "repo/cleanrl:cpu-abc1234",
+            "--vcpus",
+            "2",
+            "--memory",
+            "4096",
+            "--attempts",
+            "4",
+            "--timeout",
+            "3600",
+            "--track",
+            "--sweep-id",
+            "sweep1",
+            "--",
+            "--total-timesteps",
+            "50000",
+        ],
+        client=client,
+    )
     assert status == 0
     out = capsys.readouterr().out
     jobs = submitted(client, batch["queues"]["cpu_spot"])
@@ -101,13 +139,30 @@ def test_one_job_per_run(batch, capsys):
     seen = set()
     for job in jobs:
         command = job["container"]["command"]
-        wrapper, run = command[:command.index("--") + 1], command[command.index("--") + 1:]
+        wrapper, run = command[: command.index("--") + 1], command[command.index("--") + 1 :]
         env, seed = run[run.index("--env-id") + 1], int(run[run.index("--seed") + 1])
         seen.add((env, seed))
-        assert wrapper == ["python", "-m", "cleanrl_utils.cloud_run", "--bucket", "cleanrl-runs-test",
-                           "--prefix", f"runs/sweep1/{env}__seed{seed}", "--"]  # the job role may write only runs/*
-        assert run == ["python", "cleanrl/ppo.py", "--env-id", env, "--seed", str(seed), "--total-timesteps", "50000",
-                       "--track"]
+        assert wrapper == [
+            "python",
+            "-m",
+            "cleanrl_utils.cloud_run",
+            "--bucket",
+            "cleanrl-runs-test",
+            "--prefix",
+            f"runs/sweep1/{env}__seed{seed}",
+            "--",
+        ]  # the job role may write only runs/*
+        assert run == [
+            "python",
+            "cleanrl/ppo.py",
+            "--env-id",
+            env,
+            "--seed",
+            str(seed),
+            "--total-timesteps",
+            "50000",
+            "--track",
+        ]
         assert job["timeout"] == {"attemptDurationSeconds": 3600}
         assert job["jobDefinition"].endswith("job-definition/cleanrl-cpu-sweep1:1")  # the sweep's own definition
     assert seen == expected
@@ -124,26 +179,44 @@ def test_one_job_per_run(batch, capsys):
     assert container["jobRoleArn"].endswith("role/cleanrl-job")
     assert container["executionRoleArn"].endswith("role/cleanrl-execution")
     assert container["logConfiguration"]["options"]["awslogs-group"] == "/aws/batch/cleanrl"
-    retry = {"attempts": 4, "evaluateOnExit": [{"onStatusReason": "Host EC2*", "action": "RETRY"},
-                                               {"onReason": "*", "action": "EXIT"}]}
+    retry = {
+        "attempts": 4,
+        "evaluateOnExit": [{"onStatusReason": "Host EC2*", "action": "RETRY"}, {"onReason": "*", "action": "EXIT"}],
+    }
     assert new["retryStrategy"]["attempts"] == 4
-    assert [(e.get("onStatusReason"), e.get("onReason"), e["action"].upper()) for e in new["retryStrategy"]["evaluateOnExit"]] \
-        == [("Host EC2*", None, "RETRY"), (None, "*", "EXIT")]
+    assert [
+        (e.get("onStatusReason"), e.get("onReason"), e["action"].upper()) for e in new["retryStrategy"]["evaluateOnExit"]
+    ] == [("Host EC2*", None, "RETRY"), (None, "*", "EXIT")]
     assert new["timeout"] == {"attemptDurationSeconds": 3600}
     # what each submit_job request carried (moto does not keep these per job)
     submits = [body for name, body in batch["sent"] if name == "SubmitJob"]
     assert len(submits) == 4
     for body in submits:
         assert body["retryStrategy"] == retry
-        assert body["containerOverrides"]["resourceRequirements"] == [{"type": "VCPU", "value": "2"},
-                                                                      {"type": "MEMORY", "value": "4096"}]
+        assert body["containerOverrides"]["resourceRequirements"] == [
+            {"type": "VCPU", "value": "2"},
+            {"type": "MEMORY", "value": "4096"},
+        ]
         assert body["jobQueue"] == "cleanrl-cpu-spot"
 
 
 def test_array_job_gpu_on_demand(batch, capsys):
     client = batch["client"]
-    status = submit_exp.main([*GRID, "--terraform-outputs", batch["outputs"], "--gpus", "1", "--on-demand", "--array",
-                              "--bucket", "", "--extra=--cuda"], client=client)
+    status = submit_exp.main(
+        [
+            *GRID,
+            "--terraform-outputs",
+            batch["outputs"],
+            "--gpus",
+            "1",
+            "--on-demand",
+            "--array",
+            "--bucket",
+            "",
+            "--extra=--cuda",
+        ],
+        client=client,
+    )
     assert status == 0
     jobs = submitted(client, batch["queues"]["gpu_on_demand"])
     assert len(jobs) == 1 and jobs[0]["arrayProperties"]["size"] == 4
@@ -151,20 +224,27 @@ def test_array_job_gpu_on_demand(batch, capsys):
     command = jobs[0]["container"]["command"]
     assert command[:4] == ["python", "-m", "cleanrl_utils.cloud_run", "--grid-json"]  # no bucket: no S3 flags
     grid = json.loads(command[4])
-    assert grid == {"command": ["python", "cleanrl/ppo.py"], "env_ids": ["CartPole-v1", "Acrobot-v1"], "seeds": [1, 2],
-                    "extra": ["--cuda"]}
+    assert grid == {
+        "command": ["python", "cleanrl/ppo.py"],
+        "env_ids": ["CartPole-v1", "Acrobot-v1"],
+        "seeds": [1, 2],
+        "extra": ["--cuda"],
+    }
     body = next(body for name, body in batch["sent"] if name == "SubmitJob")
     assert {"type": "GPU", "value": "1"} in body["containerOverrides"]["resourceRequirements"]
     # each child rebuilds its run from the grid
     args, rest = cloud_run.parse_args(command[3:] + ["--array-index", "3", "--prefix", "p"])
-    assert cloud_run.pick_command(args, rest) == (["python", "cleanrl/ppo.py", "--env-id", "Acrobot-v1", "--seed", "2",
-                                                   "--cuda"], "p/Acrobot-v1__seed2")
+    assert cloud_run.pick_command(args, rest) == (
+        ["python", "cleanrl/ppo.py", "--env-id", "Acrobot-v1", "--seed", "2", "--cuda"],
+        "p/Acrobot-v1__seed2",
+    )
 
 
 def test_dry_run_submits_nothing(batch, capsys):
     client = batch["client"]
-    status = submit_exp.main([*GRID, "--terraform-outputs", batch["outputs"], "--image", "repo/cleanrl:cpu-abc1234",
-                              "--dry-run"], client=client)
+    status = submit_exp.main(
+        [*GRID, "--terraform-outputs", batch["outputs"], "--image", "repo/cleanrl:cpu-abc1234", "--dry-run"], client=client
+    )
     assert status == 0
     captured = capsys.readouterr()
     plan = json.loads(captured.out)
@@ -172,7 +252,9 @@ def test_dry_run_submits_nothing(batch, capsys):
     assert plan["calls"][0]["kwargs"]["containerProperties"]["secrets"] == [{"name": "WANDB_API_KEY", "valueFrom": SECRET}]
     command = plan["calls"][1]["kwargs"]["containerOverrides"]["command"]
     assert command[:6] == ["python", "-m", "cleanrl_utils.cloud_run", "--bucket", "cleanrl-runs-test", "--prefix"]
-    assert re.fullmatch(r"runs/cleanrl-\d{8}-\d{6}/CartPole-v1__seed1", command[6])  # a new sweep id: never an old sweep's runs
+    assert re.fullmatch(
+        r"runs/cleanrl-\d{8}-\d{6}/CartPole-v1__seed1", command[6]
+    )  # a new sweep id: never an old sweep's runs
     assert "nothing submitted" in captured.err
     assert [name for name, _ in batch["sent"]] == ["DescribeJobDefinitions"]  # read the definition to copy, nothing else
     assert all(submitted(client, q) == [] for q in batch["queues"].values())
@@ -180,21 +262,27 @@ def test_dry_run_submits_nothing(batch, capsys):
     assert [d["revision"] for d in definitions] == [1]
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--command", "python cleanrl/no_such_script.py"], "--command: script 'cleanrl/no_such_script.py' does not exist"),
-    (["--terraform-outputs", "/nonexistent/outputs.json"], "--terraform-outputs: /nonexistent/outputs.json does not exist"),
-    (["--vcpus", "0"], "--vcpus: must be at least 1"),
-    (["--memory", "64"], "--memory: must be at least 128"),
-    (["--attempts", "11"], "--attempts: must be 1-10"),
-    (["--timeout", "30"], "--timeout: must be at least 60"),
-    (["--num-seeds", "0"], "--num-seeds: must be at least 1"),
-    (["--image", "img", "--wandb-secret-arn", PLAIN_KEY], "--wandb-secret-arn: must be the ARN"),
-    (["--extra", f"WANDB_API_KEY={PLAIN_KEY}"], "--extra: WANDB_API_KEY must not be given"),
-    (["--extra", f"--wandb-api-key {PLAIN_KEY}"], "--extra: WANDB_API_KEY must not be given"),
-    (["--bucket", "no-such-bucket-here"], "--bucket: cannot reach bucket 'no-such-bucket-here'"),
-    (["--bucket", "s3://bucket"], "--bucket: 's3://bucket' is not an S3 bucket name"),
-    (["--env-ids", "CartPole-v1", "--num-seeds", "1", "--array"], "--array: an array job has 2-10000 children"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--command", "python cleanrl/no_such_script.py"], "--command: script 'cleanrl/no_such_script.py' does not exist"),
+        (
+            ["--terraform-outputs", "/nonexistent/outputs.json"],
+            "--terraform-outputs: /nonexistent/outputs.json does not exist",
+        ),
+        (["--vcpus", "0"], "--vcpus: must be at least 1"),
+        (["--memory", "64"], "--memory: must be at least 128"),
+        (["--attempts", "11"], "--attempts: must be 1-10"),
+        (["--timeout", "30"], "--timeout: must be at least 60"),
+        (["--num-seeds", "0"], "--num-seeds: must be at least 1"),
+        (["--image", "img", "--wandb-secret-arn", PLAIN_KEY], "--wandb-secret-arn: must be the ARN"),
+        (["--extra", f"WANDB_API_KEY={PLAIN_KEY}"], "--extra: WANDB_API_KEY must not be given"),
+        (["--extra", f"--wandb-api-key {PLAIN_KEY}"], "--extra: WANDB_API_KEY must not be given"),
+        (["--bucket", "no-such-bucket-here"], "--bucket: cannot reach bucket 'no-such-bucket-here'"),
+        (["--bucket", "s3://bucket"], "--bucket: 's3://bucket' is not an S3 bucket name"),
+        (["--env-ids", "CartPole-v1", "--num-seeds", "1", "--array"], "--array: an array job has 2-10000 children"),
+    ],
+)
 def test_bad_input(batch, capsys, flags, message):
     argv = [*GRID, "--terraform-outputs", batch["outputs"], *flags]
     with pytest.raises(SystemExit) as stop:
@@ -234,9 +322,24 @@ def test_cloud_run_resumes_from_s3_after_sigterm(aws, tmp_path, monkeypatch, cap
     """A real tiny PPO run is stopped by SIGTERM; a fresh job in an empty directory resumes it from S3."""
     s3 = boto3.client("s3", region_name=REGION)
     s3.create_bucket(Bucket="cleanrl-runs-test")
-    run = [sys.executable, str(ROOT / "cleanrl" / "ppo.py"), "--env-id", "CartPole-v1", "--seed", "1",
-           "--total-timesteps", "2048", "--num-envs", "2", "--num-steps", "64", "--checkpoint-interval", "256",
-           "--torch-threads", "1"]
+    run = [
+        sys.executable,
+        str(ROOT / "cleanrl" / "ppo.py"),
+        "--env-id",
+        "CartPole-v1",
+        "--seed",
+        "1",
+        "--total-timesteps",
+        "2048",
+        "--num-envs",
+        "2",
+        "--num-steps",
+        "64",
+        "--checkpoint-interval",
+        "256",
+        "--torch-threads",
+        "1",
+    ]
     argv = ["--bucket", "cleanrl-runs-test", "--prefix", "sweep/CartPole-v1__seed1", "--sync-interval", "600", "--", *run]
 
     first = tmp_path / "attempt1"
@@ -275,7 +378,9 @@ def test_cloud_run_resumes_from_s3_after_sigterm(aws, tmp_path, monkeypatch, cap
     assert remote_checkpoints == local_checkpoints  # the checkpoint written on SIGTERM is uploaded, pruned ones deleted
     stopped_at = max(int(name.removeprefix("step_").removesuffix(".pt")) for name in local_checkpoints)
     assert stopped_at < 2048
-    assert any(k.startswith("sweep/CartPole-v1__seed1/runs/CartPole-v1__ppo__1__") and "events.out.tfevents" in k for k in keys)
+    assert any(
+        k.startswith("sweep/CartPole-v1__seed1/runs/CartPole-v1__ppo__1__") and "events.out.tfevents" in k for k in keys
+    )
 
     second = tmp_path / "attempt2"  # the retried attempt: a fresh container, nothing on disk
     second.mkdir()
@@ -305,12 +410,16 @@ def test_cloud_run_resumes_from_s3_after_sigterm(aws, tmp_path, monkeypatch, cap
 
 def test_cloud_run_bad_input(capsys, monkeypatch):
     monkeypatch.delenv("AWS_BATCH_JOB_ARRAY_INDEX", raising=False)
-    cases = [([], "error: --: give the command after --"),
-             (["--grid-json", "{}"], "error: --grid-json: not a grid"),
-             (["--grid-json", '{"command": ["python", "x.py"], "env_ids": ["A-v0"], "seeds": [1]}'],
-              "error: --array-index: not given and AWS_BATCH_JOB_ARRAY_INDEX is not set"),
-             (["--prefix", "p", "--", "true"], "error: --prefix: only with --bucket"),
-             (["--", "python", "x.py", "--resume", "runs/x"], "error: --: the command must not have --resume")]
+    cases = [
+        ([], "error: --: give the command after --"),
+        (["--grid-json", "{}"], "error: --grid-json: not a grid"),
+        (
+            ["--grid-json", '{"command": ["python", "x.py"], "env_ids": ["A-v0"], "seeds": [1]}'],
+            "error: --array-index: not given and AWS_BATCH_JOB_ARRAY_INDEX is not set",
+        ),
+        (["--prefix", "p", "--", "true"], "error: --prefix: only with --bucket"),
+        (["--", "python", "x.py", "--resume", "runs/x"], "error: --: the command must not have --resume"),
+    ]
     for argv, message in cases:
         with pytest.raises(SystemExit) as stop:
             cloud_run.main(argv)
@@ -329,12 +438,14 @@ def test_cloud_run_uploads_while_the_run_goes(aws, tmp_path, monkeypatch):
     s3 = boto3.client("s3", region_name=REGION)
     s3.create_bucket(Bucket="cleanrl-runs-test")
     monkeypatch.chdir(tmp_path)
-    child = ("import pathlib, sys, time\n"
-             "run = pathlib.Path('runs/r'); run.mkdir(parents=True); (run / 'a.txt').write_text('1')\n"
-             "for _ in range(200):\n"
-             "    if (run / 'seen').exists(): sys.exit(0)\n"
-             "    time.sleep(0.05)\n"
-             "sys.exit(3)\n")
+    child = (
+        "import pathlib, sys, time\n"
+        "run = pathlib.Path('runs/r'); run.mkdir(parents=True); (run / 'a.txt').write_text('1')\n"
+        "for _ in range(200):\n"
+        "    if (run / 'seen').exists(): sys.exit(0)\n"
+        "    time.sleep(0.05)\n"
+        "sys.exit(3)\n"
+    )
 
     def mark_when_uploaded():
         for _ in range(200):
@@ -345,8 +456,10 @@ def test_cloud_run_uploads_while_the_run_goes(aws, tmp_path, monkeypatch):
 
     watcher = threading.Thread(target=mark_when_uploaded)
     watcher.start()
-    status = cloud_run.main(["--bucket", "cleanrl-runs-test", "--prefix", "p", "--sync-interval", "0.2", "--",
-                             sys.executable, "-c", child], s3_client=s3)
+    status = cloud_run.main(
+        ["--bucket", "cleanrl-runs-test", "--prefix", "p", "--sync-interval", "0.2", "--", sys.executable, "-c", child],
+        s3_client=s3,
+    )
     watcher.join()
     assert status == 0
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket="cleanrl-runs-test", Prefix="p/")["Contents"]}
@@ -357,10 +470,17 @@ def test_job_definition_values_apply_unless_given(batch, capsys):
     """Without --vcpus/--memory/--gpus/--attempts/--timeout nothing is overridden: Terraform's job
     definition decides; --image copies that definition (its resources too) with the new image."""
     client = batch["client"]
-    client.register_job_definition(jobDefinitionName="cleanrl-cpu", type="container", timeout={"attemptDurationSeconds": 7200},
-                                   retryStrategy={"attempts": 5}, containerProperties={
-                                       "image": "repo:cpu-latest", "command": ["true"],
-                                       "resourceRequirements": [{"type": "VCPU", "value": "4"}, {"type": "MEMORY", "value": "8192"}]})
+    client.register_job_definition(
+        jobDefinitionName="cleanrl-cpu",
+        type="container",
+        timeout={"attemptDurationSeconds": 7200},
+        retryStrategy={"attempts": 5},
+        containerProperties={
+            "image": "repo:cpu-latest",
+            "command": ["true"],
+            "resourceRequirements": [{"type": "VCPU", "value": "4"}, {"type": "MEMORY", "value": "8192"}],
+        },
+    )
     assert submit_exp.main([*GRID, "--terraform-outputs", batch["outputs"], "--sweep-id", "s2"], client=client) == 0
     for name, body in batch["sent"]:
         if name == "SubmitJob":
@@ -368,10 +488,28 @@ def test_job_definition_values_apply_unless_given(batch, capsys):
             assert "resourceRequirements" not in body["containerOverrides"]
     batch["sent"].clear()
     capsys.readouterr()
-    assert submit_exp.main([*GRID, "--terraform-outputs", batch["outputs"], "--sweep-id", "s3", "--image", "repo:cpu-abc",
-                            "--memory", "16384", "--dry-run"], client=client) == 0
+    assert (
+        submit_exp.main(
+            [
+                *GRID,
+                "--terraform-outputs",
+                batch["outputs"],
+                "--sweep-id",
+                "s3",
+                "--image",
+                "repo:cpu-abc",
+                "--memory",
+                "16384",
+                "--dry-run",
+            ],
+            client=client,
+        )
+        == 0
+    )
     spec = json.loads(capsys.readouterr().out)["calls"][0]["kwargs"]
     assert spec["jobDefinitionName"] == "cleanrl-cpu-s3" and spec["containerProperties"]["image"] == "repo:cpu-abc"
-    assert spec["containerProperties"]["resourceRequirements"] == [{"type": "VCPU", "value": "4"},
-                                                                   {"type": "MEMORY", "value": "16384"}]
+    assert spec["containerProperties"]["resourceRequirements"] == [
+        {"type": "VCPU", "value": "4"},
+        {"type": "MEMORY", "value": "16384"},
+    ]
     assert spec["timeout"] == {"attemptDurationSeconds": 7200} and spec["retryStrategy"]["attempts"] == 5

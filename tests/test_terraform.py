@@ -296,8 +296,10 @@ def test_job_and_execution_roles_are_scoped(config):
     job = documents["job"]["statement"]
     for statement in job:
         for resource in as_list(statement["resources"]):
-            assert "aws_s3_bucket.checkpoints.arn" in resource or "local.checkpoint_objects_arn" in resource or (
-                resource == "${aws_kms_key.this.arn}"
+            assert (
+                "aws_s3_bucket.checkpoints.arn" in resource
+                or "local.checkpoint_objects_arn" in resource
+                or (resource == "${aws_kms_key.this.arn}")
             ), f"job role reaches {resource}"
     assert config["locals"]["checkpoint_objects_arn"] == "${aws_s3_bucket.checkpoints.arn}/${var.checkpoint_prefix}/*"
     execution = {s["sid"]: s for s in documents["execution"]["statement"]}
@@ -334,8 +336,11 @@ def checkov():
     ):
         result = subprocess.run(command, capture_output=True, text=True, timeout=1500)
         if result.returncode != 0:
-            pytest.fail(f"{hint} ({' '.join(command[:4])}... exited {result.returncode}: "
-                        f"{(result.stderr.strip().splitlines() or ['no output'])[-1]})", pytrace=False)
+            pytest.fail(
+                f"{hint} ({' '.join(command[:4])}... exited {result.returncode}: "
+                f"{(result.stderr.strip().splitlines() or ['no output'])[-1]})",
+                pytrace=False,
+            )
     marker.write_text(wanted)
     print(f"made checkov's environment in {time.monotonic() - start:.0f} s")
     return str(bin_dir / "checkov")
@@ -353,16 +358,22 @@ def test_checkov_has_no_failed_check_and_every_skip_has_a_reason(checkov):
     results, summary = reports[0]["results"], reports[0]["summary"]
     assert summary["parsing_errors"] == 0, results.get("parsing_errors")
     assert summary["resource_count"] >= 30 and summary["passed"] >= 50, f"checkov saw too little: {summary}"
-    failed = [f"{c['check_id']} {c['resource']} ({c['file_path']}:{c['file_line_range'][0]}): {c['check_name']}"
-              for c in results["failed_checks"]]
+    failed = [
+        f"{c['check_id']} {c['resource']} ({c['file_path']}:{c['file_line_range'][0]}): {c['check_name']}"
+        for c in results["failed_checks"]
+    ]
     assert not failed, "checkov failed checks:\n" + "\n".join(failed)
 
-    skipped = {(c["check_id"], c["resource"]): c["check_result"].get("suppress_comment", "") for c in results["skipped_checks"]}
+    skipped = {
+        (c["check_id"], c["resource"]): c["check_result"].get("suppress_comment", "") for c in results["skipped_checks"]
+    }
     for (check_id, resource), reason in skipped.items():
         assert len(reason.split()) >= 4, f"skip of {check_id} on {resource} has no real reason: {reason!r}"
     # every skip comment in the files names a check and gives a reason, and skips a check that ran
     skipped_ids = {check_id for check_id, _ in skipped}
-    comments = [(path.name, m) for path in tf_files() for m in re.finditer(r"#\s*checkov:skip=([^:\s]+)(?::(.*))?", path.read_text())]
+    comments = [
+        (path.name, m) for path in tf_files() for m in re.finditer(r"#\s*checkov:skip=([^:\s]+)(?::(.*))?", path.read_text())
+    ]
     assert comments, "expected the justified skips in the .tf files"
     for name, match in comments:
         check_id, reason = match.group(1), (match.group(2) or "").strip()

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import tests.envs  # noqa: F401  (registers Counter-v0)
-from cleanrl.dqn import compute_td_target, make_env as dqn_make_env
+from cleanrl.dqn import compute_td_target
+from cleanrl.dqn import make_env as dqn_make_env
 from cleanrl.ppo import compute_gae
 from cleanrl_utils.buffers import ReplayBuffer
 from cleanrl_utils.run import make_vector_env, real_next_obs

@@ -22,7 +22,7 @@ from tests.conftest import ROOT, scalars
 # A script that takes --env-id, --seed, --quality and --fail-on, writes charts/episodic_return
 # = quality * 100 + i for i in 0..4 to a run directory under runs/, and appends its call to
 # calls.txt; it exits 3 when --quality equals --fail-on.
-STUB = textwrap.dedent('''
+STUB = textwrap.dedent("""
     import argparse, sys, time
     parser = argparse.ArgumentParser()
     parser.add_argument("--env-id", required=True)
@@ -42,7 +42,7 @@ STUB = textwrap.dedent('''
         writer.add_scalar("charts/episodic_return", args.quality * 100 + i, i)
     writer.close()
     print(f"run directory: {directory}")
-''')
+""")
 
 
 @pytest.fixture
@@ -95,7 +95,13 @@ def test_parse_fixed_and_flags():
     with pytest.raises(ValueError, match="set by the tuner"):
         parse_fixed("seed=3")
     assert to_flags({"learning-rate": 0.001, "anneal_lr": False, "norm-adv": True, "env-mode": "async"}) == [
-        "--learning-rate", "0.001", "--no-anneal-lr", "--norm-adv", "--env-mode", "async"]
+        "--learning-rate",
+        "0.001",
+        "--no-anneal-lr",
+        "--norm-adv",
+        "--env-mode",
+        "async",
+    ]
 
 
 def test_normalize_and_aggregate():
@@ -153,8 +159,7 @@ def test_pruning_after_the_first_env(tmp_path: Path, stub: Path):
     assert trials[0].intermediate_values == pytest.approx({0: 0.935, 1: trials[0].value})
     assert trials[2].intermediate_values == pytest.approx({0: 0.135})  # reported, then pruned
     # the bad trial ran on the first env only
-    assert calls(tmp_path) == [("A-v0", 1, 0.9), ("B-v0", 1, 0.9), ("A-v0", 1, 0.8), ("B-v0", 1, 0.8),
-                               ("A-v0", 1, 0.1)]
+    assert calls(tmp_path) == [("A-v0", 1, 0.9), ("B-v0", 1, 0.9), ("A-v0", 1, 0.8), ("B-v0", 1, 0.8), ("A-v0", 1, 0.1)]
     run_dirs = [Path(d) for d in trials[0].user_attrs["run_dirs"]]
     assert [d.parent.parent.name for d in run_dirs] == ["trial_0000", "trial_0000"]
     assert scalars(run_dirs[1])["charts/episodic_return"][-1] == (4, pytest.approx(94.0))
@@ -171,16 +176,14 @@ def test_failed_trial_does_not_stop_the_study(tmp_path: Path, stub: Path):
     assert "trial 0 failed: A-v0 seed 1 exited with status 3" in output
     assert "boom: this quality is refused" in output  # the end of its log
     assert study.best_trial.number == 1 and study.best_trial.value == pytest.approx((0.935 + 0.9675) / 2)
-    assert [call[:2] for call in calls(tmp_path)] == [("A-v0", 1),
-                                                     ("A-v0", 1), ("A-v0", 2), ("B-v0", 1), ("B-v0", 2)]
+    assert [call[:2] for call in calls(tmp_path)] == [("A-v0", 1), ("A-v0", 1), ("A-v0", 2), ("B-v0", 1), ("B-v0", 2)]
     # failed trials count towards num_trials: a rerun has nothing left to do
     study_tuner.tune(num_trials=2)
     assert len(study_tuner.create_study().trials) == 2
 
 
 def test_consecutive_failures_stop_the_study(tmp_path: Path, stub: Path):
-    study_tuner = stub_tuner(tmp_path, stub, optuna.pruners.NopPruner(), fixed={"fail-on": 0.5},
-                             max_consecutive_failures=2)
+    study_tuner = stub_tuner(tmp_path, stub, optuna.pruners.NopPruner(), fixed={"fail-on": 0.5}, max_consecutive_failures=2)
     study_tuner.params_fn = lambda trial: {"quality": 0.5}
     with pytest.raises(RuntimeError, match="2 trials failed in a row"):
         study_tuner.tune(num_trials=5)
@@ -189,17 +192,47 @@ def test_consecutive_failures_stop_the_study(tmp_path: Path, stub: Path):
 
 def run_cli(*flags: str, cwd: Path) -> subprocess.CompletedProcess:
     environ = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "cleanrl_utils.tuner", *flags], cwd=cwd, env=environ,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "cleanrl_utils.tuner", *flags],
+        cwd=cwd,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_real_study_resumes(tmp_path: Path):
-    flags = ["--script", str(ROOT / "cleanrl" / "ppo.py"), "--env-ids", "CartPole-v1",
-             "--target-scores", "CartPole-v1=0:500",
-             "--search", "learning-rate=float:1e-4:1e-2:log", "--search", "update-epochs=categorical:1,2",
-             "--fixed", "total-timesteps=1024", "--fixed", "num-envs=1", "--fixed", "num-steps=128",
-             "--fixed", "num-minibatches=1", "--metric-last-n", "5", "--sampler", "random", "--sampler-seed", "0",
-             "--storage", "sqlite:///study.db", "--study-name", "ppo-cartpole"]
+    flags = [
+        "--script",
+        str(ROOT / "cleanrl" / "ppo.py"),
+        "--env-ids",
+        "CartPole-v1",
+        "--target-scores",
+        "CartPole-v1=0:500",
+        "--search",
+        "learning-rate=float:1e-4:1e-2:log",
+        "--search",
+        "update-epochs=categorical:1,2",
+        "--fixed",
+        "total-timesteps=1024",
+        "--fixed",
+        "num-envs=1",
+        "--fixed",
+        "num-steps=128",
+        "--fixed",
+        "num-minibatches=1",
+        "--metric-last-n",
+        "5",
+        "--sampler",
+        "random",
+        "--sampler-seed",
+        "0",
+        "--storage",
+        "sqlite:///study.db",
+        "--study-name",
+        "ppo-cartpole",
+    ]
     first = run_cli(*flags, "--num-trials", "2", cwd=tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
     assert "0 finished trials, running 2 more" in first.stdout and "best trial" in first.stdout
@@ -222,7 +255,10 @@ def test_real_study_resumes(tmp_path: Path):
     assert f"best trial {best.number}: value {best.value:.6g}" in second.stdout
     assert f"--learning-rate {best.params['learning-rate']}" in second.stdout  # the best command
     assert sorted(p.name for p in (tmp_path / "tuner_runs" / "ppo-cartpole").iterdir()) == [
-        "trial_0000", "trial_0001", "trial_0002"]
+        "trial_0000",
+        "trial_0001",
+        "trial_0002",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -235,8 +271,7 @@ def test_real_study_resumes(tmp_path: Path):
         (["--env-ids", "A-v0", "--target-scores", "A-v0=1:0"], "--target-scores", "LOW < HIGH"),
         (["--env-ids", "A-v0", "--target-scores", "C-v0=0:1"], "--target-scores", "is not one of --env-ids"),
         (["--env-ids", "A-v0", "--num-trials", "0"], "--num-trials", "must be at least 1"),
-        (["--env-ids", "A-v0", "--search", "quality=float:0:1", "--fixed", "quality=1"], "--search",
-         "given more than once"),
+        (["--env-ids", "A-v0", "--search", "quality=float:0:1", "--fixed", "quality=1"], "--search", "given more than once"),
         (["--env-ids", "A-v0", "--storage", "sqlite:///missing/s.db"], "--storage", "no folder"),
         (["--env-ids", "A-v0", "--storage", "nosuchdb://x"], "--storage", "cannot open study"),
     ],
@@ -255,4 +290,5 @@ def test_cli_help_and_argparse_errors(tmp_path: Path):
     assert result.returncode == 0 and "NAME=float:LOW:HIGH[:log]" in result.stdout
     result = run_cli("--env-ids", "CartPole-v1", cwd=tmp_path)
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [
-        "error: the following arguments are required: --script"]
+        "error: the following arguments are required: --script"
+    ]
