@@ -31,6 +31,33 @@ def require(condition: bool, flag: str, message: str) -> None:
         fail(flag, message)
 
 
+def flag_name(field: str) -> str:
+    """The command-line flag of an ``Args`` field: ``num_envs`` -> ``--num-envs``."""
+    return "--" + field.replace("_", "-")
+
+
+def require_positive(args, names: str) -> None:
+    """Fail on the first field of ``args`` named in ``names`` (space-separated) that is not a finite number > 0.
+
+    ``require_positive(args, "num_envs learning_rate")`` refuses ``--num-envs 0`` and
+    ``--learning-rate inf`` in one line naming the flag.
+    """
+    for name in names.split():
+        value = getattr(args, name)
+        require(value > 0, flag_name(name), f"must be positive, got {value}")
+        require(value != float("inf"), flag_name(name), f"must be finite, got {value}")
+
+
+def require_range(args, **bounds: tuple[float, float]) -> None:
+    """Fail on the first field ``name=(low, high)`` of ``args`` whose value is not in ``[low, high]``.
+
+    ``require_range(args, gamma=(0, 1))`` refuses ``--gamma 1.5`` (and ``nan``) in one line.
+    """
+    for name, (low, high) in bounds.items():
+        value = getattr(args, name)
+        require(low <= value <= high, flag_name(name), f"must be in [{low}, {high}], got {value}")
+
+
 def safe_name(env_id: str) -> str:
     """``env_id`` usable as part of a file or folder name: ``ALE/Pong-v5`` -> ``ALE-Pong-v5``."""
     return env_id.replace("/", "-").replace(":", "-")

@@ -1,11 +1,13 @@
-"""Evaluate a saved model of any script: ``python -m cleanrl_utils.enjoy runs/<run> --eval-episodes 10``.
+"""Evaluate a saved model with the script that trained it: ``python -m cleanrl_utils.enjoy MODEL [--script FILE]``.
 
-The model file names the script that saved it (``save_model`` stores ``"script"``); this
-command loads that script's file by path (``cleanrl/<script>.py``, so no script is imported as
-a package module and none imports this one, see DESIGN.md) and calls its ``evaluate``, which
-builds the script's own evaluation environment and acts with its evaluation policy (greedy or
-deterministic by default; see the README's "Saved models and evaluation"). Prints the mean ±
-std of the episodic returns and, with ``--capture-video``, records every episode.
+The script is the file you name with ``--script`` (a copy of a script anywhere, say
+``~/exp/my_ppo.py``), or else the script in this repository's ``cleanrl/`` whose name the
+model file records (``ppo`` -> ``cleanrl/ppo.py``). Nothing read from the model file chooses a
+path: a recorded name that is not one of the files in ``cleanrl/`` is refused. The script's
+``evaluate()`` then checks that the model is its own (same script name, same networks), builds
+its evaluation environment and acts with its evaluation policy (greedy or deterministic by
+default; see the README's "Saved models and evaluation"). Prints the mean ± std of the
+episodic returns and, with ``--capture-video``, records every episode.
 
 Script-specific evaluation options (``epsilon`` of the DQN family, ``deterministic`` of the
 policy-gradient scripts, ...) are passed with ``--option NAME=VALUE`` and checked against the
@@ -24,9 +26,10 @@ from types import ModuleType
 import numpy as np
 
 from cleanrl_utils.cli import fail
+from cleanrl_utils.files import MODEL_SUFFIX, FileRefused, read_file
 
 SCRIPTS_DIR = Path(__file__).resolve().parent.parent / "cleanrl"
-"""Where the scripts live (``cleanrl/`` beside ``cleanrl_utils/``)."""
+"""Where this repository's scripts live (``cleanrl/`` beside ``cleanrl_utils/``)."""
 
 
 def find_model(path: Path) -> Path:
@@ -38,44 +41,41 @@ def find_model(path: Path) -> Path:
     if path.is_file():
         return path
     if path.is_dir():
-        models = sorted(path.glob("*.cleanrl_model"))
+        models = sorted(path.glob(f"*{MODEL_SUFFIX}"))
         if len(models) == 1:
             return models[0]
         raise FileNotFoundError(
-            f"{path} holds {len(models)} .cleanrl_model files; give the file itself"
+            f"{path} holds {len(models)} {MODEL_SUFFIX} files; give the file itself"
             if models
-            else f"{path} holds no .cleanrl_model file (train with --save-model)"
+            else f"{path} holds no {MODEL_SUFFIX} file (train with --save-model)"
         )
     raise FileNotFoundError(f"no such file or directory: {path}")
 
 
-def saved_script(model: Path) -> str:
-    """The name of the script that saved ``model`` (``"ppo"``).
+def script_file(recorded: str, script: Path | None, scripts_dir: Path = SCRIPTS_DIR) -> Path:
+    """The script to evaluate with: ``script`` when given, else the file of ``scripts_dir`` named ``recorded``.
+
+    ``recorded`` (read from the model file) is only compared with the names of the files in
+    ``scripts_dir``; it never becomes part of a path.
 
     Raises:
-        ValueError: the file is not a model saved by a cleanrl script.
+        FileNotFoundError: ``script`` is not a ``.py`` file, or no script of ``scripts_dir`` has that name.
     """
-    import torch
+    if script is not None:
+        if not script.is_file() or script.suffix != ".py":
+            raise FileNotFoundError(f"{script} is not a python file")
+        return script
+    known = {path.stem: path for path in scripts_dir.glob("*.py") if path.name != "__init__.py"}
+    if recorded not in known:
+        raise FileNotFoundError(
+            f"the model was saved by {recorded!r}, which is not a script in {scripts_dir}; name its file with --script"
+        )
+    return known[recorded]
 
-    try:
-        content = torch.load(model, map_location="cpu", weights_only=True)
-    except Exception as error:  # not a torch file, or one with objects weights_only refuses
-        raise ValueError(f"{model} is not a model saved by a cleanrl script ({type(error).__name__})") from None
-    if not isinstance(content, dict) or not isinstance(content.get("script"), str) or "model" not in content:
-        raise ValueError(f"{model} is not a model saved by a cleanrl script")
-    return content["script"]
 
-
-def load_script(script: str, scripts_dir: Path = SCRIPTS_DIR) -> ModuleType:
-    """Import ``{scripts_dir}/{script}.py`` by path (its ``__main__`` block does not run).
-
-    Raises:
-        FileNotFoundError: no such script.
-    """
-    path = scripts_dir / f"{script}.py"
-    if not path.is_file():
-        raise FileNotFoundError(f"the model was saved by {script}.py, which is not in {scripts_dir}")
-    spec = importlib.util.spec_from_file_location(f"cleanrl_script_{script}", path)
+def load_script(path: Path) -> ModuleType:
+    """Import the script at ``path`` as a module (its ``__main__`` block does not run)."""
+    spec = importlib.util.spec_from_file_location(f"cleanrl_script_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -91,8 +91,8 @@ def parse_options(options: list[str], evaluate) -> dict:
         ValueError: an option without ``=``, or a name ``evaluate`` does not take.
     """
     parameters = inspect.signature(evaluate).parameters
-    fixed = {"model_path", "eval_episodes", "env_id", "capture_video", "video_dir", "seed", "device"}
-    allowed = [name for name in parameters if name not in fixed]
+    fixed = {"model_path", "eval_episodes", "options", "env_id", "capture_video", "video_dir", "seed", "device"}
+    allowed = [name for name, p in parameters.items() if name not in fixed and p.kind != p.VAR_KEYWORD]
     kwargs = {}
     for option in options:
         name, sep, text = option.partition("=")
@@ -110,14 +110,15 @@ def parse_options(options: list[str], evaluate) -> dict:
 def main(argv: list[str] | None = None) -> np.ndarray:
     parser = argparse.ArgumentParser(prog="python -m cleanrl_utils.enjoy", description=__doc__.split("\n")[0])
     parser.add_argument("model", type=Path, help="a .cleanrl_model file, or a run directory holding one")
+    parser.add_argument(
+        "--script",
+        type=Path,
+        default=None,
+        help="the script file to evaluate with (default: the one in cleanrl/ the model names)",
+    )
     parser.add_argument("--eval-episodes", type=int, default=10, help="episodes to run (default 10)")
     parser.add_argument("--env-id", default=None, help="environment; the one the model was trained on by default")
-    parser.add_argument(
-        "--seed",
-        type=int,
-        default=None,
-        help="seed of the evaluation env; the training seed + 100000 by default (as at the end of training)",
-    )
+    parser.add_argument("--seed", type=int, default=None, help="seed of the evaluation env (default: training seed + 100000)")
     parser.add_argument("--capture-video", action="store_true", help="record every episode into --video-dir")
     parser.add_argument("--video-dir", default="videos-enjoy", help="where videos go (default videos-enjoy)")
     parser.add_argument("--device", default="cpu", help="torch device of the network (default cpu)")
@@ -126,32 +127,41 @@ def main(argv: list[str] | None = None) -> np.ndarray:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="a script-specific option of its evaluate(), e.g. epsilon=0.05 or deterministic=False",
+        help="an option of the script's evaluate(), e.g. epsilon=0.05 or deterministic=False",
     )
     args = parser.parse_args(argv)
     if args.eval_episodes < 1:
         fail("--eval-episodes", f"must be positive, got {args.eval_episodes}")
     try:
         model = find_model(args.model)
-        script = saved_script(model)
-        module = load_script(script)
-    except (FileNotFoundError, ValueError) as error:
+        recorded = read_file(model, "model")["script"]
+    except (FileNotFoundError, FileRefused) as error:
         fail("model", str(error))
+    try:
+        module = load_script(script_file(recorded, args.script))
+    except FileNotFoundError as error:
+        fail("--script", str(error))
     try:
         options = parse_options(args.option, module.evaluate)
     except ValueError as error:
         fail("--option", str(error))
-    returns = module.evaluate(
-        str(model),
-        args.eval_episodes,
-        env_id=args.env_id,
-        capture_video=args.capture_video,
-        video_dir=args.video_dir,
-        seed=args.seed,
-        device=args.device,
-        **options,
+    try:
+        returns = module.evaluate(
+            str(model),
+            args.eval_episodes,
+            env_id=args.env_id,
+            capture_video=args.capture_video,
+            video_dir=args.video_dir,
+            seed=args.seed,
+            device=args.device,
+            **options,
+        )
+    except FileRefused as error:
+        fail("model", str(error))
+    print(
+        f"{Path(module.__file__).name}, {model}: {args.eval_episodes} episodes, "
+        f"return {returns.mean():.2f} ± {returns.std():.2f}"
     )
-    print(f"{script}.py, {model}: {args.eval_episodes} episodes, return {returns.mean():.2f} ± {returns.std():.2f}")
     return returns
 
 

@@ -1,19 +1,27 @@
-"""Evaluation helper: run a policy for a number of whole episodes.
+"""Evaluation of saved models: open a model file for the script that wrote it, run whole episodes.
 
-Each script's ``evaluate()`` builds its own environment and network, loads the saved
-weights and hands both to :func:`run_episodes`.
+Each script's ``evaluate()`` opens its model file with :class:`Evaluation` (the file is checked
+to be this script's model, the evaluation env is built with the script's own ``make_env``),
+loads the weights into its own networks and hands its evaluation policy to
+:meth:`Evaluation.run`. ``python -m cleanrl_utils.enjoy`` calls that ``evaluate()``.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
+import gymnasium as gym
 import numpy as np
+import torch
+
+from cleanrl_utils.files import check_module, read_file, script_name
+from cleanrl_utils.run import episode_returns
+from cleanrl_utils.vector import SAME_STEP, vector_env
 
 
 def run_episodes(
     envs,
-    policy: Callable[[np.ndarray], np.ndarray],
+    policy: Callable[[Any], np.ndarray],
     num_episodes: int,
     seed: int | None = None,
     on_done: Optional[Callable[[np.ndarray], None]] = None,
@@ -21,10 +29,10 @@ def run_episodes(
     """Run ``policy`` in ``envs`` until ``num_episodes`` episodes have ended.
 
     Args:
-        envs: a gymnasium vector env wrapped in
-            ``gymnasium.wrappers.vector.RecordEpisodeStatistics``.
+        envs: a gymnasium vector env with same-step autoreset whose envs record their episodes
+            (``gym.wrappers.RecordEpisodeStatistics``), or a vector ``RecordEpisodeStatistics``.
         policy: maps a batch of observations ``[num_envs, *obs_shape]`` to actions
-            ``[num_envs, *action_shape]`` (numpy in, numpy out).
+            ``[num_envs, *action_shape]`` (numpy in, numpy or CPU tensor out).
         num_episodes: how many episodes to collect; must be positive.
         seed: seed of the first reset (sub-env i gets seed + i).
         on_done: called after each step with the bool mask ``[num_envs]`` of envs whose episode
@@ -41,9 +49,71 @@ def run_episodes(
     returns: list[float] = []
     obs, _ = envs.reset(seed=seed)
     while len(returns) < num_episodes:
-        obs, _, terminations, truncations, infos = envs.step(policy(obs))
+        actions = policy(obs)
+        obs, _, terminations, truncations, infos = envs.step(np.asarray(actions))
         if on_done is not None:
             on_done(np.logical_or(terminations, truncations))
-        if "_episode" in infos:
-            returns.extend(infos["episode"]["r"][infos["_episode"]].tolist())
+        returns.extend(episode_returns(infos))
     return np.asarray(returns[:num_episodes], dtype=np.float64)
+
+
+class Evaluation:
+    """A model file opened for evaluation by the script that wrote it.
+
+    Args:
+        script_file: the evaluating script's ``__file__``; the model must carry its name.
+        model_path: a ``.cleanrl_model`` file written with ``--save-model``.
+        eval_episodes: number of whole episodes :meth:`run` plays.
+        make_env: the script's ``make_env(env_id, idx, capture_video, video_dir, training=False,
+            video_episodes=...)``: an evaluation env plays whole episodes (no episodic life on
+            Atari), keeps no replay log, and records a video of each of the ``eval_episodes``.
+        env_id: environment; the one the model was trained on when None.
+        capture_video: record the evaluation episodes into ``video_dir``.
+        video_dir: where videos go.
+        seed: seed of the evaluation env (and of a sampling policy); None means the training
+            seed + 100000, as the evaluation at the end of training uses.
+        device: torch device of the networks.
+
+    Attributes:
+        model: the file's content (:func:`cleanrl_utils.files.read_file`).
+        envs: the evaluation vector env (one env, same-step autoreset).
+        seed, device: as resolved.
+
+    Raises:
+        cleanrl_utils.files.FileRefused: (one line) not a model file of this script.
+    """
+
+    def __init__(
+        self,
+        script_file: str,
+        model_path: str,
+        eval_episodes: int,
+        make_env: Callable,
+        env_id: Optional[str] = None,
+        capture_video: bool = False,
+        video_dir: str = "videos",
+        seed: Optional[int] = None,
+        device: str = "cpu",
+    ):
+        self.model = read_file(model_path, "model", script_name(script_file))
+        self.eval_episodes = eval_episodes
+        self.seed = self.model["args"]["seed"] + 100_000 if seed is None else seed
+        self.device = torch.device(device)
+        env_id = env_id or self.model["env_id"]
+        env_fn = make_env(
+            env_id, 0, capture_video, video_dir, training=False, video_episodes=lambda episode: episode < eval_episodes
+        )
+        self.envs: gym.vector.VectorEnv = vector_env([env_fn], "sync", SAME_STEP)
+
+    def load(self, module: torch.nn.Module, name: str) -> torch.nn.Module:
+        """``module`` with the file's weights ``name`` (checked to be this network's), on the device, in eval mode."""
+        check_module(module, name, self.model)
+        return module.to(self.device).eval()
+
+    def run(self, policy: Callable[[Any], Any], on_done: Optional[Callable[[np.ndarray], None]] = None) -> np.ndarray:
+        """Episodic returns ``[eval_episodes]`` (float64) of ``policy`` (see :func:`run_episodes`); closes the envs."""
+        try:
+            with torch.inference_mode():
+                return run_episodes(self.envs, policy, self.eval_episodes, seed=self.seed, on_done=on_done)
+        finally:
+            self.envs.close()

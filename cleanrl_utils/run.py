@@ -1,14 +1,26 @@
-"""Run plumbing every script shares: input checks, seeding, the run directory, trackers,
-progress output, episode logging and model files.
+"""Run plumbing every script shares: flags, checks, the run directory, trackers, progress, checkpoints, models.
 
-None of this is algorithm logic; it is kept here so that each script reads as its algorithm.
+A script uses it in three calls and a few methods (see ``cleanrl/ppo.py``)::
 
-Conventions (see DESIGN.md):
+    args, resumed = parse_args(Args, __file__, check_args)  # flags and --resume; bad input stops here
+    run = start_run(args, resumed)  # run directory, TensorBoard (and W&B), seeding, torch threads, device
+    signal.signal(signal.SIGTERM, run.stop)  # a checkpoint at the next safe point, then exit
+    ...
+    run.log_episodes(global_step, infos)  # episodic returns to TensorBoard, progress to the terminal
+    if run.checkpoint_due(global_step):
+        run.save_checkpoint(state, global_step=global_step, iteration=iteration)
+    ...
+    run.save_model({"agent": agent}, evaluate)  # with --save-model: the model file, then its evaluation
+    run.close()
 
+Conventions:
+
+- a script is its file: its name (``ppo`` for ``ppo.py``, ``my_ppo`` for a copy) is the default
+  ``--exp-name`` and the tag in its model and checkpoint files (:mod:`cleanrl_utils.files`);
 - run directory ``runs/{env_id}__{exp_name}__{seed}__{unix_time}/`` holding the TensorBoard
-  events, ``args.json`` (the resolved arguments), videos and the saved model;
+  events, ``args.json`` (the resolved arguments), ``checkpoints/``, videos and the saved model;
 - TensorBoard tags ``charts/episodic_return``, ``charts/episodic_length``, ``charts/SPS``,
-  ``charts/learning_rate`` and ``losses/<name>``;
+  ``charts/learning_rate`` and ``losses/<name>``; ``eval/episodic_return`` after ``--save-model``;
 - bad input stops before any work with one line on stderr naming the flag, exit status 2.
 """
 
@@ -16,59 +28,118 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
-import importlib
 import json
 import os
 import random
 import re
+import signal
 import sys
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Optional
 
 import gymnasium as gym
 import numpy as np
 import torch
+import tyro
 
-from cleanrl_utils.cli import USAGE_ERROR, fail, require, safe_name  # noqa: F401  (re-exported)
+from cleanrl_utils import checkpoint as checkpoints
+from cleanrl_utils.cli import USAGE_ERROR, fail, flag_name, require, require_positive, require_range, safe_name
+from cleanrl_utils.files import MODEL_SUFFIX, checkpoint_path, script_name, write_file
 
 
-def require_positive(args: Any, *names: str) -> None:
-    """Fail on the first of the fields ``names`` of ``args`` that is not > 0.
+@dataclasses.dataclass
+class RunArgs:
+    """Flags every script takes; a script's ``Args`` adds its algorithm's hyperparameters."""
 
-    Field ``num_envs`` is reported as flag ``--num-envs``.
+    exp_name: str = ""
+    """name of this experiment, part of the run directory name (default: the script's file name)"""
+    seed: int = 1
+    """seed of python, numpy, torch and the environments"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, train on CUDA when it is available"""
+    track: bool = False
+    """if toggled, mirror the logs to Weights & Biases"""
+    wandb_project_name: str = "cleanRL"
+    """Weights & Biases project"""
+    wandb_entity: Optional[str] = None
+    """Weights & Biases entity (team); None means your default"""
+    capture_video: bool = False
+    """if toggled, record videos of env 0's episodes into `{run_dir}/videos`"""
+    save_model: bool = False
+    """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model`, then evaluate it"""
+    eval_episodes: int = 10
+    """episodes the saved model is evaluated for (with --save-model)"""
+    checkpoint_interval: int = 0
+    """environment steps between checkpoints in `{run_dir}/checkpoints/` (0: only on SIGTERM or Ctrl-C)"""
+    resume: Optional[str] = None
+    """continue the run of this checkpoint file, or of the latest checkpoint in this run directory"""
+    torch_threads: int = 1
+    """CPU threads for torch"""
+    script: tyro.conf.Suppress[str] = ""
+    """the name of the script file that runs (filled in; not a flag)"""
+
+
+def parse_args(
+    args_class: type, script_file: str, check: Callable[[Any], None] | None = None, argv: list[str] | None = None
+) -> tuple[Any, dict | None]:
+    """Read the flags, take over the arguments of a run given to ``--resume``, and check them all.
+
+    Args:
+        args_class: the script's ``Args`` (a dataclass deriving from :class:`RunArgs`).
+        script_file: the script's ``__file__``: its name is the run's identity (see the module docstring).
+        check: the script's own checks, ``check(args)``; it may fill in computed fields.
+        argv: the command line (default ``sys.argv[1:]``).
+
+    Returns:
+        ``(args, checkpoint)``: the checkpoint dict with ``--resume``, else None.
+
+    Raises:
+        SystemExit: status 2 with one line on stderr naming the flag, for bad input; nothing
+            has been written yet.
     """
-    for name in names:
-        value = getattr(args, name)
-        require(value > 0, flag_name(name), f"must be positive, got {value}")
-
-
-def flag_name(field: str) -> str:
-    """The command-line flag of an ``Args`` field: ``num_envs`` -> ``--num-envs``."""
-    return "--" + field.replace("_", "-")
+    argv = sys.argv[1:] if argv is None else argv
+    description = (sys.modules.get("__main__").__doc__ or "").strip().split("\n")[0] or None
+    args = tyro.cli(args_class, args=argv, description=description)
+    args.script = script_name(script_file)
+    args.exp_name = args.exp_name or args.script
+    args, resumed = checkpoints.resume_args(args, args.script, argv)
+    args.script = script_name(script_file)
+    require(
+        "/" not in args.exp_name and args.exp_name.strip() == args.exp_name != "",
+        "--exp-name",
+        f"{args.exp_name!r} must be a non-empty name without '/' or surrounding spaces",
+    )
+    require(0 <= args.seed < 2**31, "--seed", f"must be in [0, 2**31), got {args.seed}")
+    require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
+    require(args.torch_threads > 0, "--torch-threads", f"must be positive, got {args.torch_threads}")
+    require(not args.save_model or args.eval_episodes > 0, "--eval-episodes", "must be positive with --save-model")
+    if check is not None:
+        check(args)
+    return args, resumed
 
 
 def check_env(
-    env_id: str,
-    action_spaces: tuple[type, ...],
-    observation_spaces: tuple[type, ...],
-    script: str,
+    args: Any,
+    action_spaces: type | tuple[type, ...],
+    observation_spaces: type | tuple[type, ...],
     obs_ndim: int | None = None,
     bounded_actions: bool = False,
     id_suffix: str | None = None,
 ) -> tuple:
-    """Check, before any work, that ``env_id`` exists and has spaces the script supports.
+    """Check, before any work, that ``args.env_id`` exists and has spaces the script supports.
 
-    Creates one environment to read its spaces, then closes it; returns
-    ``(observation_space, action_space)``, e.g. to size a replay buffer before the run starts.
+    Creates one environment to read its spaces, then closes it.
 
     Args:
-        env_id: a gymnasium id such as ``"CartPole-v1"``.
-        action_spaces: accepted ``gymnasium.spaces`` classes for the action space.
-        observation_spaces: accepted classes for the observation space.
-        script: the script's file name, used in the message.
+        args: the run's ``Args``: ``env_id`` is a gymnasium id such as ``"CartPole-v1"``, or
+            ``"package.module:Env-v0"`` (the module is imported to register it); ``script``
+            names the script in the messages.
+        action_spaces: accepted ``gymnasium.spaces`` class(es) for the action space.
+        observation_spaces: accepted class(es) for the observation space.
         obs_ndim: if given, the number of dimensions observations must have (1: flat vectors).
         bounded_actions: require a 1-D Box action space with finite bounds (for scripts that
             rescale their actions into the bounds).
@@ -76,12 +147,16 @@ def check_env(
             with it only (the Atari scripts: ``"NoFrameskip-v4"``, so ``Breakout-v5`` gets
             ``BreakoutNoFrameskip-v4``), matched by spelling or else by the game's name.
 
+    Returns:
+        ``(observation_space, action_space)``, e.g. to size a replay buffer before the run starts.
+
     Raises:
         SystemExit: (status 2, one line on stderr) for an unknown id or an unsupported space.
     """
+    env_id, script = args.env_id, f"{args.script}.py" if args.script else "this script"
+    action_spaces = action_spaces if isinstance(action_spaces, tuple) else (action_spaces,)
+    observation_spaces = observation_spaces if isinstance(observation_spaces, tuple) else (observation_spaces,)
     import importlib
-
-    import gymnasium as gym
 
     module, _, name = env_id.rpartition(":")
     if name not in gym.registry and not module:
@@ -157,85 +232,33 @@ def seed_everything(seed: int, torch_deterministic: bool) -> None:
     torch.backends.cudnn.deterministic = torch_deterministic
 
 
-@dataclasses.dataclass
-class Run:
-    """A started run: its name, directory and TensorBoard writer.
-
-    Attributes:
-        name: ``{env_id}__{exp_name}__{seed}__{unix_time}``.
-        directory: ``runs/<name>``; holds events, ``args.json``, videos and models.
-        writer: a ``torch.utils.tensorboard.SummaryWriter`` on ``directory``; with
-            ``--track`` its scalars are mirrored to Weights & Biases.
-        tracked: whether a Weights & Biases run was started.
-    """
-
-    name: str
-    directory: Path
-    writer: Any
-    tracked: bool
-
-    @property
-    def video_dir(self) -> Path:
-        """Where ``--capture-video`` writes env 0's training episodes."""
-        return self.directory / "videos"
-
-    @property
-    def wandb_id(self) -> str | None:
-        """The W&B run's id (saved in checkpoints, so a resumed run continues it), None untracked."""
-        if not self.tracked:
-            return None
-        import wandb
-
-        return wandb.run.id if wandb.run is not None else None
-
-    def close(self) -> None:
-        """Flush and close the writer; upload videos and finish the W&B run if tracked."""
-        self.writer.close()
-        if self.tracked:
-            import wandb
-
-            for video in sorted(self.directory.glob("videos*/*.mp4")):  # training and evaluation
-                wandb.log({f"{video.parent.name}/{video.stem}": wandb.Video(str(video), format="mp4")})
-            wandb.finish()
-
-
-def start_run(args: Any, runs_dir: str | os.PathLike = "runs", resume: dict | None = None) -> Run:
-    """Create the run directory, save the resolved arguments, start TensorBoard (and W&B).
+def start_run(args: Any, resumed: dict | None = None, runs_dir: str | os.PathLike = "runs") -> Run:
+    """Create (or, resuming, reopen) the run directory; start TensorBoard (and W&B); seed; pick the device.
 
     Args:
-        args: the script's ``Args`` dataclass; must have ``env_id``, ``exp_name``, ``seed``,
-            ``track``, ``wandb_project_name`` and ``wandb_entity``.
-        runs_dir: parent folder of run directories.
-        resume: a checkpoint from :func:`cleanrl_utils.checkpoint.load_checkpoint` to continue:
-            its run directory is reused, TensorBoard events logged after the checkpoint's
-            ``global_step`` by the interrupted process are dropped (``purge_step``), so the
-            curves continue without a fold, and the W&B run (``wandb_id``) is resumed.
+        args: the checked ``Args`` from :func:`parse_args`.
+        resumed: the checkpoint :func:`parse_args` returned with ``--resume``: its run directory
+            is reused, TensorBoard events logged after its ``global_step`` by the interrupted
+            process are dropped (``purge_step``), so the curves continue without a fold, and the
+            W&B run is resumed.
+        runs_dir: parent folder of new run directories.
 
     Returns:
         The started :class:`Run`. With ``args.track`` the W&B run is started first, with
-        ``sync_tensorboard=True``, so every TensorBoard scalar reaches W&B under the same tag.
-        Its files go to ``./wandb`` (or ``$WANDB_DIR``), never inside the run directory that
-        W&B watches for TensorBoard events. ``WANDB_MODE=offline`` keeps the run on disk
-        (``wandb sync`` uploads it later). Runs started in the same second get distinct
-        directories: the later one takes the next free second in its name.
+        ``sync_tensorboard=True``, so every TensorBoard scalar reaches W&B under the same tag;
+        its files go to ``./wandb`` (or ``$WANDB_DIR``). ``WANDB_MODE=offline`` keeps the run on
+        disk. Runs started in the same second get distinct directories.
     """
     from torch.utils.tensorboard import SummaryWriter
 
-    require(
-        "/" not in args.exp_name and args.exp_name.strip() == args.exp_name != "",
-        "--exp-name",
-        f"{args.exp_name!r} must be a non-empty name without '/' or surrounding spaces",
-    )
     config = dataclasses.asdict(args)
-    if resume is not None:  # continue the checkpoint's run, in its directory
-        directory = Path(resume["path"]).parent.parent
-        name = directory.name
+    if resumed is not None:  # continue the checkpoint's run, in its directory
+        directory = Path(resumed["path"]).parent.parent
     else:
         Path(runs_dir).mkdir(parents=True, exist_ok=True)
         stamp = int(time.time())
         while True:  # a run started in the same second as another gets the next free second
-            name = f"{safe_name(args.env_id)}__{args.exp_name}__{args.seed}__{stamp}"
-            directory = Path(runs_dir) / name
+            directory = Path(runs_dir) / f"{safe_name(args.env_id)}__{args.exp_name}__{args.seed}__{stamp}"
             try:
                 directory.mkdir()  # atomic: two runs never share a directory
                 break
@@ -245,40 +268,215 @@ def start_run(args: Any, runs_dir: str | os.PathLike = "runs", resume: dict | No
     if args.track:
         import wandb
 
-        wandb_id = resume.get("wandb_id") if resume is not None else None
+        wandb_id = resumed.get("wandb_id") if resumed is not None else None
         wandb.init(
             project=args.wandb_project_name,
             entity=args.wandb_entity,
             sync_tensorboard=True,
             config=config,
-            name=name,
+            name=directory.name,
             save_code=True,
             **({"id": wandb_id, "resume": "allow"} if wandb_id else {}),
         )
-    purge_step = resume["global_step"] + 1 if resume is not None else None
-    writer = SummaryWriter(str(directory), purge_step=purge_step)
-    print(f"run directory: {directory}" + (f" (resumed at step {resume['global_step']})" if resume else ""), flush=True)
+    writer = SummaryWriter(str(directory), purge_step=resumed["global_step"] + 1 if resumed is not None else None)
     table = "\n".join(f"|{key}|{value}|" for key, value in config.items())
     writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
-    return Run(name=name, directory=directory, writer=writer, tracked=args.track)
+    print(f"run directory: {directory}" + (f" (resumed at step {resumed['global_step']})" if resumed else ""), flush=True)
+    seed_everything(args.seed, args.torch_deterministic)
+    torch.set_num_threads(args.torch_threads)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    return Run(args, directory, writer, device, resumed)
 
 
-def log_episodes(writer: Any, infos: dict, global_step: int) -> list[float]:
-    """Write the episodes that ended this step to TensorBoard and return their returns.
+class Run:
+    """A started run: its arguments, directory, TensorBoard writer, device, and the plumbing the loop calls.
 
-    Reads the statistics that ``gymnasium.wrappers.vector.RecordEpisodeStatistics`` puts in
-    ``infos["episode"]`` (``"r"`` return, ``"l"`` length) for the envs flagged in
-    ``infos["_episode"]``; tags ``charts/episodic_return`` and ``charts/episodic_length``.
+    Attributes:
+        args: the run's ``Args``.
+        directory: ``runs/{env_id}__{exp_name}__{seed}__{unix_time}``.
+        writer: a ``torch.utils.tensorboard.SummaryWriter`` on ``directory`` (mirrored to W&B with ``--track``).
+        device: ``cuda`` when available and ``--cuda``, else ``cpu``.
+        resumed: the checkpoint this run continues (``--resume``), or None.
+        stop_signal: the signal number received by :meth:`stop`, or None.
     """
-    if "_episode" not in infos:
-        return []
-    finished = infos["_episode"].nonzero()[0]
-    returns = infos["episode"]["r"][finished].tolist()
-    lengths = infos["episode"]["l"][finished].tolist()
-    for episodic_return, episodic_length in zip(returns, lengths):
-        writer.add_scalar("charts/episodic_return", episodic_return, global_step)
-        writer.add_scalar("charts/episodic_length", episodic_length, global_step)
-    return returns
+
+    def __init__(self, args: Any, directory: Path, writer: Any, device: torch.device, resumed: dict | None):
+        self.args, self.directory, self.writer, self.device, self.resumed = args, directory, writer, device, resumed
+        self.video_dir = str(directory / "videos")
+        self.stop_signal: int | None = None
+        start_step = resumed["global_step"] if resumed is not None else 0
+        self.progress = Progress(args.total_timesteps, start_step=start_step)
+        self.start_step, self.start_time = start_step, time.perf_counter()
+        interval = args.checkpoint_interval
+        self.next_checkpoint = (start_step // interval + 1) * interval if interval > 0 else None
+
+    # ---- signals and checkpoints
+
+    def stop(self, signum: int, frame: Any = None) -> None:
+        """Signal handler: ask for a checkpoint at the loop's next safe point, after which the run exits.
+
+        Install it for SIGTERM (Slurm's time limit, ``timeout``, a container stop, a spot
+        instance reclaimed) and SIGINT (Ctrl-C). A second Ctrl-C stops at once (KeyboardInterrupt).
+        """
+        if self.stop_signal == signal.SIGINT and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.stop_signal = signum
+
+    def checkpoint_due(self, global_step: int) -> bool:
+        """Whether to write a checkpoint now: ``--checkpoint-interval`` steps passed, or :meth:`stop` was called."""
+        return self.stop_signal is not None or (self.next_checkpoint is not None and global_step >= self.next_checkpoint)
+
+    def save_checkpoint(self, state: dict[str, Any], global_step: int, **counters: Any) -> Path:
+        """Write ``{run_dir}/checkpoints/step_{global_step}.pt``: ``state`` captured, the counters and the random generators.
+
+        Keeps the two most recent checkpoints. After :meth:`stop`, closes the envs in ``state``
+        and exits with 128 + the signal's number (143 for SIGTERM, 130 for Ctrl-C).
+
+        Args:
+            state: the script's checkpoint state (see :mod:`cleanrl_utils.checkpoint`).
+            global_step: environment steps so far.
+            counters: plain numbers the loop needs to continue (``iteration=...``).
+        """
+        self.writer.flush()
+        content = {
+            "state": checkpoints.capture(state),
+            "rng": checkpoints.rng_state(),
+            "global_step": global_step,
+            "counters": counters,
+            "wandb_id": self.wandb_id,
+        }
+        modules = {name: value for name, value in state.items() if isinstance(value, torch.nn.Module)}
+        path = write_file(
+            checkpoint_path(self.directory, global_step), "checkpoint", self.args.script, self.args, content, modules
+        )
+        if self.next_checkpoint is not None:
+            while self.next_checkpoint <= global_step:
+                self.next_checkpoint += self.args.checkpoint_interval
+        from cleanrl_utils.files import checkpoints as checkpoint_files
+
+        for old in checkpoint_files(self.directory)[:-2]:
+            old.unlink()
+        if self.stop_signal is not None:
+            name = signal.Signals(self.stop_signal).name
+            print(f"{name}: checkpoint written to {path}; resume with --resume {self.directory}", flush=True)
+            for value in state.values():
+                if isinstance(value, gym.vector.VectorEnv):
+                    value.close()
+            self.close()
+            sys.exit(128 + self.stop_signal)
+        return path
+
+    def restore(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Load the resumed checkpoint into ``state``'s objects, in place, and the random generators.
+
+        Returns:
+            The checkpoint's counters (``global_step`` and those given to :meth:`save_checkpoint`),
+            ``"obs"``: the observation the restored envs act on next, and ``"missing"``: the
+            names of the entries of ``state`` the checkpoint does not hold (left as they are).
+
+        Raises:
+            SystemExit: (status 2, one line naming ``--resume``) the checkpoint does not fit
+                this script's state (another network, another number of envs).
+        """
+        saved = self.resumed
+        try:
+            obs, missing = checkpoints.restore(state, {**saved["state"], "path": saved["path"], "modules": saved["modules"]})
+        except ValueError as error:
+            fail("--resume", str(error))
+        checkpoints.set_rng_state(saved["rng"])
+        return {"global_step": saved["global_step"], **saved["counters"], "obs": obs, "missing": missing}
+
+    # ---- logging
+
+    def log_episodes(self, global_step: int, infos: dict) -> None:
+        """Write the episodes that ended this step to TensorBoard and report progress.
+
+        Reads the statistics ``gym.wrappers.RecordEpisodeStatistics`` puts in each ended env's
+        last info (``infos["final_info"]["episode"]``, same-step autoreset) or, from a vector
+        ``RecordEpisodeStatistics``, in ``infos["episode"]``; tags ``charts/episodic_return`` and
+        ``charts/episodic_length``.
+        """
+        for returns, lengths in _ended_episodes(infos):
+            for episodic_return, episodic_length in zip(returns, lengths):
+                self.writer.add_scalar("charts/episodic_return", episodic_return, global_step)
+                self.writer.add_scalar("charts/episodic_length", episodic_length, global_step)
+            self.progress.episodes(returns)
+        self.progress.update(global_step)
+
+    def sps(self, global_step: int) -> int:
+        """Environment steps per second since this process started (or resumed) the run."""
+        return int((global_step - self.start_step) / max(time.perf_counter() - self.start_time, 1e-9))
+
+    # ---- the saved model
+
+    def save_model(self, models: dict[str, Any], evaluate: Callable[..., np.ndarray]) -> Path:
+        """Write ``{run_dir}/{exp_name}.cleanrl_model`` and evaluate it with the script's ``evaluate``.
+
+        Args:
+            models: what evaluation needs: networks (their state dicts and ``repr`` are saved),
+                tensors and plain data (normalisation statistics).
+            evaluate: the script's ``evaluate(model_path, eval_episodes, env_id=..., capture_video=...,
+                video_dir=..., device=...)``; its returns are logged as ``eval/episodic_return``
+                (mean) and ``eval/episodic_return_std`` at the last step.
+        """
+        self.progress.close()
+        modules = {name: value for name, value in models.items() if isinstance(value, torch.nn.Module)}
+        content = {name: value.state_dict() if name in modules else value for name, value in models.items()}
+        path = write_file(
+            self.directory / f"{self.args.exp_name}{MODEL_SUFFIX}",
+            "model",
+            self.args.script,
+            self.args,
+            {**content, "global_step": self.progress.step},
+            modules,
+        )
+        print(f"model saved to {path}")
+        returns = evaluate(
+            str(path),
+            self.args.eval_episodes,
+            env_id=self.args.env_id,
+            capture_video=self.args.capture_video,
+            video_dir=str(self.directory / "videos-eval"),
+            device=str(self.device),
+        )
+        self.writer.add_scalar("eval/episodic_return", returns.mean(), self.progress.step)
+        self.writer.add_scalar("eval/episodic_return_std", returns.std(), self.progress.step)
+        print(f"evaluation over {len(returns)} episodes: {returns.mean():.1f} ± {returns.std():.1f}")
+        return path
+
+    @property
+    def wandb_id(self) -> str | None:
+        """The W&B run's id (saved in checkpoints, so a resumed run continues it), None untracked."""
+        if not self.args.track:
+            return None
+        import wandb
+
+        return wandb.run.id if wandb.run is not None else None
+
+    def close(self) -> None:
+        """End the progress output, flush and close the writer; upload videos and finish the W&B run if tracked."""
+        self.progress.close()
+        self.writer.close()
+        if self.args.track:
+            import wandb
+
+            for video in sorted(self.directory.glob("videos*/*.mp4")):  # training and evaluation
+                wandb.log({f"{video.parent.name}/{video.stem}": wandb.Video(str(video), format="mp4")})
+            wandb.finish()
+
+
+def _ended_episodes(infos: dict):
+    """``(returns, lengths)`` lists of the episodes that ended in a vector step, from wherever they are."""
+    for source in (infos, infos.get("final_info")):
+        if source and "_episode" in source:
+            ended = source["_episode"].nonzero()[0]
+            if len(ended):
+                yield source["episode"]["r"][ended].tolist(), source["episode"]["l"][ended].tolist()
+
+
+def episode_returns(infos: dict) -> list[float]:
+    """The returns of the episodes that ended in a vector step (see :meth:`Run.log_episodes`)."""
+    return [r for returns, _ in _ended_episodes(infos) for r in returns]
 
 
 class Progress:
@@ -311,7 +509,7 @@ class Progress:
 
             self.bar = tqdm(total=total, initial=start_step, unit="step", file=self.stream, mininterval=0.5)
 
-    def episodes(self, returns: Sequence[float]) -> None:
+    def episodes(self, returns: list[float]) -> None:
         """Add the returns of episodes that just ended."""
         self.returns.extend(returns)
 
@@ -331,7 +529,7 @@ class Progress:
                 self.last_print = now
             return
         self.step = global_step
-        if now - self.last_print >= self.interval or global_step >= self.total:
+        if now - self.last_print >= self.interval:
             self.last_print = now
             self._line(now)
 
@@ -340,156 +538,30 @@ class Progress:
         sps = int((self.step - self.start_step) / max(now - self.start, 1e-9))
         percent = 100.0 * self.step / self.total
         recent = f"return (last {len(self.returns)}) {self.mean_return:.1f}" if self.returns else "no episode ended yet"
-        print(
-            f"step {self.step}/{self.total} ({percent:.0f}%) | SPS {sps} | {recent}",
-            file=self.stream,
-            flush=True,
-        )
+        print(f"step {self.step}/{self.total} ({percent:.0f}%) | SPS {sps} | {recent}", file=self.stream, flush=True)
 
     def close(self) -> None:
         """Close the bar, or print the final line if the last one printed is out of date."""
         if self.bar is not None:
             self.bar.close()
+            self.bar = None
         elif self.printed_step != self.step:
             self._line(time.perf_counter())
 
 
-def save_model(path: str | os.PathLike, script: str, args: Any, state_dict: dict) -> None:
-    """Save a trained model with the metadata needed to load it back.
-
-    The file holds tensors and plain values only (``torch.load(weights_only=True)`` reads it):
-    ``{"script": script, "env_id": ..., "args": dataclasses.asdict(args), "model": state_dict}``.
-    It is written to a temporary file and renamed, so it is never half-written.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    content = {
-        "script": script,
-        "env_id": args.env_id,
-        "args": dataclasses.asdict(args),
-        "model": state_dict,
-    }
-    temporary = path.with_name(path.name + ".tmp")
-    torch.save(content, temporary)
-    os.replace(temporary, path)
-
-
-def load_model(path: str | os.PathLike, script: str) -> dict:
-    """Load a file written by :func:`save_model`, checking that ``script`` wrote it.
-
-    Returns:
-        The saved dictionary (``script``, ``env_id``, ``args``, ``model``).
-
-    Raises:
-        ValueError: the file is not a model saved by ``script``.
-        FileNotFoundError: no file at ``path``.
-    """
-    content = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(content, dict) or "model" not in content:
-        raise ValueError(f"{path} is not a model file saved by a cleanrl script")
-    if content.get("script") != script:
-        raise ValueError(
-            f"{path} was saved by {content.get('script')!r}, not {script!r}; evaluate it with that script's evaluate()"
-        )
-    return content
-
-
-def make_vector_env(env_fns: Sequence, env_mode: str = "sync", episode_statistics: bool = True):
-    """Vectorise ``env_fns`` in one process (``"sync"``) or in subprocesses (``"async"``).
-
-    Async subprocesses start from a ``forkserver`` (a fresh interpreter that imports the
-    running script once), so ``env_fns`` must be picklable by cloudpickle (closures are).
-
-    Without a display, rendering is set up headless (``SDL_VIDEODRIVER=dummy`` for pygame,
-    ``MUJOCO_GL=egl`` for MuJoCo; variables already set are kept). Both modes use gymnasium's
-    same-step autoreset: when a sub-env's episode ends, the
-    observation returned is the first of the next episode and the real final observation is
-    in ``infos["final_obs"][i]`` (flagged by ``infos["_final_obs"]``). Episode statistics are
-    added by ``RecordEpisodeStatistics`` (``infos["episode"]``, ``infos["_episode"]``); pass
-    ``episode_statistics=False`` when each env records its own (Atari: the game score, below
-    episodic life and reward clipping), which the vector env then reports under the same keys.
-
-    Raises:
-        ValueError: ``env_mode`` is neither ``"sync"`` nor ``"async"``.
-    """
-    import gymnasium as gym
-
-    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
-        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # headless rgb_array rendering, no SDL noise
-        os.environ.setdefault("MUJOCO_GL", "egl")  # MuJoCo renders off-screen through EGL (no X server)
-    same_step = gym.vector.AutoresetMode.SAME_STEP
-    # each env records a replay log of its state, for checkpoints (cleanrl_utils/checkpoint.py)
-    subprocess = env_mode == "async"
-    env_fns = [functools.partial(_replayable, env_fn, index, subprocess) for index, env_fn in enumerate(env_fns)]
-    if env_mode == "sync":
-        envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=same_step)
-    elif env_mode == "async":
-        # subprocesses are forked from a fresh "forkserver" process, not from this one: a fork of a
-        # process whose torch/OpenMP/OpenCV thread pools are running can crash the child (seen as
-        # an EOFError on the worker's pipe in a long pytest process)
-        envs = gym.vector.AsyncVectorEnv(env_fns, autoreset_mode=same_step, context="forkserver")
-    else:
-        raise ValueError(f"env_mode must be 'sync' or 'async', got {env_mode!r}")
-    if episode_statistics:
-        return gym.wrappers.vector.RecordEpisodeStatistics(envs)
-    return _EpisodesFromFinalInfo(envs)
-
-
-def _replayable(env_fn, index: int, subprocess: bool = False):
-    """``env_fn()`` wrapped in a :class:`~cleanrl_utils.checkpoint.ReplayableEnv` with its index."""
-    from cleanrl_utils.checkpoint import ReplayableEnv
-
-    # in an async subprocess (started from a forkserver, not forked from the script), import the
-    # module that defined env_fn first: what it registers on import (ale_py's game ids) is needed
-    module = getattr(env_fn, "__module__", None)
-    if subprocess and module and module != "__main__" and module not in sys.modules:
-        try:
-            importlib.import_module(module)
-        except ImportError:  # loaded from a file under another name (cleanrl_utils.enjoy): nothing to redo
-            pass
-    return ReplayableEnv(env_fn(), index)
-
-
-class _EpisodesFromFinalInfo(gym.vector.VectorWrapper):
-    """Same-step autoreset puts the info of an episode's last step (with the ``episode`` statistics
-    of a per-env ``RecordEpisodeStatistics``) under ``infos["final_info"]``; copy them to the top,
-    where :func:`log_episodes` and the vector ``RecordEpisodeStatistics`` put them."""
-
-    def step(self, actions):
-        obs, rewards, terminations, truncations, infos = self.env.step(actions)
-        final = infos.get("final_info")
-        if final is not None and "_episode" in final:
-            infos["episode"], infos["_episode"] = final["episode"], final["_episode"]
-        return obs, rewards, terminations, truncations, infos
-
-
-def real_next_obs(next_obs: Any, infos: dict) -> Any:
-    """The real next observations of a vector step, ``[num_envs, *obs_shape]``.
-
-    With same-step autoreset (see :func:`make_vector_env`), ``next_obs[i]`` of an env whose
-    episode just ended is already the first observation of its next episode; the one that
-    ended the episode is ``infos["final_obs"][i]``. This returns ``next_obs`` with those
-    entries replaced (a copy when any are; ``next_obs`` itself otherwise), which is what a
-    TD target or a truncation bootstrap must use as s'.
-
-    Args:
-        next_obs: the vector env's observations: an array, or for Dict / Tuple spaces a dict /
-            tuple of arrays (each ``[num_envs, ...]``, replaced field by field).
-        infos: the vector env's infos of the same step.
-    """
-    if "_final_obs" not in infos:
-        return next_obs
-    ended = np.flatnonzero(infos["_final_obs"])
-    finals = [infos["final_obs"][i] for i in ended]
-
-    def replace(batch: Any, values: list) -> Any:
-        if isinstance(batch, dict):
-            return {key: replace(field, [value[key] for value in values]) for key, field in batch.items()}
-        if isinstance(batch, tuple):
-            return tuple(replace(field, [value[j] for value in values]) for j, field in enumerate(batch))
-        real = batch.copy()
-        for i, value in zip(ended, values):
-            real[i] = value
-        return real
-
-    return replace(next_obs, finals)
+__all__ = [
+    "RunArgs",
+    "parse_args",
+    "check_env",
+    "seed_everything",
+    "start_run",
+    "Run",
+    "Progress",
+    "episode_returns",
+    "USAGE_ERROR",
+    "fail",
+    "flag_name",
+    "require",
+    "require_positive",
+    "require_range",
+]

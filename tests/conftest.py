@@ -80,7 +80,7 @@ def tmp_cwd(tmp_path: Path) -> Path:
 
 
 def sigterm_then_resume(
-    script: str, flags: list[str], interval: int, total: int, cwd: Path, model_key: str = "model"
+    script: str, flags: list[str], interval: int, total: int, cwd: Path, model_key: str | None = None
 ) -> tuple[dict, dict]:
     """Run ``script`` uninterrupted, and again with ``--checkpoint-interval interval`` stopped by
     SIGTERM once its first checkpoint exists, then resumed with ``--resume RUN_DIR``.
@@ -88,17 +88,18 @@ def sigterm_then_resume(
     Checks that the interrupted run exits with 143 after writing a checkpoint past ``interval``
     and before ``total`` steps, and that the resumed run continues the same run directory.
     ``flags`` must include ``--save-model``. Returns ``(whole, resumed)``: for each run,
-    ``{"model": state dict of the saved model (its ``model_key`` entry), "curves": its scalars
-    without charts/SPS}``, for the caller to compare (exactly, or as far as the script can).
+    ``{"model": the saved model's network ``model_key`` (a state dict; the first network of the
+    file when None), "curves": its scalars without charts/SPS}``, for the caller to compare
+    (exactly, or as far as the script can).
     """
-    from cleanrl_utils.checkpoint import latest_checkpoint
+    from cleanrl_utils.files import checkpoint_step, latest_checkpoint
 
     def result(directory: Path) -> dict:
         import torch
 
         saved = torch.load(next(directory.glob("*.cleanrl_model")), weights_only=True)
         curves = {tag: values for tag, values in scalars(directory).items() if tag != "charts/SPS"}
-        return {"model": saved[model_key], "curves": curves}
+        return {"model": saved[model_key or next(iter(saved["modules"]))], "curves": curves}
 
     (cwd / "whole").mkdir()
     run_script(script, *flags, cwd=cwd / "whole")
@@ -121,7 +122,7 @@ def sigterm_then_resume(
     out, err = process.communicate(timeout=300)
     assert process.returncode == 143, err
     cut = run_dir(cwd / "cut")
-    step = int(latest_checkpoint(cut).stem.removeprefix("step_"))
+    step = checkpoint_step(latest_checkpoint(cut))
     assert interval <= step < total and "SIGTERM: checkpoint written" in out, (step, out)
     assert not list(cut.glob("*.cleanrl_model"))  # it stopped before the end
 
@@ -131,7 +132,9 @@ def sigterm_then_resume(
     return result(whole), result(cut)
 
 
-def resume_without_the_buffer(script: str, flags: list[str], total: int, loss_tag: str, cwd) -> None:
+def resume_without_the_buffer(
+    script: str, flags: list[str], total: int, loss_tag: str, cwd, model_key: str = "q_network"
+) -> None:
     """An off-policy script resumed from a checkpoint without its replay buffer refills the buffer
     for --learning-starts steps, with the trained networks, before it updates them again.
 
@@ -139,7 +142,8 @@ def resume_without_the_buffer(script: str, flags: list[str], total: int, loss_ta
     and total, then resumes the one at total/2 with checkpoints every total/4: the checkpoint at
     3 total/4, the end of the refill, must hold the resumed parameters exactly (kept, and not
     updated while refilling), the one at the end other ones (updated again), and the loss curve
-    ``loss_tag`` has no point during the refill.
+    ``loss_tag`` has no point during the refill. ``model_key``: the network compared, an entry of
+    the checkpoint's state.
     """
     import torch
 
@@ -156,17 +160,17 @@ def resume_without_the_buffer(script: str, flags: list[str], total: int, loss_ta
         cwd=cwd,
     )
     run = run_dir(cwd)
-    resumed_from = torch.load(run / "checkpoints" / f"step_{half}.pt", weights_only=True)
-    assert "buffer" not in resumed_from
+    resumed_from = torch.load(run / "checkpoints" / f"step_{half}.pt", weights_only=True)["state"]
+    assert "replay_buffer" not in resumed_from
     result = run_script(
         script, "--resume", str(run / "checkpoints" / f"step_{half}.pt"), "--checkpoint-interval", str(quarter), cwd=cwd
     )
     assert f"resumed at step {half}" in result.stdout
     assert f"refilling it until step {half + quarter} before updating" in result.stdout
     assert run_dir(cwd) == run
-    refilled = torch.load(run / "checkpoints" / f"step_{half + quarter}.pt", weights_only=True)["model"]
-    final = torch.load(run / "checkpoints" / f"step_{total}.pt", weights_only=True)["model"]
-    for name, tensor in resumed_from["model"].items():  # kept, not re-initialised; no update while refilling
+    refilled = torch.load(run / "checkpoints" / f"step_{half + quarter}.pt", weights_only=True)["state"][model_key]
+    final = torch.load(run / "checkpoints" / f"step_{total}.pt", weights_only=True)["state"][model_key]
+    for name, tensor in resumed_from[model_key].items():  # kept, not re-initialised; no update while refilling
         assert torch.equal(refilled[name], tensor), name
     assert any(not torch.equal(final[name], refilled[name]) for name in final)  # the updates resumed
     curves = scalars(run)
@@ -177,17 +181,18 @@ def resume_without_the_buffer(script: str, flags: list[str], total: int, loss_ta
 def run_in_process(script: str, monkeypatch, cwd: Path, *flags: str) -> dict:
     """Run ``cleanrl/<script>`` as ``__main__`` in this process; return its global variables.
 
-    The SIGTERM handler the script's checkpointer installs is removed afterwards, so that pytest
-    still ends on SIGTERM."""
+    The SIGTERM and SIGINT handlers the script installs are removed afterwards, so that pytest
+    still ends on SIGTERM and Ctrl-C."""
     import runpy
 
     monkeypatch.chdir(cwd)
     monkeypatch.setattr(sys, "argv", [script, *flags])
-    handler = signal.getsignal(signal.SIGTERM)
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         return runpy.run_path(str(ROOT / "cleanrl" / script), run_name="__main__")
     finally:
-        signal.signal(signal.SIGTERM, handler)
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
 
 
 def assert_buffered_resume_is_exact(script: str, flags: list[str], loss_tag: str, cwd: Path) -> None:

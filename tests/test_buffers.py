@@ -496,11 +496,9 @@ class DictCounter(gym.Env):
 
 
 def test_dict_observations_from_a_vector_env_with_real_final_obs():
-    from cleanrl_utils.run import make_vector_env, real_next_obs
+    from cleanrl_utils.vector import real_next_obs, vector_env
 
-    envs = make_vector_env(
-        [lambda: gym.wrappers.TimeLimit(DictCounter(), 3), lambda: gym.wrappers.TimeLimit(DictCounter(), 2)]
-    )
+    envs = vector_env([lambda: gym.wrappers.TimeLimit(DictCounter(), 3), lambda: gym.wrappers.TimeLimit(DictCounter(), 2)])
     rb = ReplayBuffer(10, 2, envs.single_observation_space, envs.single_action_space, gamma=0.5, seed=0)
     obs, _ = envs.reset(seed=0)
     for _ in range(6):

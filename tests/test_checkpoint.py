@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from cleanrl_utils import checkpoint
-from cleanrl_utils.run import make_vector_env
+from cleanrl_utils import checkpoint, files, vector
 from tests.conftest import assert_stops_with_one_line, run_dir, run_script, sigterm_then_resume
 
 
@@ -32,13 +31,18 @@ def test_rng_state_roundtrip_restores_every_generator(tmp_path):
 def test_generator_state_roundtrip(tmp_path):
     generator = np.random.default_rng(5)
     generator.normal(size=7)
-    state = _roundtrip(checkpoint.generator_state(generator), tmp_path)
+    state = _roundtrip(vector.generator_state(generator), tmp_path)
     expected = generator.integers(1 << 30, size=5)
-    assert np.array_equal(checkpoint.make_generator(state).integers(1 << 30, size=5), expected)
+    assert np.array_equal(vector.make_generator(state).integers(1 << 30, size=5), expected)
 
 
 def _vector(make, n, mode="sync"):
-    return make_vector_env([make for _ in range(n)], mode)
+    """``n`` envs of ``make`` as the scripts build them: episode statistics, a replay log, same-step autoreset."""
+
+    def thunk(index):
+        return lambda: vector.ReplayableEnv(gym.wrappers.RecordEpisodeStatistics(make()), index)
+
+    return vector.vector_env([thunk(i) for i in range(n)], mode, vector.SAME_STEP)
 
 
 def _play(envs, actions):
@@ -46,17 +50,9 @@ def _play(envs, actions):
     seen = []
     for action in actions:
         obs, reward, terminated, truncated, infos = envs.step(action)
-        episode = infos.get("episode", {})
-        seen.append(
-            (
-                obs.copy(),
-                reward.copy(),
-                terminated.copy(),
-                truncated.copy(),
-                np.asarray(episode.get("r", [])).copy(),
-                np.asarray(infos.get("_episode", [])).copy(),
-            )
-        )
+        from cleanrl_utils.run import episode_returns
+
+        seen.append((obs.copy(), reward.copy(), terminated.copy(), truncated.copy(), np.asarray(episode_returns(infos))))
     return seen
 
 
@@ -67,22 +63,23 @@ def _assert_same(a, b):
             assert np.array_equal(x, y)
 
 
-def _check_resume(make, n, steps_before, steps_after, mode="sync", seed=7, tmp_path=None):
+def _check_resume(make, n, steps_before, steps_after, mode="sync", seed=7, tmp_path=None, vector_factory=None):
     """Run, save the envs' state, run on; a fresh vector env restored from the state sees the same."""
-    envs = _vector(make, n, mode)
+    factory = vector_factory or (lambda n, mode: _vector(make, n, mode))
+    envs = factory(n, mode)
     rng = np.random.default_rng(0)
     envs.action_space.seed(1)
     actions = [envs.action_space.sample() for _ in range(steps_before + steps_after)]
     obs, _ = envs.reset(seed=seed)
     _play(envs, actions[:steps_before])
-    state = checkpoint.envs_state(envs)
+    state = vector.envs_state(envs)
     if tmp_path is not None:
         state = _roundtrip(state, tmp_path)
     after = _play(envs, actions[steps_before:])
     current = None
     envs.close()
-    fresh = _vector(make, n, mode)
-    current = checkpoint.restore_envs(fresh, state)
+    fresh = factory(n, mode)
+    current = vector.restore_envs(fresh, state)
     replayed = _play(fresh, actions[steps_before:])
     fresh.close()
     _assert_same(after, replayed)
@@ -99,9 +96,9 @@ def test_restore_returns_the_observation_to_act_on():
     envs.reset(seed=1)
     for _ in range(37):
         obs, *_ = envs.step(envs.action_space.sample())
-    state = checkpoint.envs_state(envs)
+    state = vector.envs_state(envs)
     fresh = _vector(lambda: gym.make("CartPole-v1"), 2)
-    assert np.array_equal(checkpoint.restore_envs(fresh, state), obs)
+    assert np.array_equal(vector.restore_envs(fresh, state), obs)
 
 
 def test_pendulum_time_limit_is_restored():
@@ -118,15 +115,14 @@ def test_episode_statistics_continue_across_the_resume():
     envs.reset(seed=3)
     for _ in range(5):
         envs.step(np.array([0]))
-    state = checkpoint.envs_state(envs)
-    assert state["episode_lengths"].tolist() == [5]
+    state = vector.envs_state(envs)
     fresh = _vector(lambda: gym.make("CartPole-v1"), 1)
-    checkpoint.restore_envs(fresh, state)
+    vector.restore_envs(fresh, state)
     lengths = []
     while not lengths:
         _, _, _, _, infos = fresh.step(np.array([0]))
-        if "_episode" in infos and infos["_episode"][0]:
-            lengths.append(int(infos["episode"]["l"][0]))
+        if "final_info" in infos and "_episode" in infos["final_info"]:
+            lengths.append(int(infos["final_info"]["episode"]["l"][0]))
     # the episode that started before the checkpoint is counted whole
     original = _vector(lambda: gym.make("CartPole-v1"), 1)
     original.reset(seed=3)
@@ -143,30 +139,62 @@ def test_episode_statistics_continue_across_the_resume():
 def test_breakout_resumes_exactly(make):
     from cleanrl.dqn_atari import make_env
 
-    _check_resume(make_env("BreakoutNoFrameskip-v4", 1, False, ""), 2, 400, 300)
+    def vector_of_breakouts(n, mode="sync"):
+        return vector.vector_env([make_env("BreakoutNoFrameskip-v4", i, False, "") for i in range(n)], mode)
+
+    _check_resume(None, 2, 400, 300, vector_factory=vector_of_breakouts)
 
 
-def test_save_is_atomic_and_load_refuses_other_scripts(tmp_path):
+def test_files_are_atomic_and_refuse_other_scripts_kinds_and_junk(tmp_path):
     from dataclasses import dataclass
 
     @dataclass
     class Args:
         seed: int = 1
 
-    path = checkpoint.save_checkpoint(
-        tmp_path / "run" / "checkpoints" / "step_128.pt", "ppo", Args(), {"global_step": 128, "model": {"w": torch.ones(2)}}
+    path = files.write_file(
+        files.checkpoint_path(tmp_path / "run", 128),
+        "checkpoint",
+        "ppo",
+        Args(),
+        {"global_step": 128, "state": {"w": torch.ones(2)}},
     )
-    checkpoint.save_checkpoint(tmp_path / "run" / "checkpoints" / "step_1024.pt", "ppo", Args(), {"global_step": 1024})
+    files.write_file(files.checkpoint_path(tmp_path / "run", 1024), "checkpoint", "ppo", Args(), {"global_step": 1024})
     assert not list(path.parent.glob("*.tmp"))
-    assert checkpoint.load_checkpoint(tmp_path / "run", "ppo")["global_step"] == 1024  # latest in a run dir
-    assert checkpoint.load_checkpoint(path, "ppo")["model"]["w"].tolist() == [1.0, 1.0]
-    with pytest.raises(ValueError, match="written by ppo.py, not dqn.py"):
-        checkpoint.load_checkpoint(path, "dqn")
-    with pytest.raises(FileNotFoundError, match="has no checkpoints"):
-        checkpoint.load_checkpoint(tmp_path, "ppo")
+    assert [files.checkpoint_step(p) for p in files.checkpoints(tmp_path / "run")] == [128, 1024]
+    assert checkpoint.load_checkpoint(str(tmp_path / "run"), "ppo")["global_step"] == 1024  # latest in a run dir
+    assert checkpoint.load_checkpoint(str(path), "ppo")["state"]["w"].tolist() == [1.0, 1.0]
+    with pytest.raises(files.FileRefused, match="written by ppo.py, not by dqn.py"):
+        checkpoint.load_checkpoint(str(path), "dqn")
+    with pytest.raises(files.FileRefused, match="is a checkpoint file, not a model file"):
+        files.read_file(path, "model", "ppo")
+    with pytest.raises(files.FileRefused, match="has no checkpoints"):
+        checkpoint.load_checkpoint(str(tmp_path), "ppo")
     torch.save({"model": {}}, tmp_path / "model.pt")
-    with pytest.raises(ValueError, match="not a cleanrl checkpoint"):
-        checkpoint.load_checkpoint(tmp_path / "model.pt", "ppo")
+    with pytest.raises(files.FileRefused, match="not a model or checkpoint file of this project"):
+        files.read_file(tmp_path / "model.pt", "checkpoint")
+    (tmp_path / "junk.pt").write_text("junk")
+    with pytest.raises(files.FileRefused, match="cannot be read as a cleanrl file"):
+        files.read_file(tmp_path / "junk.pt", "checkpoint")
+
+
+def test_a_network_of_another_shape_or_activation_is_refused_in_one_line(tmp_path):
+    from dataclasses import dataclass
+
+    @dataclass
+    class Args:
+        seed: int = 1
+
+    saved_net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh())
+    path = files.write_file(
+        tmp_path / "m.cleanrl_model", "model", "ppo", Args(), {"agent": saved_net.state_dict()}, {"agent": saved_net}
+    )
+    content = files.read_file(path, "model", "ppo")
+    files.check_module(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh()), "agent", content)  # fits
+    with pytest.raises(files.FileRefused, match=r"its agent differs from this script's: '\(1\): Tanh\(\)' there"):
+        files.check_module(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU()), "agent", content)
+    with pytest.raises(files.FileRefused, match="out_features=16"):
+        files.check_module(torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh()), "agent", content)
 
 
 # ---- a script interrupted and resumed ends as if it had run uninterrupted (ppo.py, the pattern)
@@ -219,15 +247,16 @@ def test_resume_refuses_contradicting_flags_and_foreign_checkpoints(tmp_path):
         tmp_path / "other",
     )
     assert_stops_with_one_line(
-        "ppo.py", ["--resume", str(tmp_path / "nothing")], "--resume", "No such file", tmp_path / "other"
+        "ppo.py", ["--resume", str(tmp_path / "nothing")], "--resume", "no such file", tmp_path / "other"
     )
 
 
 def test_resume_keeps_the_runs_checkpoint_flags_unless_given(tmp_path):
     from cleanrl.ppo import Args
 
-    path = checkpoint.save_checkpoint(
-        tmp_path / "run" / "checkpoints" / "step_512.pt",
+    path = files.write_file(
+        files.checkpoint_path(tmp_path / "run", 512),
+        "checkpoint",
         "ppo",
         Args(env_id="Acrobot-v1", checkpoint_interval=256, torch_threads=2),
         {"global_step": 512},

@@ -69,6 +69,8 @@ def test_enjoy_passes_script_options_and_refuses_unknown_ones(tmp_path):
         "--save-model",
         "--eval-episodes",
         "1",
+        "--checkpoint-interval",
+        "500",
         cwd=tmp_path,
     )
     run = run_dir(tmp_path)
@@ -78,6 +80,8 @@ def test_enjoy_passes_script_options_and_refuses_unknown_ones(tmp_path):
     assert result.stderr.strip() == (
         "error: --option: this script's evaluate takes no option 'deterministic'; it takes: epsilon"
     )
+    checkpoint = enjoy(str(next(run.glob("checkpoints/*.pt"))), cwd=tmp_path, check=False)
+    assert checkpoint.returncode == 2 and "is a checkpoint file, not a model file" in checkpoint.stderr
 
 
 def _junk(path):
@@ -85,16 +89,44 @@ def _junk(path):
     return path
 
 
+class _Code:
+    def __reduce__(self):
+        return (print, ("unpickling ran code",))
+
+
+def _pickle(path):
+    import torch
+
+    torch.save({"format": 2, "kind": "model", "obj": _Code()}, path)
+    return path
+
+
+def _model_of(tmp, script):
+    """A well-formed model file whose recorded script name is a path: it must never choose the code that runs."""
+    from dataclasses import dataclass
+
+    from cleanrl_utils.files import write_file
+
+    @dataclass
+    class Args:
+        env_id: str = "CartPole-v1"
+
+    return write_file(tmp / "named.cleanrl_model", "model", script, Args(), {})
+
+
 @pytest.mark.parametrize(
     "make,message",
     [
         (lambda tmp: tmp / "missing.cleanrl_model", "no such file or directory"),
         (lambda tmp: tmp, "holds no .cleanrl_model file"),
-        (lambda tmp: _junk(tmp / "junk.cleanrl_model"), "is not a model saved by a cleanrl script"),
+        (lambda tmp: _junk(tmp / "junk.cleanrl_model"), "cannot be read as a cleanrl file"),
+        (lambda tmp: _pickle(tmp / "hostile.cleanrl_model"), "cannot be read as a cleanrl file (UnpicklingError"),
+        (lambda tmp: _model_of(tmp, "../../../tmp/elsewhere"), "which is not a script in"),
     ],
 )
 def test_bad_model_paths_stop_with_one_line(make, message, tmp_path):
     result = enjoy(str(make(tmp_path)), cwd=tmp_path, check=False)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: model: ") and message in lines[0], result.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
+    assert "unpickling ran code" not in result.stdout

@@ -75,7 +75,7 @@ def test_evaluate_saved_model(script, tmp_path):
     assert returns.shape == (3,) and np.all(returns >= 1)
     assert list((tmp_path / "eval").glob("*.mp4"))
     other = "dqn" if script == "ppo" else "ppo"
-    with pytest.raises(ValueError, match=f"saved by '{script}'"):
+    with pytest.raises(ValueError, match=f"written by {script}.py, not by {other}.py"):
         importlib.import_module(f"cleanrl.{other}").evaluate(str(model), eval_episodes=1)
 
 
@@ -126,7 +126,7 @@ BAD_INPUT = [
     ("sac_continuous.py", ["--learning-starts", "2000000"], "--learning-starts", "leaves no training"),
     ("td3_continuous.py", ["--buffer-size", "100", "--batch-size", "256"], "--buffer-size", "smaller than --batch-size"),
     ("sac_continuous.py", ["--buffer-size", "10000000000"], "--buffer-size", "is available; lower the capacity"),
-    ("sac_continuous.py", ["--target-entropy-scale", "-1"], "--target-entropy-scale", "must be above -0.6931"),
+    ("sac_continuous.py", ["--target-entropy-scale", "-1"], "--target-entropy-scale", "must be above -log 2 = -0.6931"),
     ("sac_continuous.py", ["--alpha", "0"], "--alpha", "must be > 0 (>= 0 with --no-autotune)"),
     ("ppo.py", ["--exp-name", "a/b"], "--exp-name", "without '/'"),
     ("ppo.py", ["--env-id", "ALE/NoSuchGame-v5"], "--env-id", "atari extra"),
@@ -142,7 +142,7 @@ def test_runs_started_in_the_same_second_get_their_own_directories(tmp_path, mon
     from cleanrl_utils.run import start_run
 
     monkeypatch.setattr(time, "time", lambda: 1_000_000.5)
-    runs = [start_run(Args(), runs_dir=tmp_path) for _ in range(3)]
+    runs = [start_run(Args(exp_name="ppo"), runs_dir=tmp_path) for _ in range(3)]
     for run in runs:
         run.close()
     names = [run.directory.name for run in runs]
@@ -491,7 +491,7 @@ def test_dqn_resume_without_the_buffer_refills_it_then_updates(script, flags, to
 
 def test_dqn_resume_refuses_another_scripts_checkpoint(tmp_path):
     from cleanrl.c51 import Args
-    from cleanrl_utils.checkpoint import save_checkpoint
+    from cleanrl_utils.files import checkpoint_path, write_file
 
-    path = save_checkpoint(tmp_path / "run" / "checkpoints" / "step_100.pt", "c51", Args(), {"global_step": 100})
-    assert_stops_with_one_line("dqn.py", ["--resume", str(path)], "--resume", "written by c51.py, not dqn.py", tmp_path)
+    path = write_file(checkpoint_path(tmp_path / "run", 100), "checkpoint", "c51", Args(), {"global_step": 100})
+    assert_stops_with_one_line("dqn.py", ["--resume", str(path)], "--resume", "written by c51.py, not by dqn.py", tmp_path)

@@ -14,7 +14,7 @@ from cleanrl.dqn import compute_td_target
 from cleanrl.dqn import make_env as dqn_make_env
 from cleanrl.ppo import compute_gae
 from cleanrl_utils.buffers import ReplayBuffer
-from cleanrl_utils.run import make_vector_env, real_next_obs
+from cleanrl_utils.vector import real_next_obs, vector_env
 
 GAMMA, LAM = 0.9, 0.8
 REWARDS = np.array([[1.0], [1.0], [1.0]], dtype=np.float32)
@@ -69,7 +69,7 @@ def test_td_target_hand_computed():
 
 
 def counter_envs(num_envs=1):
-    return make_vector_env([dqn_make_env("tests.envs:Counter-v0", i, False, "") for i in range(num_envs)])
+    return vector_env([dqn_make_env("tests.envs:Counter-v0", i, False, "") for i in range(num_envs)])
 
 
 def test_vector_env_gives_real_final_obs_at_truncation():
@@ -128,11 +128,24 @@ def test_scripts_train_on_a_custom_time_limited_env(script, tmp_path):
     assert lengths and max(lengths) <= 3
 
 
-def test_gumbel_max_sampling_follows_softmax():
-    from cleanrl.ppo import sample_categorical
+def test_ppo_agent_samples_from_its_softmax_and_scores_what_it_sampled():
+    """get_action_and_value, which acts in the rollouts: actions ~ softmax(logits); log π and entropy by hand."""
+    import gymnasium as gym
 
-    logits = np.array([[0.0, 1.0, -1.0]] * 60000, dtype=np.float32)
-    actions = sample_categorical(logits, np.random.default_rng(0))
-    frequencies = np.bincount(actions, minlength=3) / len(actions)
-    probs = np.exp(logits[0]) / np.exp(logits[0]).sum()  # [0.245, 0.665, 0.090]
-    np.testing.assert_allclose(frequencies, probs, atol=0.006)  # > 3 standard errors
+    from cleanrl.ppo import Agent
+
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")])
+    agent = Agent(envs)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        agent.actor[-1].weight.zero_()
+        agent.actor[-1].bias.copy_(torch.tensor([0.0, 1.0]))  # logits [0, 1] for every observation
+        x = torch.zeros((60000, 4))
+        action, log_prob, entropy, value = agent.get_action_and_value(x)
+    probs = torch.softmax(torch.tensor([0.0, 1.0]), -1)  # [0.269, 0.731]
+    frequencies = torch.bincount(action, minlength=2).double() / len(action)
+    torch.testing.assert_close(frequencies, probs.double(), atol=0.006, rtol=0)  # > 3 standard errors
+    torch.testing.assert_close(log_prob, torch.log(probs)[action])
+    torch.testing.assert_close(entropy, torch.full((60000,), float(-(probs * probs.log()).sum())))
+    assert value.shape == (60000,)
+    envs.close()

@@ -1,0 +1,179 @@
+"""Model and checkpoint files: one format, one writer, one reader.
+
+A file is a dict of tensors and plain data (numbers, strings, lists, tuples, dicts) written by
+``torch.save`` and read back with ``torch.load(..., weights_only=True)``, so that loading a file
+never runs code. Every file carries a header:
+
+- ``format``: :data:`FORMAT`, the layout version;
+- ``kind``: ``"model"`` (written by ``--save-model``: what evaluation needs) or ``"checkpoint"``
+  (what a run needs to continue exactly: ``--checkpoint-interval``, SIGTERM, Ctrl-C);
+- ``script``: the name of the script file that wrote it (``"ppo"`` for ``ppo.py``, ``"my_ppo"``
+  for a copy named ``my_ppo.py``); a script reads only its own files;
+- ``modules``: ``{name: repr(module)}`` of the networks in the file, so that a copy of a script
+  whose network differs (another activation, another width) is told so in one line;
+- ``env_id``, ``args`` (the run's arguments as a dict) and ``global_step``.
+
+Writes are atomic: the content goes to ``<file>.tmp``, is flushed to disk (``fsync``), then
+renamed over ``<file>``; an interrupted write leaves the previous file whole. The names of
+checkpoint files, ``{run_dir}/checkpoints/step_{global_step}.pt``, are made and read here only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+FORMAT = 2
+"""Version of the file layout; a file of another version is refused."""
+
+MODEL_SUFFIX = ".cleanrl_model"
+"""File name ending of saved models (``{run_dir}/{exp_name}.cleanrl_model``)."""
+
+_CHECKPOINT_NAME = re.compile(r"step_(\d+)\.pt")
+
+
+class FileRefused(ValueError):
+    """A file that is not what the reader expects: its message is one line saying why."""
+
+
+def script_name(script_file: str | os.PathLike) -> str:
+    """The name a script's files carry: its file name without ``.py`` (``cleanrl/ppo.py`` -> ``"ppo"``)."""
+    return Path(script_file).stem
+
+
+def write_file(
+    path: str | os.PathLike,
+    kind: str,
+    script: str,
+    args: Any,
+    content: dict,
+    modules: dict[str, torch.nn.Module] | None = None,
+) -> Path:
+    """Write ``content`` under the header described above to ``path``, atomically.
+
+    Args:
+        path: the file (its folder is created).
+        kind: ``"model"`` or ``"checkpoint"``.
+        script: the writing script's name (:func:`script_name`).
+        args: the run's ``Args`` dataclass; saved as a plain dict (``env_id`` also on its own).
+        content: tensors and plain data; a ``global_step`` entry is kept as it is.
+        modules: the networks whose ``repr`` the file records (see :func:`check_module`).
+
+    Returns:
+        ``path`` as a ``Path``.
+
+    Raises:
+        OSError: the file could not be written (the previous one, if any, is left whole).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = {
+        "format": FORMAT,
+        "kind": kind,
+        "script": script,
+        "env_id": getattr(args, "env_id", None),
+        "args": dataclasses.asdict(args),
+        "modules": {name: repr(m) for name, m in (modules or {}).items()},
+    }
+    temporary = path.with_name(path.name + ".tmp")
+    try:
+        with open(temporary, "wb") as file:
+            torch.save({**header, **content}, file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_file(path: str | os.PathLike, kind: str, script: str | None = None) -> dict:
+    """Read a file written by :func:`write_file`, checking its header.
+
+    Args:
+        path: the file.
+        kind: the kind expected (``"model"`` or ``"checkpoint"``).
+        script: the script expected to have written it (None: any).
+
+    Returns:
+        The whole dict, header included, with ``"path"`` set to ``str(path)``.
+
+    Raises:
+        FileRefused: (one-line message) no such file, not a torch file, unpickling refused by
+            ``weights_only``, not a file of this project, another format, another kind, or
+            another script's file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileRefused(f"{path}: no such file")
+    try:
+        content = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # truncated, not a torch file, or objects weights_only refuses
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise FileRefused(f"{path} cannot be read as a cleanrl file ({type(error).__name__}: {reason[:200]})") from None
+    if not isinstance(content, dict) or "format" not in content or "kind" not in content:
+        raise FileRefused(f"{path} is not a model or checkpoint file of this project")
+    if content["format"] != FORMAT:
+        raise FileRefused(f"{path} has file format {content['format']}; this code reads format {FORMAT}")
+    if content["kind"] != kind:
+        hint = " (give it to --resume)" if content["kind"] == "checkpoint" else " (evaluate it with cleanrl_utils.enjoy)"
+        raise FileRefused(f"{path} is a {content['kind']} file, not a {kind} file{hint}")
+    if script is not None and content.get("script") != script:
+        raise FileRefused(f"{path} was written by {content.get('script')}.py, not by {script}.py")
+    content["path"] = str(path)
+    return content
+
+
+def check_module(module: torch.nn.Module, name: str, content: dict) -> None:
+    """Load ``content[name]`` (a state dict) into ``module``, refusing a file of another network.
+
+    The file's record of the network (``repr``, see :func:`write_file`) must equal ``module``'s,
+    and the state dict must fit it exactly.
+
+    Raises:
+        FileRefused: (one line) the file has no such network, it was saved from another
+            architecture (the first differing line of the two ``repr`` is quoted), or its
+            tensors do not fit.
+    """
+    path = content.get("path", "the file")
+    if name not in content:
+        raise FileRefused(f"{path} holds no network {name!r}")
+    saved_repr = content.get("modules", {}).get(name)
+    if saved_repr is not None and saved_repr != repr(module):
+        ours, theirs = repr(module).splitlines(), saved_repr.splitlines()
+        line = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
+        quote = lambda lines: lines[line].strip() if line < len(lines) else "(end)"  # noqa: E731
+        raise FileRefused(f"{path}: its {name} differs from this script's: {quote(theirs)!r} there, {quote(ours)!r} here")
+    try:
+        module.load_state_dict(content[name])
+    except (RuntimeError, KeyError, TypeError) as error:
+        raise FileRefused(f"{path}: its {name} does not fit this script's: {str(error).splitlines()[-1].strip()}") from None
+
+
+def checkpoint_path(run_dir: str | os.PathLike, global_step: int) -> Path:
+    """``{run_dir}/checkpoints/step_{global_step}.pt``."""
+    return Path(run_dir) / "checkpoints" / f"step_{global_step}.pt"
+
+
+def checkpoint_step(path: str | os.PathLike) -> int | None:
+    """The global step in a checkpoint file's name (``step_512.pt`` -> 512), None for another name."""
+    match = _CHECKPOINT_NAME.fullmatch(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def checkpoints(run_dir: str | os.PathLike) -> list[Path]:
+    """The checkpoint files of ``run_dir``, oldest (lowest step) first."""
+    files = [file for file in Path(run_dir, "checkpoints").glob("step_*.pt") if checkpoint_step(file) is not None]
+    return sorted(files, key=checkpoint_step)
+
+
+def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
+    """The checkpoint with the highest global step in ``run_dir/checkpoints``, or None."""
+    files = checkpoints(run_dir)
+    return files[-1] if files else None

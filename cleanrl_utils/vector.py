@@ -1,0 +1,327 @@
+"""Vector environments for the scripts: sync or async stepping, same-step autoreset, and env state for checkpoints.
+
+The scripts build their environments themselves (``make_env`` in each script shows every
+wrapper); this module holds what is not specific to a script:
+
+- :func:`vector_env`: ``env_fns`` stepped in this process or in one subprocess each, with the
+  autoreset mode the script names;
+- :class:`ReplayableEnv`: the wrapper that lets a checkpoint rebuild an env's exact state, and
+  :func:`envs_state` / :func:`restore_envs` that save and restore every env of a vector env;
+- :class:`EpisodesFromFinalInfo`: episode statistics recorded by each env (Atari game scores)
+  brought to where the scripts read them;
+- :func:`real_next_obs`: the observation that ended an episode, for TD targets and bootstraps.
+
+How a checkpoint rebuilds an env: :class:`ReplayableEnv` keeps a replay log, the state of the
+base env's random generator just before its last real reset and every ``reset``/``step`` call
+since. Replaying the log in a fresh env rebuilds the exact state of the env and of every
+wrapper in its stack (frame stacks, time limits, episode statistics, episodic-life
+bookkeeping), for any env whose dynamics depend only on its actions and its ``np_random`` (the
+classic-control and MuJoCo tasks, and the ALE games without sticky actions that the Atari
+scripts take). An episode is replayed at most once, so restoring costs at most one episode of
+environment steps per env. (The idea is that of deterministic simulators: the ALE's own
+``cloneState`` was a seed plus actions in early versions; Bellemare et al. 2013, JAIR 47.)
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import sys
+from typing import Any, Callable, Sequence
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+SAME_STEP = gym.vector.AutoresetMode.SAME_STEP
+"""Same-step autoreset: when a sub-env's episode ends, ``step`` returns the first observation of
+its next episode, and the observation that ended the episode is in ``infos["final_obs"][i]``
+(flagged by ``infos["_final_obs"]``); its last info is in ``infos["final_info"]``."""
+
+
+def vector_env(
+    env_fns: Sequence[Callable[[], gym.Env]], env_mode: str = "sync", autoreset_mode: gym.vector.AutoresetMode = SAME_STEP
+) -> gym.vector.VectorEnv:
+    """``env_fns`` vectorised in this process (``"sync"``) or in one subprocess each (``"async"``).
+
+    Async subprocesses start from a ``forkserver`` (a fresh interpreter: a fork of a process
+    whose torch/OpenMP thread pools run can crash the child), so ``env_fns`` must be picklable
+    by cloudpickle (closures are); each worker first imports the module that defined its
+    ``env_fn`` (what it registers on import, such as ale-py's game ids, is then there) and
+    ignores SIGINT and SIGTERM: a Ctrl-C or a scheduler's SIGTERM sent to the whole process
+    group reaches the main process, which checkpoints with its envs alive and then closes them.
+    Without a display, rendering is set up headless (``SDL_VIDEODRIVER=dummy``,
+    ``MUJOCO_GL=egl``; variables already set are kept).
+
+    Args:
+        env_fns: one thunk per env, each returning a ``gym.Env``.
+        env_mode: ``"sync"`` or ``"async"``.
+        autoreset_mode: gymnasium's autoreset mode (the scripts use :data:`SAME_STEP`).
+
+    Raises:
+        ValueError: ``env_mode`` is neither ``"sync"`` nor ``"async"``.
+    """
+    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # headless rgb_array rendering, no SDL noise
+        os.environ.setdefault("MUJOCO_GL", "egl")  # MuJoCo renders off-screen through EGL (no X server)
+    if env_mode == "sync":
+        return gym.vector.SyncVectorEnv(env_fns, autoreset_mode=autoreset_mode)
+    if env_mode == "async":
+        workers = [_Worker(env_fn) for env_fn in env_fns]
+        return gym.vector.AsyncVectorEnv(workers, autoreset_mode=autoreset_mode, context="forkserver")
+    raise ValueError(f"env_mode must be 'sync' or 'async', got {env_mode!r}")
+
+
+class _Worker:
+    """``env_fn`` as an async worker runs it: signals ignored, the defining module imported first."""
+
+    def __init__(self, env_fn: Callable[[], gym.Env]):
+        self.env_fn = env_fn
+
+    def __call__(self) -> gym.Env:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        module = getattr(self.env_fn, "__module__", None)
+        if module and module != "__main__" and module not in sys.modules:
+            try:
+                importlib.import_module(module)
+            except ImportError:  # a script loaded from a file under another name: nothing to redo
+                pass
+        return self.env_fn()
+
+
+class EpisodesFromFinalInfo(gym.vector.VectorWrapper):
+    """Episode statistics recorded by each env (``gym.wrappers.RecordEpisodeStatistics`` inside its
+    stack, e.g. the game score below Atari's episodic life and reward clipping) reported where
+    ``gym.wrappers.vector.RecordEpisodeStatistics`` puts them: ``infos["episode"]`` (``"r"``,
+    ``"l"`` arrays ``[num_envs]``) and ``infos["_episode"]`` (bool ``[num_envs]``).
+
+    With same-step autoreset the info of an episode's last step is under ``infos["final_info"]``;
+    this copies its ``episode`` entries to the top.
+    """
+
+    def step(self, actions):
+        obs, rewards, terminations, truncations, infos = self.env.step(actions)
+        final = infos.get("final_info")
+        if final is not None and "_episode" in final:
+            infos["episode"], infos["_episode"] = final["episode"], final["_episode"]
+        return obs, rewards, terminations, truncations, infos
+
+
+def real_next_obs(next_obs: Any, infos: dict) -> Any:
+    """The real next observations of a same-step-autoreset vector step, ``[num_envs, *obs_shape]``.
+
+    ``next_obs[i]`` of an env whose episode just ended is already the first observation of its
+    next episode; the one that ended the episode is ``infos["final_obs"][i]``. This returns
+    ``next_obs`` with those entries replaced (a copy when any are; ``next_obs`` itself
+    otherwise): what a TD target or a truncation bootstrap must use as s'.
+
+    Args:
+        next_obs: the vector env's observations: an array, or for Dict / Tuple spaces a dict /
+            tuple of arrays (each ``[num_envs, ...]``, replaced field by field).
+        infos: the vector env's infos of the same step.
+    """
+    if "_final_obs" not in infos:
+        return next_obs
+    ended = np.flatnonzero(infos["_final_obs"])
+    finals = [infos["final_obs"][i] for i in ended]
+
+    def replace(batch: Any, values: list) -> Any:
+        if isinstance(batch, dict):
+            return {key: replace(field, [value[key] for value in values]) for key, field in batch.items()}
+        if isinstance(batch, tuple):
+            return tuple(replace(field, [value[j] for value in values]) for j, field in enumerate(batch))
+        real = batch.copy()
+        for i, value in zip(ended, values):
+            real[i] = value
+        return real
+
+    return replace(next_obs, finals)
+
+
+# ---- env state for checkpoints
+
+
+def generator_state(generator: np.random.Generator) -> dict:
+    """A numpy ``Generator``'s bit-generator state as plain data (ints, strings, dicts)."""
+    return generator.bit_generator.state
+
+
+def make_generator(state: dict) -> np.random.Generator:
+    """A numpy ``Generator`` in the state returned by :func:`generator_state`.
+
+    Raises:
+        ValueError: the state names a bit generator numpy does not have.
+    """
+    try:
+        bit_generator = getattr(np.random, state["bit_generator"])()
+    except AttributeError:
+        raise ValueError(f"unknown numpy bit generator {state['bit_generator']!r}") from None
+    bit_generator.state = state
+    return np.random.Generator(bit_generator)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` (an action, a seed, reset options) as plain python data."""
+    if isinstance(value, np.ndarray):
+        return {"ndarray": value.tolist(), "dtype": str(value.dtype)}
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _unplain(value: Any) -> Any:
+    """Inverse of :func:`_plain` (arrays come back with their dtype, values exactly)."""
+    if isinstance(value, dict) and set(value) == {"ndarray", "dtype"}:
+        return np.asarray(value["ndarray"], dtype=value["dtype"])
+    if isinstance(value, dict):
+        return {key: _unplain(item) for key, item in value.items()}
+    return value
+
+
+class _Reset:
+    """A logged ``reset(seed=..., options=...)`` call."""
+
+    __slots__ = ("seed", "options")
+
+    def __init__(self, seed, options):
+        self.seed, self.options = seed, options
+
+
+class ReplayableEnv(gym.Wrapper):
+    """Log what rebuilds this env's exact state in a checkpoint: its seed state and actions since the last reset.
+
+    Wrap the outermost layer of each training env (``make_env`` of each script does). The log
+    holds the base env's ``np_random`` state just before the base env's last real reset (an
+    episodic-life wrapper's reset after a lost life is not one) and every ``reset``/``step``
+    call on this wrapper since, with its arguments; :meth:`restore` replays it in a fresh env.
+    The base env's ``reset`` is observed by shadowing it on the instance; nothing else changes.
+
+    Args:
+        env: the env with all its wrappers.
+        index: the env's index in its vector env (picks its log in :meth:`restore`).
+    """
+
+    def __init__(self, env: gym.Env, index: int = 0):
+        super().__init__(env)
+        self.index = index
+        self._start: dict | None = None  # base env's np_random state just before the last real reset
+        self._events: list = []  # a _Reset(seed, options), or the action of a step
+        self._reset_start: dict | None = None  # set by a real reset during the current call
+        self._replay_start: dict | None = None  # while restoring: the generator state to reset with
+        base = env.unwrapped
+        original_reset = base.reset
+
+        def observed_reset(*args, **kwargs):
+            if self._replay_start is not None:  # restoring: the generator as it was at the recorded reset
+                base.np_random = make_generator(self._replay_start)
+                self._replay_start = None
+            if self._reset_start is None:  # the first real reset of this call (a no-op reset may reset again)
+                self._reset_start = generator_state(base.np_random)
+            return original_reset(*args, **kwargs)
+
+        base.reset = observed_reset  # the wrappers below call base.reset: an instance attribute wins
+
+    def _restart_log_if_reset(self) -> None:
+        if self._reset_start is not None:  # this call reset the base env: the log starts again here
+            self._start, self._events = self._reset_start, []
+            self._reset_start = None
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        """Reset as the wrapped env does, and log it."""
+        self._reset_start = None
+        result = self.env.reset(seed=seed, options=options)
+        self._restart_log_if_reset()
+        self._events.append(_Reset(seed, options))
+        return result
+
+    def step(self, action):
+        """Step as the wrapped env does, and log the action."""
+        result = self.env.step(action)
+        if self._reset_start is not None:  # a wrapper reset the base env inside step
+            self._restart_log_if_reset()
+        self._events.append(action.copy() if type(action) is np.ndarray else action)  # the caller may reuse its array
+        return result
+
+    def replay_log(self) -> dict:
+        """``{"start": generator state or None, "events": [["reset", seed, options] | ["step", action], ...]}``."""
+        events = [
+            ["reset", _plain(event.seed), _plain(event.options)] if type(event) is _Reset else ["step", _plain(event)]
+            for event in self._events
+        ]
+        return {"start": self._start, "events": events}
+
+    def restore(self, logs: list[dict]):
+        """Rebuild the state logged in ``logs[self.index]`` by replaying it in this (fresh) env.
+
+        Returns:
+            ``(observation, info)`` of the last replayed call: the observation the run would
+            act on next.
+
+        Raises:
+            ValueError: the log is empty (the env was never reset).
+        """
+        log = logs[self.index]
+        events = log["events"]
+        if not events:
+            raise ValueError("empty replay log: the env was never reset")
+        observation, info = None, {}
+        for number, event in enumerate(events):
+            if number == 0:  # the first call resets the base env: with the recorded generator state
+                self._replay_start = log["start"]
+            if event[0] == "reset":
+                observation, info = self.reset(seed=event[1], options=_unplain(event[2]))
+            else:
+                observation, _, _, _, info = self.step(_unplain(event[1]))
+        return observation, info
+
+
+def envs_state(envs: gym.vector.VectorEnv) -> dict:
+    """The replay logs of every sub-env of ``envs`` (sync or async), and the vector-level episode
+    statistics when ``envs`` records them, as plain data and tensors."""
+    state = {"logs": list(envs.unwrapped.call("replay_log"))}
+    statistics = _episode_statistics(envs)
+    if statistics is not None:
+        state["episode_returns"] = torch.tensor(statistics.episode_returns)
+        state["episode_lengths"] = torch.tensor(statistics.episode_lengths)
+    return state
+
+
+def restore_envs(envs: gym.vector.VectorEnv, state: dict) -> Any:
+    """Replay every sub-env of a freshly made ``envs`` into the state saved by :func:`envs_state`.
+
+    Returns:
+        The batched observation ``[num_envs, ...]`` the run acts on next.
+
+    Raises:
+        ValueError: the number of saved envs differs from ``envs.num_envs``, or a log is empty.
+    """
+    logs = state["logs"]
+    if len(logs) != envs.num_envs:
+        raise ValueError(f"the checkpoint has {len(logs)} envs, this run {envs.num_envs}")
+    results = envs.unwrapped.call("restore", logs)
+    statistics = _episode_statistics(envs)
+    if statistics is not None and "episode_returns" in state:
+        statistics.episode_returns[:] = state["episode_returns"].numpy()
+        statistics.episode_lengths[:] = state["episode_lengths"].numpy()
+    observations = [observation for observation, _ in results]
+    return gym.vector.utils.concatenate(
+        envs.single_observation_space,
+        observations,
+        gym.vector.utils.create_empty_array(envs.single_observation_space, n=envs.num_envs),
+    )
+
+
+def _episode_statistics(envs):
+    """The vector-level ``RecordEpisodeStatistics`` wrapper of ``envs``, if any."""
+    layer = envs
+    while isinstance(layer, gym.vector.VectorWrapper):
+        if isinstance(layer, gym.wrappers.vector.RecordEpisodeStatistics):
+            return layer
+        layer = layer.env
+    return None
