@@ -56,14 +56,14 @@ def random_policy_returns(env_id: str, games: int, seed: int) -> list[float]:
     import gymnasium as gym
 
     from cleanrl_utils.evals import run_episodes
-    from cleanrl_utils.run import make_vector_env
+    from cleanrl_utils.vector import vector_env
 
     if is_atari(env_id):
         from cleanrl.dqn_atari import make_env
 
-        envs = make_vector_env([make_env(env_id, 0, False, "")], episode_statistics=False)
+        envs = vector_env([make_env(env_id, 0, False, "", training=False)])
     else:
-        envs = make_vector_env([lambda: gym.make(env_id)])
+        envs = vector_env([lambda: gym.wrappers.RecordEpisodeStatistics(gym.make(env_id))])
     rng = np.random.default_rng(seed)
     space = envs.single_action_space
     if isinstance(space, gym.spaces.Discrete):

@@ -25,6 +25,7 @@ environment steps per env. (The idea is that of deterministic simulators: the AL
 from __future__ import annotations
 
 import importlib
+import multiprocessing
 import os
 import signal
 import sys
@@ -80,8 +81,9 @@ class _Worker:
         self.env_fn = env_fn
 
     def __call__(self) -> gym.Env:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if multiprocessing.parent_process() is not None:  # in a worker (the parent also calls it, for the spaces)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         module = getattr(self.env_fn, "__module__", None)
         if module and module != "__main__" and module not in sys.modules:
             try:
