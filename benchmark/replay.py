@@ -406,7 +406,8 @@ def gib(x) -> str:
 def table(results: list[dict]) -> str:
     header = (
         "| N | buffer | stored | arrays (GiB) | RSS growth (GiB) | add (transitions/s) | "
-        "add, full ring (transitions/s) | sample(256) median / p90 (ms) | update_priorities median / p90 (ms) | sample / ours uniform |"
+        "add, full ring (transitions/s) | sample(256) median / p90 (ms) | update_priorities median / p90 (ms) | "
+        "sample / ours uniform |"
     )
     rows = [header, "|" + "---|" * (header.count("|") - 1)]
     uniform = {r["size"]: r["sample"]["median_ms"] for r in results if r["kind"] == "ours" and r["status"] == "measured"}

@@ -13,13 +13,13 @@ Plumbing:
   docstrings, and any method of ``Args``;
 - top-level functions whose name says they check, evaluate, save, load or log
   (:data:`PLUMBING_FUNCTION`), whole;
-- the ``if __name__ == "__main__":`` line, and inside the run (and inside top-level functions
-  defined in a script's ``__main__`` block) every statement that names plumbing
-  (:data:`PLUMBING_NAMES`, :data:`PLUMBING_ATTRIBUTES`, the run-flag attributes of ``args``, an
-  ``assert``, or ``device = ...``; ``args.seed`` and ``args.capture_video`` are not plumbing names: they
-  reach the environments; a statement that builds the environments, :data:`ENV_BUILDERS`, is algorithm); a compound statement (``if``, ``for``, ``with``, ``try``,
-  ``def``) whose header names plumbing is plumbing whole, and one whose every inner statement
-  is plumbing is plumbing too.
+- the ``if __name__ == "__main__":`` line, and inside the run every statement that names
+  plumbing: :data:`PLUMBING_NAMES`, :data:`PLUMBING_ATTRIBUTES`, a run-flag attribute of ``args``
+  (not ``args.seed`` nor ``args.capture_video``: they reach the environments), an ``assert``, or
+  ``device = ...``; a statement that builds the environments (:data:`ENV_BUILDERS`) is algorithm
+  whatever it names. A compound statement (``if``, ``for``, ``with``, ``try``, ``def``) whose
+  header names plumbing is plumbing whole, and one whose every inner statement is plumbing is
+  plumbing too.
 
 Algorithm: everything else: the module docstring, the hyperparameter fields of ``Args``,
 ``make_env``, networks, pure functions (GAE, targets), and the run's environment set-up,

@@ -6,7 +6,8 @@ Runs, alternately and in one invocation, ``cleanrl/ppo.py`` and SB3's ``PPO``, t
 ``td3_continuous.py`` and ``ddpg_continuous.py`` and SB3's ``SAC``, ``TD3`` and ``DDPG`` on
 Hopper-v5, and ``cleanrl/ppo_atari.py`` and SB3's ``PPO`` (``CnnPolicy``) on Breakout, and
 ``cleanrl/ppo_continuous.py`` and SB3's ``PPO`` with ``VecNormalize`` on Hopper-v5, and
-``cleanrl/ppo_atari_envpool.py`` against ``cleanrl/ppo_atari.py`` (the baseline there is ours), each as a fresh process, and prints
+``cleanrl/ppo_atari_envpool.py`` against ``cleanrl/ppo_atari.py`` (the baseline there is ours), each as a
+fresh process, and prints
 steps per second (environment steps over the wall time of the training loop, as each
 library reports it) and the ratio ours / SB3 (median over the repeats).
 

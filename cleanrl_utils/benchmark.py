@@ -672,9 +672,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         path.chmod(0o755)
-        print(
-            f"{len(jobs)} runs ({plural(len(args.env_ids), 'env')} x {plural(len(seeds), 'seed')}) as a Slurm array job: {path}"
-        )
+        grid = f"{plural(len(args.env_ids), 'env')} x {plural(len(seeds), 'seed')}"
+        print(f"{len(jobs)} runs ({grid}) as a Slurm array job: {path}")
         if args.slurm_dry_run or shutil.which("sbatch") is None:
             reason = "--slurm-dry-run" if args.slurm_dry_run else "sbatch is not on PATH"
             print(f"not submitted ({reason}); submit with: sbatch {path}")
@@ -695,9 +694,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     pin = hasattr(os, "sched_setaffinity")
     log_dir = make_log_dir(args.log_dir, jobs)
     sizes = sorted({len(s) for s in core_sets})
+    pinning = "" if pin else " (not pinned: no sched_setaffinity here)"
     print(
         f"{len(jobs)} runs ({plural(len(args.env_ids), 'env')} x {plural(len(seeds), 'seed')}), {workers} at a "
-        f"time, {'/'.join(map(str, sizes))} core{'s' if sizes[-1] > 1 else ''} each{'' if pin else ' (not pinned: no sched_setaffinity here)'}; "
+        f"time, {'/'.join(map(str, sizes))} core{'s' if sizes[-1] > 1 else ''} each{pinning}; "
         f"logs in {log_dir}",
         flush=True,
     )

@@ -194,7 +194,8 @@ def band(
     """Mean over seeds and a band, for a ``[seeds, points]`` matrix.
 
     ``kind`` ``"ci"``: at each point, the percentile bootstrap confidence interval of the mean
-    (``reps`` resamples of the seeds with replacement, by :func:`stratified_bootstrap`); ``"std"``: mean ± standard deviation (ddof 0).
+    (``reps`` resamples of the seeds with replacement, by :func:`stratified_bootstrap`); ``"std"``: mean ±
+    standard deviation (ddof 0).
     One seed gives a band of zero width.
 
     Returns:
