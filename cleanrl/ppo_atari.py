@@ -32,8 +32,7 @@ Run:
     python cleanrl/ppo_atari.py --env-id BreakoutNoFrameskip-v4
 """
 
-import os
-import time
+import signal
 from dataclasses import dataclass
 from typing import Literal, Optional
 
@@ -43,13 +42,11 @@ import torch
 import torch.nn as nn
 import torch.optim as optim
 import tyro
-from stable_baselines3.common.atari_wrappers import (
-    ClipRewardEnv,
-    EpisodicLifeEnv,
-    FireResetEnv,
-    MaxAndSkipEnv,
-    NoopResetEnv,
-)
+from stable_baselines3.common.atari_wrappers import ClipRewardEnv, EpisodicLifeEnv, FireResetEnv, MaxAndSkipEnv, NoopResetEnv
+
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.run import RunArgs, check_env, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
 try:  # the Atari games come with the atari extra; without it, --env-id says so
     import ale_py
@@ -57,66 +54,16 @@ try:  # the Atari games come with the atari extra; without it, --env-id says so
     gym.register_envs(ale_py)
     ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # no banner on stderr
 except ImportError:
-    ale_py = None
-
-from cleanrl_utils.checkpoint import (
-    Checkpointer,
-    envs_state,
-    generator_state,
-    make_generator,
-    restore_envs,
-    resume_args,
-    set_rng_state,
-)
-from cleanrl_utils.evals import run_episodes
-from cleanrl_utils.run import (
-    Progress,
-    check_env,
-    load_model,
-    log_episodes,
-    make_vector_env,
-    real_next_obs,
-    require,
-    require_positive,
-    save_model,
-    seed_everything,
-    start_run,
-)
+    pass
 
 MAX_EPISODE_FRAMES = 108_000
 """Frames per game before a time-limit truncation (30 minutes at 60 Hz; 27,000 agent steps at frame skip 4)."""
 
 
 @dataclass
-class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """name of this experiment, part of the run directory name"""
-    seed: int = 1
-    """seed of python, numpy, torch and the environments"""
-    torch_deterministic: bool = True
-    """if toggled, `torch.backends.cudnn.deterministic=True`"""
-    cuda: bool = True
-    """if toggled, train on CUDA when it is available"""
-    track: bool = False
-    """if toggled, mirror the logs to Weights & Biases"""
-    wandb_project_name: str = "cleanRL"
-    """Weights & Biases project"""
-    wandb_entity: Optional[str] = None
-    """Weights & Biases entity (team); None means your default"""
-    capture_video: bool = False
-    """if toggled, record videos of env 0's games into `{run_dir}/videos`"""
-    save_model: bool = False
-    """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it"""
-    eval_episodes: int = 10
-    """games the saved model is evaluated for (with --save-model)"""
-    checkpoint_interval: int = 0
-    """write a checkpoint to `{run_dir}/checkpoints/` every this many environment steps, at the end of the rollout that reaches it (0: only when the run receives SIGTERM)"""
-    resume: Optional[str] = None
-    """continue the run of this checkpoint file, or of the latest checkpoint in this run directory; its other flags come from the checkpoint"""
-    torch_threads: int = 1
-    """CPU threads for torch (1: on a 2-core machine shared with other jobs, 2 threads ran 3-5x slower)"""
+class Args(RunArgs):
+    """PPO's hyperparameters; the flags every script takes (--seed, --track, --save-model, --resume ...) come from RunArgs."""
 
-    # Algorithm specific arguments
     env_id: str = "BreakoutNoFrameskip-v4"
     """gymnasium id of an Atari game (a NoFrameskip-v4 id: frame skipping is done here)"""
     env_mode: Literal["sync", "async"] = "sync"
@@ -163,87 +110,36 @@ class Args:
     """total_timesteps // batch_size (computed; not a flag)"""
 
 
-def check_args(args: Args) -> None:
-    """Fill in the computed fields; stop with one line naming the flag on bad input."""
-    require_positive(args, "total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs")
-    require_positive(args, "learning_rate", "torch_threads")
-    require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
-    require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
-    require(0 <= args.gae_lambda <= 1, "--gae-lambda", f"must be in [0, 1], got {args.gae_lambda}")
-    require(args.clip_coef > 0, "--clip-coef", f"must be positive, got {args.clip_coef}")
-    require(args.max_grad_norm > 0, "--max-grad-norm", f"must be positive, got {args.max_grad_norm}")
-    require(not args.save_model or args.eval_episodes > 0, "--eval-episodes", "must be positive with --save-model")
-    args.batch_size = args.num_envs * args.num_steps
-    require(
-        args.batch_size % args.num_minibatches == 0,
-        "--num-minibatches",
-        f"{args.num_minibatches} does not divide the batch of {args.batch_size} "
-        f"(--num-envs {args.num_envs} x --num-steps {args.num_steps})",
-    )
-    args.minibatch_size = args.batch_size // args.num_minibatches
-    require(
-        not args.norm_adv or args.minibatch_size >= 2,
-        "--num-minibatches",
-        f"minibatches of {args.minibatch_size} sample are too small to normalise advantages; "
-        "use fewer minibatches or --no-norm-adv",
-    )
-    require(
-        args.total_timesteps >= args.batch_size,
-        "--total-timesteps",
-        f"{args.total_timesteps} is less than one rollout of {args.batch_size} steps",
-    )
-    args.num_iterations = args.total_timesteps // args.batch_size
-
-
-def check_atari(env_id: str) -> None:
-    """Stop with one line unless ``env_id`` is an ALE game that does not skip frames itself."""
-    check_env(env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "ppo_atari.py", id_suffix="NoFrameskip-v4")
-    with gym.make(env_id) as game:
-        require(
-            hasattr(game.unwrapped, "ale"),
-            "--env-id",
-            f"{env_id} is not an Atari game; ppo_atari.py takes ALE ids such as BreakoutNoFrameskip-v4",
-        )
-        require(
-            game.spec.kwargs.get("frameskip", 1) == 1,
-            "--env-id",
-            f"{env_id} skips frames itself; take its NoFrameskip-v4 id (such as BreakoutNoFrameskip-v4): "
-            "the frame skipping is done here",
-        )
-
-
 def make_env(
     env_id: str,
     idx: int,
     capture_video: bool,
     video_dir: str,
-    video_episodes=None,
     training: bool = True,
+    video_episodes=None,
     max_episode_frames: int = MAX_EPISODE_FRAMES,
 ):
-    """A thunk creating env ``idx`` with the standard Atari preprocessing; env 0 records videos if asked.
+    """A thunk creating env ``idx`` with the standard Atari preprocessing, its game statistics and (training) its replay log.
 
     Observations: uint8 ``[4, 84, 84]`` (4 stacked grayscale frames, zero-padded at each (life)
     episode start). Episode statistics are recorded per game, below episodic life and reward
     clipping, so ``charts/episodic_return`` is the game score and ``episodic_length`` counts
     frames. A game is truncated after ``max_episode_frames`` frames (ale-py's
-    ``max_num_frames_per_episode``, reported as ``truncated``).
+    ``max_num_frames_per_episode``, reported as ``truncated``). Env 0 records videos into
+    ``video_dir`` if asked, of the games ``video_episodes(index)`` picks (gymnasium's schedule by default).
 
     Args:
-        training: with episodic life (a lost life ends the episode) and rewards clipped to
-            their sign; False for evaluation: whole games, game rewards.
-        video_episodes: ``video_episodes(game_index) -> bool`` picks the games to record;
-            gymnasium's schedule when None.
+        training: with episodic life (a lost life ends the episode), rewards clipped to their
+            sign, and a replay log for checkpoints; False for evaluation: whole games, game rewards.
     """
 
     def thunk():
-        kwargs = dict(max_num_frames_per_episode=max_episode_frames)
         if capture_video and idx == 0:
-            env = gym.make(env_id, render_mode="rgb_array", **kwargs)
+            env = gym.make(env_id, render_mode="rgb_array", max_num_frames_per_episode=max_episode_frames)
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes)
         else:
-            env = gym.make(env_id, **kwargs)
-        env = gym.wrappers.RecordEpisodeStatistics(env)
+            env = gym.make(env_id, max_num_frames_per_episode=max_episode_frames)
+        env = gym.wrappers.RecordEpisodeStatistics(env)  # the game's score and frames, in the info of its last step
         env = NoopResetEnv(env, noop_max=30)
         env = MaxAndSkipEnv(env, skip=4)
         if training:
@@ -255,7 +151,7 @@ def make_env(
         env = gym.wrappers.ResizeObservation(env, (84, 84))
         env = gym.wrappers.GrayscaleObservation(env)
         env = gym.wrappers.FrameStackObservation(env, 4, padding_type="zero")
-        return env
+        return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
 
@@ -271,14 +167,11 @@ class Agent(nn.Module):
     """The Nature CNN trunk (Mnih et al. 2015) shared by a categorical policy head and a value head.
 
     Conv 8x8/4 (32) - conv 4x4/2 (64) - conv 3x3/1 (64) - linear 512, ReLU after each; then
-    ``actor`` (512 -> num_actions logits) and ``critic`` (512 -> 1). Inputs are uint8 frames
-    ``[B, 4, 84, 84]`` in 0-255, divided by 255 here.
-
-    Args:
-        num_actions: size of the Discrete action space.
+    ``actor`` (512 -> num_actions logits) and ``critic`` (512 -> 1), sized for ``envs``'
+    Discrete actions. Inputs are uint8 frames ``[B, 4, 84, 84]`` in 0-255, divided by 255 here.
     """
 
-    def __init__(self, num_actions: int):
+    def __init__(self, envs: gym.vector.VectorEnv):
         super().__init__()
         self.trunk = nn.Sequential(
             layer_init(nn.Conv2d(4, 32, 8, stride=4)),
@@ -291,7 +184,7 @@ class Agent(nn.Module):
             layer_init(nn.Linear(64 * 7 * 7, 512)),
             nn.ReLU(),
         )
-        self.actor = layer_init(nn.Linear(512, num_actions), std=0.01)
+        self.actor = layer_init(nn.Linear(512, int(envs.single_action_space.n)), std=0.01)
         self.critic = layer_init(nn.Linear(512, 1), std=1)
 
     def hidden(self, x: torch.Tensor) -> torch.Tensor:
@@ -302,17 +195,12 @@ class Agent(nn.Module):
         """
         return self.trunk(x.to(dtype=torch.float32, memory_format=torch.channels_last) / 255.0)
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Policy logits ``[B, num_actions]`` and V(x) ``[B]`` of frames ``[B, 4, 84, 84]``, in one pass."""
-        hidden = self.hidden(x)
-        return self.actor(hidden), self.critic(hidden).squeeze(-1)
-
     def get_value(self, x: torch.Tensor) -> torch.Tensor:
         """V(x): frames ``[B, 4, 84, 84]`` -> values ``[B]``."""
         return self.critic(self.hidden(x)).squeeze(-1)
 
     def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
-        """Sample (or score) actions under the categorical policy and evaluate V.
+        """Sample (or score) actions under the categorical policy and evaluate V, in one pass of the trunk.
 
         Args:
             x: frames uint8 ``[B, 4, 84, 84]``.
@@ -321,35 +209,13 @@ class Agent(nn.Module):
         Returns:
             ``(action [B], log π(action|x) [B], entropy of π(·|x) [B], V(x) [B])``.
         """
-        logits, value = self(x)
-        log_probs = torch.log_softmax(logits, dim=-1)
+        hidden = self.hidden(x)
+        log_probs = torch.log_softmax(self.actor(hidden), dim=-1)
         if action is None:
             action = torch.multinomial(log_probs.exp(), 1).squeeze(-1)
         log_prob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
         entropy = -(log_probs.exp() * log_probs).sum(-1)
-        return action, log_prob, entropy, value
-
-
-def sample_categorical(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Sample one action per row of ``logits`` from softmax(logits), by the Gumbel-max trick.
-
-    argmax_a (logits_a + g_a), with g_a ~ Gumbel(0, 1) i.i.d., is distributed as
-    softmax(logits) (Gumbel 1954; Maddison, Tarlow, Minka 2014, arXiv:1411.0030, sec. 2).
-
-    Args:
-        logits: unnormalised log-probabilities ``[B, A]``.
-        rng: numpy generator supplying the noise.
-
-    Returns:
-        Actions ``[B]`` int64.
-    """
-    return np.argmax(logits + rng.gumbel(size=logits.shape), axis=-1)
-
-
-def log_softmax(logits: np.ndarray) -> np.ndarray:
-    """log softmax over the last axis of ``logits`` ``[B, A]`` (numpy, numerically stable)."""
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+        return action, log_prob, entropy, self.critic(hidden).squeeze(-1)
 
 
 def compute_gae(
@@ -400,169 +266,126 @@ def compute_gae(
     return advantages, advantages + values
 
 
-def evaluate(
-    model_path: str,
-    eval_episodes: int,
-    env_id: Optional[str] = None,
-    capture_video: bool = False,
-    video_dir: str = "videos",
-    seed: Optional[int] = None,
-    deterministic: bool = False,
-    device: str = "cpu",
-) -> np.ndarray:
-    """Evaluate a model saved by this script for ``eval_episodes`` whole games.
+# ---- plumbing a reader may skip: argument checks and the evaluation of a saved model
 
-    Games are played without episodic life and without reward clipping (the returns are game
-    scores), with the training preprocessing otherwise, FIRE pressed at the start of each game.
 
-    Actions are sampled from π by default, as CleanRL evaluates. A greedy policy
-    (``deterministic=True``) can stand still after losing a life in games that need FIRE to
-    continue (Breakout): training pressed FIRE for it after every lost life, so it may never
-    have learned to; such a game then lasts until the 108,000-frame limit (27,000 steps).
+def check_args(args: Args) -> None:
+    """Fill in the computed fields; stop with one line naming the flag on bad input."""
+    require_positive(args, "total_timesteps num_envs num_steps num_minibatches update_epochs learning_rate clip_coef")
+    require_positive(args, "max_grad_norm")
+    require_range(args, gamma=(0, 1), gae_lambda=(0, 1))
+    args.batch_size = args.num_envs * args.num_steps
+    args.minibatch_size = args.batch_size // args.num_minibatches
+    args.num_iterations = args.total_timesteps // args.batch_size
+    batch = f"the batch of {args.batch_size} (--num-envs {args.num_envs} x --num-steps {args.num_steps})"
+    require(args.batch_size % args.num_minibatches == 0, "--num-minibatches", f"does not divide {batch}")
+    require(not args.norm_adv or args.minibatch_size >= 2, "--num-minibatches", "too small to normalise advantages")
+    require(args.num_iterations > 0, "--total-timesteps", f"less than one rollout of {args.batch_size} steps")
+    if args.num_iterations * args.batch_size != args.total_timesteps:
+        total = args.num_iterations * args.batch_size
+        print(f"training {total} steps: --total-timesteps rounded down to whole rollouts of {args.batch_size}")
+    check_env(args, gym.spaces.Discrete, gym.spaces.Box, id_suffix="NoFrameskip-v4")
+    with gym.make(args.env_id) as game:  # an ALE game that leaves the frame skipping to make_env
+        ids = f"{args.script}.py takes ALE ids such as BreakoutNoFrameskip-v4"
+        require(hasattr(game.unwrapped, "ale"), "--env-id", f"{args.env_id} is not an Atari game; {ids}")
+        require(game.spec.kwargs.get("frameskip", 1) == 1, "--env-id", f"{args.env_id} skips frames itself; {ids}")
 
-    Args:
-        model_path: a ``.cleanrl_model`` file written with ``--save-model``.
-        eval_episodes: number of whole games.
-        env_id: environment; the one the model was trained on when None.
-        capture_video: record the evaluation games into ``video_dir``.
-        seed: seed of the evaluation env and of action sampling; None means the training
-            seed + 100000, as the evaluation at the end of training uses.
-        deterministic: take the most probable action instead of sampling.
-        device: torch device for the network.
 
-    Returns:
-        Game scores, float64 ``[eval_episodes]``.
+def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
+    """Game scores ``[eval_episodes]`` of a model saved by this script: whole games, unclipped rewards.
 
-    Raises:
-        ValueError: the file was not saved by ppo_atari.py.
+    Actions are sampled from π by default, as CleanRL evaluates; a greedy policy (``deterministic=True``)
+    can stand still after a lost life in games that need FIRE to go on (Breakout), until the time limit.
+    ``options``: see :class:`cleanrl_utils.evals.Evaluation`.
     """
-    content = load_model(model_path, "ppo_atari")
-    env_id = env_id or content["env_id"]
-    seed = content["args"]["seed"] + 100_000 if seed is None else seed
-    envs = make_vector_env(
-        [make_env(env_id, 0, capture_video, video_dir, lambda episode: episode < eval_episodes, training=False)],
-        episode_statistics=False,
-    )
-    rng = np.random.default_rng(seed)
-    agent = Agent(int(envs.single_action_space.n)).to(device, memory_format=torch.channels_last)
-    agent.load_state_dict(content["model"])
-    agent.eval()
+    evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
+    agent = evaluation.load(Agent(evaluation.envs).to(memory_format=torch.channels_last), "agent")
+    generator = torch.Generator(evaluation.device).manual_seed(evaluation.seed)
 
-    @torch.no_grad()
-    def policy(obs: np.ndarray) -> np.ndarray:
-        logits = agent.actor(agent.hidden(torch.as_tensor(obs, device=device))).cpu().numpy()
-        return logits.argmax(-1) if deterministic else sample_categorical(logits, rng)
+    def policy(obs: np.ndarray) -> torch.Tensor:
+        logits = agent.actor(agent.hidden(torch.as_tensor(obs, device=evaluation.device)))
+        if deterministic:
+            return logits.argmax(-1).cpu()
+        return torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0].cpu()
 
-    returns = run_episodes(envs, policy, eval_episodes, seed=seed)
-    envs.close()
-    return returns
+    return evaluation.run(policy)
 
 
 if __name__ == "__main__":
-    args = tyro.cli(Args)
-    args, resumed = resume_args(args, "ppo_atari")  # with --resume: the checkpoint's run and its arguments
-    check_args(args)
-    check_atari(args.env_id)
-    run = start_run(args, resume=resumed)
-    writer = run.writer
+    # ---- plumbing: flags and --resume (bad input stops here), run directory, trackers, seeding, signals
+    args, resumed = parse_args(Args, __file__, check_args)
+    run = start_run(args, resumed)
+    writer, device = run.writer, run.device
+    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
+    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
 
-    seed_everything(args.seed, args.torch_deterministic)
-    torch.set_num_threads(args.torch_threads)
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-
-    envs = make_vector_env(  # episode statistics come from each env: game scores
-        [make_env(args.env_id, i, args.capture_video, str(run.video_dir)) for i in range(args.num_envs)],
+    # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
+    # that ended the episode is in infos["final_obs"].
+    envs = vector_env(
+        [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)],
         args.env_mode,
-        episode_statistics=False,
+        autoreset_mode=SAME_STEP,
     )
     obs_shape = envs.single_observation_space.shape  # (4, 84, 84)
     # channels-last weights and inputs: faster convolutions on CPU (benchmark/README.md)
-    agent = Agent(int(envs.single_action_space.n)).to(device, memory_format=torch.channels_last)
+    agent = Agent(envs).to(device, memory_format=torch.channels_last)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-    rng = np.random.default_rng(args.seed)
 
-    # Rollout storage [num_steps, num_envs, ...] in numpy (a few numbers per step cost less in
-    # numpy than in torch); frames stay uint8, 4x smaller than float. The whole batch goes to
-    # torch once per update.
+    # Rollout storage [num_steps, num_envs]: what the networks read in torch (frames uint8, 4x
+    # smaller than float), the rest in numpy for GAE
     T, N = args.num_steps, args.num_envs
-    obs = np.zeros((T, N) + obs_shape, dtype=np.uint8)
-    actions = np.zeros((T, N), dtype=np.int64)
-    logprobs = np.zeros((T, N), dtype=np.float32)
-    values = np.zeros((T, N), dtype=np.float32)
-    rewards = np.zeros((T, N), dtype=np.float32)
-    terminations = np.zeros((T, N), dtype=np.float32)
-    dones = np.zeros((T, N), dtype=np.float32)
+    obs = torch.zeros((T, N) + obs_shape, dtype=torch.uint8, device=device)
+    actions = torch.zeros((T, N), dtype=torch.long, device=device)
+    logprobs = torch.zeros((T, N), device=device)
+    values = torch.zeros((T, N), device=device)
+    rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
     truncated = np.zeros((T, N), dtype=bool)  # episode ended by truncation, not termination
     final_obs = np.zeros((T, N) + obs_shape, dtype=np.uint8)  # its real final observation
 
-    global_step, first_iteration = 0, 1
-    if resumed is None:
+    state = {"agent": agent, "optimizer": optimizer, "envs": envs}  # what a checkpoint holds, besides the generators
+    global_step, start_iteration = 0, 1
+    if run.resumed:  # the checkpoint's networks, optimiser, generators and envs (replayed), in place
+        saved = run.restore(state)
+        global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, saved["obs"]
+    else:
         next_obs, _ = envs.reset(seed=args.seed)
-    else:  # continue exactly: networks, optimiser, step, envs (replayed), random generators
-        agent.load_state_dict(resumed["model"])
-        optimizer.load_state_dict(resumed["optimizer"])
-        rng = make_generator(resumed["action_rng"])
-        global_step, first_iteration = resumed["global_step"], resumed["iteration"] + 1
-        next_obs = restore_envs(envs, resumed["envs"])
-        set_rng_state(resumed["rng"])
-    checkpointer = Checkpointer(run.directory, "ppo_atari", args, args.checkpoint_interval, global_step, writer=writer)
-    start_step, start_time = global_step, time.time()
-    if args.num_iterations * args.batch_size != args.total_timesteps:
-        print(
-            f"training {args.num_iterations * args.batch_size} steps: --total-timesteps rounded down "
-            f"to whole rollouts of {args.batch_size}"
-        )
-    progress = Progress(args.num_iterations * args.batch_size, start_step=global_step)
 
-    for iteration in range(first_iteration, args.num_iterations + 1):
+    for iteration in range(start_iteration, args.num_iterations + 1):
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
         for step in range(T):
             global_step += N
-            obs[step] = next_obs
-            # One forward pass gives the policy (to act) and V(s_t) (for GAE), as the policy
-            # that collects the data, so log π_old and V_old need no second pass.
-            with torch.no_grad():
-                logits, value = agent(torch.from_numpy(next_obs).to(device))
-            logits = logits.cpu().numpy()
-            actions[step] = sample_categorical(logits, rng)
-            logprobs[step] = np.take_along_axis(log_softmax(logits), actions[step][:, None], axis=1)[:, 0]
-            values[step] = value.cpu().numpy()
+            obs[step] = torch.as_tensor(next_obs)
+            with torch.inference_mode():
+                action, logprob, _, value = agent.get_action_and_value(obs[step])
+            actions[step], logprobs[step], values[step] = action, logprob, value
 
-            next_obs, reward, termination, truncation, infos = envs.step(actions[step])
-            rewards[step] = reward
-            terminations[step] = termination
-            dones[step] = termination | truncation
+            next_obs, reward, termination, truncation, infos = envs.step(action.cpu().numpy())
+            rewards[step], terminations[step], dones[step] = reward, termination, termination | truncation
             # Truncated (not terminated) envs will bootstrap from their real final observation.
             truncated[step] = truncation & ~termination
             if truncated[step].any():
                 final_obs[step, truncated[step]] = real_next_obs(next_obs, infos)[truncated[step]]
-            if "_episode" in infos:
-                progress.episodes(log_episodes(writer, infos, global_step))
-        progress.update(global_step)
+            run.log_episodes(global_step, infos)
 
+        # Bootstrap values: V(final obs) at truncations and V(obs after the rollout); then GAE
         with torch.no_grad():
-            last_values = agent.get_value(torch.from_numpy(next_obs).to(device)).cpu().numpy()
+            last_values = agent.get_value(torch.as_tensor(next_obs, device=device)).cpu().numpy()
             final_values = np.zeros((T, N), dtype=np.float32)
             if truncated.any():
-                real_final = torch.from_numpy(final_obs[truncated]).to(device)
-                final_values[truncated] = agent.get_value(real_final).cpu().numpy()
+                final_values[truncated] = agent.get_value(torch.as_tensor(final_obs[truncated], device=device)).cpu().numpy()
         advantages, returns = compute_gae(
-            rewards, values, last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
+            rewards, values.cpu().numpy(), last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
         )
 
-        # Flatten the batch and move it to the training device once.
-        # uint8 frames put in channels-last layout once per update: each minibatch's conversion to
-        # float is then elementwise (about half the time of converting layout and type together)
-        b_obs = torch.from_numpy(obs.reshape((-1,) + obs_shape)).to(device)
-        b_obs = b_obs.contiguous(memory_format=torch.channels_last)
-        b_actions = torch.from_numpy(actions.reshape(-1)).to(device)
-        b_logprobs = torch.from_numpy(logprobs.reshape(-1)).to(device)
-        b_values = torch.from_numpy(values.reshape(-1)).to(device)
-        b_advantages = torch.from_numpy(advantages.reshape(-1)).to(device)
-        b_returns = torch.from_numpy(returns.reshape(-1)).to(device)
+        # Flatten the batch. The frames are put in channels-last layout once per update: each
+        # minibatch's conversion to float is then elementwise (about half the time of converting both)
+        b_obs = obs.reshape((-1,) + obs_shape).contiguous(memory_format=torch.channels_last)
+        b_logprobs, b_actions, b_values = logprobs.reshape(-1), actions.reshape(-1), values.reshape(-1)
+        b_advantages = torch.as_tensor(advantages.reshape(-1), device=device)
+        b_returns = torch.as_tensor(returns.reshape(-1), device=device)
 
         # Optimise the policy and value networks
         clipfracs = []
@@ -610,11 +433,10 @@ if __name__ == "__main__":
             if args.target_kl is not None and approx_kl.item() > args.target_kl:
                 break
 
-        y_pred, y_true = values.reshape(-1), returns.reshape(-1)
+        y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
         var_y = np.var(y_true)
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
-        sps = int((global_step - start_step) / (time.time() - start_time))
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
         writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
@@ -623,31 +445,11 @@ if __name__ == "__main__":
         writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
         writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        writer.add_scalar("charts/SPS", sps, global_step)
-        if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
-            checkpointer.save(
-                global_step,
-                {
-                    "iteration": iteration,
-                    "model": agent.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "action_rng": generator_state(rng),
-                    "envs": envs_state(envs),
-                    "wandb_id": run.wandb_id,
-                },
-            )
+        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+            run.save_checkpoint(state, global_step, iteration=iteration)
 
-    progress.close()
     if args.save_model:
-        model_path = run.directory / f"{args.exp_name}.cleanrl_model"
-        save_model(model_path, "ppo_atari", args, agent.state_dict())
-        print(f"model saved to {model_path}")
-        episodic_returns = evaluate(
-            str(model_path), args.eval_episodes, args.env_id, args.capture_video, str(run.directory / "videos-eval")
-        )
-        writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
-        writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
-        print(f"evaluation over {args.eval_episodes} episodes: {episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
-
+        run.save_model({"agent": agent}, evaluate)
     envs.close()
     run.close()

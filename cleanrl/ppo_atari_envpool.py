@@ -29,14 +29,14 @@ What this file changes against them (and against CleanRL's ppo_atari_envpool.py)
 - The frame stack starts with the first frame repeated (EnvPool's), where ppo_atari.py's is
   zero-padded: a model of one script does not fit the other's observations exactly.
 
-Checkpoints (``--checkpoint-interval``, SIGTERM) hold the network, the optimiser, the
+Checkpoints (``--checkpoint-interval``, SIGTERM, Ctrl-C) hold the network, the optimiser, the
 iteration (the learning-rate schedule's position), the global step and the random generators,
 but not the environments: EnvPool's envs live in C++ and cannot be saved or replayed (the
-gymnasium scripts replay theirs, see cleanrl_utils/checkpoint.py). So ``--resume`` is not
-exact: it makes the envs anew and resets them with a seed derived from ``--seed`` and the
-checkpoint's global step (:func:`resume_seed`); the games in progress at the checkpoint are
-abandoned (their partial scores are never logged) and the run goes on with other games than an
-uninterrupted run would play. Training continues from the saved weights and optimiser state.
+gymnasium scripts replay theirs, see cleanrl_utils/vector.py). So ``--resume`` is not exact: it
+makes the envs anew, seeded from ``--seed`` and the checkpoint's global step (numpy's
+``SeedSequence``); the games in progress at the checkpoint are abandoned (their partial scores
+are never logged) and the run goes on with other games than an uninterrupted run would play.
+Training continues from the saved weights and optimiser state.
 
 Run:
     python cleanrl/ppo_atari_envpool.py --env-id Breakout-v5
@@ -44,38 +44,24 @@ Run:
 
 import difflib
 import os
-import time
+import signal
 from dataclasses import dataclass
 from typing import Literal, Optional
 
+import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.optim as optim
 import tyro
 
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.run import RunArgs, fail, parse_args, require, require_positive, require_range, start_run
+
 try:  # EnvPool comes with the envpool extra; without it, --env-id says so
     import envpool
 except ImportError:
     envpool = None
-
-from cleanrl_utils.checkpoint import (
-    Checkpointer,
-    generator_state,
-    make_generator,
-    resume_args,
-    set_rng_state,
-)
-from cleanrl_utils.run import (
-    Progress,
-    fail,
-    load_model,
-    require,
-    require_positive,
-    save_model,
-    seed_everything,
-    start_run,
-)
 
 FRAME_SKIP = 4
 """Frames per agent step (the action is repeated, the last two frames max-pooled)."""
@@ -84,40 +70,13 @@ MAX_EPISODE_STEPS = 27_000
 
 
 @dataclass
-class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """name of this experiment, part of the run directory name"""
-    seed: int = 1
-    """seed of python, numpy, torch and the environments"""
-    torch_deterministic: bool = True
-    """if toggled, `torch.backends.cudnn.deterministic=True`"""
-    cuda: bool = True
-    """if toggled, train on CUDA when it is available"""
-    track: bool = False
-    """if toggled, mirror the logs to Weights & Biases"""
-    wandb_project_name: str = "cleanRL"
-    """Weights & Biases project"""
-    wandb_entity: Optional[str] = None
-    """Weights & Biases entity (team); None means your default"""
-    capture_video: bool = False
-    """if toggled, record videos of env 0's games into `{run_dir}/videos` (one frame per agent step)"""
-    save_model: bool = False
-    """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it"""
-    eval_episodes: int = 10
-    """games the saved model is evaluated for (with --save-model)"""
-    checkpoint_interval: int = 0
-    """write a checkpoint to `{run_dir}/checkpoints/` every this many environment steps, at the end of the rollout that reaches it (0: only when the run receives SIGTERM)"""
-    resume: Optional[str] = None
-    """continue the run of this checkpoint file, or of the latest checkpoint in this run directory; its other flags come from the checkpoint. Not exact: EnvPool's envs cannot be restored, so they are made anew and reset with a seed derived from --seed and the checkpoint's step (the games in progress restart)"""
-    torch_threads: int = 1
-    """CPU threads for torch (1: on a 2-core machine shared with other jobs, 2 threads ran 3-5x slower)"""
+class Args(RunArgs):
+    """PPO's hyperparameters; the flags every script takes (--seed, --track, --save-model, --resume ...) come from RunArgs."""
 
-    # Algorithm specific arguments
     env_id: str = "Breakout-v5"
     """EnvPool id of an Atari game (such as Breakout-v5, Pong-v5)"""
     env_mode: Literal["sync", "async"] = "sync"
-    """sync only: EnvPool steps all envs in its own C++ threads (see --num-threads); async (one
-    subprocess per env) is the gymnasium scripts' mode and is refused here"""
+    """sync only: EnvPool steps the envs in its own C++ threads (--num-threads); async is refused"""
     num_threads: Optional[int] = None
     """EnvPool's C++ threads stepping the envs; None: the number of CPU cores available"""
     total_timesteps: int = 10000000
@@ -162,85 +121,29 @@ class Args:
     """total_timesteps // batch_size (computed; not a flag)"""
 
 
-def check_args(args: Args) -> None:
-    """Fill in the computed fields; stop with one line naming the flag on bad input."""
-    require(
-        args.env_mode == "sync",
-        "--env-mode",
-        "async runs one subprocess per env (gymnasium scripts); EnvPool already steps the envs in "
-        "parallel C++ threads: use sync and set --num-threads",
-    )
-    require_positive(args, "total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs")
-    require_positive(args, "learning_rate", "torch_threads")
-    require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
-    require(args.num_threads is None or args.num_threads > 0, "--num-threads", f"must be positive, got {args.num_threads}")
-    if args.num_threads is None:
-        args.num_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
-    require(0 <= args.gae_lambda <= 1, "--gae-lambda", f"must be in [0, 1], got {args.gae_lambda}")
-    require(args.clip_coef > 0, "--clip-coef", f"must be positive, got {args.clip_coef}")
-    require(args.max_grad_norm > 0, "--max-grad-norm", f"must be positive, got {args.max_grad_norm}")
-    require(not args.save_model or args.eval_episodes > 0, "--eval-episodes", "must be positive with --save-model")
-    args.batch_size = args.num_envs * args.num_steps
-    require(
-        args.batch_size % args.num_minibatches == 0,
-        "--num-minibatches",
-        f"{args.num_minibatches} does not divide the batch of {args.batch_size} "
-        f"(--num-envs {args.num_envs} x --num-steps {args.num_steps})",
-    )
-    args.minibatch_size = args.batch_size // args.num_minibatches
-    require(
-        not args.norm_adv or args.minibatch_size >= 2,
-        "--num-minibatches",
-        f"minibatches of {args.minibatch_size} sample are too small to normalise advantages; "
-        "use fewer minibatches or --no-norm-adv",
-    )
-    require(
-        args.total_timesteps >= args.batch_size,
-        "--total-timesteps",
-        f"{args.total_timesteps} is less than one rollout of {args.batch_size} steps",
-    )
-    args.num_iterations = args.total_timesteps // args.batch_size
-
-
-def check_atari(env_id: str) -> None:
-    """Stop with one line naming ``--env-id`` unless it is one of EnvPool's Atari games."""
-    require(envpool is not None, "--env-id", "EnvPool is not installed: pip install -e '.[envpool]'")
-    known = envpool.list_all_envs()
-    if env_id not in known:
-        game = env_id.removeprefix("ALE/").split("NoFrameskip")[0].split("-v")[0]
-        close = [f"{game}-v5"] if f"{game}-v5" in known else difflib.get_close_matches(env_id, known, n=3)
-        suggestion = f"; did you mean {', '.join(close)}?" if close else ""
-        fail("--env-id", f"unknown EnvPool environment {env_id!r}{suggestion}")
-    require(
-        type(envpool.make_spec(env_id)).__name__ == "AtariEnvSpec",
-        "--env-id",
-        f"{env_id} is not an Atari game; ppo_atari_envpool.py takes EnvPool's Atari ids such as Breakout-v5",
-    )
-
-
-def resume_seed(seed: int, global_step: int) -> int:
-    """The seed of the envs of a run resumed at ``global_step``: ``seed`` at step 0, otherwise a
-    number in [0, 2^31) drawn from numpy's ``SeedSequence([seed, global_step])`` (so resuming at
-    another step, or with another seed, starts other games)."""
-    if global_step == 0:
-        return seed
-    return int(np.random.SeedSequence([seed, global_step]).generate_state(1)[0] % 2**31)
-
-
-def make_envs(env_id: str, num_envs: int, seed: int, num_threads: int, training: bool = True, render: bool = False):
-    """EnvPool's Atari envs with the preprocessing of ppo_atari.py, gymnasium API (next-step autoreset).
+def make_envs(
+    env_id: str,
+    seed: int,
+    capture_video: bool,
+    video_dir: str,
+    training: bool = True,
+    video_episodes=None,
+    num_envs: int = 1,
+    num_threads: int = 1,
+):
+    """EnvPool's Atari envs with the preprocessing of ppo_atari.py, gymnasium API (next-step autoreset), game statistics.
 
     Observations: uint8 ``[num_envs, 4, 84, 84]``. ``info["reward"]`` holds the unclipped game
     reward, ``info["terminated"]`` is 1 when the game is over (all lives lost), ``info["lives"]``
-    the lives left, ``info["elapsed_step"]`` the agent steps of the game so far.
+    the lives left, ``info["elapsed_step"]`` the agent steps of the game so far; the game scores
+    are added by :class:`GameStatistics`, which also records env 0's games into ``video_dir`` if asked,
+    those ``video_episodes(game_index)`` picks (gymnasium's schedule by default).
 
     Args:
         training: episodic life (a lost life is returned as a termination) and rewards clipped
             to their sign; False for evaluation: whole games, game rewards.
-        render: make ``envs.render()`` return env 0's RGB frame (for videos).
     """
-    return envpool.make(
+    envs = envpool.make(
         env_id,
         env_type="gymnasium",
         num_envs=num_envs,
@@ -258,44 +161,64 @@ def make_envs(env_id: str, num_envs: int, seed: int, num_threads: int, training:
         repeat_action_probability=0.0,  # as the NoFrameskip-v4 ids: no sticky actions
         full_action_space=False,
         max_episode_steps=MAX_EPISODE_STEPS,
-        **({"render_mode": "rgb_array"} if render else {}),
+        **({"render_mode": "rgb_array"} if capture_video else {}),
     )
+    return GameStatistics(envs, video_dir if capture_video else None, video_episodes)
 
 
-class VideoRecorder:
-    """Records env 0's games as mp4 files ``rl-video-episode-{i}.mp4``, one frame per agent step.
+class GameStatistics(gym.vector.VectorWrapper):
+    """EnvPool's envs reporting games as gymnasium's ``RecordEpisodeStatistics`` reports an episode; env 0's games on video.
 
-    Games are picked by ``video_episodes(game_index) -> bool`` (gymnasium's schedule when None:
-    games 0, 1, 8, 27, ..., 1000, then every 1000th), as ``gymnasium.wrappers.RecordVideo``.
-    Call :meth:`frame` after every step (and after the first reset), :meth:`game_over` when
-    env 0's game ended at that step.
+    With episodic life a lost life ends an episode, not the game. A game's score is the sum of its
+    unclipped rewards (``info["reward"]``) over all its lives; the info of the step where the game
+    ends (``info["terminated"]``: no lives left; or the time limit) has ``info["episode"]``
+    (``"r"``: scores, ``"l"``: frames, ``[num_envs]``) and ``info["_episode"]`` (bool ``[num_envs]``),
+    where ``Run.log_episodes`` and ``cleanrl_utils.evals.run_episodes`` read them.
+
+    With ``video_dir``, env 0's games that ``video_episodes(game_index) -> bool`` picks (gymnasium's
+    schedule when None, as ``RecordVideo``) are written there as ``rl-video-episode-{i}.mp4``, one
+    frame per agent step; a game in progress is written by :meth:`close`.
     """
 
-    def __init__(self, envs, video_dir: str, video_episodes=None):
+    def __init__(self, envs: gym.vector.VectorEnv, video_dir: Optional[str] = None, video_episodes=None):
         from gymnasium.utils.save_video import capped_cubic_video_schedule
 
-        self.envs, self.video_dir = envs, video_dir
-        self.trigger = video_episodes or capped_cubic_video_schedule
-        self.game = 0
-        self.frames: list[np.ndarray] = []
-        self.recording = self.trigger(0)
+        super().__init__(envs)
+        self.game_returns = np.zeros(envs.num_envs)  # unclipped score of each env's current game
+        self.video_dir, self.trigger = video_dir, video_episodes or capped_cubic_video_schedule
+        self.game, self.frames = 0, []  # env 0's game index, and the frames of it recorded so far
 
-    def frame(self) -> None:
-        """Keep env 0's current frame if its game is recorded."""
-        if self.recording:
-            self.frames.append(self.envs.render()[0])
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        """Reset all envs; ``seed`` is not used: EnvPool's envs are seeded when made."""
+        obs, info = self.env.reset()
+        self._record_frame()
+        return obs, info
 
-    def game_over(self) -> None:
-        """Write the recorded game, if any; the next frame starts the next game."""
-        self.close()
-        self.game += 1
-        self.recording = self.trigger(self.game)
+    def step(self, actions):
+        obs, rewards, terminations, truncations, info = self.env.step(actions)
+        game_over = info["terminated"].astype(bool) | truncations
+        self.game_returns += info["reward"]
+        info["episode"] = {"r": self.game_returns.copy(), "l": info["elapsed_step"] * FRAME_SKIP}
+        info["_episode"] = game_over
+        self.game_returns[game_over] = 0.0
+        self._record_frame()
+        if game_over[0]:
+            self._write_video()
+            self.game += 1
+        return obs, rewards, terminations, truncations, info
 
-    def close(self) -> None:
-        """Write the game recorded so far, if any (also the one in progress at the end of a run)."""
+    def close(self, **kwargs):
+        self._write_video()
+        return super().close(**kwargs)
+
+    def _record_frame(self) -> None:
+        if self.video_dir and self.trigger(self.game):
+            self.frames.append(self.env.render()[0])
+
+    def _write_video(self) -> None:
         from gymnasium.utils.save_video import save_video
 
-        if self.recording and self.frames:
+        if self.frames:
             save_video(
                 self.frames, self.video_dir, episode_trigger=lambda _: True, episode_index=self.game, fps=60 // FRAME_SKIP
             )
@@ -313,14 +236,11 @@ class Agent(nn.Module):
     """The Nature CNN trunk (Mnih et al. 2015) shared by a categorical policy head and a value head.
 
     Conv 8x8/4 (32) - conv 4x4/2 (64) - conv 3x3/1 (64) - linear 512, ReLU after each; then
-    ``actor`` (512 -> num_actions logits) and ``critic`` (512 -> 1). Inputs are uint8 frames
-    ``[B, 4, 84, 84]`` in 0-255, divided by 255 here.
-
-    Args:
-        num_actions: size of the Discrete action space.
+    ``actor`` (512 -> num_actions logits) and ``critic`` (512 -> 1), sized for ``envs``'
+    Discrete actions. Inputs are uint8 frames ``[B, 4, 84, 84]`` in 0-255, divided by 255 here.
     """
 
-    def __init__(self, num_actions: int):
+    def __init__(self, envs):
         super().__init__()
         self.trunk = nn.Sequential(
             layer_init(nn.Conv2d(4, 32, 8, stride=4)),
@@ -333,24 +253,19 @@ class Agent(nn.Module):
             layer_init(nn.Linear(64 * 7 * 7, 512)),
             nn.ReLU(),
         )
-        self.actor = layer_init(nn.Linear(512, num_actions), std=0.01)
+        self.actor = layer_init(nn.Linear(512, int(envs.single_action_space.n)), std=0.01)
         self.critic = layer_init(nn.Linear(512, 1), std=1)
 
     def hidden(self, x: torch.Tensor) -> torch.Tensor:
         """Trunk features: frames uint8 ``[B, 4, 84, 84]`` -> ``[B, 512]`` (float, channels-last convolutions)."""
         return self.trunk(x.to(dtype=torch.float32, memory_format=torch.channels_last) / 255.0)
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Policy logits ``[B, num_actions]`` and V(x) ``[B]`` of frames ``[B, 4, 84, 84]``, in one pass."""
-        hidden = self.hidden(x)
-        return self.actor(hidden), self.critic(hidden).squeeze(-1)
-
     def get_value(self, x: torch.Tensor) -> torch.Tensor:
         """V(x): frames ``[B, 4, 84, 84]`` -> values ``[B]``."""
         return self.critic(self.hidden(x)).squeeze(-1)
 
     def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
-        """Sample (or score) actions under the categorical policy and evaluate V.
+        """Sample (or score) actions under the categorical policy and evaluate V, in one pass of the trunk.
 
         Args:
             x: frames uint8 ``[B, 4, 84, 84]``.
@@ -359,25 +274,13 @@ class Agent(nn.Module):
         Returns:
             ``(action [B], log π(action|x) [B], entropy of π(·|x) [B], V(x) [B])``.
         """
-        logits, value = self(x)
-        log_probs = torch.log_softmax(logits, dim=-1)
+        hidden = self.hidden(x)
+        log_probs = torch.log_softmax(self.actor(hidden), dim=-1)
         if action is None:
             action = torch.multinomial(log_probs.exp(), 1).squeeze(-1)
         log_prob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
         entropy = -(log_probs.exp() * log_probs).sum(-1)
-        return action, log_prob, entropy, value
-
-
-def sample_categorical(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Sample one action per row of ``logits`` ``[B, A]`` from softmax(logits) by the Gumbel-max trick
-    (Maddison, Tarlow, Minka 2014, arXiv:1411.0030, sec. 2); returns int64 ``[B]``."""
-    return np.argmax(logits + rng.gumbel(size=logits.shape), axis=-1)
-
-
-def log_softmax(logits: np.ndarray) -> np.ndarray:
-    """log softmax over the last axis of ``logits`` ``[B, A]`` (numpy, numerically stable)."""
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+        return action, log_prob, entropy, self.critic(hidden).squeeze(-1)
 
 
 def compute_gae(
@@ -499,201 +402,133 @@ def ppo_losses(
     }
 
 
-def accumulate_games(game_returns: np.ndarray, game_rewards: np.ndarray, game_over: np.ndarray) -> np.ndarray:
-    """Add a step's unclipped rewards to each env's running game score; return and restart finished games.
+# ---- plumbing a reader may skip: argument checks and the evaluation of a saved model
 
-    Args:
-        game_returns: running score of each env's current game, float64 ``[N]``, updated in place.
-        game_rewards: this step's unclipped rewards (EnvPool's ``info["reward"]``), ``[N]``.
-        game_over: True where the game ended at this step (no lives left, or the time limit), ``[N]``.
 
-    Returns:
-        The scores of the games that ended, in env order, float64 ``[k]``.
+def check_args(args: Args) -> None:
+    """Fill in the computed fields; stop with one line naming the flag on bad input."""
+    require(args.env_mode == "sync", "--env-mode", "EnvPool already steps the envs in parallel C++ threads: set --num-threads")
+    require_positive(args, "total_timesteps num_envs num_steps num_minibatches update_epochs learning_rate clip_coef")
+    require_positive(args, "max_grad_norm")
+    require_range(args, gamma=(0, 1), gae_lambda=(0, 1))
+    require(args.num_threads is None or args.num_threads > 0, "--num-threads", f"must be positive, got {args.num_threads}")
+    if args.num_threads is None:
+        args.num_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    args.batch_size = args.num_envs * args.num_steps
+    args.minibatch_size = args.batch_size // args.num_minibatches
+    args.num_iterations = args.total_timesteps // args.batch_size
+    batch = f"the batch of {args.batch_size} (--num-envs {args.num_envs} x --num-steps {args.num_steps})"
+    require(args.batch_size % args.num_minibatches == 0, "--num-minibatches", f"does not divide {batch}")
+    require(not args.norm_adv or args.minibatch_size >= 2, "--num-minibatches", "too small to normalise advantages")
+    require(args.num_iterations > 0, "--total-timesteps", f"less than one rollout of {args.batch_size} steps")
+    if args.num_iterations * args.batch_size != args.total_timesteps:
+        total = args.num_iterations * args.batch_size
+        print(f"training {total} steps: --total-timesteps rounded down to whole rollouts of {args.batch_size}")
+    require(envpool is not None, "--env-id", "EnvPool is not installed: pip install -e '.[envpool]'")
+    known = envpool.list_all_envs()
+    if args.env_id not in known:  # "BreakoutNoFrameskip-v4", "ALE/Breakout-v5" -> Breakout-v5
+        game = args.env_id.removeprefix("ALE/").split("NoFrameskip")[0].split("-v")[0]
+        close = [f"{game}-v5"] if f"{game}-v5" in known else difflib.get_close_matches(args.env_id, known, n=3)
+        suggestion = f"; did you mean {', '.join(close)}?" if close else ""
+        fail("--env-id", f"unknown EnvPool environment {args.env_id!r}{suggestion}")
+    atari = type(envpool.make_spec(args.env_id)).__name__ == "AtariEnvSpec"
+    require(atari, "--env-id", f"{args.env_id} is not an Atari game; {args.script}.py takes Atari ids such as Breakout-v5")
+
+
+def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
+    """Game scores ``[eval_episodes]`` of a model saved by this script, in EnvPool: whole games, unclipped rewards.
+
+    Actions are sampled from π by default, as CleanRL evaluates; a greedy policy (``deterministic=True``)
+    can stand still after a lost life in games that need FIRE to go on (Breakout), until the time limit.
+    ``options``: see :class:`cleanrl_utils.evals.Evaluation`.
     """
-    game_returns += game_rewards
-    scores = game_returns[game_over].copy()
-    game_returns[game_over] = 0.0
-    return scores
+    evaluation = Evaluation(__file__, model_path, eval_episodes, None, make_envs=make_envs, **options)
+    agent = evaluation.load(Agent(evaluation.envs).to(memory_format=torch.channels_last), "agent")
+    generator = torch.Generator(evaluation.device).manual_seed(evaluation.seed)
 
+    def policy(obs: np.ndarray) -> torch.Tensor:
+        logits = agent.actor(agent.hidden(torch.as_tensor(obs, device=evaluation.device)))
+        if deterministic:
+            return logits.argmax(-1).cpu()
+        return torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0].cpu()
 
-def evaluate(
-    model_path: str,
-    eval_episodes: int,
-    env_id: Optional[str] = None,
-    capture_video: bool = False,
-    video_dir: str = "videos",
-    seed: Optional[int] = None,
-    deterministic: bool = False,
-    device: str = "cpu",
-) -> np.ndarray:
-    """Evaluate a model saved by this script for ``eval_episodes`` whole games, in EnvPool.
-
-    Games are played without episodic life and without reward clipping (the returns are game
-    scores), FIRE pressed at the start of each game, the training preprocessing otherwise.
-    Actions are sampled from π by default, as CleanRL evaluates; a greedy policy
-    (``deterministic=True``) can stand still after a lost life in games that need FIRE to go
-    on (Breakout), until the 27,000-step limit.
-
-    Args:
-        model_path: a ``.cleanrl_model`` file written with ``--save-model``.
-        eval_episodes: number of whole games.
-        env_id: EnvPool id; the one the model was trained on when None.
-        capture_video: record the evaluation games into ``video_dir``.
-        seed: seed of the evaluation env and of action sampling; None means the training
-            seed + 100000, as the evaluation at the end of training uses.
-        deterministic: take the most probable action instead of sampling.
-        device: torch device for the network.
-
-    Returns:
-        Game scores, float64 ``[eval_episodes]``.
-
-    Raises:
-        ValueError: the file was not saved by ppo_atari_envpool.py, or ``eval_episodes`` is not positive.
-    """
-    if eval_episodes <= 0:
-        raise ValueError(f"eval_episodes must be positive, got {eval_episodes}")
-    content = load_model(model_path, "ppo_atari_envpool")
-    env_id = env_id or content["env_id"]
-    seed = content["args"]["seed"] + 100_000 if seed is None else seed
-    envs = make_envs(env_id, 1, seed, 1, training=False, render=capture_video)
-    recorder = VideoRecorder(envs, video_dir, lambda game: game < eval_episodes) if capture_video else None
-    rng = np.random.default_rng(seed)
-    agent = Agent(int(envs.single_action_space.n)).to(device, memory_format=torch.channels_last)
-    agent.load_state_dict(content["model"])
-    agent.eval()
-
-    scores: list[float] = []
-    game_returns = np.zeros(1)
-    obs, _ = envs.reset()
-    if recorder:
-        recorder.frame()
-    while len(scores) < eval_episodes:
-        with torch.no_grad():
-            logits = agent.actor(agent.hidden(torch.from_numpy(obs).to(device))).cpu().numpy()
-        action = logits.argmax(-1) if deterministic else sample_categorical(logits, rng)
-        obs, _, termination, truncation, info = envs.step(action)
-        game_over = termination | truncation  # no episodic life here: done is the game's end
-        ended = accumulate_games(game_returns, info["reward"], game_over)
-        scores.extend(ended.tolist())
-        if recorder:
-            recorder.frame()
-            if game_over[0]:
-                recorder.game_over()
-    envs.close()
-    return np.asarray(scores[:eval_episodes], dtype=np.float64)
+    return evaluation.run(policy)
 
 
 if __name__ == "__main__":
-    args = tyro.cli(Args)
-    args, resumed = resume_args(args, "ppo_atari_envpool")  # with --resume: the checkpoint's run and its arguments
-    check_args(args)
-    check_atari(args.env_id)
-    run = start_run(args, resume=resumed)
-    writer = run.writer
+    # ---- plumbing: flags and --resume (bad input stops here), run directory, trackers, seeding, signals
+    args, resumed = parse_args(Args, __file__, check_args)
+    run = start_run(args, resumed)
+    writer, device = run.writer, run.device
+    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
+    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
 
-    seed_everything(args.seed, args.torch_deterministic)
-    torch.set_num_threads(args.torch_threads)
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-
-    resume_step = resumed["global_step"] if resumed is not None else 0
+    # The envs are not checkpointed: a resumed run makes new ones, seeded from --seed and its step (other games)
+    seed = args.seed
+    if resumed:
+        seed = int(np.random.SeedSequence([args.seed, resumed["global_step"]]).generate_state(1)[0] % 2**31)
+    # Next-step autoreset: the step that ends an episode returns its real final observation; the next step
+    # resets the env (a reset step: its action is ignored, its reward 0).
     envs = make_envs(
-        args.env_id, args.num_envs, resume_seed(args.seed, resume_step), args.num_threads, render=args.capture_video
+        args.env_id, seed, args.capture_video, run.video_dir, num_envs=args.num_envs, num_threads=args.num_threads
     )
-    recorder = VideoRecorder(envs, str(run.video_dir)) if args.capture_video else None
     obs_shape = envs.single_observation_space.shape  # (4, 84, 84)
     # channels-last weights and inputs: faster convolutions on CPU (benchmark/README.md)
-    agent = Agent(int(envs.single_action_space.n)).to(device, memory_format=torch.channels_last)
+    agent = Agent(envs).to(device, memory_format=torch.channels_last)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-    rng = np.random.default_rng(args.seed)
 
-    # Rollout storage [num_steps, num_envs, ...] in numpy, frames uint8.
+    # Rollout storage [num_steps, num_envs]: what the networks read in torch (frames uint8), the rest in numpy for GAE
     T, N = args.num_steps, args.num_envs
-    obs = np.zeros((T, N) + obs_shape, dtype=np.uint8)
-    actions = np.zeros((T, N), dtype=np.int64)
-    logprobs = np.zeros((T, N), dtype=np.float32)
-    values = np.zeros((T, N), dtype=np.float32)
-    rewards = np.zeros((T, N), dtype=np.float32)
-    terminations = np.zeros((T, N), dtype=np.float32)
-    dones = np.zeros((T, N), dtype=np.float32)
+    obs = torch.zeros((T, N) + obs_shape, dtype=torch.uint8, device=device)
+    actions = torch.zeros((T, N), dtype=torch.long, device=device)
+    logprobs = torch.zeros((T, N), device=device)
+    values = torch.zeros((T, N), device=device)
+    rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
     resets = np.zeros((T, N), dtype=bool)  # EnvPool's reset steps: not transitions of the game
-    game_returns = np.zeros(N)  # unclipped score of each env's current game
 
-    global_step, first_iteration = 0, 1
-    if resumed is not None:  # networks, optimiser, step, random generators; the envs are new (see the docstring)
-        agent.load_state_dict(resumed["model"])
-        optimizer.load_state_dict(resumed["optimizer"])
-        rng = make_generator(resumed["action_rng"])
-        global_step, first_iteration = resumed["global_step"], resumed["iteration"] + 1
-        set_rng_state(resumed["rng"])
-    checkpointer = Checkpointer(run.directory, "ppo_atari_envpool", args, args.checkpoint_interval, global_step, writer=writer)
-    start_step, start_time = global_step, time.time()
-    if args.num_iterations * args.batch_size != args.total_timesteps:
-        print(
-            f"training {args.num_iterations * args.batch_size} steps: --total-timesteps rounded down "
-            f"to whole rollouts of {args.batch_size}"
-        )
-    progress = Progress(args.num_iterations * args.batch_size, start_step=global_step)
+    state = {"agent": agent, "optimizer": optimizer}  # what a checkpoint holds, besides the generators: not the envs
+    global_step, start_iteration = 0, 1
+    if run.resumed:  # the checkpoint's networks, optimiser and generators, in place; the envs are new
+        saved = run.restore(state)
+        global_step, start_iteration = saved["global_step"], saved["iteration"] + 1
     next_obs, _ = envs.reset()
     next_done = np.zeros(N, dtype=bool)  # the last step's dones: the next step is a reset step
-    if recorder:
-        recorder.frame()
 
-    for iteration in range(first_iteration, args.num_iterations + 1):
+    for iteration in range(start_iteration, args.num_iterations + 1):
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
         for step in range(T):
             global_step += N
-            obs[step] = next_obs
+            obs[step] = torch.as_tensor(next_obs)
             # After a done, EnvPool's next step resets the env: it ignores the action and
             # returns reward 0 and the new episode's first observation (masked out of training).
             resets[step] = next_done
-            # One forward pass: the action (as the policy that collects the data) and V(s_t).
-            # Where s_t is a final observation (the step before was done), the action is
-            # ignored by EnvPool, but V(s_t) is the bootstrap value of a truncation.
-            with torch.no_grad():
-                logits, value = agent(torch.from_numpy(next_obs).to(device))
-            logits = logits.cpu().numpy()
-            actions[step] = sample_categorical(logits, rng)
-            logprobs[step] = np.take_along_axis(log_softmax(logits), actions[step][:, None], axis=1)[:, 0]
-            values[step] = value.cpu().numpy()
+            # Where s_t is a final observation (the step before was done), the action is ignored
+            # by EnvPool, but V(s_t) is the bootstrap value of a truncation.
+            with torch.inference_mode():
+                action, logprob, _, value = agent.get_action_and_value(obs[step])
+            actions[step], logprobs[step], values[step] = action, logprob, value
 
-            next_obs, reward, termination, truncation, info = envs.step(actions[step])
-            rewards[step] = reward
-            terminations[step] = termination
+            next_obs, reward, termination, truncation, info = envs.step(action.cpu().numpy())
             next_done = termination | truncation
-            dones[step] = next_done
-
-            # Game scores: unclipped rewards over all lives, logged when the game is over.
-            game_over = info["terminated"].astype(bool) | truncation
-            scores = accumulate_games(game_returns, info["reward"], game_over)
-            for score, length in zip(scores, info["elapsed_step"][game_over]):
-                writer.add_scalar("charts/episodic_return", score, global_step)
-                writer.add_scalar("charts/episodic_length", int(length) * FRAME_SKIP, global_step)  # frames
-            progress.episodes(scores.tolist())
-            if recorder:
-                recorder.frame()
-                if game_over[0]:
-                    recorder.game_over()
-        progress.update(global_step)
+            rewards[step], terminations[step], dones[step] = reward, termination, next_done
+            run.log_episodes(global_step, info)  # game scores: unclipped rewards over all lives (GameStatistics)
 
         with torch.no_grad():
-            last_values = agent.get_value(torch.from_numpy(next_obs).to(device)).cpu().numpy()
+            last_values = agent.get_value(torch.as_tensor(next_obs, device=device)).cpu().numpy()
         advantages, returns = compute_gae(
-            rewards, values, last_values, terminations, dones, resets, args.gamma, args.gae_lambda
+            rewards, values.cpu().numpy(), last_values, terminations, dones, resets, args.gamma, args.gae_lambda
         )
 
-        # uint8 frames put in channels-last layout once per update: each minibatch's conversion to
-        # float is then elementwise (about half the time of converting layout and type together)
-        b_obs = torch.from_numpy(obs.reshape((-1,) + obs_shape)).to(device)
-        b_obs = b_obs.contiguous(memory_format=torch.channels_last)
-        b_actions = torch.from_numpy(actions.reshape(-1)).to(device)
-        b_logprobs = torch.from_numpy(logprobs.reshape(-1)).to(device)
-        b_values = torch.from_numpy(values.reshape(-1)).to(device)
-        b_advantages = torch.from_numpy(advantages.reshape(-1)).to(device)
-        b_returns = torch.from_numpy(returns.reshape(-1)).to(device)
-        b_mask = torch.from_numpy((~resets).reshape(-1).astype(np.float32)).to(device)
+        # Flatten the batch. The frames are put in channels-last layout once per update: each
+        # minibatch's conversion to float is then elementwise (about half the time of converting both)
+        b_obs = obs.reshape((-1,) + obs_shape).contiguous(memory_format=torch.channels_last)
+        b_logprobs, b_actions, b_values = logprobs.reshape(-1), actions.reshape(-1), values.reshape(-1)
+        b_advantages = torch.as_tensor(advantages.reshape(-1), device=device)
+        b_returns = torch.as_tensor(returns.reshape(-1), device=device)
+        b_mask = torch.as_tensor((~resets).reshape(-1), dtype=torch.float32, device=device)
 
         # Optimise the policy and value networks on the game's transitions (reset steps masked out)
         clipfracs = []
@@ -727,42 +562,20 @@ if __name__ == "__main__":
                 break
 
         valid = ~resets.reshape(-1)
-        y_pred, y_true = values.reshape(-1)[valid], returns.reshape(-1)[valid]
+        y_pred, y_true = b_values.cpu().numpy()[valid], returns.reshape(-1)[valid]
         var_y = np.var(y_true) if valid.any() else 0.0
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
-        sps = int((global_step - start_step) / (time.time() - start_time))
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl"):
             writer.add_scalar(f"losses/{name}", losses[name].item(), global_step)
         writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        writer.add_scalar("charts/SPS", sps, global_step)
-        if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
-            checkpointer.save(
-                global_step,
-                {
-                    "iteration": iteration,
-                    "model": agent.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "action_rng": generator_state(rng),
-                    "wandb_id": run.wandb_id,
-                },
-            )
+        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+            run.save_checkpoint(state, global_step, iteration=iteration)
 
-    progress.close()
-    if recorder:
-        recorder.close()
     if args.save_model:
-        model_path = run.directory / f"{args.exp_name}.cleanrl_model"
-        save_model(model_path, "ppo_atari_envpool", args, agent.state_dict())
-        print(f"model saved to {model_path}")
-        episodic_returns = evaluate(
-            str(model_path), args.eval_episodes, args.env_id, args.capture_video, str(run.directory / "videos-eval")
-        )
-        writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
-        writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
-        print(f"evaluation over {args.eval_episodes} episodes: {episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
-
+        run.save_model({"agent": agent}, evaluate)
     envs.close()
     run.close()

@@ -25,8 +25,7 @@ Run:
     python cleanrl/ppo_atari_lstm.py --env-id BreakoutNoFrameskip-v4
 """
 
-import os
-import time
+import signal
 from dataclasses import dataclass
 from typing import Literal, Optional
 
@@ -36,13 +35,11 @@ import torch
 import torch.nn as nn
 import torch.optim as optim
 import tyro
-from stable_baselines3.common.atari_wrappers import (
-    ClipRewardEnv,
-    EpisodicLifeEnv,
-    FireResetEnv,
-    MaxAndSkipEnv,
-    NoopResetEnv,
-)
+from stable_baselines3.common.atari_wrappers import ClipRewardEnv, EpisodicLifeEnv, FireResetEnv, MaxAndSkipEnv, NoopResetEnv
+
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.run import RunArgs, check_env, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
 try:  # the Atari games come with the atari extra; without it, --env-id says so
     import ale_py
@@ -50,62 +47,13 @@ try:  # the Atari games come with the atari extra; without it, --env-id says so
     gym.register_envs(ale_py)
     ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # no banner on stderr
 except ImportError:
-    ale_py = None
-
-from cleanrl_utils.checkpoint import (
-    Checkpointer,
-    envs_state,
-    generator_state,
-    make_generator,
-    restore_envs,
-    resume_args,
-    set_rng_state,
-)
-from cleanrl_utils.run import (
-    Progress,
-    check_env,
-    load_model,
-    log_episodes,
-    make_vector_env,
-    real_next_obs,
-    require,
-    require_positive,
-    save_model,
-    seed_everything,
-    start_run,
-)
+    pass
 
 
 @dataclass
-class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """name of this experiment, part of the run directory name"""
-    seed: int = 1
-    """seed of python, numpy, torch and the environments"""
-    torch_deterministic: bool = True
-    """if toggled, `torch.backends.cudnn.deterministic=True`"""
-    cuda: bool = True
-    """if toggled, train on CUDA when it is available"""
-    track: bool = False
-    """if toggled, mirror the logs to Weights & Biases"""
-    wandb_project_name: str = "cleanRL"
-    """Weights & Biases project"""
-    wandb_entity: Optional[str] = None
-    """Weights & Biases entity (team); None means your default"""
-    capture_video: bool = False
-    """if toggled, record videos of env 0's episodes into `{run_dir}/videos`"""
-    save_model: bool = False
-    """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it"""
-    eval_episodes: int = 10
-    """episodes (whole games) the saved model is evaluated for (with --save-model)"""
-    checkpoint_interval: int = 0
-    """write a checkpoint to `{run_dir}/checkpoints/` every this many environment steps, at the end of the rollout that reaches it (0: only when the run receives SIGTERM)"""
-    resume: Optional[str] = None
-    """continue the run of this checkpoint file, or of the latest checkpoint in this run directory; its other flags come from the checkpoint"""
-    torch_threads: int = 1
-    """CPU threads for torch (1: on a 2-core machine shared with other jobs, 2 threads ran 3-5x slower)"""
+class Args(RunArgs):
+    """PPO's hyperparameters; the flags every script takes (--seed, --track, --save-model, --resume ...) come from RunArgs."""
 
-    # Algorithm specific arguments
     env_id: str = "BreakoutNoFrameskip-v4"
     """gymnasium id of an Atari game (a NoFrameskip-v4 id: frame skipping is done here)"""
     env_mode: Literal["sync", "async"] = "sync"
@@ -152,48 +100,18 @@ class Args:
     """total_timesteps // batch_size (computed; not a flag)"""
 
 
-def check_args(args: Args) -> None:
-    """Fill in the computed fields; stop with one line naming the flag on bad input."""
-    require_positive(args, "total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs")
-    require_positive(args, "learning_rate", "torch_threads")
-    require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
-    require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
-    require(0 <= args.gae_lambda <= 1, "--gae-lambda", f"must be in [0, 1], got {args.gae_lambda}")
-    require(args.clip_coef > 0, "--clip-coef", f"must be positive, got {args.clip_coef}")
-    require(args.max_grad_norm > 0, "--max-grad-norm", f"must be positive, got {args.max_grad_norm}")
-    require(not args.save_model or args.eval_episodes > 0, "--eval-episodes", "must be positive with --save-model")
-    require(
-        args.num_envs % args.num_minibatches == 0,
-        "--num-minibatches",
-        f"{args.num_minibatches} does not divide --num-envs {args.num_envs}: a minibatch is made of whole "
-        f"environment sequences, so the number of minibatches must divide the number of envs (not the batch)",
-    )
-    args.batch_size = args.num_envs * args.num_steps
-    args.minibatch_size = args.batch_size // args.num_minibatches
-    require(
-        not args.norm_adv or args.minibatch_size >= 2,
-        "--num-minibatches",
-        f"minibatches of {args.minibatch_size} sample are too small to normalise advantages; "
-        "use fewer minibatches or --no-norm-adv",
-    )
-    require(
-        args.total_timesteps >= args.batch_size,
-        "--total-timesteps",
-        f"{args.total_timesteps} is less than one rollout of {args.batch_size} steps",
-    )
-    args.num_iterations = args.total_timesteps // args.batch_size
-
-
-def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, video_episodes=None):
-    """A thunk creating env ``idx`` with the standard Atari preprocessing; env 0 records videos if asked.
+def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, training: bool = True, video_episodes=None):
+    """A thunk creating env ``idx`` with the standard Atari preprocessing, its game statistics and (training) its replay log.
 
     The wrappers of dqn_atari.py (no-op starts, frame skip 4 with max-pooling, episodic life,
     FIRE on reset, rewards clipped to their sign, 84x84 grayscale) with one frame per
     observation, ``[1, 84, 84]`` uint8, instead of a stack of 4: the LSTM carries the history,
     as in CleanRL's ppo_atari_lstm.py (``FrameStack(env, 1)``). Episode statistics are
     recorded per game (before episodic life and reward clipping), so
-    ``charts/episodic_return`` is the game score. ``video_episodes(i) -> bool`` picks the
-    episodes to record.
+    ``charts/episodic_return`` is the game score. Env 0 records videos into ``video_dir`` if
+    asked, of the episodes ``video_episodes(index)`` picks (gymnasium's schedule by default).
+    ``training=False``: an evaluation env, without replay log; its preprocessing is the training
+    one (the policy's LSTM state is reset at each lost life, as in training), its returns game scores.
     """
 
     def thunk():
@@ -202,7 +120,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, video_e
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes)
         else:
             env = gym.make(env_id)
-        env = gym.wrappers.RecordEpisodeStatistics(env)
+        env = gym.wrappers.RecordEpisodeStatistics(env)  # the game's score and length, in the info of its last step
         env = NoopResetEnv(env, noop_max=30)
         env = MaxAndSkipEnv(env, skip=4)
         env = EpisodicLifeEnv(env)
@@ -212,7 +130,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, video_e
         env = gym.wrappers.ResizeObservation(env, (84, 84))
         env = gym.wrappers.GrayscaleObservation(env)
         env = gym.wrappers.FrameStackObservation(env, 1)
-        return env
+        return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
 
@@ -228,13 +146,10 @@ class Agent(nn.Module):
     """Nature CNN (Mnih et al. 2015) -> 512 ReLU -> LSTM(128) -> linear actor and critic heads.
 
     The LSTM has orthogonal weights (gain 1) and zero biases; the heads gains 0.01 (actor)
-    and 1 (critic), as CleanRL's ppo_atari_lstm.py.
-
-    Args:
-        num_actions: size of the Discrete action space.
+    and 1 (critic), as CleanRL's ppo_atari_lstm.py; the actor is sized for ``envs``' Discrete actions.
     """
 
-    def __init__(self, num_actions: int):
+    def __init__(self, envs: gym.vector.VectorEnv):
         super().__init__()
         self.network = nn.Sequential(
             layer_init(nn.Conv2d(1, 32, 8, stride=4)),
@@ -253,7 +168,7 @@ class Agent(nn.Module):
                 nn.init.constant_(param, 0.0)
             else:
                 nn.init.orthogonal_(param, 1.0)
-        self.actor = layer_init(nn.Linear(128, num_actions), std=0.01)
+        self.actor = layer_init(nn.Linear(128, int(envs.single_action_space.n)), std=0.01)
         self.critic = layer_init(nn.Linear(128, 1), std=1.0)
 
     def initial_state(self, batch: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -305,41 +220,27 @@ class Agent(nn.Module):
         obs: torch.Tensor,
         starts: torch.Tensor,
         state: tuple[torch.Tensor, torch.Tensor],
-        action: torch.Tensor,
+        action: Optional[torch.Tensor] = None,
     ):
-        """Score ``action`` under the categorical policy and evaluate V, along sequences.
+        """Sample (or score) actions under the categorical policy and evaluate V, along sequences.
 
         Args:
             obs: frames uint8 ``[T, B, 1, 84, 84]``.
             starts: episode-start flags ``[T, B]`` (see :meth:`unroll`).
             state: LSTM state before step 0, ``(h, c)`` each ``[B, 128]``.
-            action: actions ``[T, B]`` (int64).
+            action: actions ``[T, B]`` (int64) to score; sampled from π(·|history) when None.
 
         Returns:
-            ``(log π(action|history) [T, B], entropy of π(·|history) [T, B], V [T, B], state
-            after step T-1)``.
+            ``(action [T, B], log π(action|history) [T, B], entropy of π(·|history) [T, B],
+            V [T, B], state after step T-1)``.
         """
         hidden, state = self.unroll(obs, starts, state)
         log_probs = torch.log_softmax(self.actor(hidden), dim=-1)
+        if action is None:
+            action = torch.multinomial(log_probs.flatten(0, 1).exp(), 1).view(log_probs.shape[:2])
         log_prob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
         entropy = -(log_probs.exp() * log_probs).sum(-1)
-        return log_prob, entropy, self.critic(hidden).squeeze(-1), state
-
-
-def sample_categorical(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Sample one action per row of ``logits`` from softmax(logits), by the Gumbel-max trick.
-
-    argmax_a (logits_a + g_a), with g_a ~ Gumbel(0, 1) i.i.d., is distributed as
-    softmax(logits) (Gumbel 1954; Maddison, Tarlow, Minka 2014, arXiv:1411.0030, sec. 2).
-
-    Args:
-        logits: unnormalised log-probabilities ``[B, A]``.
-        rng: numpy generator supplying the noise.
-
-    Returns:
-        Actions ``[B]`` int64.
-    """
-    return np.argmax(logits + rng.gumbel(size=logits.shape), axis=-1)
+        return action, log_prob, entropy, self.critic(hidden).squeeze(-1), state
 
 
 def compute_gae(
@@ -389,222 +290,155 @@ def compute_gae(
     return advantages, advantages + values
 
 
-def evaluate(
-    model_path: str,
-    eval_episodes: int,
-    env_id: Optional[str] = None,
-    capture_video: bool = False,
-    video_dir: str = "videos",
-    seed: Optional[int] = None,
-    deterministic: bool = False,
-    device: str = "cpu",
-) -> np.ndarray:
-    """Evaluate a model saved by this script for ``eval_episodes`` whole games.
+# ---- plumbing a reader may skip: argument checks and the evaluation of a saved model
 
-    The LSTM state is carried from step to step and reset at each episode start (each lost
-    life, as in training). Actions are sampled from π by default, as CleanRL evaluates its
-    Atari PPO agents (a greedy recurrent policy can get stuck repeating one action).
 
-    Args:
-        model_path: a ``.cleanrl_model`` file written with ``--save-model``.
-        eval_episodes: number of whole games.
-        env_id: environment; the one the model was trained on when None.
-        capture_video: record the evaluation games into ``video_dir``.
-        seed: seed of the evaluation env and of action sampling; None means the training
-            seed + 100000, as the evaluation at the end of training uses.
-        deterministic: take the most probable action instead of sampling.
-        device: torch device for the network.
+def check_args(args: Args) -> None:
+    """Fill in the computed fields; stop with one line naming the flag on bad input."""
+    require_positive(args, "total_timesteps num_envs num_steps num_minibatches update_epochs learning_rate clip_coef")
+    require_positive(args, "max_grad_norm")
+    require_range(args, gamma=(0, 1), gae_lambda=(0, 1))
+    args.batch_size = args.num_envs * args.num_steps
+    args.minibatch_size = args.batch_size // args.num_minibatches
+    args.num_iterations = args.total_timesteps // args.batch_size
+    sequences = f"does not divide --num-envs {args.num_envs}: a minibatch is made of whole environment sequences"
+    require(args.num_envs % args.num_minibatches == 0, "--num-minibatches", sequences)
+    require(not args.norm_adv or args.minibatch_size >= 2, "--num-minibatches", "too small to normalise advantages")
+    require(args.num_iterations > 0, "--total-timesteps", f"less than one rollout of {args.batch_size} steps")
+    if args.num_iterations * args.batch_size != args.total_timesteps:
+        total = args.num_iterations * args.batch_size
+        print(f"training {total} steps: --total-timesteps rounded down to whole rollouts of {args.batch_size}")
+    check_env(args, gym.spaces.Discrete, gym.spaces.Box, id_suffix="NoFrameskip-v4")
+    with gym.make(args.env_id) as game:  # an ALE game that leaves the frame skipping to make_env
+        ids = f"{args.script}.py takes ALE ids such as BreakoutNoFrameskip-v4"
+        require(hasattr(game.unwrapped, "ale"), "--env-id", f"{args.env_id} is not an Atari game; {ids}")
+        require(game.spec.kwargs.get("frameskip", 1) == 1, "--env-id", f"{args.env_id} skips frames itself; {ids}")
 
-    Returns:
-        Game scores, float64 ``[eval_episodes]``.
 
-    Raises:
-        ValueError: the file was not saved by ppo_atari_lstm.py, or ``eval_episodes`` is not
-            positive.
+def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
+    """Game scores ``[eval_episodes]`` of a model saved by this script.
+
+    The LSTM state is carried from step to step and reset at each episode start (each lost life,
+    as in training). Actions are sampled from π by default, as CleanRL evaluates its Atari PPO
+    agents (a greedy recurrent policy can get stuck repeating one action). ``options``: see
+    :class:`cleanrl_utils.evals.Evaluation`.
     """
-    content = load_model(model_path, "ppo_atari_lstm")
-    if eval_episodes <= 0:
-        raise ValueError(f"eval_episodes must be positive, got {eval_episodes}")
-    env_id = env_id or content["env_id"]
-    seed = content["args"]["seed"] + 100_000 if seed is None else seed
-    envs = make_vector_env(
-        [make_env(env_id, 0, capture_video, video_dir, lambda episode: episode < eval_episodes)], episode_statistics=False
-    )
-    rng = np.random.default_rng(seed)
-    agent = Agent(int(envs.single_action_space.n)).to(device)
-    agent.load_state_dict(content["model"])
-    agent.eval()
+    evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
+    agent, device = evaluation.load(Agent(evaluation.envs), "agent"), evaluation.device
+    generator = torch.Generator(device).manual_seed(evaluation.seed)
+    lstm_state, start = agent.initial_state(1, device), torch.ones(1, 1, device=device)
 
-    returns: list[float] = []
-    obs, _ = envs.reset(seed=seed)
-    state = agent.initial_state(1, device)
-    starts = np.ones(1, dtype=np.float32)
-    while len(returns) < eval_episodes:
-        with torch.no_grad():
-            hidden, state = agent.unroll(
-                torch.as_tensor(obs[None], device=device), torch.as_tensor(starts[None], device=device), state
-            )
-            logits = agent.actor(hidden[0]).cpu().numpy()
-        actions = logits.argmax(-1) if deterministic else sample_categorical(logits, rng)
-        obs, _, terminations, truncations, infos = envs.step(actions)
-        starts = (terminations | truncations).astype(np.float32)  # a lost life too (episodic life)
-        if "_episode" in infos:  # whole games
-            returns.extend(infos["episode"]["r"][infos["_episode"]].tolist())
-    envs.close()
-    return np.asarray(returns[:eval_episodes], dtype=np.float64)
+    def policy(obs: np.ndarray) -> torch.Tensor:
+        nonlocal lstm_state
+        hidden, lstm_state = agent.unroll(torch.as_tensor(obs[None], device=device), start, lstm_state)
+        logits = agent.actor(hidden[0])
+        if deterministic:
+            return logits.argmax(-1).cpu()
+        return torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0].cpu()
+
+    def on_done(done: np.ndarray) -> None:  # the next observation starts an episode (a lost life too)
+        nonlocal start
+        start = torch.as_tensor(done[None], dtype=torch.float32, device=device)
+
+    return evaluation.run(policy, on_done)
 
 
 if __name__ == "__main__":
-    args = tyro.cli(Args)
-    args, resumed = resume_args(args, "ppo_atari_lstm")  # with --resume: the checkpoint's run and its arguments
-    check_args(args)
-    check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "ppo_atari_lstm.py", id_suffix="NoFrameskip-v4")
-    with gym.make(args.env_id) as game:
-        require(
-            hasattr(game.unwrapped, "ale"),
-            "--env-id",
-            f"{args.env_id} is not an Atari game; ppo_atari_lstm.py takes ALE ids such as BreakoutNoFrameskip-v4",
-        )
-        require(
-            game.spec.kwargs.get("frameskip", 1) == 1,
-            "--env-id",
-            f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id (such as BreakoutNoFrameskip-v4): "
-            "the frame skipping is done here",
-        )
-    run = start_run(args, resume=resumed)
-    writer = run.writer
+    # ---- plumbing: flags and --resume (bad input stops here), run directory, trackers, seeding, signals
+    args, resumed = parse_args(Args, __file__, check_args)
+    run = start_run(args, resumed)
+    writer, device = run.writer, run.device
+    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
+    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
 
-    seed_everything(args.seed, args.torch_deterministic)
-    torch.set_num_threads(args.torch_threads)
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-
-    envs = make_vector_env(  # episode statistics come from each env: game scores
-        [make_env(args.env_id, i, args.capture_video, str(run.video_dir)) for i in range(args.num_envs)],
+    # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
+    # that ended the episode is in infos["final_obs"].
+    envs = vector_env(
+        [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)],
         args.env_mode,
-        episode_statistics=False,
+        autoreset_mode=SAME_STEP,
     )
     obs_shape = envs.single_observation_space.shape  # (1, 84, 84)
-    agent = Agent(int(envs.single_action_space.n)).to(device)
+    agent = Agent(envs).to(device)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-    rng = np.random.default_rng(args.seed)
 
-    # Rollout storage [num_steps, num_envs, ...] in numpy (frames as uint8); the whole batch
-    # goes to the training device once per update.
+    # Rollout storage [num_steps, num_envs]: what the networks read in torch (frames uint8), the rest in numpy for GAE
     T, N = args.num_steps, args.num_envs
-    obs = np.zeros((T, N) + obs_shape, dtype=np.uint8)
-    starts = np.zeros((T, N), dtype=np.float32)  # 1.0 where obs[t] is the first of an episode
-    actions = np.zeros((T, N), dtype=np.int64)
-    logprobs = np.zeros((T, N), dtype=np.float32)
-    values = np.zeros((T, N), dtype=np.float32)
-    rewards = np.zeros((T, N), dtype=np.float32)
-    terminations = np.zeros((T, N), dtype=np.float32)
-    dones = np.zeros((T, N), dtype=np.float32)
+    obs = torch.zeros((T, N) + obs_shape, dtype=torch.uint8, device=device)
+    starts = torch.zeros((T, N), device=device)  # 1.0 where obs[t] is the first of an episode
+    actions = torch.zeros((T, N), dtype=torch.long, device=device)
+    logprobs = torch.zeros((T, N), device=device)
+    values = torch.zeros((T, N), device=device)
+    rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
     final_values = np.zeros((T, N), dtype=np.float32)  # V(real final observation) at truncations
+    # The LSTM state before a rollout's first step (the update replays each env's sequence from it) and
+    # where episodes start there: carried from rollout to rollout
+    initial_state, next_start = agent.initial_state(N, device), torch.ones(N, device=device)
 
-    global_step, first_iteration = 0, 1
-    if resumed is None:
+    # what a checkpoint holds, besides the generators
+    state = dict(
+        agent=agent, optimizer=optimizer, envs=envs, lstm_h=initial_state[0], lstm_c=initial_state[1], next_start=next_start
+    )
+    global_step, start_iteration = 0, 1
+    if run.resumed:  # the checkpoint's networks, optimiser, LSTM state, generators and envs (replayed), in place
+        saved = run.restore(state)
+        global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, saved["obs"]
+    else:
         next_obs, _ = envs.reset(seed=args.seed)
-        next_start = np.ones(N, dtype=np.float32)
-        lstm_state = agent.initial_state(N, device)
-    else:  # continue exactly: networks, optimiser, step, LSTM state, envs (replayed), random generators
-        agent.load_state_dict(resumed["model"])
-        optimizer.load_state_dict(resumed["optimizer"])
-        rng = make_generator(resumed["action_rng"])
-        global_step, first_iteration = resumed["global_step"], resumed["iteration"] + 1
-        next_start = resumed["next_start"].numpy()
-        lstm_state = (resumed["lstm_state"][0].to(device), resumed["lstm_state"][1].to(device))
-        next_obs = restore_envs(envs, resumed["envs"])
-        set_rng_state(resumed["rng"])
-    checkpointer = Checkpointer(run.directory, "ppo_atari_lstm", args, args.checkpoint_interval, global_step, writer=writer)
-    start_step, start_time = global_step, time.time()
-    if args.num_iterations * args.batch_size != args.total_timesteps:
-        print(
-            f"training {args.num_iterations * args.batch_size} steps: --total-timesteps rounded down "
-            f"to whole rollouts of {args.batch_size}"
-        )
-    progress = Progress(args.num_iterations * args.batch_size, start_step=global_step)
 
-    for iteration in range(first_iteration, args.num_iterations + 1):
-        # The state before the rollout's first step: the update replays each env's sequence from it.
-        initial_state = (lstm_state[0].clone(), lstm_state[1].clone())
+    for iteration in range(start_iteration, args.num_iterations + 1):
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
+        lstm_state = initial_state
         final_values.fill(0.0)
         for step in range(T):
             global_step += N
-            obs[step] = next_obs
-            starts[step] = next_start
+            obs[step], starts[step] = torch.as_tensor(next_obs), next_start
             # One forward per step: CNN, LSTM (reset where an episode starts), policy and V.
-            with torch.no_grad():
-                hidden, lstm_state = agent.unroll(
-                    torch.from_numpy(obs[step : step + 1]).to(device),
-                    torch.from_numpy(starts[step : step + 1]).to(device),
-                    lstm_state,
+            with torch.inference_mode():
+                action, logprob, _, value, lstm_state = agent.get_action_and_value(
+                    obs[step : step + 1], starts[step : step + 1], lstm_state
                 )
-                log_probs = torch.log_softmax(agent.actor(hidden[0]), dim=-1).cpu().numpy()
-                values[step] = agent.critic(hidden[0]).squeeze(-1).cpu().numpy()
-            actions[step] = sample_categorical(log_probs, rng)
-            logprobs[step] = np.take_along_axis(log_probs, actions[step][:, None], axis=-1)[:, 0]
+            actions[step], logprobs[step], values[step] = action[0], logprob[0], value[0]
 
-            next_obs, reward, termination, truncation, infos = envs.step(actions[step])
-            rewards[step] = reward
-            terminations[step] = termination
-            dones[step] = next_start = (termination | truncation).astype(np.float32)
+            next_obs, reward, termination, truncation, infos = envs.step(action[0].cpu().numpy())
+            rewards[step], terminations[step], dones[step] = reward, termination, termination | truncation
+            next_start.copy_(torch.as_tensor(dones[step]))
             truncated = truncation & ~termination
             if truncated.any():
                 # V(real final observation) with the LSTM state after this step (the memory of
                 # the episode the final frame belongs to), not a reset one; the next step
                 # resets these envs' state, since next_start is 1 there.
-                final = torch.from_numpy(real_next_obs(next_obs, infos)[truncated][None]).to(device)
-                with torch.no_grad():
-                    final_values[step, truncated] = (
-                        agent.get_value(
-                            final,
-                            torch.zeros(final.shape[:2], device=device),
-                            (lstm_state[0][truncated], lstm_state[1][truncated]),
-                        )[0]
-                        .cpu()
-                        .numpy()
-                    )
-            if "_episode" in infos:
-                progress.episodes(log_episodes(writer, infos, global_step))
-        progress.update(global_step)
+                final = torch.as_tensor(real_next_obs(next_obs, infos)[truncated][None], device=device)
+                with torch.inference_mode():
+                    memory = (lstm_state[0][truncated], lstm_state[1][truncated])
+                    final_value = agent.get_value(final, torch.zeros(final.shape[:2], device=device), memory)
+                final_values[step, truncated] = final_value[0].cpu().numpy()
+            run.log_episodes(global_step, infos)
 
-        # V of the observations after the rollout, from the state the next rollout starts with.
+        # V of the observations after the rollout, from the state the next rollout starts with; then GAE
         with torch.no_grad():
-            last_values = (
-                agent.get_value(
-                    torch.from_numpy(next_obs[None]).to(device), torch.from_numpy(next_start[None]).to(device), lstm_state
-                )[0]
-                .cpu()
-                .numpy()
-            )
+            next_value = agent.get_value(torch.as_tensor(next_obs[None], device=device), next_start[None], lstm_state)
+            last_values = next_value[0].cpu().numpy()
         advantages, returns = compute_gae(
-            rewards, values, last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
+            rewards, values.cpu().numpy(), last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
         )
+        b_advantages = torch.as_tensor(advantages, device=device)
+        b_returns = torch.as_tensor(returns, device=device)
 
-        # The batch as sequences [T, N, ...], moved to the training device once.
-        b_obs = torch.from_numpy(obs).to(device)
-        b_starts = torch.from_numpy(starts).to(device)
-        b_actions = torch.from_numpy(actions).to(device)
-        b_logprobs = torch.from_numpy(logprobs).to(device)
-        b_values = torch.from_numpy(values).to(device)
-        b_advantages = torch.from_numpy(advantages).to(device)
-        b_returns = torch.from_numpy(returns).to(device)
-
-        # Optimise the policy and value networks on minibatches of whole env sequences
+        # Optimise the policy and value networks on minibatches of whole env sequences [T, envs]
         envs_per_minibatch = N // args.num_minibatches
         clipfracs = []
         for epoch in range(args.update_epochs):
             env_inds = torch.randperm(N, device=device)
             for start in range(0, N, envs_per_minibatch):
                 mb = env_inds[start : start + envs_per_minibatch]
-                newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
-                    b_obs[:, mb], b_starts[:, mb], (initial_state[0][mb], initial_state[1][mb]), b_actions[:, mb]
+                _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
+                    obs[:, mb], starts[:, mb], (initial_state[0][mb], initial_state[1][mb]), actions[:, mb]
                 )
-                logratio = newlogprob - b_logprobs[:, mb]
+                logratio = newlogprob - logprobs[:, mb]
                 ratio = logratio.exp()
 
                 with torch.no_grad():
@@ -623,7 +457,7 @@ if __name__ == "__main__":
                 pg_loss = torch.max(pg_loss1, pg_loss2).mean()
 
                 # Value loss
-                mb_returns, mb_values = b_returns[:, mb], b_values[:, mb]
+                mb_returns, mb_values = b_returns[:, mb], values[:, mb]
                 if args.clip_vloss:
                     v_loss_unclipped = (newvalue - mb_returns) ** 2
                     v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
@@ -642,11 +476,13 @@ if __name__ == "__main__":
 
             if args.target_kl is not None and approx_kl.item() > args.target_kl:
                 break
+        for kept, after_rollout in zip(initial_state, lstm_state):  # the next rollout starts where this one ended
+            kept.copy_(after_rollout)
 
-        var_y = np.var(returns)
-        explained_var = np.nan if var_y == 0 else 1 - np.var(returns - values) / var_y
+        y_pred, y_true = values.cpu().numpy(), returns
+        var_y = np.var(y_true)
+        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
-        sps = int((global_step - start_step) / (time.time() - start_time))
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
         writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
@@ -655,33 +491,11 @@ if __name__ == "__main__":
         writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
         writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        writer.add_scalar("charts/SPS", sps, global_step)
-        if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
-            checkpointer.save(
-                global_step,
-                {
-                    "iteration": iteration,
-                    "model": agent.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "action_rng": generator_state(rng),
-                    "lstm_state": [lstm_state[0].cpu(), lstm_state[1].cpu()],
-                    "next_start": torch.from_numpy(next_start.copy()),
-                    "envs": envs_state(envs),
-                    "wandb_id": run.wandb_id,
-                },
-            )
+        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+            run.save_checkpoint(state, global_step, iteration=iteration)
 
-    progress.close()
     if args.save_model:
-        model_path = run.directory / f"{args.exp_name}.cleanrl_model"
-        save_model(model_path, "ppo_atari_lstm", args, agent.state_dict())
-        print(f"model saved to {model_path}")
-        episodic_returns = evaluate(
-            str(model_path), args.eval_episodes, args.env_id, args.capture_video, str(run.directory / "videos-eval")
-        )
-        writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
-        writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
-        print(f"evaluation over {args.eval_episodes} episodes: {episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
-
+        run.save_model({"agent": agent}, evaluate)
     envs.close()
     run.close()

@@ -73,6 +73,9 @@ class Evaluation:
         seed: seed of the evaluation env (and of a sampling policy); None means the training
             seed + 100000, as the evaluation at the end of training uses.
         device: torch device of the networks.
+        make_envs: instead of ``make_env``, for a script whose envs are one vector env of their own
+            (EnvPool's): ``make_envs(env_id, seed, capture_video, video_dir, training=False,
+            video_episodes=...)`` returns the evaluation vector env, seeded when made.
 
     Attributes:
         model: the file's content (:func:`cleanrl_utils.files.read_file`).
@@ -94,16 +97,18 @@ class Evaluation:
         video_dir: str = "videos",
         seed: Optional[int] = None,
         device: str = "cpu",
+        make_envs: Optional[Callable] = None,
     ):
         self.model = read_file(model_path, "model", script_name(script_file))
         self.eval_episodes = eval_episodes
         self.seed = self.model["args"]["seed"] + 100_000 if seed is None else seed
         self.device = torch.device(device)
-        env_id = env_id or self.model["env_id"]
-        env_fn = make_env(
-            env_id, 0, capture_video, video_dir, training=False, video_episodes=lambda episode: episode < eval_episodes
-        )
-        self.envs: gym.vector.VectorEnv = vector_env([env_fn], "sync", SAME_STEP)
+        env_id, video_episodes = env_id or self.model["env_id"], lambda episode: episode < eval_episodes
+        if make_envs is not None:  # EnvPool's envs: one vector env, seeded when made
+            self.envs = make_envs(env_id, self.seed, capture_video, video_dir, training=False, video_episodes=video_episodes)
+        else:
+            env_fn = make_env(env_id, 0, capture_video, video_dir, training=False, video_episodes=video_episodes)
+            self.envs: gym.vector.VectorEnv = vector_env([env_fn], "sync", SAME_STEP)
 
     def load(self, module: torch.nn.Module, name: str) -> torch.nn.Module:
         """``module`` with the file's weights ``name`` (checked to be this network's), on the device, in eval mode."""

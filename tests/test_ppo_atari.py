@@ -16,13 +16,8 @@ import pytest
 import torch
 
 from cleanrl import ppo_atari, ppo_atari_envpool
-from cleanrl.ppo_atari_envpool import (
-    accumulate_games,
-    compute_gae,
-    masked_mean,
-    ppo_losses,
-)
-from cleanrl_utils.run import make_vector_env, real_next_obs
+from cleanrl.ppo_atari_envpool import GameStatistics, compute_gae, masked_mean, ppo_losses
+from cleanrl_utils.vector import real_next_obs, vector_env
 from tests.conftest import (
     assert_stops_with_one_line,
     run_dir,
@@ -157,27 +152,43 @@ def test_masked_out_samples_change_no_loss_and_get_no_gradient():
 # ---- game scores from EnvPool's per-life episodes
 
 
-def test_accumulate_games_known_sequence():
-    # two envs; unclipped rewards per step; env 0's game ends at step 2, env 1's at step 3
-    # (a lost life before that is not a game over: the score goes on)
-    rewards = [[1.0, 0.0], [4.0, 10.0], [0.0, 0.0], [7.0, 5.0]]
-    over = [[False, False], [False, False], [True, False], [False, True]]
-    running = np.zeros(2)
-    logged = [accumulate_games(running, np.array(r), np.array(o)).tolist() for r, o in zip(rewards, over)]
-    assert logged == [[], [], [5.0], [15.0]]
-    np.testing.assert_array_equal(running, [7.0, 0.0])  # env 0's next game has 7 so far
-    # two games ending at the same step come in env order
-    assert accumulate_games(np.array([1.0, 2.0]), np.array([0.0, 1.0]), np.array([True, True])).tolist() == [1.0, 3.0]
+class _Scripted(gym.vector.VectorEnv):
+    """Two envs returning EnvPool's step infos from a script: unclipped rewards, game over, agent steps."""
+
+    def __init__(self, steps):
+        self.num_envs, self.steps = 2, iter(steps)
+
+    def step(self, actions):
+        rewards, over, truncated, elapsed = next(self.steps)
+        info = {"reward": np.array(rewards), "terminated": np.array(over, dtype=np.int32), "elapsed_step": np.array(elapsed)}
+        return None, np.sign(rewards), np.array(over), np.array(truncated), info
 
 
-class _StepLog:
+def test_game_statistics_report_games_as_episode_statistics():
+    """Unclipped rewards summed per game (a lost life before the game over is no game over: the score
+    goes on), reported where gymnasium's RecordEpisodeStatistics reports an episode, lengths in frames."""
+    from cleanrl_utils.run import episode_returns
+
+    steps = [  # env 0's game ends at step 2, env 1's at step 3 (the time limit); then both at step 4
+        ([1.0, 0.0], [False, False], [False, False], [1, 1]),
+        ([4.0, 10.0], [False, False], [False, False], [2, 2]),
+        ([0.0, 0.0], [True, False], [False, False], [3, 3]),
+        ([7.0, 5.0], [False, False], [False, True], [1, 4]),
+        ([0.0, 1.0], [True, True], [False, False], [2, 1]),
+    ]
+    envs = GameStatistics(_Scripted(steps))
+    infos = [envs.step(None)[4] for _ in steps]
+    assert [episode_returns(info) for info in infos] == [[], [], [5.0], [15.0], [7.0, 1.0]]  # env order within a step
+    assert infos[2]["episode"]["l"][0] == 3 * 4 and infos[3]["episode"]["l"][1] == 4 * 4  # frames: 4 per agent step
+    np.testing.assert_array_equal(envs.game_returns, [0.0, 0.0])
+
+
+class _StepLog(gym.vector.VectorWrapper):
     """An EnvPool env that keeps what each step returned (rewards, truncations, infos)."""
 
     def __init__(self, env):
-        self.env, self.steps = env, []
-
-    def __getattr__(self, name):
-        return getattr(self.env, name)
+        super().__init__(env)
+        self.steps = []
 
     def step(self, actions):
         result = self.env.step(actions)
@@ -236,7 +247,7 @@ def test_envpool_logs_unclipped_game_scores_over_all_lives(monkeypatch, tmp_path
             assert lives_lost[i] == 3 and info["lives"][i] == 0  # three episodes (lives) made one game
             assert running[i] > clipped[i] > 0 and running[i] % 5 == 0  # alien points, not ±1 per reward
             running[i], clipped[i], lives_lost[i] = 0, 0, 0
-    assert len(expected) >= 2 and logged == expected  # seed 1: 3 games (75, 120, 110 points) in 1024 steps per env
+    assert len(expected) >= 2 and logged == expected
 
 
 # ---- environment semantics the scripts rely on
@@ -315,9 +326,7 @@ def test_async_and_sync_envs_give_identical_observations():
     and the same as EnvPool's in structure: uint8 [N, 4, 84, 84]."""
     results = {}
     for mode in ("sync", "async"):
-        envs = make_vector_env(
-            [ppo_atari.make_env("BreakoutNoFrameskip-v4", i, False, "") for i in range(2)], mode, episode_statistics=False
-        )
+        envs = vector_env([ppo_atari.make_env("BreakoutNoFrameskip-v4", i, False, "") for i in range(2)], mode)
         first, _ = envs.reset(seed=3)
         observations = [first]
         for step in range(40):
@@ -329,7 +338,7 @@ def test_async_and_sync_envs_give_identical_observations():
     assert space_sync == space_async == gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
     assert obs_sync.dtype == obs_async.dtype == np.uint8 and obs_sync.shape == (41, 2, 4, 84, 84)
     np.testing.assert_array_equal(obs_sync, obs_async)
-    envpool_envs = ppo_atari_envpool.make_envs("Breakout-v5", 2, seed=3, num_threads=1)
+    envpool_envs = ppo_atari_envpool.make_envs("Breakout-v5", 3, False, "", num_envs=2, num_threads=1)
     obs, _ = envpool_envs.reset()
     assert envpool_envs.single_observation_space.shape == (4, 84, 84) and obs.dtype == np.uint8
     assert obs.shape == obs_sync.shape[1:]
@@ -361,7 +370,7 @@ def test_loop_bootstraps_truncations_from_the_real_final_observation(monkeypatch
         "--learning-rate",
         "1e-30",
     )
-    truncated, final_obs, obs, T = g["truncated"], g["final_obs"], g["obs"], g["T"]
+    truncated, final_obs, obs, T = g["truncated"], g["final_obs"], g["obs"].numpy(), g["T"]
     assert truncated.sum() >= 2 and not g["terminations"][truncated].any()
     agent = g["agent"]
     for t, i in zip(*np.nonzero(truncated)):
@@ -372,19 +381,18 @@ def test_loop_bootstraps_truncations_from_the_real_final_observation(monkeypatch
         final_values = agent.get_value(torch.from_numpy(final_obs[truncated])).numpy()
     np.testing.assert_allclose(g["final_values"][truncated], final_values, rtol=1e-5)
     # A_t = δ_t = r_t + γ V(final obs) - V(s_t) at a truncation (the recursion stops there)
-    expected = g["rewards"][truncated] + 0.99 * final_values - g["values"][truncated]
+    expected = g["rewards"][truncated] + 0.99 * final_values - g["values"].numpy()[truncated]
     np.testing.assert_allclose(g["advantages"][truncated], expected, rtol=1e-5, atol=1e-6)
     lengths = [value for _, value in scalars(run_dir(tmp_path))["charts/episodic_length"]]
     assert lengths and set(lengths) == {200.0}  # the games, truncated at 200 frames
 
 
 def test_envpool_loop_masks_reset_steps_and_bootstraps_from_the_final_observation(monkeypatch, tmp_path):
-    """Three rollouts of 2 x 37 steps. Seed 1 loses lives at steps 52 and 106 (env 0) and 23,
-    48, 73, 98 (env 1; the same at any rollout length: one action draw per step, and a learning
-    rate of 1e-30 keeps the weights those of the first rollout), so the last rollout (steps
-    74-110) starts with a reset step (env 1's done at step 73, the previous rollout's last)
-    and has dones at its rows 24 and 32. The steps after a done are masked out of the loss,
-    their advantages are 0, and the row after a done holds the real final observation (the
+    """Three rollouts of 2 x 37 steps. Seed 2 loses a life in both envs at step 73 and at step 98
+    (a learning rate of 1e-30 keeps the weights those of the first rollout), so the last rollout
+    (steps 74-110) starts with a reset step in both envs (their dones at step 73, the previous
+    rollout's last) and has dones at its row 24. The steps after a done are masked out of the
+    loss, their advantages are 0, and the row after a done holds the real final observation (the
     stack goes on), whose value is the truncation bootstrap."""
     g = run_in_process(
         "ppo_atari_envpool.py",
@@ -402,12 +410,14 @@ def test_envpool_loop_masks_reset_steps_and_bootstraps_from_the_final_observatio
         "1",
         "--learning-rate",
         "1e-30",
+        "--seed",
+        "2",
     )
-    dones, resets, obs, agent = g["dones"], g["resets"], g["obs"], g["agent"]
-    assert np.nonzero(dones[:, 0])[0].tolist() == [32] and np.nonzero(dones[:, 1])[0].tolist() == [24]
+    dones, resets, obs, agent = g["dones"], g["resets"], g["obs"].numpy(), g["agent"]
+    assert np.nonzero(dones[:, 0])[0].tolist() == [24] and np.nonzero(dones[:, 1])[0].tolist() == [24]
     expected = np.zeros_like(resets)
-    expected[0, 1] = True  # after the previous rollout's last step
-    expected[33, 0] = expected[25, 1] = True
+    expected[0, :] = True  # after the previous rollout's last step
+    expected[25, :] = True
     np.testing.assert_array_equal(resets, expected)
     np.testing.assert_array_equal(g["advantages"][resets], 0.0)
     np.testing.assert_array_equal(g["b_mask"].numpy(), (~resets).reshape(-1).astype(np.float32))
@@ -415,14 +425,14 @@ def test_envpool_loop_masks_reset_steps_and_bootstraps_from_the_final_observatio
         np.testing.assert_array_equal(obs[t + 1, i, :3], obs[t, i, 1:])  # the final observation, not a new stack
     with torch.no_grad():
         np.testing.assert_allclose(
-            g["values"],
+            g["values"].numpy(),
             agent.get_value(torch.from_numpy(obs.reshape(-1, 4, 84, 84))).numpy().reshape(obs.shape[:2]),
             rtol=1e-4,
             atol=1e-5,
         )
     # the logged losses of the last minibatch are the masked ones
     mb_inds, b_mask, losses = g["mb_inds"], g["b_mask"], g["losses"]
-    assert b_mask[mb_inds].min() == 0  # this minibatch has a reset step (seed 1)
+    assert b_mask[mb_inds].min() == 0  # this minibatch has a reset step (seed 2)
     with torch.no_grad():
         _, newlogprob, entropy, newvalue = agent.get_action_and_value(g["b_obs"][mb_inds], g["b_actions"][mb_inds])
         args = (
@@ -458,7 +468,7 @@ def test_ppo_atari_smoke_video_model_and_evaluation(tmp_path):
     returns = ppo_atari.evaluate(str(model), eval_episodes=2)
     assert returns.shape == (2,) and np.all(returns >= 0)
     np.testing.assert_array_equal(ppo_atari.evaluate(str(model), eval_episodes=2), returns)  # seeded
-    with pytest.raises(ValueError, match="saved by 'ppo_atari'"):
+    with pytest.raises(ValueError, match="written by ppo_atari.py, not by ppo_atari_envpool.py"):
         ppo_atari_envpool.evaluate(str(model), eval_episodes=1)
 
 
@@ -488,7 +498,7 @@ def test_ppo_atari_envpool_smoke_video_model_and_evaluation(tmp_path):
     returns = ppo_atari_envpool.evaluate(str(model), eval_episodes=2)
     assert returns.shape == (2,) and np.all(returns >= 0)
     np.testing.assert_array_equal(ppo_atari_envpool.evaluate(str(model), eval_episodes=2), returns)
-    with pytest.raises(ValueError, match="saved by 'ppo_atari_envpool'"):
+    with pytest.raises(ValueError, match="written by ppo_atari_envpool.py, not by ppo_atari.py"):
         ppo_atari.evaluate(str(model), eval_episodes=1)
 
 
@@ -535,7 +545,7 @@ def test_ppo_atari_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
         "ppo_atari_envpool.py",
         ["--resume", str(run_dir(tmp_path / "cut"))],
         "--resume",
-        "written by ppo_atari.py, not ppo_atari_envpool.py",
+        "written by ppo_atari.py, not by ppo_atari_envpool.py",
         tmp_path / "other",
     )
 
@@ -544,11 +554,12 @@ def test_envpool_resume_continues_the_run_with_new_envs(monkeypatch, tmp_path):
     """EnvPool's envs cannot be restored, so the resume is not exact: before the checkpoint the
     curves are the uninterrupted run's, after it every rollout is logged once (no overlap, no
     gap) with the same learning-rate schedule; and it starts from the checkpoint's weights."""
-    from cleanrl_utils.checkpoint import latest_checkpoint, load_checkpoint
+    from cleanrl_utils.checkpoint import load_checkpoint
+    from cleanrl_utils.files import checkpoint_step, latest_checkpoint
 
     whole, resumed = sigterm_then_resume("ppo_atari_envpool.py", RESUMED_RUN, 64, 192, tmp_path)
     checkpoint = latest_checkpoint(run_dir(tmp_path / "cut"))
-    step = int(checkpoint.stem.removeprefix("step_"))
+    step = checkpoint_step(checkpoint)
     assert resumed["model"].keys() == whole["model"].keys()
     assert all(torch.isfinite(tensor).all() for tensor in resumed["model"].values())
     for tag in LOSS_TAGS | {"charts/learning_rate"}:
@@ -564,8 +575,8 @@ def test_envpool_resume_continues_the_run_with_new_envs(monkeypatch, tmp_path):
     # checkpoint's weights: they were loaded, not initialised anew
     monkeypatch.setattr(torch.optim.Adam, "step", lambda self, closure=None: None)
     g = run_in_process("ppo_atari_envpool.py", monkeypatch, tmp_path / "cut", "--resume", str(checkpoint))
-    assert g["global_step"] == 192 and g["first_iteration"] == step // 32 + 1
-    for name, tensor in load_checkpoint(checkpoint, "ppo_atari_envpool")["model"].items():
+    assert g["global_step"] == 192 and g["start_iteration"] == step // 32 + 1
+    for name, tensor in load_checkpoint(checkpoint, "ppo_atari_envpool")["state"]["agent"].items():
         assert torch.equal(g["agent"].state_dict()[name], tensor), name
 
 
