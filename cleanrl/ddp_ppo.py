@@ -14,16 +14,18 @@ many-worker PPO (DD-PPO: Wijmans et al. 2020, arXiv:1911.00357, without its pree
 What this file changes against ppo_atari.py / ppo.py: the run is split over ``world_size``
 processes (ranks), launched by torchrun, on one machine or several. Each rank steps its own
 ``--num-envs`` envs for ``--num-steps`` steps (env seeds ``seed + 10000*rank + i``, from the
-GLOBAL rank), so one update uses the global batch ``world_size x num_envs x num_steps``;
-``--total-timesteps`` counts the steps of all ranks. Each rank splits its own batch into
-``--num-minibatches`` minibatches; the ranks take one optimiser step together per minibatch,
-with the gradients averaged over ranks, so a global minibatch is ``world_size x`` a local one.
-Advantages are normalised over the global minibatch (all-reduced sums), so the update is the
-one ppo.py makes on the global batch with minibatches of the global size, up to which samples
-share a minibatch. Every decision that changes control flow (the ``--target-kl`` early stop,
-SIGTERM/SIGINT, checkpoint timing) is all-reduced before it acts, so all ranks make the same
-number of collective calls. Rank 0 alone writes the run directory (TensorBoard/W&B, videos,
-checkpoints, the model); the episodes of every rank are gathered into its logs.
+GLOBAL rank; the rank's generators ``seed + 10000*rank``), so one update uses the global batch
+``world_size x num_envs x num_steps``; ``--total-timesteps`` counts the steps of all ranks.
+Each rank splits its own batch into ``--num-minibatches`` minibatches; the ranks take one
+optimiser step together per minibatch, with the gradients averaged over ranks, so a global
+minibatch is ``world_size x`` a local one. Advantages are normalised over the global minibatch
+(all-reduced sums), so the update is the one ppo.py makes on the global batch with minibatches
+of the global size, up to which samples share a minibatch. Every decision that changes control
+flow (the ``--target-kl`` early stop, a SIGTERM/SIGINT on any rank) is all-reduced before it
+acts, so all ranks make the same number of collective calls. Rank 0 alone writes the run
+directory (TensorBoard/W&B, videos, checkpoints, the model); the episodes of every rank are
+gathered into its logs, and every rank's envs (replay logs) and generators into its
+checkpoints; ``--resume`` needs the same world size (every rank reads the checkpoint).
 
 Observations: a 1-D Box (classic control, for tests) takes ppo.py's MLP; otherwise the env
 must be an Atari NoFrameskip-v4 game (the default), with ppo_atari.py's wrappers and CNN. The
@@ -33,7 +35,7 @@ Run:
     python cleanrl/ddp_ppo.py --env-id BreakoutNoFrameskip-v4                # 1 process
     torchrun --standalone --nproc-per-node 2 cleanrl/ddp_ppo.py --num-envs 4  # 2 ranks, 1 machine
     # CartPole at ppo.py's global batch (2 ranks x 2 envs x 128 steps) and hyperparameters:
-    torchrun --standalone --nproc-per-node 2 cleanrl/ddp_ppo.py --env-id CartPole-v1 --num-envs 2 \
+    torchrun --standalone --nproc-per-node 2 cleanrl/ddp_ppo.py --env-id CartPole-v1 --num-envs 2 \\
         --clip-coef 0.2 --total-timesteps 500000
     # 2 machines, 1 rank each (run on both; node ranks are assigned by the rendezvous):
     torchrun --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint HOST0:29400 \\
@@ -42,8 +44,6 @@ Run:
 
 import os
 import signal
-import sys
-import time
 from dataclasses import dataclass
 from typing import Literal, Optional
 
@@ -54,14 +54,14 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.optim as optim
 import tyro
-from stable_baselines3.common.atari_wrappers import (
-    ClipRewardEnv,
-    EpisodicLifeEnv,
-    FireResetEnv,
-    MaxAndSkipEnv,
-    NoopResetEnv,
-)
+from stable_baselines3.common.atari_wrappers import ClipRewardEnv, EpisodicLifeEnv, FireResetEnv, MaxAndSkipEnv, NoopResetEnv
 from torch.nn.parallel import DistributedDataParallel
+
+from cleanrl_utils.checkpoint import PerRank
+from cleanrl_utils.cli import require, require_positive, require_range
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.run import RunArgs, check_env, parse_args, seed_everything, start_run
+from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
 try:  # the Atari games come with the atari extra; without it, --env-id says so
     import ale_py
@@ -69,33 +69,7 @@ try:  # the Atari games come with the atari extra; without it, --env-id says so
     gym.register_envs(ale_py)
     ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # no banner on stderr
 except ImportError:
-    ale_py = None
-
-from cleanrl_utils.checkpoint import (
-    Checkpointer,
-    envs_state,
-    generator_state,
-    make_generator,
-    restore_envs,
-    resume_args,
-    rng_state,
-    set_rng_state,
-)
-from cleanrl_utils.evals import run_episodes
-from cleanrl_utils.numpy_net import NumpyMLP
-from cleanrl_utils.run import (
-    Progress,
-    check_env,
-    fail,
-    load_model,
-    make_vector_env,
-    real_next_obs,
-    require,
-    require_positive,
-    save_model,
-    seed_everything,
-    start_run,
-)
+    pass
 
 MAX_EPISODE_FRAMES = 108_000
 """Atari frames per game before a time-limit truncation (27,000 agent steps at frame skip 4)."""
@@ -104,37 +78,11 @@ RANK_SEED_STRIDE = 10_000
 
 
 @dataclass
-class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """name of this experiment, part of the run directory name"""
-    seed: int = 1
-    """seed of python, numpy, torch and the environments (rank r adds 10000*r)"""
-    torch_deterministic: bool = True
-    """if toggled, `torch.backends.cudnn.deterministic=True`"""
-    cuda: bool = True
-    """if toggled, train on CUDA when it is available: rank on device cuda:LOCAL_RANK, NCCL backend (else gloo on CPU)"""
-    track: bool = False
-    """if toggled, mirror rank 0's logs to Weights & Biases"""
-    wandb_project_name: str = "cleanRL"
-    """Weights & Biases project"""
-    wandb_entity: Optional[str] = None
-    """Weights & Biases entity (team); None means your default"""
-    capture_video: bool = False
-    """if toggled, record videos of rank 0's env 0 into `{run_dir}/videos`"""
-    save_model: bool = False
-    """if toggled, rank 0 saves the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluates it"""
-    eval_episodes: int = 10
-    """episodes (Atari: whole games) the saved model is evaluated for (with --save-model)"""
-    checkpoint_interval: int = 0
-    """write a checkpoint to `{run_dir}/checkpoints/` every this many global environment steps, at the end of the update that reaches it (0: only on SIGTERM/SIGINT)"""
-    resume: Optional[str] = None
-    """continue the run of this checkpoint file, or of the latest checkpoint in this run directory (readable by every rank), with the same world size"""
-    torch_threads: int = 1
-    """CPU threads for torch in each rank"""
-    check_params_every: int = 0
-    """every this many updates, check that all ranks hold identical parameters (logged as `charts/param_divergence`, max |p - p_rank0|); a difference stops the run with an error (0: never)"""
+class Args(RunArgs):
+    """Data-parallel PPO's hyperparameters; the flags every script takes (--seed, --track, --resume ...) come from RunArgs."""
 
-    # Algorithm specific arguments
+    check_params_every: int = 0
+    """every this many updates, check that all ranks hold identical parameters (0: never)"""
     env_id: str = "BreakoutNoFrameskip-v4"
     """gymnasium id: an Atari NoFrameskip-v4 game, or an env with 1-D Box observations (classic control)"""
     env_mode: Literal["sync", "async"] = "sync"
@@ -154,7 +102,7 @@ class Args:
     gae_lambda: float = 0.95
     """GAE λ"""
     num_minibatches: int = 4
-    """minibatches per epoch into which EACH RANK splits its batch (a global minibatch is world_size local ones)"""
+    """minibatches per epoch into which EACH RANK splits its batch"""
     update_epochs: int = 4
     """epochs over each rollout"""
     norm_adv: bool = True
@@ -185,102 +133,46 @@ class Args:
     """total_timesteps // batch_size updates (computed; not a flag)"""
 
 
-def check_args(args: Args, world_size: int) -> None:
-    """Fill in the computed fields for ``world_size`` ranks; stop with one line naming the flag on bad input."""
-    require_positive(args, "total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs")
-    require_positive(args, "learning_rate", "torch_threads")
-    require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
-    require(args.check_params_every >= 0, "--check-params-every", f"must be >= 0, got {args.check_params_every}")
-    require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
-    require(0 <= args.gae_lambda <= 1, "--gae-lambda", f"must be in [0, 1], got {args.gae_lambda}")
-    require(args.clip_coef > 0, "--clip-coef", f"must be positive, got {args.clip_coef}")
-    require(args.max_grad_norm > 0, "--max-grad-norm", f"must be positive, got {args.max_grad_norm}")
-    require(args.target_kl is None or args.target_kl > 0, "--target-kl", f"must be positive, got {args.target_kl}")
-    require(not args.save_model or args.eval_episodes > 0, "--eval-episodes", "must be positive with --save-model")
-    args.world_size = world_size
-    args.local_batch_size = args.num_envs * args.num_steps
-    require(
-        args.local_batch_size % args.num_minibatches == 0,
-        "--num-minibatches",
-        f"{args.num_minibatches} does not divide each rank's batch of {args.local_batch_size} "
-        f"(--num-envs {args.num_envs} x --num-steps {args.num_steps})",
-    )
-    args.minibatch_size = args.local_batch_size // args.num_minibatches
-    args.batch_size = world_size * args.local_batch_size
-    require(
-        not args.norm_adv or world_size * args.minibatch_size >= 2,
-        "--num-minibatches",
-        f"global minibatches of {world_size * args.minibatch_size} sample are too small to normalise advantages; "
-        "use fewer minibatches or --no-norm-adv",
-    )
-    require(
-        args.total_timesteps >= args.batch_size,
-        "--total-timesteps",
-        f"{args.total_timesteps} is less than one global rollout of {args.batch_size} steps "
-        f"({world_size} rank(s) x --num-envs {args.num_envs} x --num-steps {args.num_steps})",
-    )
-    args.num_iterations = args.total_timesteps // args.batch_size
+def is_atari(env_id: str) -> bool:
+    """Whether ``env_id`` is an ALE game (ppo_atari.py's preprocessing and CNN); else vector observations (ppo.py's MLP)."""
+    spec = gym.registry.get(env_id)
+    return spec is not None and str(spec.entry_point).startswith("ale_py")
 
 
-def check_environment(env_id: str) -> bool:
-    """Stop with one line unless ``env_id`` has Discrete actions and either 1-D Box observations
-    or is an ALE NoFrameskip game; returns True for an Atari game, False for vector observations."""
-    observation_space, _ = check_env(env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "ddp_ppo.py")
-    if len(observation_space.shape) == 1:
-        return False
-    with gym.make(env_id) as game:
-        require(
-            hasattr(game.unwrapped, "ale"),
-            "--env-id",
-            f"{env_id} has observations of shape {observation_space.shape}; ddp_ppo.py takes 1-D Box "
-            "observations or ALE ids such as BreakoutNoFrameskip-v4",
-        )
-        require(
-            game.spec.kwargs.get("frameskip", 1) == 1,
-            "--env-id",
-            f"{env_id} skips frames itself; take its NoFrameskip-v4 id (such as BreakoutNoFrameskip-v4)",
-        )
-    return True
+def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, training: bool = True, video_episodes=None):
+    """A thunk creating env ``idx``: the gymnasium env, its episode statistics, and (training) its replay log.
 
-
-def make_env(
-    env_id: str, idx: int, atari: bool, capture_video: bool, video_dir: str, video_episodes=None, training: bool = True
-):
-    """A thunk creating env ``idx``; env 0 records videos into ``video_dir`` if asked.
-
-    Classic control (``atari=False``): the plain env, observations float ``[obs_dim]``.
-    Atari: ppo_atari.py's preprocessing (no-op starts, frame skip 4 with max-pooling, episodic
-    life and sign-clipped rewards while ``training``, FIRE on reset, 84x84 grayscale, 4 frames
-    zero-padded at episode start), observations uint8 ``[4, 84, 84]``, truncation after
-    108,000 frames; episode statistics are game scores (recorded below episodic life).
-
-    Args:
-        video_episodes: ``video_episodes(episode_index) -> bool``; gymnasium's schedule when None.
-        training: Atari only: episodic life and reward clipping (False: whole games, game scores).
+    Classic control: the plain env, observations float ``[obs_dim]``. Atari: ppo_atari.py's
+    preprocessing (no-op starts, frame skip 4 with max-pooling, episodic life and sign-clipped
+    rewards while ``training``, FIRE on reset, 84x84 grayscale, 4 frames zero-padded at episode
+    start), observations uint8 ``[4, 84, 84]``, truncation after 108,000 frames; its episode
+    statistics are game scores (recorded below episodic life). Env 0 records videos into
+    ``video_dir`` if asked, of the episodes ``video_episodes(index)`` picks (gymnasium's schedule
+    by default). ``training=False``: an evaluation env (Atari: whole games), without replay log.
     """
 
     def thunk():
+        atari = is_atari(env_id)
         kwargs = dict(max_num_frames_per_episode=MAX_EPISODE_FRAMES) if atari else {}
         if capture_video and idx == 0:
             env = gym.make(env_id, render_mode="rgb_array", **kwargs)
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes)
         else:
             env = gym.make(env_id, **kwargs)
-        if not atari:
-            return env
-        env = gym.wrappers.RecordEpisodeStatistics(env)
-        env = NoopResetEnv(env, noop_max=30)
-        env = MaxAndSkipEnv(env, skip=4)
-        if training:
-            env = EpisodicLifeEnv(env)
-        if "FIRE" in env.unwrapped.get_action_meanings():
-            env = FireResetEnv(env)
-        if training:
-            env = ClipRewardEnv(env)
-        env = gym.wrappers.ResizeObservation(env, (84, 84))
-        env = gym.wrappers.GrayscaleObservation(env)
-        env = gym.wrappers.FrameStackObservation(env, 4, padding_type="zero")
-        return env
+        env = gym.wrappers.RecordEpisodeStatistics(env)  # return and length in the info of the episode's last step
+        if atari:
+            env = NoopResetEnv(env, noop_max=30)
+            env = MaxAndSkipEnv(env, skip=4)
+            if training:
+                env = EpisodicLifeEnv(env)
+            if "FIRE" in env.unwrapped.get_action_meanings():
+                env = FireResetEnv(env)
+            if training:
+                env = ClipRewardEnv(env)
+            env = gym.wrappers.ResizeObservation(env, (84, 84))
+            env = gym.wrappers.GrayscaleObservation(env)
+            env = gym.wrappers.FrameStackObservation(env, 4, padding_type="zero")
+        return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
 
@@ -292,20 +184,18 @@ def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.
     return layer
 
 
-def score_actions(logits: torch.Tensor, value: torch.Tensor, action: torch.Tensor):
-    """Categorical policy terms: ``(log π(action|x) [B], entropy of π(·|x) [B], V(x) [B])`` from
-    logits ``[B, A]``, values ``[B]`` and actions ``[B]`` (int64)."""
+def categorical(logits: torch.Tensor, action: Optional[torch.Tensor]):
+    """``(action [B], log π(action|x) [B], entropy of π(·|x) [B])`` of the categorical policy with
+    logits ``[B, A]``; ``action`` (int64 ``[B]``) is sampled from π when None."""
     log_probs = torch.log_softmax(logits, dim=-1)
-    log_prob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+    if action is None:
+        action = torch.multinomial(log_probs.exp(), 1).squeeze(-1)
     entropy = -(log_probs.exp() * log_probs).sum(-1)
-    return log_prob, entropy, value
+    return action, log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1), entropy
 
 
 class MLPAgent(nn.Module):
-    """ppo.py's separate actor and critic MLPs, 64-64 tanh, for observations ``[B, obs_dim]``.
-
-    ``forward`` is what DistributedDataParallel wraps: the training pass.
-    """
+    """ppo.py's separate actor and critic MLPs, 64-64 tanh, for observations ``[B, obs_dim]``."""
 
     def __init__(self, obs_dim: int, num_actions: int):
         super().__init__()
@@ -332,16 +222,17 @@ class MLPAgent(nn.Module):
         """V(x): observations ``[B, obs_dim]`` -> values ``[B]``."""
         return self.critic(x).squeeze(-1)
 
-    def forward(self, x: torch.Tensor, action: torch.Tensor):
-        """``(log π(action|x), entropy, V(x))``, each ``[B]``, for observations ``[B, obs_dim]``, actions ``[B]``."""
-        return score_actions(self.actor(x), self.get_value(x), action)
+    def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
+        """``(action, log π(action|x), entropy, V(x))``, each ``[B]``; ``action`` sampled from π(·|x) when None."""
+        return *categorical(self.actor(x), action), self.get_value(x)
+
+    forward = get_action_and_value  # what DistributedDataParallel wraps: the training pass
 
 
 class CNNAgent(nn.Module):
     """ppo_atari.py's Nature CNN trunk (Mnih et al. 2015) shared by a policy head and a value head.
 
-    Inputs uint8 frames ``[B, 4, 84, 84]`` in 0-255 (divided by 255 here). ``forward`` is what
-    DistributedDataParallel wraps: the training pass.
+    Inputs uint8 frames ``[B, 4, 84, 84]`` in 0-255 (divided by 255 here).
     """
 
     def __init__(self, num_actions: int):
@@ -372,24 +263,20 @@ class CNNAgent(nn.Module):
         """V(x): frames ``[B, 4, 84, 84]`` -> values ``[B]``."""
         return self.critic(self.hidden(x)).squeeze(-1)
 
-    def forward(self, x: torch.Tensor, action: torch.Tensor):
-        """``(log π(action|x), entropy, V(x))``, each ``[B]``, for frames ``[B, 4, 84, 84]``, actions ``[B]``."""
+    def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
+        """``(action, log π(action|x), entropy, V(x))``, each ``[B]``; ``action`` sampled from π(·|x) when None."""
         hidden = self.hidden(x)
-        return score_actions(self.actor(hidden), self.critic(hidden).squeeze(-1), action)
+        return *categorical(self.actor(hidden), action), self.critic(hidden).squeeze(-1)
+
+    forward = get_action_and_value  # what DistributedDataParallel wraps: the training pass
 
 
-def make_agent(atari: bool, envs, device: torch.device) -> nn.Module:
-    """The CNN (Atari, channels-last weights) or the MLP for ``envs``' spaces, on ``device``."""
+def make_agent(envs: gym.vector.VectorEnv) -> nn.Module:
+    """The CNN (Atari frames; channels-last weights) or the MLP (vector observations) for ``envs``' spaces."""
     num_actions = int(envs.single_action_space.n)
-    if atari:
-        return CNNAgent(num_actions).to(device, memory_format=torch.channels_last)
-    return MLPAgent(int(np.prod(envs.single_observation_space.shape)), num_actions).to(device)
-
-
-def sample_categorical(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Actions ``[B]`` sampled from softmax(logits ``[B, A]``) by the Gumbel-max trick
-    (argmax_a logits_a + g_a, g ~ Gumbel(0, 1); Maddison et al. 2014, arXiv:1411.0030, sec. 2)."""
-    return np.argmax(logits + rng.gumbel(size=logits.shape), axis=-1)
+    if len(envs.single_observation_space.shape) == 3:
+        return CNNAgent(num_actions).to(memory_format=torch.channels_last)
+    return MLPAgent(int(np.prod(envs.single_observation_space.shape)), num_actions)
 
 
 def compute_gae(rewards, values, last_values, final_values, terminations, dones, gamma: float, gae_lambda: float):
@@ -422,15 +309,15 @@ def compute_gae(rewards, values, last_values, final_values, terminations, dones,
 # ---- collective helpers: every rank calls each of them at the same point, the same number of times
 
 
-def agree(*flags: bool, device: torch.device = torch.device("cpu")) -> list[bool]:
-    """Each flag OR-ed over all ranks (an all-reduce MAX): the same decisions on every rank.
+def agree(*values: int, device: torch.device = torch.device("cpu")) -> list[int]:
+    """Each value's maximum over all ranks (an all-reduce MAX): the same decisions on every rank.
 
     A decision that changes control flow (stop, checkpoint, end the epochs) must be agreed
     before it acts; otherwise ranks run different numbers of collective calls and hang.
     """
-    tensor = torch.tensor([int(flag) for flag in flags], dtype=torch.int32, device=device)
+    tensor = torch.tensor([int(value) for value in values], dtype=torch.int32, device=device)
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return [bool(value) for value in tensor.tolist()]
+    return tensor.tolist()
 
 
 def global_normalize(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
@@ -471,217 +358,174 @@ def param_divergence(module: nn.Module) -> float:
     return float(divergence.item())
 
 
-def gather_to_rank0(obj):
-    """``[obj of rank 0, obj of rank 1, ...]`` on rank 0 (picklable objects), None on the others."""
-    gathered = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
-    dist.gather_object(obj, gathered, dst=0)
+def gather(obj) -> list:
+    """``[obj of rank 0, obj of rank 1, ...]`` on every rank (picklable objects)."""
+    gathered = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, obj)
     return gathered
 
 
-def evaluate(
-    model_path: str,
-    eval_episodes: int,
-    env_id: Optional[str] = None,
-    capture_video: bool = False,
-    video_dir: str = "videos",
-    seed: Optional[int] = None,
-    deterministic: bool = False,
-    device: str = "cpu",
-) -> np.ndarray:
-    """Evaluate a model saved by this script for ``eval_episodes`` episodes (Atari: whole games,
-    game scores, no reward clipping) in one process, sampling from π unless ``deterministic``.
-
-    Args:
-        model_path: a ``.cleanrl_model`` file written with ``--save-model``.
-        env_id: environment; the one the model was trained on when None.
-        seed: env and sampling seed; None means the training seed + 100000.
-
-    Returns:
-        Episodic returns, float64 ``[eval_episodes]``.
-
-    Raises:
-        ValueError: the file was not saved by ddp_ppo.py.
-    """
-    content = load_model(model_path, "ddp_ppo")
-    env_id = env_id or content["env_id"]
-    seed = content["args"]["seed"] + 100_000 if seed is None else seed
-    with gym.make(env_id) as probe:
-        atari = len(probe.observation_space.shape) != 1
-    envs = make_vector_env(
-        [make_env(env_id, 0, atari, capture_video, video_dir, lambda episode: episode < eval_episodes, training=False)],
-        episode_statistics=not atari,
-    )
-    rng = np.random.default_rng(seed)
-    agent = make_agent(atari, envs, torch.device(device))
-    agent.load_state_dict(content["model"])
-    agent.eval()
-
-    @torch.no_grad()
-    def policy(obs: np.ndarray) -> np.ndarray:
-        logits = agent.logits(torch.as_tensor(obs, device=device)).cpu().numpy()
-        return logits.argmax(-1) if deterministic else sample_categorical(logits, rng)
-
-    returns = run_episodes(envs, policy, eval_episodes, seed=seed)
+def leave_group(envs: gym.vector.VectorEnv) -> None:
+    """Close this rank's envs and leave the process group together with every rank (a barrier first)."""
     envs.close()
-    return returns
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+# ---- plumbing a reader may skip: argument checks and the evaluation of a saved model
+
+
+def check_args(args: Args) -> None:
+    """Fill in the computed fields for torchrun's world size; stop with one line naming the flag on bad input."""
+    require_positive(args, "total_timesteps num_envs num_steps num_minibatches update_epochs learning_rate clip_coef")
+    require_positive(args, "max_grad_norm")
+    require_range(args, gamma=(0, 1), gae_lambda=(0, 1))
+    require(args.check_params_every >= 0, "--check-params-every", f"must be >= 0, got {args.check_params_every}")
+    require(args.target_kl is None or args.target_kl > 0, "--target-kl", f"must be positive, got {args.target_kl}")
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's; plain python is one rank
+    wrong_size = f"the checkpoint was written by {args.world_size} ranks, this run has {world_size}"
+    require(not args.resume or args.world_size == world_size, "--resume", f"{wrong_size}; resume with the same world size")
+    args.world_size, args.local_batch_size = world_size, args.num_envs * args.num_steps
+    args.minibatch_size, args.batch_size = args.local_batch_size // args.num_minibatches, world_size * args.local_batch_size
+    args.num_iterations = args.total_timesteps // args.batch_size
+    batch = f"{args.num_minibatches} does not divide each rank's batch of {args.local_batch_size} (--num-envs x --num-steps)"
+    require(args.local_batch_size % args.num_minibatches == 0, "--num-minibatches", batch)
+    small = "too small to normalise advantages"
+    require(not args.norm_adv or world_size * args.minibatch_size >= 2, "--num-minibatches", f"global minibatches {small}")
+    require(args.num_iterations > 0, "--total-timesteps", f"less than one global rollout of {args.batch_size} steps")
+    observation_space, _ = check_env(args, gym.spaces.Discrete, gym.spaces.Box)
+    if len(observation_space.shape) != 1:
+        why = f"{args.env_id} has observations of shape {observation_space.shape}; ddp_ppo takes 1-D Box observations"
+        require(is_atari(args.env_id), "--env-id", f"{why} or ALE ids such as BreakoutNoFrameskip-v4")
+        frameskip = gym.spec(args.env_id).kwargs.get("frameskip", 1)
+        require(frameskip == 1, "--env-id", f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id")
+
+
+def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
+    """Episodic returns ``[eval_episodes]`` (Atari: whole games) of a model saved by this script, in one process: actions
+    sampled from π, or (``deterministic``) the most probable. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
+    evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
+    agent = evaluation.load(make_agent(evaluation.envs), "agent")
+    generator = torch.Generator(evaluation.device).manual_seed(evaluation.seed)
+
+    def policy(obs: np.ndarray) -> torch.Tensor:
+        logits = agent.logits(torch.as_tensor(obs, device=evaluation.device))
+        if deterministic:
+            return logits.argmax(-1).cpu()
+        return torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0].cpu()
+
+    return evaluation.run(policy)
 
 
 if __name__ == "__main__":
-    args = tyro.cli(Args)
-    # torchrun sets RANK, WORLD_SIZE, LOCAL_RANK (and MASTER_ADDR/PORT); plain python is one rank
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    # bad input stops every rank alike, before any work and before the ranks connect
-    args, resumed = resume_args(args, "ddp_ppo")  # with --resume: the checkpoint's run and its arguments
-    if resumed is not None and resumed["world_size"] != world_size:
-        fail(
-            "--resume",
-            f"the checkpoint was written by {resumed['world_size']} ranks, this run has {world_size}; "
-            "resume with the same world size (--nnodes x --nproc-per-node)",
-        )
-    check_args(args, world_size)
-    atari = check_environment(args.env_id)
-
+    # ---- plumbing: flags and --resume (bad input stops every rank alike, before the ranks connect), the
+    # process group, the run (rank 0 records it; the other ranks' Run writes nothing), seeding, signals
+    args, resumed = parse_args(Args, __file__, check_args)
+    # torchrun sets RANK, LOCAL_RANK (and MASTER_ADDR/PORT); plain python is one rank
+    rank, local_rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0")), args.world_size
     use_cuda = args.cuda and torch.cuda.is_available()
     if use_cuda:
         torch.cuda.set_device(local_rank)
-    device = torch.device(f"cuda:{local_rank}" if use_cuda else "cpu")
-    backend = "nccl" if use_cuda else "gloo"
     if "MASTER_ADDR" in os.environ:  # launched by torchrun: its rendezvous gives the store
-        dist.init_process_group(backend)
+        dist.init_process_group("nccl" if use_cuda else "gloo")
     else:  # plain `python ddp_ppo.py`: a group of one, no network
-        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-
-    if rank == 0:
-        run = start_run(args, resume=resumed)
-        writer = run.writer
-        print(
-            f"{world_size} rank(s), backend {backend}; global batch {args.batch_size} = {world_size} x "
-            f"{args.num_envs} envs x {args.num_steps} steps; global minibatch {world_size * args.minibatch_size}",
-            flush=True,
-        )
+        dist.init_process_group("nccl" if use_cuda else "gloo", store=dist.HashStore(), rank=0, world_size=1)
+    run = start_run(args, resumed, record=rank == 0)
+    writer, device = run.writer, torch.device(f"cuda:{local_rank}" if use_cuda else "cpu")
     seed_everything(args.seed + RANK_SEED_STRIDE * rank, args.torch_deterministic)
-    torch.set_num_threads(args.torch_threads)
+    signal.signal(signal.SIGTERM, run.stop)  # a scheduler, or torchrun passing a signal on: checkpoint, exit 143
+    signal.signal(signal.SIGINT, lambda *_: run.stop(signal.SIGTERM))  # Ctrl-C (twice: torchrun passes it on): the same
+    if rank == 0:  # the global batch and minibatch; the steps of whole global rollouts
+        batches = f"global batch {args.batch_size} = {world_size} x {args.num_envs} envs x {args.num_steps} steps"
+        print(f"{world_size} rank(s), backend {dist.get_backend()}; {batches}; minibatch {world_size * args.minibatch_size}")
+        if args.num_iterations * args.batch_size != args.total_timesteps:
+            print(f"training {args.num_iterations * args.batch_size} steps: --total-timesteps rounded down to whole rollouts")
 
-    video_dir = str(run.video_dir) if rank == 0 else ""
-    envs = make_vector_env(  # Atari: each env records game scores below episodic life
-        [make_env(args.env_id, i, atari, args.capture_video and rank == 0, video_dir) for i in range(args.num_envs)],
+    # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
+    # that ended the episode is in infos["final_obs"].
+    envs = vector_env(
+        [make_env(args.env_id, i, args.capture_video and rank == 0, run.video_dir) for i in range(args.num_envs)],
         args.env_mode,
-        episode_statistics=not atari,
+        autoreset_mode=SAME_STEP,
     )
-    obs_shape = envs.single_observation_space.shape
-    agent = make_agent(atari, envs, device)  # DDP below broadcasts rank 0's parameters to every rank
+    atari = len(envs.single_observation_space.shape) == 3
+    agent = make_agent(envs).to(device)  # DDP below broadcasts rank 0's parameters to every rank
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-    rng = np.random.default_rng(args.seed + RANK_SEED_STRIDE * rank)
 
-    # Rollout storage [num_steps, num_envs, ...] in numpy; the batch goes to torch once per update.
+    # Rollout storage [num_steps, num_envs]: what the networks read in torch, the rest in numpy for GAE
     T, N = args.num_steps, args.num_envs
-    obs = np.zeros((T, N) + obs_shape, dtype=np.uint8 if atari else np.float32)
-    actions = np.zeros((T, N), dtype=np.int64)
-    rewards = np.zeros((T, N), dtype=np.float32)
-    terminations = np.zeros((T, N), dtype=np.float32)
-    dones = np.zeros((T, N), dtype=np.float32)
+    obs_dtype = torch.uint8 if atari else torch.float32
+    obs = torch.zeros((T, N) + envs.single_observation_space.shape, dtype=obs_dtype, device=device)
+    actions = torch.zeros((T, N), dtype=torch.long, device=device)
+    logprobs = torch.zeros((T, N), device=device)
+    values = torch.zeros((T, N), device=device)
+    rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
     truncated = np.zeros((T, N), dtype=bool)  # episode ended by truncation, not termination
-    final_obs = np.zeros((T, N) + obs_shape, dtype=obs.dtype)  # its real final observation
+    final_obs = np.zeros((T, N) + envs.single_observation_space.shape, dtype=np.uint8 if atari else np.float32)
+    episode_counts = torch.zeros(world_size, dtype=torch.int64)  # episodes of each rank so far
 
-    global_step, first_iteration = 0, 1
-    if resumed is None:
+    # what a checkpoint holds: the networks, optimiser and counts (the same on every rank), and each rank's
+    # envs and generators (gathered into rank 0's file), besides rank 0's global generators
+    state = dict(agent=agent, optimizer=optimizer, episode_counts=episode_counts, ranks=PerRank(envs=envs))
+    global_step, start_iteration = 0, 1
+    if run.resumed:  # the checkpoint's networks, optimiser and counts; this rank's envs (replayed) and generators
+        saved = run.restore(state)
+        global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, state["ranks"].obs
+    else:
         next_obs, _ = envs.reset(seed=args.seed + RANK_SEED_STRIDE * rank)  # env i: + i
-    else:  # continue exactly: networks, optimiser, step, this rank's envs (replayed) and generators
-        agent.load_state_dict(resumed["model"])
-        optimizer.load_state_dict(resumed["optimizer"])
-        mine = resumed["ranks"][rank]
-        rng = make_generator(mine["action_rng"])
-        global_step, first_iteration = resumed["global_step"], resumed["iteration"] + 1
-        next_obs = restore_envs(envs, mine["envs"])
-        set_rng_state(mine["rng"])
     ddp_agent = DistributedDataParallel(agent, device_ids=[local_rank] if use_cuda else None)
 
-    if atari:  # act with the torch network
-
-        @torch.no_grad()
-        def policy(observation: np.ndarray) -> np.ndarray:
-            return agent.logits(torch.from_numpy(observation).to(device)).cpu().numpy()
-    else:  # a numpy copy of the actor: with a few envs, torch's per-call overhead would dominate
-        policy = NumpyMLP(agent.actor)
-
-    # SIGTERM (a scheduler, torchrun passing on Ctrl-C) or SIGINT on ANY rank: all ranks stop at the
-    # end of the same update, after rank 0 has written a checkpoint; the processes exit with 143.
-    stop_requested = False
-
-    def request_stop(signum, frame):
-        global stop_requested
-        stop_requested = True
-
-    interval = args.checkpoint_interval
-    next_checkpoint = (global_step // interval + 1) * interval if interval > 0 else None
-    if rank == 0:
-        checkpointer = Checkpointer(run.directory, "ddp_ppo", args, interval, global_step, writer=writer)
-        progress = Progress(args.num_iterations * args.batch_size, start_step=global_step)
-    signal.signal(signal.SIGTERM, request_stop)  # after the Checkpointer, which installs its own
-    signal.signal(signal.SIGINT, request_stop)
-    start_step, start_time = global_step, time.time()
-    if rank == 0 and args.num_iterations * args.batch_size != args.total_timesteps:
-        print(
-            f"training {args.num_iterations * args.batch_size} steps: --total-timesteps rounded down "
-            f"to whole global rollouts of {args.batch_size}"
-        )
-    episode_counts = np.zeros(world_size, dtype=np.int64)  # rank 0: episodes logged per rank
-    if resumed is not None:
-        episode_counts = resumed["episode_counts"].numpy().copy()
-
-    for iteration in range(first_iteration, args.num_iterations + 1):
+    for iteration in range(start_iteration, args.num_iterations + 1):
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
-        episodes = []  # (global step, return, length) of this rank's episodes that ended in the rollout
+        ended = []  # (global step, return, length) of this rank's episodes that ended in the rollout
         for step in range(T):
             global_step += N * world_size
-            obs[step] = next_obs
-            actions[step] = sample_categorical(policy(next_obs), rng)
-            next_obs, reward, termination, truncation, infos = envs.step(actions[step])
-            rewards[step] = reward
-            terminations[step] = termination
-            dones[step] = termination | truncation
+            obs[step] = torch.as_tensor(next_obs)
+            with torch.inference_mode():
+                action, logprob, _, value = agent.get_action_and_value(obs[step])
+            actions[step], logprobs[step], values[step] = action, logprob, value
+
+            next_obs, reward, termination, truncation, infos = envs.step(action.cpu().numpy())
+            rewards[step], terminations[step], dones[step] = reward, termination, termination | truncation
+            # Truncated (not terminated) envs will bootstrap from their real final observation.
             truncated[step] = truncation & ~termination
             if truncated[step].any():
                 final_obs[step, truncated[step]] = real_next_obs(next_obs, infos)[truncated[step]]
-            if "_episode" in infos:
-                for i in infos["_episode"].nonzero()[0]:
-                    episodes.append((global_step, float(infos["episode"]["r"][i]), int(infos["episode"]["l"][i])))
+            final = infos.get("final_info", {})
+            for i in np.flatnonzero(final.get("_episode", ())):
+                ended.append((global_step, float(final["episode"]["r"][i]), int(final["episode"]["l"][i])))
 
-        # rank 0 logs the episodes of every rank
-        all_episodes = gather_to_rank0(episodes)
-        if rank == 0:
-            for source, ranked in enumerate(all_episodes):
-                episode_counts[source] += len(ranked)
-            for episode_step, episodic_return, episodic_length in sorted(e for ranked in all_episodes for e in ranked):
-                writer.add_scalar("charts/episodic_return", episodic_return, episode_step)
-                writer.add_scalar("charts/episodic_length", episodic_length, episode_step)
-                progress.episodes([episodic_return])
-            for source, count in enumerate(episode_counts):
-                writer.add_scalar(f"ranks/episodes_rank{source}", count, global_step)
-            progress.update(global_step)
+        # the episodes of every rank, in order, in rank 0's logs
+        ranked = gather(ended)
+        episode_counts += torch.tensor([len(episodes) for episodes in ranked])
+        for episode_step, episodic_return, episodic_length in sorted(e for episodes in ranked for e in episodes):
+            writer.add_scalar("charts/episodic_return", episodic_return, episode_step)
+            writer.add_scalar("charts/episodic_length", episodic_length, episode_step)
+            run.progress.episodes([episodic_return])
+        for source, count in enumerate(episode_counts.tolist()):
+            writer.add_scalar(f"ranks/episodes_rank{source}", count, global_step)
+        run.progress.update(global_step)
 
-        # Evaluate this rank's batch under the policy that collected it: log π_old, V, V(final obs).
-        b_obs = torch.from_numpy(obs.reshape((-1,) + obs_shape)).to(device)
-        if atari:  # channels-last once per update: each minibatch's conversion to float is then elementwise
-            b_obs = b_obs.contiguous(memory_format=torch.channels_last)
-        b_actions = torch.from_numpy(actions.reshape(-1)).to(device)
+        # Bootstrap values: V(final obs) at truncations and V(obs after the rollout); then GAE
         with torch.no_grad():
-            b_logprobs, _, b_values = agent(b_obs, b_actions)
-            values = b_values.cpu().numpy().reshape(T, N)
-            last_values = agent.get_value(torch.as_tensor(next_obs, dtype=b_obs.dtype, device=device)).cpu().numpy()
+            last_values = agent.get_value(torch.as_tensor(next_obs, dtype=obs_dtype, device=device)).cpu().numpy()
             final_values = np.zeros((T, N), dtype=np.float32)
             if truncated.any():
                 final_values[truncated] = agent.get_value(torch.from_numpy(final_obs[truncated]).to(device)).cpu().numpy()
         advantages, returns = compute_gae(
-            rewards, values, last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
+            rewards, values.cpu().numpy(), last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
         )
-        b_advantages = torch.from_numpy(advantages.reshape(-1)).to(device)
-        b_returns = torch.from_numpy(returns.reshape(-1)).to(device)
+
+        # flatten this rank's batch (Atari: channels-last once per update, each minibatch's conversion is then elementwise)
+        b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)
+        if atari:
+            b_obs = b_obs.contiguous(memory_format=torch.channels_last)
+        b_logprobs, b_actions, b_values = logprobs.reshape(-1), actions.reshape(-1), values.reshape(-1)
+        b_advantages = torch.as_tensor(advantages.reshape(-1), dtype=torch.float32, device=device)
+        b_returns = torch.as_tensor(returns.reshape(-1), dtype=torch.float32, device=device)
 
         # Optimise: one optimiser step per minibatch on every rank, with gradients averaged by DDP
         clipfracs = []
@@ -689,7 +533,7 @@ if __name__ == "__main__":
             b_inds = torch.randperm(args.local_batch_size, device=device)
             for start in range(0, args.local_batch_size, args.minibatch_size):
                 mb_inds = b_inds[start : start + args.minibatch_size]
-                newlogprob, entropy, newvalue = ddp_agent(b_obs[mb_inds], b_actions[mb_inds])
+                _, newlogprob, entropy, newvalue = ddp_agent(b_obs[mb_inds], b_actions[mb_inds])
                 logratio = newlogprob - b_logprobs[mb_inds]
                 ratio = logratio.exp()
 
@@ -708,6 +552,7 @@ if __name__ == "__main__":
                 pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
                 pg_loss = torch.max(pg_loss1, pg_loss2).mean()
 
+                # Value loss
                 if args.clip_vloss:
                     v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
                     v_clipped = b_values[mb_inds] + torch.clamp(newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef)
@@ -728,88 +573,40 @@ if __name__ == "__main__":
             approx_kl = mean_over_ranks(approx_kl)
             if args.target_kl is not None and agree(approx_kl.item() > args.target_kl, device=device)[0]:
                 break
-        if not atari:
-            policy.sync()
 
         if args.check_params_every and (iteration % args.check_params_every == 0 or iteration == args.num_iterations):
             divergence = param_divergence(agent)  # the same value on every rank
-            if rank == 0:
-                writer.add_scalar("charts/param_divergence", divergence, global_step)
+            writer.add_scalar("charts/param_divergence", divergence, global_step)
             if divergence != 0.0:
-                raise RuntimeError(
-                    f"rank {rank}: parameters differ across ranks after update {iteration} "
-                    f"(max |p - p_rank0| = {divergence:g})"
-                )
+                raise RuntimeError(f"rank {rank}: parameters differ across ranks after update {iteration} ({divergence:g})")
 
-        if rank == 0:
-            y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
-            var_y = np.var(y_true)
-            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
-            sps = int((global_step - start_step) / (time.time() - start_time))
-            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-            writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
-            writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
-            writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
-            writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
-            writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)  # mean over ranks
-            writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
-            writer.add_scalar("losses/explained_variance", explained_var, global_step)
-            writer.add_scalar("losses/epochs", epoch + 1, global_step)
-            writer.add_scalar("charts/SPS", sps, global_step)
+        y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
+        var_y = np.var(y_true)
+        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
-        # checkpoint (interval reached, or a stop requested on any rank): agreed, then rank 0 writes
-        # the shared state and every rank's generators and envs
-        stop, due = agree(stop_requested, next_checkpoint is not None and global_step >= next_checkpoint, device=device)
-        if stop or due:
-            ranks_state = gather_to_rank0({"action_rng": generator_state(rng), "envs": envs_state(envs), "rng": rng_state()})
-            if rank == 0:
-                path = checkpointer.save(
-                    global_step,
-                    {
-                        "iteration": iteration,
-                        "model": agent.state_dict(),
-                        "optimizer": optimizer.state_dict(),
-                        "world_size": world_size,
-                        "ranks": ranks_state,
-                        "episode_counts": torch.from_numpy(episode_counts),
-                        "wandb_id": run.wandb_id,
-                    },
-                )
-            while next_checkpoint is not None and next_checkpoint <= global_step:
-                next_checkpoint += interval
-            if stop:
-                dist.barrier()  # the checkpoint is on disk before any rank exits
-                if rank == 0:
-                    print(
-                        f"stop requested: checkpoint written to {path}; resume with --resume "
-                        f"{path.parent.parent} (the same world size)",
-                        flush=True,
-                    )
-                    run.close()
-                envs.close()
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
+        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
+        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
+        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
+        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)  # mean over ranks
+        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+        writer.add_scalar("losses/explained_variance", explained_var, global_step)
+        writer.add_scalar("losses/epochs", epoch + 1, global_step)
+        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+        # a stop on any rank stops every rank after this update (the interval is the same on every rank)
+        run.stop_signal = agree(run.stop_signal or 0, device=device)[0] or None
+        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after a stop
+            try:  # every rank gives its envs and generators; rank 0 writes the checkpoint
+                run.save_checkpoint(state, global_step, iteration=iteration)
+            except SystemExit:  # after a stop: every rank leaves the group together, once rank 0 has written
                 del ddp_agent
-                dist.destroy_process_group()
-                sys.exit(128 + signal.SIGTERM)
+                leave_group(envs)
+                raise
 
-    envs.close()
-    # every rank leaves the group together, after dropping DDP's reducer (which holds the group and
-    # its last gloo work): gloo objects left to interpreter shutdown can abort the process
-    # ("terminate called without an active exception", seen under load in 1 of 4 runs)
+    # DDP's reducer holds the group: dropped first (gloo objects left to interpreter shutdown can abort the process)
     del ddp_agent
-    dist.barrier()
-    dist.destroy_process_group()
-    if rank == 0:
-        progress.close()
-        if args.save_model:
-            model_path = run.directory / f"{args.exp_name}.cleanrl_model"
-            save_model(model_path, "ddp_ppo", args, agent.state_dict())
-            print(f"model saved to {model_path}")
-            episodic_returns = evaluate(
-                str(model_path), args.eval_episodes, args.env_id, args.capture_video, str(run.directory / "videos-eval")
-            )
-            writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
-            writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
-            print(
-                f"evaluation over {args.eval_episodes} episodes: {episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}"
-            )
-        run.close()
+    leave_group(envs)
+    if args.save_model:  # rank 0 (the other ranks' Run writes nothing)
+        run.save_model({"agent": agent}, evaluate)
+    run.close()

@@ -35,10 +35,13 @@ laid out as rlpyt's asynchronous runner does it (Stooke & Abbeel 2019, arXiv:190
   ``--actor-lead`` env steps ahead of what the learner has consumed. The measured ratio is
   logged as ``charts/replay_ratio``.
 - Failures: an actor that raises sends its traceback to the learner, which prints it and
-  stops the run (exit status 1); Ctrl-C stops all actors (exit 130); SIGTERM writes a
-  checkpoint (networks, optimiser, counters; not the replay) and exits 143, and ``--resume``
-  continues with an empty replay refilled for ``--learning-starts`` steps. Actors ignore
-  SIGINT/SIGTERM (the learner stops them) and exit when the learner's process is gone.
+  stops the run (exit status 1); Ctrl-C stops all actors (exit 130, no checkpoint); SIGTERM
+  writes a checkpoint (networks, optimiser, counters; not the replay, not the actors' envs)
+  and exits 143, and ``--resume`` continues with an empty replay refilled for
+  ``--learning-starts`` steps. Actors ignore SIGINT/SIGTERM (the learner stops them) and exit
+  when the learner's process is gone. The learner alone owns the run (directory, logs,
+  checkpoints, the model); actors act on CPU with one torch thread and seeds derived from
+  ``--seed``; the run is asynchronous, so not reproducible.
 
 What this file changes against R2D2: truncation is not termination (a time-limit truncation
 bootstraps from the real final observation); the LSTM does not receive the previous action
@@ -77,6 +80,7 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal, Optional
 
 import gymnasium as gym
@@ -84,7 +88,6 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.optim as optim
-import tyro
 from stable_baselines3.common.atari_wrappers import (
     ClipRewardEnv,
     EpisodicLifeEnv,
@@ -94,65 +97,28 @@ from stable_baselines3.common.atari_wrappers import (
 )
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
+from cleanrl_utils.buffers import SequenceBuilder, SequenceReplayBuffer, sequence_priority
+from cleanrl_utils.cli import fail, flag_name, require, require_positive, require_range
+from cleanrl_utils.evals import Evaluation, run_episodes
+from cleanrl_utils.files import read_file, script_name
+from cleanrl_utils.run import RunArgs, check_env, parse_args, start_run
+from cleanrl_utils.vector import SAME_STEP, real_next_obs, vector_env
+
 try:  # the Atari games come with the atari extra; without it, --env-id says so
     import ale_py
 
     gym.register_envs(ale_py)
     ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # no banner on stderr
 except ImportError:
-    ale_py = None
-
-from cleanrl_utils import evals
-from cleanrl_utils.buffers import SequenceBuilder, SequenceReplayBuffer, sequence_priority
-from cleanrl_utils.checkpoint import Checkpointer, resume_args
-from cleanrl_utils.run import (
-    Progress,
-    check_env,
-    fail,
-    flag_name,
-    load_model,
-    make_vector_env,
-    real_next_obs,
-    require,
-    require_positive,
-    save_model,
-    seed_everything,
-    start_run,
-)
+    pass
 
 
 @dataclass
-class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """name of this experiment, part of the run directory name"""
-    seed: int = 1
-    """seed of python, numpy, torch and the environments (actor processes derive theirs from it)"""
-    torch_deterministic: bool = True
-    """if toggled, `torch.backends.cudnn.deterministic=True` (the run is asynchronous: not reproducible anyway)"""
-    cuda: bool = True
-    """if toggled, the learner trains on CUDA when it is available (actors act on CPU)"""
-    track: bool = False
-    """if toggled, mirror the logs to Weights & Biases"""
-    wandb_project_name: str = "cleanRL"
-    """Weights & Biases project"""
-    wandb_entity: Optional[str] = None
-    """Weights & Biases entity (team); None means your default"""
-    capture_video: bool = False
-    """if toggled, record videos of the episodes of actor 0's env 0 into `{run_dir}/videos`"""
-    save_model: bool = False
-    """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it (greedy; ε 0.01 on Atari)"""
-    eval_episodes: int = 10
-    """episodes the saved model is evaluated for (with --save-model), logged as eval/episodic_return"""
-    eval_interval: int = 0
-    """every this many env steps the learner also evaluates its current network for --eval-episodes episodes (greedy; ε 0.01 on Atari) and logs eval/episodic_return (0: never); the actors wait meanwhile"""
-    checkpoint_interval: int = 0
-    """write a checkpoint to `{run_dir}/checkpoints/` every this many environment steps (0: only when the run receives SIGTERM); checkpoints hold networks, optimiser and counters, not the replay"""
-    resume: Optional[str] = None
-    """continue the run of this checkpoint file, or of the latest checkpoint in this run directory; its other flags come from the checkpoint"""
-    torch_threads: int = 1
-    """CPU threads for torch in the learner (actors use 1 each)"""
+class Args(RunArgs):
+    """R2D2's hyperparameters; the flags every script takes (--seed, --track, --save-model, --resume ...) come from RunArgs."""
 
-    # Algorithm specific arguments
+    eval_interval: int = 0
+    """every this many env steps, evaluate the learner's current network for --eval-episodes episodes (0: never)"""
     env_id: str = "BreakoutNoFrameskip-v4"
     """gymnasium id: an Atari NoFrameskip-v4 game, or an env with 1-D Box observations and Discrete actions"""
     env_mode: Literal["sync", "async"] = "async"
@@ -188,7 +154,7 @@ class Args:
     replay_ratio: float = 1.0
     """env steps learned on in gradient batches (batch_size x learn_length per step) per env step collected"""
     actor_lead: int = 0
-    """env steps the actors may run ahead of the replay ratio before they wait (0: 4 x batch_size x learn_length / replay_ratio + num_actors x num_envs x sequence length)"""
+    """env steps the actors may run ahead of the replay ratio before they wait (0: see actor_lead())"""
     learning_starts: int = 20000
     """env steps collected before the first gradient step (also the refill after --resume)"""
     epsilon: float = 0.4
@@ -211,60 +177,6 @@ class Args:
     """testing only: seconds the learner sleeps after each gradient step (a slow learner)"""
 
 
-def check_args(args: Args) -> None:
-    """Stop with one line naming the flag on bad input."""
-    require_positive(
-        args,
-        "total_timesteps",
-        "num_actors",
-        "buffer_size",
-        "batch_size",
-        "learning_rate",
-        "adam_eps",
-        "learn_length",
-        "n_step",
-        "target_network_frequency",
-        "replay_ratio",
-        "frame_stack",
-        "lstm_size",
-        "hidden_size",
-        "publish_interval",
-        "torch_threads",
-    )
-    require(args.num_envs >= 2, "--num-envs", f"must be at least 2 (two alternating groups), got {args.num_envs}")
-    for name in ("burn_in", "learning_starts", "checkpoint_interval", "eval_interval", "actor_lead", "debug_learner_sleep"):
-        require(getattr(args, name) >= 0, flag_name(name), f"must be >= 0, got {getattr(args, name)}")
-    require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
-    for name in ("epsilon", "priority_eta", "importance_beta"):
-        value = getattr(args, name)
-        require(0 <= value <= 1, flag_name(name), f"must be in [0, 1], got {value}")
-    require(args.epsilon_alpha >= 0, "--epsilon-alpha", f"must be >= 0, got {args.epsilon_alpha}")
-    require(args.priority_exponent >= 0, "--priority-exponent", f"must be >= 0, got {args.priority_exponent}")
-    require(args.value_rescale_eps >= 0, "--value-rescale-eps", f"must be >= 0, got {args.value_rescale_eps}")
-    require(
-        args.buffer_size >= args.batch_size,
-        "--buffer-size",
-        f"{args.buffer_size} sequences is fewer than --batch-size {args.batch_size}",
-    )
-    require(
-        args.total_timesteps > args.learning_starts,
-        "--learning-starts",
-        f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}",
-    )
-    per_update = args.batch_size * args.learn_length / args.replay_ratio
-    require(
-        args.actor_lead == 0 or args.actor_lead > per_update,
-        "--actor-lead",
-        f"{args.actor_lead} must exceed batch_size x learn_length / replay_ratio = {per_update:g} env steps "
-        "(otherwise actors and learner wait for each other)",
-    )
-    require(
-        not (args.save_model or args.eval_interval) or args.eval_episodes > 0,
-        "--eval-episodes",
-        "must be positive with --save-model or --eval-interval",
-    )
-
-
 def actor_lead(args: Args) -> float:
     """Env steps the actors may collect beyond what the replay ratio lets the learner consume."""
     if args.actor_lead:
@@ -273,22 +185,24 @@ def actor_lead(args: Args) -> float:
     return 4 * args.batch_size * args.learn_length / args.replay_ratio + args.num_actors * args.num_envs * sequence
 
 
-def is_atari(env_id: str) -> bool:
-    """Whether ``env_id`` is an ALE game (Atari preprocessing and the Nature CNN)."""
-    with gym.make(env_id) as env:
-        return hasattr(env.unwrapped, "ale")
-
-
 def make_env(
-    env_id: str, idx: int, capture_video: bool, video_dir: str, atari: bool, frame_stack: int = 4, video_episodes=None
+    env_id: str,
+    idx: int,
+    capture_video: bool,
+    video_dir: str,
+    training: bool = True,
+    video_episodes=None,
+    frame_stack: int = 4,
 ):
-    """A thunk creating env ``idx``; env 0 records videos if asked.
+    """A thunk creating env ``idx``: the gymnasium env with its episode statistics; env 0 records videos if asked.
 
     Atari: the dqn_atari.py preprocessing (no-op starts, frame skip 4 with max-pooling,
     episodic life, FIRE on reset, rewards clipped to their sign, 84x84 grayscale), then
     ``frame_stack`` stacked frames, observations uint8 ``[frame_stack, 84, 84]``; episode
     statistics are the game score (recorded before episodic life and reward clipping).
-    Other envs are made as they are (the vector env records their statistics).
+    Other envs are made as they are. The evaluation env (``training=False``) is the same: R2D2
+    is evaluated as it trains (a lost life resets the LSTM state). No replay log: the actors'
+    envs are not checkpointed (a resumed run starts new episodes).
     """
 
     def thunk():
@@ -297,9 +211,9 @@ def make_env(
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes)
         else:
             env = gym.make(env_id)
-        if not atari:
+        env = gym.wrappers.RecordEpisodeStatistics(env)  # return and length in the info of the episode's last step
+        if not hasattr(env.unwrapped, "ale"):
             return env
-        env = gym.wrappers.RecordEpisodeStatistics(env)
         env = NoopResetEnv(env, noop_max=30)
         env = MaxAndSkipEnv(env, skip=4)
         env = EpisodicLifeEnv(env)
@@ -534,11 +448,13 @@ def run_actor(
     epsilons = epsilon_ladder(args.num_actors * args.num_envs, args.epsilon, args.epsilon_alpha)
     half = args.num_envs // 2
     group_envs = [list(range(first, first + half)), list(range(first + half, first + args.num_envs))]
+    # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
+    # that ended the episode is in infos["final_obs"].
     groups = [
-        make_vector_env(
-            [make_env(args.env_id, i, args.capture_video, video_dir, atari, args.frame_stack) for i in envs],
+        vector_env(
+            [make_env(args.env_id, i, args.capture_video, video_dir, frame_stack=args.frame_stack) for i in envs],
             args.env_mode,
-            episode_statistics=not atari,
+            autoreset_mode=SAME_STEP,
         )
         for envs in group_envs
     ]
@@ -607,11 +523,10 @@ def run_actor(
                 done = torch.as_tensor(terminations | truncations)
                 states[j][done] = 0.0  # the next episode starts from zeros
                 obs[j] = next_obs
-                if "_episode" in infos:
-                    for e in np.flatnonzero(infos["_episode"]):
-                        shared.episodes.put(
-                            (actor_id, group_envs[j][e], float(infos["episode"]["r"][e]), int(infos["episode"]["l"][e]))
-                        )
+                final = infos.get("final_info", {})
+                for e in np.flatnonzero(final.get("_episode", ())):
+                    episode = (actor_id, group_envs[j][e], float(final["episode"]["r"][e]), int(final["episode"]["l"][e]))
+                    shared.episodes.put(episode)
                 shared.actor_steps[actor_id] += len(group_envs[j])
                 check_parent()
                 wait_for_learner()
@@ -624,78 +539,18 @@ def run_actor(
 
 
 # ---------------------------------------------------------------------------------------------
-# Evaluation
+# Evaluation policy
 
 
-def evaluate(
-    model_path: str,
-    eval_episodes: int,
-    env_id: Optional[str] = None,
-    capture_video: bool = False,
-    video_dir: str = "videos",
-    seed: Optional[int] = None,
-    epsilon: Optional[float] = None,
-    device: str = "cpu",
-) -> np.ndarray:
-    """Evaluate a model saved by this script for ``eval_episodes`` episodes, ε-greedy.
-
-    The LSTM state is carried from step to step and reset to zeros at each episode start.
-
-    Args:
-        model_path: a ``.cleanrl_model`` file written with ``--save-model``.
-        eval_episodes: number of whole episodes (> 0).
-        env_id: environment; the one the model was trained on when None.
-        capture_video: record the evaluation episodes into ``video_dir``.
-        seed: seed of the evaluation env and of the ε draws; None means the training seed + 100000.
-        epsilon: probability of a random action; None: 0 (greedy) on classic control, 0.01 on
-            Atari (a greedy policy that never presses FIRE could stall an episode).
-        device: torch device for the network.
-
-    Returns:
-        Episodic returns, float64 ``[eval_episodes]``.
-
-    Raises:
-        ValueError: the file was not saved by r2d2_async.py, or ``eval_episodes`` is not positive.
-    """
-    content = load_model(model_path, "r2d2_async")
-    if eval_episodes <= 0:
-        raise ValueError(f"eval_episodes must be positive, got {eval_episodes}")
-    saved = content["args"]
-    env_id = env_id or content["env_id"]
-    seed = saved["seed"] + 100_000 if seed is None else seed
-    atari = is_atari(env_id)
-    epsilon = (0.01 if atari else 0.0) if epsilon is None else epsilon
-    envs = make_vector_env(
-        [make_env(env_id, 0, capture_video, video_dir, atari, saved["frame_stack"], lambda episode: episode < eval_episodes)],
-        episode_statistics=not atari,
-    )
-    network = RecurrentQNetwork(
-        envs.single_observation_space.shape, int(envs.single_action_space.n), saved["lstm_size"], saved["hidden_size"], atari
-    ).to(device)
-    network.load_state_dict(content["model"])
-    returns = run_episodes(envs, network, eval_episodes, seed, epsilon, device)
-    envs.close()
-    return returns
-
-
-def run_episodes(
-    envs, network: RecurrentQNetwork, num_episodes: int, seed: int, epsilon: float = 0.0, device: torch.device | str = "cpu"
-) -> np.ndarray:
-    """Run ``network`` ε-greedily in the one-env vector env ``envs`` for ``num_episodes`` whole episodes.
-
-    The LSTM state is carried from step to step and reset to zeros at each episode start.
-
-    Returns:
-        Episodic returns, float64 ``[num_episodes]``.
-    """
+def recurrent_policy(network: RecurrentQNetwork, num_actions: int, seed: int, epsilon: float, device: torch.device | str):
+    """``(policy, on_done)`` for :func:`cleanrl_utils.evals.run_episodes` in a one-env vector env: ``network``
+    ε-greedy, its LSTM state carried from step to step and reset to zeros at each episode start."""
     rng = np.random.default_rng(seed)
-    num_actions = int(envs.single_action_space.n)
     state = network.initial_state(1, device)
 
     def policy(obs: np.ndarray) -> np.ndarray:
         nonlocal state
-        with torch.no_grad():
-            q, state = network(torch.as_tensor(obs, device=device).unsqueeze(1), state)
+        q, state = network(torch.as_tensor(obs, device=device).unsqueeze(1), state)
         action = q[:, 0].argmax(-1).cpu().numpy()
         return rng.integers(num_actions, size=1) if rng.random() < epsilon else action
 
@@ -704,7 +559,7 @@ def run_episodes(
         if done[0]:
             state = network.initial_state(1, device)
 
-    return evals.run_episodes(envs, policy, num_episodes, seed, on_done)
+    return policy, on_done
 
 
 # ---------------------------------------------------------------------------------------------
@@ -743,30 +598,61 @@ class ActorFailed(RuntimeError):
     """An actor process raised or died; the message holds its traceback."""
 
 
+# ---- plumbing a reader may skip: argument checks and the evaluation of a saved model
+
+
+def check_args(args: Args) -> None:
+    """Stop with one line naming the flag on bad input."""
+    require_positive(args, "total_timesteps num_actors buffer_size batch_size learning_rate adam_eps learn_length n_step")
+    require_positive(args, "target_network_frequency replay_ratio frame_stack lstm_size hidden_size publish_interval")
+    require(args.num_envs >= 2, "--num-envs", f"must be at least 2 (two alternating groups), got {args.num_envs}")
+    for name in "burn_in learning_starts eval_interval actor_lead debug_learner_sleep epsilon_alpha priority_exponent".split():
+        require(getattr(args, name) >= 0, flag_name(name), f"must be >= 0, got {getattr(args, name)}")
+    require(args.value_rescale_eps >= 0, "--value-rescale-eps", f"must be >= 0, got {args.value_rescale_eps}")
+    require_range(args, gamma=(0, 1), epsilon=(0, 1), priority_eta=(0, 1), importance_beta=(0, 1))
+    require(args.buffer_size >= args.batch_size, "--buffer-size", f"{args.buffer_size} sequences is fewer than --batch-size")
+    no_training = f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}"
+    require(args.total_timesteps > args.learning_starts, "--learning-starts", no_training)
+    per_update = args.batch_size * args.learn_length / args.replay_ratio
+    wait = f"must exceed batch_size x learn_length / replay_ratio = {per_update:g} env steps (or actors and learner wait)"
+    require(args.actor_lead == 0 or args.actor_lead > per_update, "--actor-lead", f"{args.actor_lead} {wait}")
+    require(not args.eval_interval or args.eval_episodes > 0, "--eval-episodes", "must be positive with --eval-interval")
+
+
+def check_environment(args: Args) -> tuple[gym.Space, gym.Space, bool]:
+    """Stop with one line unless --env-id is an Atari NoFrameskip game or has 1-D Box observations, with Discrete
+    actions; returns the observation space (Atari: after the preprocessing), the action space, and whether it is Atari."""
+    observation_space, action_space = check_env(args, gym.spaces.Discrete, gym.spaces.Box)
+    with gym.make(args.env_id) as env:
+        atari, frameskip = hasattr(env.unwrapped, "ale"), env.spec.kwargs.get("frameskip", 1)
+    if not atari:
+        shape = observation_space.shape
+        only = "r2d2_async.py supports Atari games and 1-dimensional observations only"
+        require(len(shape) == 1, "--env-id", f"{args.env_id} has observations of shape {shape}; {only}")
+        return observation_space, action_space, False
+    require(frameskip == 1, "--env-id", f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id")
+    with make_env(args.env_id, 0, False, "", frame_stack=args.frame_stack)() as probe:
+        return probe.observation_space, probe.action_space, True
+
+
+def evaluate(model_path: str, eval_episodes: int, epsilon: Optional[float] = None, **options) -> np.ndarray:
+    """Episodic returns ``[eval_episodes]`` of a model saved by this script, ε-greedy (ε None: 0 on classic control,
+    0.01 on Atari, where a greedy policy that never presses FIRE could stall a game); the LSTM state is reset to
+    zeros at each episode start. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
+    saved = read_file(model_path, "model", script_name(__file__))["args"]  # the frame stack and sizes it was trained with
+    make_stacked_env = partial(make_env, frame_stack=saved["frame_stack"])
+    evaluation = Evaluation(__file__, model_path, eval_episodes, make_stacked_env, **options)
+    shape, num_actions = evaluation.envs.single_observation_space.shape, int(evaluation.envs.single_action_space.n)
+    network = RecurrentQNetwork(shape, num_actions, saved["lstm_size"], saved["hidden_size"], atari=len(shape) > 1)
+    network = evaluation.load(network, "q_network")
+    epsilon = (0.01 if len(shape) > 1 else 0.0) if epsilon is None else epsilon
+    return evaluation.run(*recurrent_policy(network, num_actions, evaluation.seed, epsilon, evaluation.device))
+
+
 if __name__ == "__main__":
-    args = tyro.cli(Args)
-    args, resumed = resume_args(args, "r2d2_async")  # with --resume: the checkpoint's run and its arguments
-    check_args(args)
-    observation_space, action_space = check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "r2d2_async.py")
-    atari = is_atari(args.env_id)
-    if atari:
-        with gym.make(args.env_id) as game:
-            require(
-                game.spec.kwargs.get("frameskip", 1) == 1,
-                "--env-id",
-                f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id (such as "
-                "BreakoutNoFrameskip-v4): the frame skipping is done here",
-            )
-        probe = make_env(args.env_id, 0, False, "", atari, args.frame_stack)()
-        observation_space, action_space = probe.observation_space, probe.action_space
-        probe.close()
-    else:
-        require(
-            len(observation_space.shape) == 1,
-            "--env-id",
-            f"{args.env_id} has observations of shape {observation_space.shape}; r2d2_async.py supports "
-            "Atari games and 1-dimensional observations only",
-        )
+    # ---- plumbing: flags and --resume (bad input stops here), shared replay, run directory, trackers, seeding, signals
+    args, resumed = parse_args(Args, __file__, check_args)
+    observation_space, action_space, atari = check_environment(args)
     T = args.burn_in + args.learn_length
     state_example = np.zeros((2, args.lstm_size), np.float32)
     builder = SequenceBuilder(1, args.burn_in, args.learn_length, observation_space, action_space, state_example)
@@ -774,53 +660,41 @@ if __name__ == "__main__":
         rb = SequenceReplayBuffer(args.buffer_size, builder, alpha=args.priority_exponent, seed=args.seed, shared=True)
     except MemoryError as error:
         fail("--buffer-size", str(error))
-    run = start_run(args, resume=resumed)
-    writer = run.writer
+    run = start_run(args, resumed)
+    writer, device = run.writer, run.device
+    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint, stop the actors, exit 143
+    # Ctrl-C is a KeyboardInterrupt: the actors are stopped, exit 130 (no checkpoint)
     print(f"replay: {args.buffer_size} sequences of {T} steps in shared memory ({rb.nbytes / 2**20:.1f} MiB)")
 
-    seed_everything(args.seed, args.torch_deterministic)
-    torch.set_num_threads(args.torch_threads)
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     num_actions = int(action_space.n)
     q_network = RecurrentQNetwork(observation_space.shape, num_actions, args.lstm_size, args.hidden_size, atari).to(device)
-    target_network = RecurrentQNetwork(observation_space.shape, num_actions, args.lstm_size, args.hidden_size, atari).to(
-        device
-    )
+    target_network = RecurrentQNetwork(observation_space.shape, num_actions, args.lstm_size, args.hidden_size, atari)
+    target_network = target_network.to(device)
+    target_network.load_state_dict(q_network.state_dict())
     optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=args.adam_eps)
+    state = dict(q_network=q_network, target_network=target_network, optimizer=optimizer)  # what a checkpoint holds
     step_offset, update_offset = 0, 0  # env steps and gradient steps of the run before this process
-    if resumed is not None:
-        q_network.load_state_dict(resumed["model"])
-        target_network.load_state_dict(resumed["target_model"])
-        optimizer.load_state_dict(resumed["optimizer"])
-        step_offset, update_offset = resumed["global_step"], resumed["updates"]
+    if run.resumed:  # the checkpoint's networks and optimiser, in place; the replay starts empty
+        saved = run.restore(state)
+        step_offset, update_offset = saved["global_step"], saved["updates"]
         print(f"the checkpoint has no replay: refilling it until step {step_offset + args.learning_starts} before updating")
-    else:
-        target_network.load_state_dict(q_network.state_dict())
 
     shared = Shared(sum(p.numel() for p in q_network.parameters()), args.num_actors)
     shared.publish(q_network)
     epsilons = epsilon_ladder(args.num_actors * args.num_envs, args.epsilon, args.epsilon_alpha)
     for i in range(args.num_actors):
-        writer.add_scalar(
-            f"charts/epsilon/actor_{i}", epsilons[i * args.num_envs : (i + 1) * args.num_envs].mean(), step_offset
-        )
-    checkpointer = Checkpointer(run.directory, "r2d2_async", args, args.checkpoint_interval, step_offset, writer=writer)
+        ladder = epsilons[i * args.num_envs : (i + 1) * args.num_envs]
+        writer.add_scalar(f"charts/epsilon/actor_{i}", ladder.mean(), step_offset)
     context = mp.get_context("spawn")
+    actor_args = (args, atari, shared, rb, os.getpid(), run.video_dir)
     actors = [
-        context.Process(
-            target=actor_main, name=f"r2d2-actor-{i}", args=(i, args, atari, shared, rb, os.getpid(), str(run.video_dir))
-        )
-        for i in range(args.num_actors)
+        context.Process(target=actor_main, name=f"r2d2-actor-{i}", args=(i, *actor_args)) for i in range(args.num_actors)
     ]
-    if args.eval_interval:
-        eval_envs = make_vector_env(
-            [make_env(args.env_id, 0, False, "", atari, args.frame_stack)], episode_statistics=not atari
-        )
+    if args.eval_interval:  # the learner's network, every --eval-interval env steps (the actors wait meanwhile)
+        eval_envs = vector_env([make_env(args.env_id, 0, False, "", False, frame_stack=args.frame_stack)], "sync", SAME_STEP)
         next_eval = (step_offset // args.eval_interval + 1) * args.eval_interval
     per_update = args.batch_size * args.learn_length / args.replay_ratio  # env steps each gradient step needs
-    progress = Progress(args.total_timesteps, start_step=step_offset)
-    global_step, updates, last_log = step_offset, 0, time.time()
-    start_time, td_loss, q_mean = time.time(), float("nan"), float("nan")
+    global_step, updates, last_log, td_loss, q_mean = step_offset, 0, time.time(), float("nan"), float("nan")
     status = 0
     try:
         # the actors start with SIGINT ignored (kept across exec), so that a Ctrl-C to the process
@@ -840,22 +714,13 @@ if __name__ == "__main__":
                     break
                 writer.add_scalar("charts/episodic_return", episodic_return, global_step)
                 writer.add_scalar("charts/episodic_length", length, global_step)
-                progress.episodes([episodic_return])
+                run.progress.episodes([episodic_return])
             check_actors(actors, shared)
             collected = int(shared.actor_steps.sum())
             global_step = step_offset + collected
-            progress.update(global_step)
-            if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
-                checkpointer.save(
-                    global_step,
-                    {
-                        "model": q_network.state_dict(),
-                        "target_model": target_network.state_dict(),
-                        "optimizer": optimizer.state_dict(),
-                        "updates": update_offset + updates,
-                        "wandb_id": run.wandb_id,
-                    },
-                )
+            run.progress.update(global_step)
+            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps; after SIGTERM, then exit 143
+                run.save_checkpoint(state, global_step, updates=update_offset + updates)
             owed = (updates + 1) * per_update <= collected - args.learning_starts and len(rb) >= args.batch_size
             if global_step >= args.total_timesteps:  # enough env steps: the actors hold, the learner
                 shared.hold[0] = 1  # makes the gradient steps the ratio still owes
@@ -863,9 +728,9 @@ if __name__ == "__main__":
                     break
             if args.eval_interval and global_step >= next_eval:  # the current network, greedy
                 next_eval += args.eval_interval * ((global_step - next_eval) // args.eval_interval + 1)
-                episodic_returns = run_episodes(
-                    eval_envs, q_network, args.eval_episodes, args.seed + 100_000, 0.01 if atari else 0.0, device
-                )
+                policy, on_done = recurrent_policy(q_network, num_actions, args.seed + 100_000, 0.01 if atari else 0.0, device)
+                with torch.no_grad():
+                    episodic_returns = run_episodes(eval_envs, policy, args.eval_episodes, args.seed + 100_000, on_done)
                 writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
                 print(
                     f"step {global_step}: evaluation over {args.eval_episodes} episodes: "
@@ -875,7 +740,7 @@ if __name__ == "__main__":
             now = time.time()
             if now - last_log >= 1.0 and collected > args.learning_starts:
                 last_log = now
-                writer.add_scalar("charts/SPS", int(collected / (now - start_time)), global_step)
+                writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
                 writer.add_scalar(
                     "charts/replay_ratio",
                     updates * args.batch_size * args.learn_length / (collected - args.learning_starts),
@@ -961,7 +826,7 @@ if __name__ == "__main__":
     if status:
         run.close()
         sys.exit(status)
-    progress.close()
+    run.progress.close()
     collected = int(shared.actor_steps.sum())
     if collected > args.learning_starts:
         ratio = updates * args.batch_size * args.learn_length / (collected - args.learning_starts)
@@ -979,14 +844,8 @@ if __name__ == "__main__":
         )
         print(f"warning: no gradient step was made: {why}", file=sys.stderr)
 
+    if args.eval_interval:
+        eval_envs.close()
     if args.save_model:
-        model_path = run.directory / f"{args.exp_name}.cleanrl_model"
-        save_model(model_path, "r2d2_async", args, q_network.state_dict())
-        print(f"model saved to {model_path}")
-        episodic_returns = evaluate(
-            str(model_path), args.eval_episodes, args.env_id, args.capture_video, str(run.directory / "videos-eval")
-        )
-        writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
-        writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
-        print(f"evaluation over {args.eval_episodes} episodes: {episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
+        run.save_model({"q_network": q_network}, evaluate)
     run.close()

@@ -135,6 +135,54 @@ def restore(state: dict[str, Any], saved: dict[str, Any]) -> tuple[Any, list[str
     return obs, missing
 
 
+class PerRank:
+    """Checkpoint state that each process (rank) of a ``torch.distributed`` group holds its own of.
+
+    In a distributed script the networks and optimiser are the same on every rank, but each rank
+    steps its own envs and draws from its own generators. Put those in a ``PerRank`` inside the
+    checkpoint state, ``state = dict(agent=agent, optimizer=optimizer, ranks=PerRank(envs=envs))``,
+    and call ``run.save_checkpoint(state, ...)`` on every rank (rank 0's :class:`~cleanrl_utils.run.Run`
+    writes the file, the others' write nothing): the checkpoint then holds every rank's capture
+    of these objects and of its global random generators (:func:`rng_state`), and
+    ``run.restore(state)`` gives each rank its own back.
+
+    Args:
+        objects: the rank's objects, as in a checkpoint state (a vector env, generators, ...).
+
+    Attributes:
+        obs: after :meth:`load_state_dict`: the observation the restored vector env acts on next.
+    """
+
+    def __init__(self, **objects: Any):
+        self.objects, self.obs = objects, None
+
+    def state_dict(self) -> list[dict] | None:
+        """``[rank 0's capture, rank 1's, ...]`` on rank 0, None on the others.
+
+        A collective call (``gather_object``): every rank of the group makes it at the same point.
+        """
+        import torch.distributed as dist
+
+        mine = {"state": capture(self.objects), "rng": rng_state()}
+        gathered = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+        dist.gather_object(mine, gathered, dst=0)
+        return gathered
+
+    def load_state_dict(self, saved: list[dict]) -> None:
+        """Restore this rank's entry of ``saved`` (from :meth:`state_dict`) and its global random generators.
+
+        Raises:
+            ValueError: ``saved`` was written by another number of ranks.
+        """
+        import torch.distributed as dist
+
+        if len(saved) != dist.get_world_size():
+            raise ValueError(f"the checkpoint was written by {len(saved)} ranks, this run has {dist.get_world_size()}")
+        mine = saved[dist.get_rank()]
+        self.obs, _ = restore(self.objects, mine["state"])
+        set_rng_state(mine["rng"])
+
+
 RESUMABLE_WITH_OTHER_VALUES = (
     "resume",
     "checkpoint_interval",

@@ -232,7 +232,7 @@ def seed_everything(seed: int, torch_deterministic: bool) -> None:
     torch.backends.cudnn.deterministic = torch_deterministic
 
 
-def start_run(args: Any, resumed: dict | None = None, runs_dir: str | os.PathLike = "runs") -> Run:
+def start_run(args: Any, resumed: dict | None = None, runs_dir: str | os.PathLike = "runs", record: bool = True) -> Run:
     """Create (or, resuming, reopen) the run directory; start TensorBoard (and W&B); seed; pick the device.
 
     Args:
@@ -242,6 +242,9 @@ def start_run(args: Any, resumed: dict | None = None, runs_dir: str | os.PathLik
             process are dropped (``purge_step``), so the curves continue without a fold, and the
             W&B run is resumed.
         runs_dir: parent folder of new run directories.
+        record: False for a process that takes part in a run another process records (a rank
+            other than 0 of a distributed run): it seeds and picks the device, and gets a
+            :class:`Run` without directory that writes nothing (see :attr:`Run.records`).
 
     Returns:
         The started :class:`Run`. With ``args.track`` the W&B run is started first, with
@@ -251,6 +254,8 @@ def start_run(args: Any, resumed: dict | None = None, runs_dir: str | os.PathLik
     """
     from torch.utils.tensorboard import SummaryWriter
 
+    if not record:
+        return Run(args, None, _NoWriter(), _seed_and_device(args), resumed)
     config = dataclasses.asdict(args)
     if resumed is not None:  # continue the checkpoint's run, in its directory
         directory = Path(resumed["path"]).parent.parent
@@ -282,10 +287,21 @@ def start_run(args: Any, resumed: dict | None = None, runs_dir: str | os.PathLik
     table = "\n".join(f"|{key}|{value}|" for key, value in config.items())
     writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
     print(f"run directory: {directory}" + (f" (resumed at step {resumed['global_step']})" if resumed else ""), flush=True)
+    return Run(args, directory, writer, _seed_and_device(args), resumed)
+
+
+def _seed_and_device(args: Any) -> torch.device:
+    """Seed the global generators, set torch's threads; the device: CUDA when available and ``--cuda``."""
     seed_everything(args.seed, args.torch_deterministic)
     torch.set_num_threads(args.torch_threads)
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-    return Run(args, directory, writer, device, resumed)
+    return torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+
+class _NoWriter:
+    """The writer of a :class:`Run` that records nothing: every ``SummaryWriter`` method does nothing."""
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *args, **kwargs: None
 
 
 class Run:
@@ -293,19 +309,25 @@ class Run:
 
     Attributes:
         args: the run's ``Args``.
-        directory: ``runs/{env_id}__{exp_name}__{seed}__{unix_time}``.
+        directory: ``runs/{env_id}__{exp_name}__{seed}__{unix_time}``; None for a run that does not record.
         writer: a ``torch.utils.tensorboard.SummaryWriter`` on ``directory`` (mirrored to W&B with ``--track``).
         device: ``cuda`` when available and ``--cuda``, else ``cpu``.
         resumed: the checkpoint this run continues (``--resume``), or None.
         stop_signal: the signal number received by :meth:`stop`, or None.
+        records: False for a run started with ``start_run(..., record=False)``: no directory, a
+            writer and progress that write nothing; its :meth:`save_checkpoint` captures the state
+            (so that the collectives a state object's ``state_dict`` makes take place) and writes
+            nothing, its :meth:`save_model` does nothing.
     """
 
-    def __init__(self, args: Any, directory: Path, writer: Any, device: torch.device, resumed: dict | None):
+    def __init__(self, args: Any, directory: Path | None, writer: Any, device: torch.device, resumed: dict | None):
         self.args, self.directory, self.writer, self.device, self.resumed = args, directory, writer, device, resumed
-        self.video_dir = str(directory / "videos")
+        self.records = directory is not None
+        self.video_dir = str(directory / "videos") if self.records else ""
         self.stop_signal: int | None = None
         start_step = resumed["global_step"] if resumed is not None else 0
-        self.progress = Progress(args.total_timesteps, start_step=start_step)
+        stream = None if self.records else open(os.devnull, "w")
+        self.progress = Progress(args.total_timesteps, start_step=start_step, stream=stream)
         self.start_step, self.start_time = start_step, time.perf_counter()
         interval = args.checkpoint_interval
         self.next_checkpoint = (start_step // interval + 1) * interval if interval > 0 else None
@@ -326,11 +348,12 @@ class Run:
         """Whether to write a checkpoint now: ``--checkpoint-interval`` steps passed, or :meth:`stop` was called."""
         return self.stop_signal is not None or (self.next_checkpoint is not None and global_step >= self.next_checkpoint)
 
-    def save_checkpoint(self, state: dict[str, Any], global_step: int, **counters: Any) -> Path:
+    def save_checkpoint(self, state: dict[str, Any], global_step: int, **counters: Any) -> Path | None:
         """Write ``{run_dir}/checkpoints/step_{global_step}.pt``: ``state`` captured, the counters and the random generators.
 
         Keeps the two most recent checkpoints. After :meth:`stop`, closes the envs in ``state``
-        and exits with 128 + the signal's number (143 for SIGTERM, 130 for Ctrl-C).
+        and exits with 128 + the signal's number (143 for SIGTERM, 130 for Ctrl-C). A run that
+        does not record captures ``state`` and writes nothing (returns None).
 
         Args:
             state: the script's checkpoint state (see :mod:`cleanrl_utils.checkpoint`).
@@ -346,19 +369,22 @@ class Run:
             "wandb_id": self.wandb_id,
         }
         modules = {name: value for name, value in state.items() if isinstance(value, torch.nn.Module)}
-        path = write_file(
-            checkpoint_path(self.directory, global_step), "checkpoint", self.args.script, self.args, content, modules
-        )
+        path = None
+        if self.records:
+            path = write_file(
+                checkpoint_path(self.directory, global_step), "checkpoint", self.args.script, self.args, content, modules
+            )
         if self.next_checkpoint is not None:
             while self.next_checkpoint <= global_step:
                 self.next_checkpoint += self.args.checkpoint_interval
         from cleanrl_utils.files import checkpoints as checkpoint_files
 
-        for old in checkpoint_files(self.directory)[:-2]:
+        for old in checkpoint_files(self.directory)[:-2] if self.records else []:
             old.unlink()
         if self.stop_signal is not None:
             name = signal.Signals(self.stop_signal).name
-            print(f"{name}: checkpoint written to {path}; resume with --resume {self.directory}", flush=True)
+            if self.records:
+                print(f"{name}: checkpoint written to {path}; resume with --resume {self.directory}", flush=True)
             for value in state.values():
                 if isinstance(value, gym.vector.VectorEnv):
                     value.close()
@@ -367,7 +393,8 @@ class Run:
         return path
 
     def restore(self, state: dict[str, Any]) -> dict[str, Any]:
-        """Load the resumed checkpoint into ``state``'s objects, in place, and the random generators.
+        """Load the random generators and then the resumed checkpoint into ``state``'s objects, in place
+        (an object may then set generators of its own: :class:`cleanrl_utils.checkpoint.PerRank`).
 
         Returns:
             The checkpoint's counters (``global_step`` and those given to :meth:`save_checkpoint`),
@@ -379,11 +406,11 @@ class Run:
                 this script's state (another network, another number of envs).
         """
         saved = self.resumed
+        checkpoints.set_rng_state(saved["rng"])
         try:
             obs, missing = checkpoints.restore(state, {**saved["state"], "path": saved["path"], "modules": saved["modules"]})
         except ValueError as error:
             fail("--resume", str(error))
-        checkpoints.set_rng_state(saved["rng"])
         return {"global_step": saved["global_step"], **saved["counters"], "obs": obs, "missing": missing}
 
     # ---- logging
@@ -409,7 +436,7 @@ class Run:
 
     # ---- the saved model
 
-    def save_model(self, models: dict[str, Any], evaluate: Callable[..., np.ndarray]) -> Path:
+    def save_model(self, models: dict[str, Any], evaluate: Callable[..., np.ndarray]) -> Path | None:
         """Write ``{run_dir}/{exp_name}.cleanrl_model`` and evaluate it with the script's ``evaluate``.
 
         Args:
@@ -418,8 +445,13 @@ class Run:
             evaluate: the script's ``evaluate(model_path, eval_episodes, env_id=..., capture_video=...,
                 video_dir=..., device=...)``; its returns are logged as ``eval/episodic_return``
                 (mean) and ``eval/episodic_return_std`` at the last step.
+
+        Returns:
+            The model file's path; None, with nothing written or evaluated, for a run that does not record.
         """
         self.progress.close()
+        if not self.records:
+            return None
         modules = {name: value for name, value in models.items() if isinstance(value, torch.nn.Module)}
         content = {name: value.state_dict() if name in modules else value for name, value in models.items()}
         path = write_file(
@@ -457,7 +489,7 @@ class Run:
         """End the progress output, flush and close the writer; upload videos and finish the W&B run if tracked."""
         self.progress.close()
         self.writer.close()
-        if self.args.track:
+        if self.args.track and self.records:
             import wandb
 
             for video in sorted(self.directory.glob("videos*/*.mp4")):  # training and evaluation

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from cleanrl_utils.files import checkpoint_step, latest_checkpoint
 from tests.conftest import (
     ROOT,
     assert_stops_with_one_line,
@@ -101,7 +102,7 @@ def test_collective_helpers_match_their_one_process_definitions(tmp_path):
     for rank in (0, 1):
         normalized, agreed, kl, same, different = results[rank]
         np.testing.assert_allclose(normalized, expected[5 * rank : 5 * rank + 5], rtol=1e-6, atol=1e-6)
-        assert agreed == [True, False]
+        assert agreed == [1, 0]
         assert kl == 1.5
         assert same == 0.0 and different == 0.25
 
@@ -244,10 +245,13 @@ def test_sigterm_checkpoints_and_resume_continues_exactly(tmp_path):
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
-    assert "stop requested: checkpoint written" in out, (out, err)
+    assert "SIGTERM: checkpoint written" in out, (out, err)
     directory = run_dir(cut)
-    step = max(int(path.stem.removeprefix("step_")) for path in directory.glob("checkpoints/step_*.pt"))
+    step = checkpoint_step(latest_checkpoint(directory))
     assert 512 <= step < 2560 and not list(directory.glob("*.cleanrl_model"))
+    checkpoint = torch.load(latest_checkpoint(directory), weights_only=True)  # every rank's envs and generators
+    assert checkpoint["args"]["world_size"] == 2 and len(checkpoint["state"]["ranks"]) == 2
+    assert [set(entry["state"]) for entry in checkpoint["state"]["ranks"]] == [{"envs"}] * 2
 
     (tmp_path / "other").mkdir()
     assert_stops_with_one_line(
@@ -256,7 +260,7 @@ def test_sigterm_checkpoints_and_resume_continues_exactly(tmp_path):
     resumed = torchrun("--resume", str(directory), cwd=cut)
     assert f"resumed at step {step}" in resumed.stdout and run_dir(cut) == directory
 
-    saved = [torch.load(next(run.glob("*.cleanrl_model")), weights_only=True)["model"] for run in (whole, directory)]
+    saved = [torch.load(next(run.glob("*.cleanrl_model")), weights_only=True)["agent"] for run in (whole, directory)]
     for name, tensor in saved[0].items():
         assert torch.equal(tensor, saved[1][name]), name
     curves = [{tag: values for tag, values in scalars(run).items() if tag != "charts/SPS"} for run in (whole, directory)]
@@ -355,7 +359,7 @@ def test_two_ranks_solve_cartpole_at_ppo_global_batch(tmp_path):
         "--total-timesteps",
         "500000",
         cwd=tmp_path,
-        timeout=900,
+        timeout=1500,  # a loaded machine: generous (pytest's own limit is 1800 s)
     )
     returns = episodic_returns(run_dir(tmp_path))
     last20 = float(np.mean(returns[-20:]))

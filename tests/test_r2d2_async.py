@@ -23,7 +23,7 @@ import torch
 
 import tests.envs  # noqa: F401  (registers Counter-v0, CrashingCounter-v0, SlowCounter-v0)
 from cleanrl import r2d2_async
-from cleanrl_utils.checkpoint import latest_checkpoint
+from cleanrl_utils.files import latest_checkpoint
 from tests.conftest import ROOT, assert_stops_with_one_line, run_dir, run_script, scalars
 
 MASKED = "cleanrl_utils.envs:CartPoleNoVelocity-v1"
@@ -324,8 +324,8 @@ def test_sigterm_writes_a_checkpoint_and_resume_continues(tmp_path):
     assert "SIGTERM: checkpoint written" in out
     run = run_dir(tmp_path)
     checkpoint = torch.load(latest_checkpoint(run), weights_only=True)
-    assert {"model", "target_model", "optimizer", "updates", "global_step"} <= set(checkpoint)
-    assert "buffer" not in checkpoint and checkpoint["updates"] > 0
+    assert set(checkpoint["state"]) == {"q_network", "target_network", "optimizer"}  # not the replay
+    assert checkpoint["counters"]["updates"] > 0
     step = checkpoint["global_step"]
     assert 500 < step < 4000
     assert not list(run.glob("*.cleanrl_model"))
@@ -335,7 +335,7 @@ def test_sigterm_writes_a_checkpoint_and_resume_continues(tmp_path):
     assert f"refilling it until step {step + 200}" in resumed.stdout
     assert run_dir(tmp_path) == run and list(run.glob("*.cleanrl_model"))
     updates = scalars(run)["charts/updates"]
-    assert updates[-1][1] > checkpoint["updates"] and updates[-1][0] > step  # the gradient steps went on
+    assert updates[-1][1] > checkpoint["counters"]["updates"] and updates[-1][0] > step  # the gradient steps went on
 
 
 # ---- learning
