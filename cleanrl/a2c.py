@@ -28,10 +28,9 @@ Run:
     python cleanrl/a2c.py --env-id CartPole-v1
 """
 
-import os
-import time
+import signal
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Literal
 
 import gymnasium as gym
 import numpy as np
@@ -40,62 +39,15 @@ import torch.nn as nn
 import torch.optim as optim
 import tyro
 
-from cleanrl_utils.checkpoint import (
-    Checkpointer,
-    envs_state,
-    generator_state,
-    make_generator,
-    restore_envs,
-    resume_args,
-    set_rng_state,
-)
-from cleanrl_utils.evals import run_episodes
-from cleanrl_utils.numpy_net import NumpyMLP
-from cleanrl_utils.run import (
-    Progress,
-    check_env,
-    load_model,
-    log_episodes,
-    make_vector_env,
-    real_next_obs,
-    require,
-    require_positive,
-    save_model,
-    seed_everything,
-    start_run,
-)
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.run import RunArgs, check_env, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
 
 @dataclass
-class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """name of this experiment, part of the run directory name"""
-    seed: int = 1
-    """seed of python, numpy, torch and the environments"""
-    torch_deterministic: bool = True
-    """if toggled, `torch.backends.cudnn.deterministic=True`"""
-    cuda: bool = True
-    """if toggled, train on CUDA when it is available"""
-    track: bool = False
-    """if toggled, mirror the logs to Weights & Biases"""
-    wandb_project_name: str = "cleanRL"
-    """Weights & Biases project"""
-    wandb_entity: Optional[str] = None
-    """Weights & Biases entity (team); None means your default"""
-    capture_video: bool = False
-    """if toggled, record videos of env 0's episodes into `{run_dir}/videos`"""
-    save_model: bool = False
-    """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it"""
-    eval_episodes: int = 10
-    """episodes the saved model is evaluated for (with --save-model)"""
-    checkpoint_interval: int = 0
-    """write a checkpoint to `{run_dir}/checkpoints/` every this many environment steps, at the end of the rollout that reaches it (0: only when the run receives SIGTERM)"""
-    resume: Optional[str] = None
-    """continue the run of this checkpoint file, or of the latest checkpoint in this run directory; its other flags come from the checkpoint"""
-    torch_threads: int = 1
-    """CPU threads for torch (1 is fastest for these small networks)"""
+class Args(RunArgs):
+    """A2C's hyperparameters; the flags every script takes (--seed, --track, --save-model, --resume ...) come from RunArgs."""
 
-    # Algorithm specific arguments
     env_id: str = "CartPole-v1"
     """gymnasium id of the environment (Discrete actions, vector observations)"""
     env_mode: Literal["sync", "async"] = "sync"
@@ -136,37 +88,11 @@ class Args:
     """total_timesteps // batch_size, the number of updates (computed; not a flag)"""
 
 
-def check_args(args: Args) -> None:
-    """Fill in the computed fields; stop with one line naming the flag on bad input."""
-    require_positive(args, "total_timesteps", "num_envs", "num_steps", "learning_rate", "torch_threads", "log_interval")
-    require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
-    require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
-    require(0 <= args.gae_lambda <= 1, "--gae-lambda", f"must be in [0, 1], got {args.gae_lambda}")
-    require(args.max_grad_norm > 0, "--max-grad-norm", f"must be positive, got {args.max_grad_norm}")
-    require(0 <= args.rms_prop_alpha < 1, "--rms-prop-alpha", f"must be in [0, 1), got {args.rms_prop_alpha}")
-    require(args.rms_prop_eps > 0, "--rms-prop-eps", f"must be positive, got {args.rms_prop_eps}")
-    require(not args.save_model or args.eval_episodes > 0, "--eval-episodes", "must be positive with --save-model")
-    args.batch_size = args.num_envs * args.num_steps
-    require(
-        not args.norm_adv or args.batch_size >= 2,
-        "--norm-adv",
-        f"a rollout of {args.batch_size} sample is too small to normalise advantages; "
-        "use more --num-envs or --num-steps, or --no-norm-adv",
-    )
-    require(
-        args.total_timesteps >= args.batch_size,
-        "--total-timesteps",
-        f"{args.total_timesteps} is less than one rollout of {args.batch_size} steps "
-        f"(--num-envs {args.num_envs} x --num-steps {args.num_steps})",
-    )
-    args.num_iterations = args.total_timesteps // args.batch_size
+def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, training: bool = True, video_episodes=None):
+    """A thunk creating env ``idx``: the gymnasium env, its episode statistics, and (training) its replay log.
 
-
-def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, video_episodes=None):
-    """A thunk creating env ``idx``; env 0 records videos into ``video_dir`` if asked.
-
-    ``video_episodes(episode_index) -> bool`` picks the episodes to record; by default
-    gymnasium's schedule (episodes 0, 1, 8, 27, ..., 1000, then every 1000th).
+    Env 0 records videos into ``video_dir`` if asked, of the episodes ``video_episodes(index)``
+    picks (gymnasium's schedule by default). ``training=False``: an evaluation env, without replay log.
     """
 
     def thunk():
@@ -175,7 +101,8 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, video_e
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes)
         else:
             env = gym.make(env_id)
-        return env
+        env = gym.wrappers.RecordEpisodeStatistics(env)  # return and length in the info of the episode's last step
+        return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
 
@@ -188,15 +115,12 @@ def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.
 
 
 class Agent(nn.Module):
-    """Separate actor and critic MLPs, 64-64 tanh (stable-baselines3's A2C MlpPolicy).
+    """Separate actor and critic MLPs, 64-64 tanh (stable-baselines3's A2C MlpPolicy), sized for ``envs``
+    (flat observations, Discrete actions)."""
 
-    Args:
-        obs_dim: size of the flat observation.
-        num_actions: size of the Discrete action space.
-    """
-
-    def __init__(self, obs_dim: int, num_actions: int):
+    def __init__(self, envs: gym.vector.VectorEnv):
         super().__init__()
+        obs_dim, num_actions = int(np.prod(envs.single_observation_space.shape)), int(envs.single_action_space.n)
         self.critic = nn.Sequential(
             layer_init(nn.Linear(obs_dim, 64)),
             nn.Tanh(),
@@ -216,6 +140,10 @@ class Agent(nn.Module):
         """V(x): observations ``[B, obs_dim]`` -> values ``[B]``."""
         return self.critic(x).squeeze(-1)
 
+    def get_action(self, x: torch.Tensor) -> torch.Tensor:
+        """Actions ``[B]`` (int64) sampled from the categorical policy π(·|x), observations ``[B, obs_dim]``."""
+        return torch.multinomial(torch.softmax(self.actor(x), dim=-1), 1).squeeze(-1)
+
     def get_log_prob_and_entropy(self, x: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Score ``action`` under the categorical policy π(·|x).
 
@@ -230,22 +158,6 @@ class Agent(nn.Module):
         log_prob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
         entropy = -(log_probs.exp() * log_probs).sum(-1)
         return log_prob, entropy
-
-
-def sample_categorical(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Sample one action per row of ``logits`` from softmax(logits), by the Gumbel-max trick.
-
-    argmax_a (logits_a + g_a), with g_a ~ Gumbel(0, 1) i.i.d., is distributed as
-    softmax(logits) (Gumbel 1954; Maddison, Tarlow, Minka 2014, arXiv:1411.0030, sec. 2).
-
-    Args:
-        logits: unnormalised log-probabilities ``[B, A]``.
-        rng: numpy generator supplying the noise.
-
-    Returns:
-        Actions ``[B]`` int64.
-    """
-    return np.argmax(logits + rng.gumbel(size=logits.shape), axis=-1)
 
 
 def compute_gae(
@@ -336,148 +248,104 @@ def a2c_loss(
     return loss, policy_loss, value_loss, entropy_loss
 
 
-def evaluate(
-    model_path: str,
-    eval_episodes: int,
-    env_id: Optional[str] = None,
-    capture_video: bool = False,
-    video_dir: str = "videos",
-    seed: Optional[int] = None,
-    deterministic: bool = True,
-    device: str = "cpu",
-) -> np.ndarray:
-    """Evaluate a model saved by this script for ``eval_episodes`` episodes.
+# ---- plumbing a reader may skip: argument checks and the evaluation of a saved model
 
-    Args:
-        model_path: a ``.cleanrl_model`` file written with ``--save-model``.
-        eval_episodes: number of whole episodes.
-        env_id: environment; the one the model was trained on when None.
-        capture_video: record the evaluation episodes into ``video_dir``.
-        seed: seed of the evaluation env and of action sampling; None means the training
-            seed + 100000, as the evaluation at the end of training uses.
-        deterministic: take the most probable action instead of sampling.
-        device: torch device for the network.
 
-    Returns:
-        Episodic returns, float64 ``[eval_episodes]``.
+def check_args(args: Args) -> None:
+    """Fill in the computed fields; stop with one line naming the flag on bad input."""
+    require_positive(args, "total_timesteps num_envs num_steps learning_rate max_grad_norm rms_prop_eps log_interval")
+    require_range(args, gamma=(0, 1), gae_lambda=(0, 1))
+    require(0 <= args.rms_prop_alpha < 1, "--rms-prop-alpha", f"must be in [0, 1), got {args.rms_prop_alpha}")
+    args.batch_size = args.num_envs * args.num_steps
+    args.num_iterations = args.total_timesteps // args.batch_size
+    require(not args.norm_adv or args.batch_size >= 2, "--norm-adv", f"a rollout of {args.batch_size} is too small")
+    batch = f"{args.batch_size} steps (--num-envs {args.num_envs} x --num-steps {args.num_steps})"
+    require(args.num_iterations > 0, "--total-timesteps", f"less than one rollout of {batch}")
+    if args.num_iterations * args.batch_size != args.total_timesteps:
+        total = args.num_iterations * args.batch_size
+        print(f"training {total} steps: --total-timesteps rounded down to whole rollouts of {args.batch_size}")
+    check_env(args, gym.spaces.Discrete, gym.spaces.Box, obs_ndim=1)
 
-    Raises:
-        ValueError: the file was not saved by a2c.py.
-    """
-    content = load_model(model_path, "a2c")
-    env_id = env_id or content["env_id"]
-    seed = content["args"]["seed"] + 100_000 if seed is None else seed
-    envs = make_vector_env([make_env(env_id, 0, capture_video, video_dir, lambda episode: episode < eval_episodes)])
-    generator = torch.Generator().manual_seed(seed)
-    agent = Agent(int(np.prod(envs.single_observation_space.shape)), int(envs.single_action_space.n)).to(device)
-    agent.load_state_dict(content["model"])
-    agent.eval()
 
-    @torch.no_grad()
-    def policy(obs: np.ndarray) -> np.ndarray:
-        logits = agent.actor(torch.as_tensor(obs, dtype=torch.float32, device=device))
+def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, **options) -> np.ndarray:
+    """Episodic returns ``[eval_episodes]`` of a model saved by this script: the most probable action, or
+    (``deterministic=False``) a sampled one. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
+    evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
+    agent = evaluation.load(Agent(evaluation.envs), "agent")
+    generator = torch.Generator(evaluation.device).manual_seed(evaluation.seed)
+
+    def policy(obs: np.ndarray) -> torch.Tensor:
+        logits = agent.actor(torch.as_tensor(obs, dtype=torch.float32, device=evaluation.device))
         if deterministic:
-            return logits.argmax(-1).cpu().numpy()
-        return torch.multinomial(torch.softmax(logits, -1).cpu(), 1, generator=generator).squeeze(-1).numpy()
+            return logits.argmax(-1).cpu()
+        return torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0].cpu()
 
-    returns = run_episodes(envs, policy, eval_episodes, seed=seed)
-    envs.close()
-    return returns
+    return evaluation.run(policy)
 
 
 if __name__ == "__main__":
-    args = tyro.cli(Args)
-    args, resumed = resume_args(args, "a2c")  # with --resume: the checkpoint's run and its arguments
-    check_args(args)
-    check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "a2c.py", obs_ndim=1)
-    run = start_run(args, resume=resumed)
-    writer = run.writer
+    # ---- plumbing: flags and --resume (bad input stops here), run directory, trackers, seeding, signals
+    args, resumed = parse_args(Args, __file__, check_args)
+    run = start_run(args, resumed)
+    writer, device = run.writer, run.device
+    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
+    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
 
-    seed_everything(args.seed, args.torch_deterministic)
-    torch.set_num_threads(args.torch_threads)
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-
-    envs = make_vector_env(
-        [make_env(args.env_id, i, args.capture_video, str(run.video_dir)) for i in range(args.num_envs)],
+    # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
+    # that ended the episode is in infos["final_obs"].
+    envs = vector_env(
+        [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)],
         args.env_mode,
+        autoreset_mode=SAME_STEP,
     )
-    obs_shape = envs.single_observation_space.shape
-    agent = Agent(int(np.prod(obs_shape)), int(envs.single_action_space.n)).to(device)
+    agent = Agent(envs).to(device)
     optimizer = optim.RMSprop(
         agent.parameters(), lr=args.learning_rate, alpha=args.rms_prop_alpha, eps=args.rms_prop_eps, foreach=True
     )
-    # The rollout samples actions from a numpy copy of the actor: a rollout is 5 vector steps,
-    # and torch's per-call overhead would cost more than the environments. The log-probabilities
-    # and values of the rollout are computed in torch in one batch for the gradient step (the
-    # weights do not change during a rollout, so they are the same numbers).
-    policy = NumpyMLP(agent.actor)
-    rng = np.random.default_rng(args.seed)
 
-    # Rollout storage [num_steps, num_envs, ...], in numpy (a few numbers per step).
+    # Rollout storage [num_steps, num_envs]: what the networks read in torch, the rest in numpy for the returns
     T, N = args.num_steps, args.num_envs
-    obs = np.zeros((T, N) + obs_shape, dtype=np.float32)
-    actions = np.zeros((T, N), dtype=np.int64)
-    rewards = np.zeros((T, N), dtype=np.float32)
-    terminations = np.zeros((T, N), dtype=np.float32)
-    dones = np.zeros((T, N), dtype=np.float32)
+    obs = torch.zeros((T, N) + envs.single_observation_space.shape, device=device)
+    actions = torch.zeros((T, N), dtype=torch.long, device=device)
+    rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
     truncated = np.zeros((T, N), dtype=bool)  # episode ended by truncation, not termination
-    final_obs = np.zeros((T, N) + obs_shape, dtype=np.float32)  # its real final observation
+    final_obs = np.zeros((T, N) + envs.single_observation_space.shape, dtype=np.float32)  # its real final observation
 
-    global_step, first_iteration = 0, 1
-    if resumed is None:
+    state = {"agent": agent, "optimizer": optimizer, "envs": envs}  # what a checkpoint holds, besides the generators
+    global_step, start_iteration = 0, 1
+    if run.resumed:  # the checkpoint's networks, optimiser, generators and envs (replayed), in place
+        saved = run.restore(state)
+        global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, saved["obs"]
+    else:
         next_obs, _ = envs.reset(seed=args.seed)
-    else:  # continue exactly: networks, optimiser, step, envs (replayed), random generators
-        agent.load_state_dict(resumed["model"])
-        optimizer.load_state_dict(resumed["optimizer"])
-        policy.sync()
-        rng = make_generator(resumed["action_rng"])
-        global_step, first_iteration = resumed["global_step"], resumed["iteration"] + 1
-        next_obs = restore_envs(envs, resumed["envs"])
-        set_rng_state(resumed["rng"])
-    checkpointer = Checkpointer(run.directory, "a2c", args, args.checkpoint_interval, global_step, writer=writer)
-    start_step, start_time = global_step, time.time()
-    if args.num_iterations * args.batch_size != args.total_timesteps:
-        print(
-            f"training {args.num_iterations * args.batch_size} steps: --total-timesteps rounded down "
-            f"to whole rollouts of {args.batch_size}"
-        )
-    progress = Progress(args.num_iterations * args.batch_size, start_step=global_step)
 
-    for iteration in range(first_iteration, args.num_iterations + 1):
+    for iteration in range(start_iteration, args.num_iterations + 1):
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
         for step in range(T):
             global_step += N
-            obs[step] = next_obs
-            actions[step] = sample_categorical(policy(next_obs), rng)
+            obs[step] = torch.as_tensor(next_obs, dtype=torch.float32)
+            with torch.inference_mode():
+                action = agent.get_action(obs[step])
+            actions[step] = action
 
-            next_obs, reward, termination, truncation, infos = envs.step(actions[step])
-            rewards[step] = reward
-            terminations[step] = termination
-            dones[step] = termination | truncation
+            next_obs, reward, termination, truncation, infos = envs.step(action.cpu().numpy())
+            rewards[step], terminations[step], dones[step] = reward, termination, termination | truncation
             # Truncated (not terminated) envs will bootstrap from their real final observation.
             truncated[step] = truncation & ~termination
             if truncated[step].any():
                 final_obs[step, truncated[step]] = real_next_obs(next_obs, infos)[truncated[step]]
-            if "_episode" in infos:
-                progress.episodes(log_episodes(writer, infos, global_step))
-        progress.update(global_step)
+            run.log_episodes(global_step, infos)
 
         # One critic pass over the rollout's observations, the observations after it and the
         # final observations of truncated episodes; only V(s_t) keeps its gradient, the
         # bootstrap values enter the returns as constants.
-        b_obs = torch.from_numpy(obs.reshape((-1,) + obs_shape)).to(device)
-        b_actions = torch.from_numpy(actions.reshape(-1)).to(device)
-        critic_input = torch.cat(
-            [
-                b_obs,
-                torch.as_tensor(next_obs, dtype=torch.float32, device=device),
-                torch.from_numpy(final_obs[truncated]).to(device),
-            ]
-        )
-        all_values = agent.get_value(critic_input)
+        b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)
+        b_actions = actions.reshape(-1)
+        next_and_final = np.concatenate([next_obs, final_obs[truncated]]).astype(np.float32)
+        all_values = agent.get_value(torch.cat([b_obs, torch.from_numpy(next_and_final).to(device)]))
         b_values = all_values[: T * N]
         bootstrap = all_values[T * N :].detach().cpu().numpy()
         last_values = bootstrap[:N]
@@ -501,42 +369,20 @@ if __name__ == "__main__":
         loss.backward()
         nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
         optimizer.step()
-        policy.sync()
 
         if iteration % args.log_interval == 0 or iteration == args.num_iterations:
             var_y = np.var(returns)
             explained_var = np.nan if var_y == 0 else 1 - np.var(returns - values) / var_y
-            sps = int((global_step - start_step) / (time.time() - start_time))
             writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
             writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
             writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
             writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
             writer.add_scalar("losses/explained_variance", explained_var, global_step)
-            writer.add_scalar("charts/SPS", sps, global_step)
-        if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
-            checkpointer.save(
-                global_step,
-                {
-                    "iteration": iteration,
-                    "model": agent.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "action_rng": generator_state(rng),
-                    "envs": envs_state(envs),
-                    "wandb_id": run.wandb_id,
-                },
-            )
+            writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+            run.save_checkpoint(state, global_step, iteration=iteration)
 
-    progress.close()
     if args.save_model:
-        model_path = run.directory / f"{args.exp_name}.cleanrl_model"
-        save_model(model_path, "a2c", args, agent.state_dict())
-        print(f"model saved to {model_path}")
-        episodic_returns = evaluate(
-            str(model_path), args.eval_episodes, args.env_id, args.capture_video, str(run.directory / "videos-eval")
-        )
-        writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
-        writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
-        print(f"evaluation over {args.eval_episodes} episodes: {episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
-
+        run.save_model({"agent": agent}, evaluate)
     envs.close()
     run.close()

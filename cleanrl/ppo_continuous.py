@@ -25,10 +25,7 @@ What this file changes against them:
     stops bootstrapping;
   - the normalisation statistics live in the main process, on the vector environment (so
     ``--env-mode async`` keeps one set of statistics, not one per subprocess); they are
-    saved with the model, and evaluation uses them frozen;
-  - actions are sampled from a numpy copy of the mean network during the rollout, and the
-    log-probabilities and values of the rollout are computed in one torch batch after it
-    (the same numbers: the weights do not change within a rollout).
+    saved with the model, and evaluation uses them frozen.
 
 Run:
     python cleanrl/ppo_continuous.py --env-id Hopper-v5          # needs the mujoco extra
@@ -36,8 +33,7 @@ Run:
 """
 
 import math
-import os
-import time
+import signal
 from dataclasses import dataclass
 from typing import Literal, Optional
 
@@ -50,62 +46,15 @@ import tyro
 from gymnasium.vector.utils import batch_space
 from gymnasium.wrappers.utils import RunningMeanStd
 
-from cleanrl_utils.checkpoint import (
-    Checkpointer,
-    envs_state,
-    generator_state,
-    make_generator,
-    restore_envs,
-    resume_args,
-    set_rng_state,
-)
-from cleanrl_utils.evals import run_episodes
-from cleanrl_utils.numpy_net import NumpyMLP
-from cleanrl_utils.run import (
-    Progress,
-    check_env,
-    load_model,
-    log_episodes,
-    make_vector_env,
-    real_next_obs,
-    require,
-    require_positive,
-    save_model,
-    seed_everything,
-    start_run,
-)
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.run import RunArgs, check_env, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
 
 @dataclass
-class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """name of this experiment, part of the run directory name"""
-    seed: int = 1
-    """seed of python, numpy, torch and the environments"""
-    torch_deterministic: bool = True
-    """if toggled, `torch.backends.cudnn.deterministic=True`"""
-    cuda: bool = True
-    """if toggled, train on CUDA when it is available"""
-    track: bool = False
-    """if toggled, mirror the logs to Weights & Biases"""
-    wandb_project_name: str = "cleanRL"
-    """Weights & Biases project"""
-    wandb_entity: Optional[str] = None
-    """Weights & Biases entity (team); None means your default"""
-    capture_video: bool = False
-    """if toggled, record videos of env 0's episodes into `{run_dir}/videos`"""
-    save_model: bool = False
-    """if toggled, save the model (with the observation statistics) to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it"""
-    eval_episodes: int = 10
-    """episodes the saved model is evaluated for (with --save-model)"""
-    checkpoint_interval: int = 0
-    """write a checkpoint to `{run_dir}/checkpoints/` every this many environment steps, at the end of the rollout that reaches it (0: only when the run receives SIGTERM)"""
-    resume: Optional[str] = None
-    """continue the run of this checkpoint file, or of the latest checkpoint in this run directory; its other flags come from the checkpoint"""
-    torch_threads: int = 1
-    """CPU threads for torch (1 is fastest for these small networks)"""
+class Args(RunArgs):
+    """PPO's hyperparameters; the flags every script takes (--seed, --track, --save-model, --resume ...) come from RunArgs."""
 
-    # Algorithm specific arguments
     env_id: str = "Hopper-v5"
     """gymnasium id of the environment (Box actions, vector observations)"""
     env_mode: Literal["sync", "async"] = "sync"
@@ -156,45 +105,13 @@ class Args:
     """total_timesteps // batch_size (computed; not a flag)"""
 
 
-def check_args(args: Args) -> None:
-    """Fill in the computed fields; stop with one line naming the flag on bad input."""
-    require_positive(args, "total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs")
-    require_positive(args, "learning_rate", "torch_threads", "obs_clip", "reward_clip")
-    require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
-    require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
-    require(0 <= args.gae_lambda <= 1, "--gae-lambda", f"must be in [0, 1], got {args.gae_lambda}")
-    require(args.clip_coef > 0, "--clip-coef", f"must be positive, got {args.clip_coef}")
-    require(args.max_grad_norm > 0, "--max-grad-norm", f"must be positive, got {args.max_grad_norm}")
-    require(not args.save_model or args.eval_episodes > 0, "--eval-episodes", "must be positive with --save-model")
-    args.batch_size = args.num_envs * args.num_steps
-    require(
-        args.batch_size % args.num_minibatches == 0,
-        "--num-minibatches",
-        f"{args.num_minibatches} does not divide the batch of {args.batch_size} "
-        f"(--num-envs {args.num_envs} x --num-steps {args.num_steps})",
-    )
-    args.minibatch_size = args.batch_size // args.num_minibatches
-    require(
-        not args.norm_adv or args.minibatch_size >= 2,
-        "--num-minibatches",
-        f"minibatches of {args.minibatch_size} sample are too small to normalise advantages; "
-        "use fewer minibatches or --no-norm-adv",
-    )
-    require(
-        args.total_timesteps >= args.batch_size,
-        "--total-timesteps",
-        f"{args.total_timesteps} is less than one rollout of {args.batch_size} steps",
-    )
-    args.num_iterations = args.total_timesteps // args.batch_size
+def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, training: bool = True, video_episodes=None):
+    """A thunk creating env ``idx``: the gymnasium env, clipping the actions it receives to its bounds, its
+    episode statistics, and (training) its replay log.
 
-
-def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, video_episodes=None):
-    """A thunk creating env ``idx``, which clips the actions it receives to its bounds.
-
-    Env 0 records videos into ``video_dir`` if asked; ``video_episodes(episode_index) -> bool``
-    picks the episodes to record (by default gymnasium's schedule: episodes 0, 1, 8, 27, ...,
-    1000, then every 1000th). Normalisation is added on the vector env, in the main process
-    (:class:`NormalizeObservation`, ``gymnasium.wrappers.vector.NormalizeReward``).
+    Env 0 records videos into ``video_dir`` if asked, of the episodes ``video_episodes(index)``
+    picks (gymnasium's schedule by default). ``training=False``: an evaluation env, without replay
+    log. Normalisation is added on the vector env, in the main process (:class:`Normalization`).
     """
 
     def thunk():
@@ -204,7 +121,8 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, video_e
         else:
             env = gym.make(env_id)
         env = gym.wrappers.ClipAction(env)  # the Gaussian's sample, clipped to the bounds
-        return env
+        env = gym.wrappers.RecordEpisodeStatistics(env)  # raw return and length in the info of the episode's last step
+        return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
 
@@ -289,79 +207,54 @@ class NormalizeObservation(gym.vector.VectorWrapper):
         self.clip = float(state["obs_rms.clip"])
 
 
-def normalize_envs(envs: gym.vector.VectorEnv, gamma: float, obs_clip: float, reward_clip: float):
-    """The training normalisation on a vector env (Huang et al. 2022, continuous-action details 6-9).
+class Normalization:
+    """The training normalisation of a vector env (Huang et al. 2022, continuous-action details 6-9).
 
     Observations: :class:`NormalizeObservation`, clipped to ±``obs_clip``. Rewards: divided by
     the running standard deviation of the discounted return G ← γ G (1 - terminated) + r
     (``gymnasium.wrappers.vector.NormalizeReward``), then clipped to ±``reward_clip``. Episode
-    statistics (``infos["episode"]``) stay those of the raw rewards, recorded inside.
+    statistics stay those of the raw rewards, recorded inside each env.
 
-    Returns:
-        ``(wrapped envs, the NormalizeObservation layer)``.
+    Its :meth:`state_dict` / :meth:`load_state_dict` hold the running statistics of both layers,
+    as a checkpoint does; the env below them (``raw``) is checkpointed on its own, so that its
+    replay leaves the statistics alone.
+
+    Attributes:
+        raw: the vector env below the normalisation.
+        obs: the :class:`NormalizeObservation` layer (its ``normalize`` turns raw observations
+            into what the agent sees).
+        reward: the ``NormalizeReward`` layer.
+        envs: the normalised vector env the run steps.
     """
-    obs_norm = NormalizeObservation(envs, clip=obs_clip)
-    envs = gym.wrappers.vector.NormalizeReward(obs_norm, gamma=gamma)
-    envs = gym.wrappers.vector.TransformReward(envs, lambda reward: np.clip(reward, -reward_clip, reward_clip))
-    return envs, obs_norm
 
+    def __init__(self, envs: gym.vector.VectorEnv, gamma: float, obs_clip: float, reward_clip: float):
+        self.raw = envs
+        self.obs = NormalizeObservation(envs, clip=obs_clip)
+        self.reward = gym.wrappers.vector.NormalizeReward(self.obs, gamma=gamma)
+        self.envs = gym.wrappers.vector.TransformReward(self.reward, lambda reward: np.clip(reward, -reward_clip, reward_clip))
 
-def normalization_state(envs: gym.vector.VectorEnv) -> dict[str, torch.Tensor]:
-    """The running statistics of the normalisation layers of ``envs`` (from :func:`normalize_envs`), as tensors.
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """:meth:`NormalizeObservation.state_dict`'s ``obs_rms.*``, and of ``NormalizeReward`` ``return_rms.{mean,var,count}``
+        (float64), the per-env discounted return ``accumulated_reward`` ``[num_envs]`` and its previous
+        step's dones ``prev_dones`` ``[num_envs]``: all a checkpoint needs to continue the normalisation exactly."""
+        rms = self.reward.return_rms
+        return {
+            **self.obs.state_dict(),
+            "return_rms.mean": torch.tensor(rms.mean, dtype=torch.float64),
+            "return_rms.var": torch.tensor(rms.var, dtype=torch.float64),
+            "return_rms.count": torch.tensor(float(rms.count), dtype=torch.float64),
+            "accumulated_reward": torch.from_numpy(self.reward.accumulated_reward.copy()),
+            "prev_dones": torch.from_numpy(self.reward._prev_dones.copy()),
+        }
 
-    Keys: :meth:`NormalizeObservation.state_dict`'s ``obs_rms.*``, and of
-    ``gymnasium.wrappers.vector.NormalizeReward`` ``return_rms.{mean,var,count}`` (float64), the
-    per-env discounted return it accumulates, ``accumulated_reward`` ``[num_envs]``, and its
-    previous step's dones ``prev_dones`` ``[num_envs]``: all a checkpoint needs to continue the
-    normalisation exactly.
-    """
-    obs_norm, reward_norm = _normalization_layers(envs)
-    rms = reward_norm.return_rms
-    return {
-        **obs_norm.state_dict(),
-        "return_rms.mean": torch.tensor(rms.mean, dtype=torch.float64),
-        "return_rms.var": torch.tensor(rms.var, dtype=torch.float64),
-        "return_rms.count": torch.tensor(float(rms.count), dtype=torch.float64),
-        "accumulated_reward": torch.from_numpy(reward_norm.accumulated_reward.copy()),
-        "prev_dones": torch.from_numpy(reward_norm._prev_dones.copy()),
-    }
-
-
-def load_normalization_state(envs: gym.vector.VectorEnv, state: dict[str, torch.Tensor]) -> None:
-    """Set the normalisation layers of ``envs`` to :func:`normalization_state`'s ``state``."""
-    obs_norm, reward_norm = _normalization_layers(envs)
-    obs_norm.load_state_dict(state)
-    reward_norm.return_rms.mean = state["return_rms.mean"].numpy().copy()
-    reward_norm.return_rms.var = state["return_rms.var"].numpy().copy()
-    reward_norm.return_rms.count = float(state["return_rms.count"])
-    reward_norm.accumulated_reward[:] = state["accumulated_reward"].numpy()
-    reward_norm._prev_dones[:] = state["prev_dones"].numpy()
-
-
-def restore_normalized_envs(envs: gym.vector.VectorEnv, normalization: dict, envs_log: dict) -> np.ndarray:
-    """Restore a freshly made ``envs`` (from :func:`normalize_envs`) to a checkpoint's state.
-
-    The normalisation statistics come from ``normalization`` (:func:`normalization_state`), the
-    sub-envs below the normalisation layers are replayed from ``envs_log``
-    (:func:`cleanrl_utils.checkpoint.envs_state`), which leaves the statistics alone, and their raw
-    observations (in the sub-envs' own dtype) are normalised with the restored statistics, as the
-    observation layer did when it returned them before the checkpoint.
-
-    Returns:
-        The normalised observations ``[num_envs, obs_dim]`` float32 the run acts on next.
-    """
-    load_normalization_state(envs, normalization)
-    obs_norm, _ = _normalization_layers(envs)
-    return obs_norm.normalize(restore_envs(obs_norm.env, envs_log))
-
-
-def _normalization_layers(envs: gym.vector.VectorEnv) -> tuple[NormalizeObservation, gym.wrappers.vector.NormalizeReward]:
-    """The ``NormalizeObservation`` and ``NormalizeReward`` layers of ``envs``."""
-    layers, layer = {}, envs
-    while isinstance(layer, gym.vector.VectorWrapper):
-        layers[type(layer)] = layer
-        layer = layer.env
-    return layers[NormalizeObservation], layers[gym.wrappers.vector.NormalizeReward]
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Set both layers' statistics from :meth:`state_dict`'s ``state``."""
+        self.obs.load_state_dict(state)
+        self.reward.return_rms.mean = state["return_rms.mean"].numpy().copy()
+        self.reward.return_rms.var = state["return_rms.var"].numpy().copy()
+        self.reward.return_rms.count = float(state["return_rms.count"])
+        self.reward.accumulated_reward[:] = state["accumulated_reward"].numpy()
+        self.reward._prev_dones = state["prev_dones"].numpy().copy()
 
 
 def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
@@ -403,15 +296,13 @@ def gaussian_entropy(log_std: torch.Tensor, batch_size: int) -> torch.Tensor:
 
 
 class Agent(nn.Module):
-    """Separate actor (Gaussian mean) and critic MLPs, 64-64 tanh, and a state-independent log σ.
+    """Separate actor (Gaussian mean) and critic MLPs, 64-64 tanh, and a state-independent log σ, sized for ``envs``
+    (flat observations, Box actions)."""
 
-    Args:
-        obs_dim: size of the flat observation.
-        action_dim: size of the Box action space.
-    """
-
-    def __init__(self, obs_dim: int, action_dim: int):
+    def __init__(self, envs: gym.vector.VectorEnv):
         super().__init__()
+        obs_dim = int(np.prod(envs.single_observation_space.shape))
+        action_dim = int(np.prod(envs.single_action_space.shape))
         self.critic = nn.Sequential(
             layer_init(nn.Linear(obs_dim, 64)),
             nn.Tanh(),
@@ -432,20 +323,22 @@ class Agent(nn.Module):
         """V(x): observations ``[B, obs_dim]`` -> values ``[B]``."""
         return self.critic(x).squeeze(-1)
 
-    def get_log_prob_entropy_and_value(self, x: torch.Tensor, action: torch.Tensor):
-        """Score ``action`` under π(·|x) = N(μ(x), σ²) and evaluate V.
+    def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
+        """Sample (or score) actions under π(·|x) = N(μ(x), σ²) and evaluate V.
 
         Args:
             x: observations ``[B, obs_dim]`` (normalised).
-            action: unclipped actions ``[B, A]``.
+            action: unclipped actions ``[B, A]`` to score; sampled a = μ(x) + σ ε, ε ~ N(0, I), when None.
 
         Returns:
-            ``(log π(action|x) [B], entropy of π(·|x) [B], V(x) [B])``.
+            ``(action [B, A], log π(action|x) [B], entropy of π(·|x) [B], V(x) [B])``.
         """
         mean = self.actor_mean(x)
+        if action is None:
+            action = mean + self.actor_logstd.exp() * torch.randn_like(mean)
         log_prob = gaussian_log_prob(mean, self.actor_logstd, action)
         entropy = gaussian_entropy(self.actor_logstd, x.shape[0])
-        return log_prob, entropy, self.critic(x).squeeze(-1)
+        return action, log_prob, entropy, self.critic(x).squeeze(-1)
 
 
 def compute_gae(
@@ -497,170 +390,128 @@ def compute_gae(
     return advantages, advantages + values
 
 
-def evaluate(
-    model_path: str,
-    eval_episodes: int,
-    env_id: Optional[str] = None,
-    capture_video: bool = False,
-    video_dir: str = "videos",
-    seed: Optional[int] = None,
-    deterministic: bool = True,
-    device: str = "cpu",
-) -> np.ndarray:
-    """Evaluate a model saved by this script for ``eval_episodes`` episodes.
+# ---- plumbing a reader may skip: argument checks and the evaluation of a saved model
 
-    Observations are normalised with the statistics saved with the model, frozen (evaluation
-    does not update them); rewards are not normalised (the returns are the environment's).
 
-    Args:
-        model_path: a ``.cleanrl_model`` file written with ``--save-model``.
-        eval_episodes: number of whole episodes.
-        env_id: environment; the one the model was trained on when None.
-        capture_video: record the evaluation episodes into ``video_dir``.
-        seed: seed of the evaluation env and of action sampling; None means the training
-            seed + 100000, as the evaluation at the end of training uses.
-        deterministic: act with the Gaussian's mean μ(s) (clipped to the bounds) instead of
-            sampling from N(μ(s), σ²).
-        device: torch device for the network.
+def check_args(args: Args) -> None:
+    """Fill in the computed fields; stop with one line naming the flag on bad input."""
+    require_positive(args, "total_timesteps num_envs num_steps num_minibatches update_epochs learning_rate clip_coef")
+    require_positive(args, "max_grad_norm obs_clip reward_clip")
+    require_range(args, gamma=(0, 1), gae_lambda=(0, 1))
+    args.batch_size = args.num_envs * args.num_steps
+    args.minibatch_size = args.batch_size // args.num_minibatches
+    args.num_iterations = args.total_timesteps // args.batch_size
+    batch = f"the batch of {args.batch_size} (--num-envs {args.num_envs} x --num-steps {args.num_steps})"
+    require(args.batch_size % args.num_minibatches == 0, "--num-minibatches", f"does not divide {batch}")
+    require(not args.norm_adv or args.minibatch_size >= 2, "--num-minibatches", "too small to normalise advantages")
+    require(args.num_iterations > 0, "--total-timesteps", f"less than one rollout of {args.batch_size} steps")
+    if args.num_iterations * args.batch_size != args.total_timesteps:
+        total = args.num_iterations * args.batch_size
+        print(f"training {total} steps: --total-timesteps rounded down to whole rollouts of {args.batch_size}")
+    _, action_space = check_env(args, gym.spaces.Box, gym.spaces.Box, obs_ndim=1)
+    require(len(action_space.shape) == 1, "--env-id", f"{args.env_id} has actions of shape {action_space.shape}; 1-D only")
 
-    Returns:
-        Episodic returns, float64 ``[eval_episodes]``.
 
-    Raises:
-        ValueError: the file was not saved by ppo_continuous.py.
+def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, **options) -> np.ndarray:
+    """Episodic returns ``[eval_episodes]`` of a model saved by this script: the Gaussian's mean μ(s) (clipped to the
+    bounds by the env), or (``deterministic=False``) a sample of N(μ(s), σ²). Observations are normalised with the
+    statistics saved with the model, frozen; rewards are the env's. ``options``: see :class:`cleanrl_utils.evals.Evaluation`.
     """
-    content = load_model(model_path, "ppo_continuous")
-    env_id = env_id or content["env_id"]
-    seed = content["args"]["seed"] + 100_000 if seed is None else seed
-    state = content["model"]
-    envs = make_vector_env([make_env(env_id, 0, capture_video, video_dir, lambda episode: episode < eval_episodes)])
-    envs = NormalizeObservation(envs)
-    envs.load_state_dict(state)
-    envs.update_running_mean = False  # frozen: the statistics of training
-    generator = torch.Generator().manual_seed(seed)
-    agent = Agent(int(np.prod(envs.single_observation_space.shape)), int(np.prod(envs.single_action_space.shape)))
-    agent.load_state_dict({key: value for key, value in state.items() if not key.startswith("obs_rms.")})
-    agent.to(device).eval()
+    evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
+    evaluation.envs = NormalizeObservation(evaluation.envs)
+    evaluation.envs.load_state_dict(evaluation.model["obs_norm"])
+    evaluation.envs.update_running_mean = False  # frozen: the statistics of training
+    agent = evaluation.load(Agent(evaluation.envs), "agent")
+    generator = torch.Generator(evaluation.device).manual_seed(evaluation.seed)
 
-    @torch.no_grad()
-    def policy(obs: np.ndarray) -> np.ndarray:
-        mean = agent.actor_mean(torch.as_tensor(obs, dtype=torch.float32, device=device)).cpu()
+    def policy(obs: np.ndarray) -> torch.Tensor:
+        mean = agent.actor_mean(torch.as_tensor(obs, device=evaluation.device))
         if deterministic:
-            return mean.numpy()
-        return (mean + agent.actor_logstd.exp().cpu() * torch.randn(mean.shape, generator=generator)).numpy()
+            return mean.cpu()
+        return (mean + agent.actor_logstd.exp() * torch.randn(mean.shape, generator=generator, device=mean.device)).cpu()
 
-    returns = run_episodes(envs, policy, eval_episodes, seed=seed)
-    envs.close()
-    return returns
+    return evaluation.run(policy)
 
 
 if __name__ == "__main__":
-    args = tyro.cli(Args)
-    args, resumed = resume_args(args, "ppo_continuous")  # with --resume: the checkpoint's run and its arguments
-    check_args(args)
-    _, action_space = check_env(args.env_id, (gym.spaces.Box,), (gym.spaces.Box,), "ppo_continuous.py", obs_ndim=1)
-    require(
-        len(action_space.shape) == 1,
-        "--env-id",
-        f"{args.env_id} has actions of shape {action_space.shape}; ppo_continuous.py supports 1-dimensional actions only",
-    )
-    run = start_run(args, resume=resumed)
-    writer = run.writer
+    # ---- plumbing: flags and --resume (bad input stops here), run directory, trackers, seeding, signals
+    args, resumed = parse_args(Args, __file__, check_args)
+    run = start_run(args, resumed)
+    writer, device = run.writer, run.device
+    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
+    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
 
-    seed_everything(args.seed, args.torch_deterministic)
-    torch.set_num_threads(args.torch_threads)
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-
-    envs = make_vector_env(
-        [make_env(args.env_id, i, args.capture_video, str(run.video_dir)) for i in range(args.num_envs)],
+    # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
+    # that ended the episode is in infos["final_obs"].
+    raw_envs = vector_env(
+        [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)],
         args.env_mode,
+        autoreset_mode=SAME_STEP,
     )
-    envs, obs_norm = normalize_envs(envs, args.gamma, args.obs_clip, args.reward_clip)
-    obs_shape = envs.single_observation_space.shape
-    action_shape = envs.single_action_space.shape
-    agent = Agent(int(np.prod(obs_shape)), int(np.prod(action_shape))).to(device)
+    # Observations and rewards normalised on the vector env, in this process: one set of statistics in both env modes
+    normalization = Normalization(raw_envs, args.gamma, args.obs_clip, args.reward_clip)
+    envs = normalization.envs
+    agent = Agent(envs).to(device)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-    # The rollout samples actions from a numpy copy of the mean network: with one env, torch's
-    # per-call overhead would cost more than the simulator. Log-probabilities and values of the
-    # whole rollout are then computed in torch in one batch (the weights do not change during
-    # a rollout, so they are the same numbers).
-    policy_mean = NumpyMLP(agent.actor_mean)
-    action_std = agent.actor_logstd.detach().exp().cpu().numpy()  # σ [1, A]
-    rng = np.random.default_rng(args.seed)
 
-    # Rollout storage [num_steps, num_envs, ...], in numpy (a few numbers per step); the whole
-    # batch goes to torch once per update.
+    # Rollout storage [num_steps, num_envs]: what the networks read in torch, the rest in numpy for GAE
     T, N = args.num_steps, args.num_envs
-    obs = np.zeros((T, N) + obs_shape, dtype=np.float32)
-    actions = np.zeros((T, N) + action_shape, dtype=np.float32)  # the unclipped samples
-    rewards = np.zeros((T, N), dtype=np.float32)  # normalised and clipped
-    terminations = np.zeros((T, N), dtype=np.float32)
-    dones = np.zeros((T, N), dtype=np.float32)
+    obs_shape, action_shape = envs.single_observation_space.shape, envs.single_action_space.shape
+    obs = torch.zeros((T, N) + obs_shape, device=device)
+    actions = torch.zeros((T, N) + action_shape, device=device)  # the unclipped samples
+    logprobs = torch.zeros((T, N), device=device)
+    values = torch.zeros((T, N), device=device)
+    rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))  # rewards normalised, clipped
     truncated = np.zeros((T, N), dtype=bool)  # episode ended by truncation, not termination
     final_obs = np.zeros((T, N) + obs_shape, dtype=np.float32)  # its real final observation, normalised
 
-    global_step, first_iteration = 0, 1
-    if resumed is None:
+    # what a checkpoint holds, besides the generators: the envs below the normalisation, replayed without touching it
+    state = {"agent": agent, "optimizer": optimizer, "normalization": normalization, "envs": raw_envs}
+    global_step, start_iteration = 0, 1
+    if run.resumed:  # the checkpoint's networks, optimiser, generators, statistics and envs (replayed), in place
+        saved = run.restore(state)
+        global_step, start_iteration = saved["global_step"], saved["iteration"] + 1
+        next_obs = normalization.obs.normalize(saved["obs"])  # the raw observation, as the observation layer returned it
+    else:
         next_obs, _ = envs.reset(seed=args.seed)
-    else:  # continue exactly: networks, optimiser, step, normalisation, envs (replayed), random generators
-        agent.load_state_dict(resumed["model"])
-        optimizer.load_state_dict(resumed["optimizer"])
-        policy_mean.sync()
-        action_std = agent.actor_logstd.detach().exp().cpu().numpy()
-        rng = make_generator(resumed["action_rng"])
-        global_step, first_iteration = resumed["global_step"], resumed["iteration"] + 1
-        next_obs = restore_normalized_envs(envs, resumed["normalization"], resumed["envs"])
-        set_rng_state(resumed["rng"])
-    checkpointer = Checkpointer(run.directory, "ppo_continuous", args, args.checkpoint_interval, global_step, writer=writer)
-    start_step, start_time = global_step, time.time()
-    if args.num_iterations * args.batch_size != args.total_timesteps:
-        print(
-            f"training {args.num_iterations * args.batch_size} steps: --total-timesteps rounded down "
-            f"to whole rollouts of {args.batch_size}"
-        )
-    progress = Progress(args.num_iterations * args.batch_size, start_step=global_step)
 
-    for iteration in range(first_iteration, args.num_iterations + 1):
+    for iteration in range(start_iteration, args.num_iterations + 1):
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
-        noise = rng.standard_normal((T, N) + action_shape, dtype=np.float32)
         for step in range(T):
             global_step += N
-            obs[step] = next_obs
-            # a ~ N(μ(s), σ²), sent unclipped: the env's ClipAction clips it to the bounds
-            actions[step] = policy_mean(next_obs) + action_std * noise[step]
+            obs[step] = torch.as_tensor(next_obs)
+            with torch.inference_mode():
+                action, logprob, _, value = agent.get_action_and_value(obs[step])
+            actions[step], logprobs[step], values[step] = action, logprob, value
 
-            next_obs, reward, termination, truncation, infos = envs.step(actions[step])
-            rewards[step] = reward
-            terminations[step] = termination
-            dones[step] = termination | truncation
+            # a ~ N(μ(s), σ²), sent unclipped: the env's ClipAction clips it to the bounds
+            next_obs, reward, termination, truncation, infos = envs.step(action.cpu().numpy())
+            rewards[step], terminations[step], dones[step] = reward, termination, termination | truncation
             # Truncated (not terminated) envs will bootstrap from their real final observation,
             # which NormalizeObservation has normalised with this step's statistics.
             truncated[step] = truncation & ~termination
             if truncated[step].any():
                 final_obs[step, truncated[step]] = real_next_obs(next_obs, infos)[truncated[step]]
-            if "_episode" in infos:
-                progress.episodes(log_episodes(writer, infos, global_step))
-        progress.update(global_step)
+            run.log_episodes(global_step, infos)
 
-        # Flatten the batch, move it to the training device once, and evaluate it under the
-        # policy that collected it: log π_old(a|s) and V(s), V(final obs), V(obs after rollout).
-        b_obs = torch.from_numpy(obs.reshape((-1,) + obs_shape)).to(device)
-        b_actions = torch.from_numpy(actions.reshape((-1,) + action_shape)).to(device)
+        # Bootstrap values: V(final obs) at truncations and V(obs after the rollout); then GAE
         with torch.no_grad():
-            b_logprobs, _, b_values = agent.get_log_prob_entropy_and_value(b_obs, b_actions)
-            values = b_values.cpu().numpy().reshape(T, N)
-            last_values = agent.get_value(torch.as_tensor(next_obs, dtype=torch.float32, device=device)).cpu().numpy()
+            last_values = agent.get_value(torch.as_tensor(next_obs, device=device)).cpu().numpy()
             final_values = np.zeros((T, N), dtype=np.float32)
             if truncated.any():
                 final_values[truncated] = agent.get_value(torch.from_numpy(final_obs[truncated]).to(device)).cpu().numpy()
         advantages, returns = compute_gae(
-            rewards, values, last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
+            rewards, values.cpu().numpy(), last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
         )
-        b_advantages = torch.from_numpy(advantages.reshape(-1)).to(device)
-        b_returns = torch.from_numpy(returns.reshape(-1)).to(device)
+
+        # flatten the batch
+        b_obs, b_actions = obs.reshape((-1,) + obs_shape), actions.reshape((-1,) + action_shape)
+        b_logprobs, b_values = logprobs.reshape(-1), values.reshape(-1)
+        b_advantages = torch.as_tensor(advantages.reshape(-1), device=device)
+        b_returns = torch.as_tensor(returns.reshape(-1), device=device)
 
         # Optimise the policy and value networks
         clipfracs = []
@@ -669,7 +520,7 @@ if __name__ == "__main__":
             for start in range(0, args.batch_size, args.minibatch_size):
                 mb_inds = b_inds[start : start + args.minibatch_size]
 
-                newlogprob, entropy, newvalue = agent.get_log_prob_entropy_and_value(b_obs[mb_inds], b_actions[mb_inds])
+                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
                 logratio = newlogprob - b_logprobs[mb_inds]
                 ratio = logratio.exp()
 
@@ -707,16 +558,13 @@ if __name__ == "__main__":
 
             if args.target_kl is not None and approx_kl.item() > args.target_kl:
                 break
-        policy_mean.sync()
-        action_std = agent.actor_logstd.detach().exp().cpu().numpy()
 
         y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
         var_y = np.var(y_true)
         explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
-        sps = int((global_step - start_step) / (time.time() - start_time))
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("charts/action_std", float(action_std.mean()), global_step)
+        writer.add_scalar("charts/action_std", agent.actor_logstd.detach().exp().mean().item(), global_step)
         writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
         writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
         writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
@@ -724,32 +572,11 @@ if __name__ == "__main__":
         writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
         writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        writer.add_scalar("charts/SPS", sps, global_step)
-        if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
-            checkpointer.save(
-                global_step,
-                {
-                    "iteration": iteration,
-                    "model": agent.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "action_rng": generator_state(rng),
-                    "normalization": normalization_state(envs),
-                    "envs": envs_state(envs),
-                    "wandb_id": run.wandb_id,
-                },
-            )
+        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+            run.save_checkpoint(state, global_step, iteration=iteration)
 
-    progress.close()
     if args.save_model:
-        model_path = run.directory / f"{args.exp_name}.cleanrl_model"
-        save_model(model_path, "ppo_continuous", args, {**agent.state_dict(), **obs_norm.state_dict()})
-        print(f"model saved to {model_path}")
-        episodic_returns = evaluate(
-            str(model_path), args.eval_episodes, args.env_id, args.capture_video, str(run.directory / "videos-eval")
-        )
-        writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
-        writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
-        print(f"evaluation over {args.eval_episodes} episodes: {episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
-
+        run.save_model({"agent": agent, "obs_norm": normalization.obs.state_dict()}, evaluate)
     envs.close()
     run.close()

@@ -36,8 +36,7 @@ Run (CartPole with the velocities hidden, see cleanrl_utils/envs.py):
     python cleanrl/ppo_lstm.py --env-id cleanrl_utils.envs:CartPoleNoVelocity-v1
 """
 
-import os
-import time
+import signal
 from dataclasses import dataclass
 from typing import Literal, Optional
 
@@ -48,60 +47,15 @@ import torch.nn as nn
 import torch.optim as optim
 import tyro
 
-from cleanrl_utils.checkpoint import (
-    Checkpointer,
-    envs_state,
-    generator_state,
-    make_generator,
-    restore_envs,
-    resume_args,
-    set_rng_state,
-)
-from cleanrl_utils.run import (
-    Progress,
-    check_env,
-    load_model,
-    log_episodes,
-    make_vector_env,
-    real_next_obs,
-    require,
-    require_positive,
-    save_model,
-    seed_everything,
-    start_run,
-)
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.run import RunArgs, check_env, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
 
 @dataclass
-class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """name of this experiment, part of the run directory name"""
-    seed: int = 1
-    """seed of python, numpy, torch and the environments"""
-    torch_deterministic: bool = True
-    """if toggled, `torch.backends.cudnn.deterministic=True`"""
-    cuda: bool = True
-    """if toggled, train on CUDA when it is available"""
-    track: bool = False
-    """if toggled, mirror the logs to Weights & Biases"""
-    wandb_project_name: str = "cleanRL"
-    """Weights & Biases project"""
-    wandb_entity: Optional[str] = None
-    """Weights & Biases entity (team); None means your default"""
-    capture_video: bool = False
-    """if toggled, record videos of env 0's episodes into `{run_dir}/videos`"""
-    save_model: bool = False
-    """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it"""
-    eval_episodes: int = 10
-    """episodes the saved model is evaluated for (with --save-model)"""
-    checkpoint_interval: int = 0
-    """write a checkpoint to `{run_dir}/checkpoints/` every this many environment steps, at the end of the rollout that reaches it (0: only when the run receives SIGTERM)"""
-    resume: Optional[str] = None
-    """continue the run of this checkpoint file, or of the latest checkpoint in this run directory; its other flags come from the checkpoint"""
-    torch_threads: int = 1
-    """CPU threads for torch (1 is fastest for these small networks)"""
+class Args(RunArgs):
+    """Recurrent PPO's hyperparameters; the flags every script takes (--seed, --save-model, --resume ...) come from RunArgs."""
 
-    # Algorithm specific arguments
     env_id: str = "cleanrl_utils.envs:CartPoleNoVelocity-v1"
     """gymnasium id of the environment (Discrete actions, vector observations)"""
     env_mode: Literal["sync", "async"] = "sync"
@@ -131,8 +85,7 @@ class Args:
     clip_coef: float = 0.2
     """surrogate clipping ε (ratio kept in [1-ε, 1+ε])"""
     clip_vloss: bool = False
-    """if toggled, clip the value loss as in the reference implementation (off: it would limit V's change to
-    ±clip_coef per update, slow when returns reach 50)"""
+    """if toggled, clip the value loss as in the reference implementation (off by default: see the module docstring)"""
     ent_coef: float = 0.0
     """entropy bonus coefficient"""
     vf_coef: float = 0.5
@@ -151,43 +104,11 @@ class Args:
     """total_timesteps // batch_size (computed; not a flag)"""
 
 
-def check_args(args: Args) -> None:
-    """Fill in the computed fields; stop with one line naming the flag on bad input."""
-    require_positive(args, "total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs")
-    require_positive(args, "learning_rate", "torch_threads", "lstm_size")
-    require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
-    require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
-    require(0 <= args.gae_lambda <= 1, "--gae-lambda", f"must be in [0, 1], got {args.gae_lambda}")
-    require(args.clip_coef > 0, "--clip-coef", f"must be positive, got {args.clip_coef}")
-    require(args.max_grad_norm > 0, "--max-grad-norm", f"must be positive, got {args.max_grad_norm}")
-    require(not args.save_model or args.eval_episodes > 0, "--eval-episodes", "must be positive with --save-model")
-    require(
-        args.num_envs % args.num_minibatches == 0,
-        "--num-minibatches",
-        f"{args.num_minibatches} does not divide --num-envs {args.num_envs}: a minibatch is made of whole "
-        f"environment sequences, so the number of minibatches must divide the number of envs (not the batch)",
-    )
-    args.batch_size = args.num_envs * args.num_steps
-    args.minibatch_size = args.batch_size // args.num_minibatches
-    require(
-        not args.norm_adv or args.minibatch_size >= 2,
-        "--num-minibatches",
-        f"minibatches of {args.minibatch_size} sample are too small to normalise advantages; "
-        "use fewer minibatches or --no-norm-adv",
-    )
-    require(
-        args.total_timesteps >= args.batch_size,
-        "--total-timesteps",
-        f"{args.total_timesteps} is less than one rollout of {args.batch_size} steps",
-    )
-    args.num_iterations = args.total_timesteps // args.batch_size
+def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, training: bool = True, video_episodes=None):
+    """A thunk creating env ``idx``: the gymnasium env, its episode statistics, and (training) its replay log.
 
-
-def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, video_episodes=None):
-    """A thunk creating env ``idx``; env 0 records videos into ``video_dir`` if asked.
-
-    ``video_episodes(episode_index) -> bool`` picks the episodes to record; by default
-    gymnasium's schedule (episodes 0, 1, 8, 27, ..., 1000, then every 1000th).
+    Env 0 records videos into ``video_dir`` if asked, of the episodes ``video_episodes(index)``
+    picks (gymnasium's schedule by default). ``training=False``: an evaluation env, without replay log.
     """
 
     def thunk():
@@ -196,7 +117,8 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, video_e
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes)
         else:
             env = gym.make(env_id)
-        return env
+        env = gym.wrappers.RecordEpisodeStatistics(env)  # return and length in the info of the episode's last step
+        return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
 
@@ -218,13 +140,13 @@ class Agent(nn.Module):
     the LSTM of sb3-contrib's RecurrentPPO do).
 
     Args:
-        obs_dim: size of the flat observation.
-        num_actions: size of the Discrete action space.
+        envs: the vector env it acts in (flat observations, Discrete actions), for the sizes.
         lstm_size: units of the LSTM's hidden and cell states.
     """
 
-    def __init__(self, obs_dim: int, num_actions: int, lstm_size: int = 128):
+    def __init__(self, envs: gym.vector.VectorEnv, lstm_size: int = 128):
         super().__init__()
+        obs_dim, num_actions = int(np.prod(envs.single_observation_space.shape)), int(envs.single_action_space.n)
         self.encoder = nn.Sequential(layer_init(nn.Linear(obs_dim, 64)), nn.Tanh())
         self.lstm = nn.LSTM(64, lstm_size)
         for name, param in self.lstm.named_parameters():
@@ -286,41 +208,27 @@ class Agent(nn.Module):
         obs: torch.Tensor,
         starts: torch.Tensor,
         state: tuple[torch.Tensor, torch.Tensor],
-        action: torch.Tensor,
+        action: Optional[torch.Tensor] = None,
     ):
-        """Score ``action`` under the categorical policy and evaluate V, along sequences.
+        """Sample (or score) actions under the categorical policy and evaluate V, along sequences.
 
         Args:
             obs: observations ``[T, B, obs_dim]``.
             starts: episode-start flags ``[T, B]`` (see :meth:`unroll`).
             state: LSTM state before step 0, ``(h, c)`` each ``[B, lstm_size]``.
-            action: actions ``[T, B]`` (int64).
+            action: actions ``[T, B]`` (int64) to score; sampled from π(·|history) when None.
 
         Returns:
-            ``(log π(action|history) [T, B], entropy of π(·|history) [T, B], V [T, B], state
-            after step T-1)``.
+            ``(action [T, B], log π(action|history) [T, B], entropy of π(·|history) [T, B], V [T, B],
+            state after step T-1)``.
         """
         hidden, state = self.unroll(obs, starts, state)
         log_probs = torch.log_softmax(self.actor(hidden), dim=-1)
+        if action is None:
+            action = torch.multinomial(log_probs.exp().flatten(0, 1), 1).view(log_probs.shape[:2])
         log_prob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
         entropy = -(log_probs.exp() * log_probs).sum(-1)
-        return log_prob, entropy, self.critic(hidden).squeeze(-1), state
-
-
-def sample_categorical(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Sample one action per row of ``logits`` from softmax(logits), by the Gumbel-max trick.
-
-    argmax_a (logits_a + g_a), with g_a ~ Gumbel(0, 1) i.i.d., is distributed as
-    softmax(logits) (Gumbel 1954; Maddison, Tarlow, Minka 2014, arXiv:1411.0030, sec. 2).
-
-    Args:
-        logits: unnormalised log-probabilities ``[B, A]``.
-        rng: numpy generator supplying the noise.
-
-    Returns:
-        Actions ``[B]`` int64.
-    """
-    return np.argmax(logits + rng.gumbel(size=logits.shape), axis=-1)
+        return action, log_prob, entropy, self.critic(hidden).squeeze(-1), state
 
 
 def compute_gae(
@@ -374,129 +282,90 @@ def compute_gae(
     return advantages, advantages + values
 
 
-def evaluate(
-    model_path: str,
-    eval_episodes: int,
-    env_id: Optional[str] = None,
-    capture_video: bool = False,
-    video_dir: str = "videos",
-    seed: Optional[int] = None,
-    deterministic: bool = True,
-    device: str = "cpu",
-) -> np.ndarray:
-    """Evaluate a model saved by this script for ``eval_episodes`` episodes.
+# ---- plumbing a reader may skip: argument checks and the evaluation of a saved model
 
-    The LSTM state is carried from step to step and reset at each episode start, as in
-    training.
 
-    Args:
-        model_path: a ``.cleanrl_model`` file written with ``--save-model``.
-        eval_episodes: number of whole episodes.
-        env_id: environment; the one the model was trained on when None.
-        capture_video: record the evaluation episodes into ``video_dir``.
-        seed: seed of the evaluation env and of action sampling; None means the training
-            seed + 100000, as the evaluation at the end of training uses.
-        deterministic: take the most probable action instead of sampling.
-        device: torch device for the network.
+def check_args(args: Args) -> None:
+    """Fill in the computed fields; stop with one line naming the flag on bad input."""
+    require_positive(args, "total_timesteps num_envs num_steps num_minibatches update_epochs learning_rate clip_coef")
+    require_positive(args, "max_grad_norm lstm_size")
+    require_range(args, gamma=(0, 1), gae_lambda=(0, 1))
+    sequences = f"{args.num_minibatches} does not divide --num-envs {args.num_envs}: a minibatch is made of whole"
+    require(args.num_envs % args.num_minibatches == 0, "--num-minibatches", f"{sequences} environment sequences")
+    args.batch_size = args.num_envs * args.num_steps
+    args.minibatch_size = args.batch_size // args.num_minibatches
+    args.num_iterations = args.total_timesteps // args.batch_size
+    require(not args.norm_adv or args.minibatch_size >= 2, "--num-minibatches", "too small to normalise advantages")
+    require(args.num_iterations > 0, "--total-timesteps", f"less than one rollout of {args.batch_size} steps")
+    if args.num_iterations * args.batch_size != args.total_timesteps:
+        total = args.num_iterations * args.batch_size
+        print(f"training {total} steps: --total-timesteps rounded down to whole rollouts of {args.batch_size}")
+    check_env(args, gym.spaces.Discrete, gym.spaces.Box, obs_ndim=1)
 
-    Returns:
-        Episodic returns, float64 ``[eval_episodes]``.
 
-    Raises:
-        ValueError: the file was not saved by ppo_lstm.py, or ``eval_episodes`` is not positive.
-    """
-    content = load_model(model_path, "ppo_lstm")
-    if eval_episodes <= 0:
-        raise ValueError(f"eval_episodes must be positive, got {eval_episodes}")
-    env_id = env_id or content["env_id"]
-    seed = content["args"]["seed"] + 100_000 if seed is None else seed
-    envs = make_vector_env([make_env(env_id, 0, capture_video, video_dir, lambda episode: episode < eval_episodes)])
-    rng = np.random.default_rng(seed)
-    agent = Agent(
-        int(np.prod(envs.single_observation_space.shape)), int(envs.single_action_space.n), content["args"]["lstm_size"]
-    ).to(device)
-    agent.load_state_dict(content["model"])
-    agent.eval()
+def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, **options) -> np.ndarray:
+    """Episodic returns ``[eval_episodes]`` of a model saved by this script: the most probable action, or
+    (``deterministic=False``) a sampled one; the LSTM state is carried from step to step and reset at each
+    episode start, as in training. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
+    evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
+    agent = evaluation.load(Agent(evaluation.envs, evaluation.model["args"]["lstm_size"]), "agent")
+    device = evaluation.device
+    generator = torch.Generator(device).manual_seed(evaluation.seed)
+    memory = {"state": agent.initial_state(1, device), "starts": torch.ones((1, 1), device=device)}
 
-    returns: list[float] = []
-    obs, _ = envs.reset(seed=seed)
-    state = agent.initial_state(1, device)
-    starts = np.ones(1, dtype=np.float32)
-    while len(returns) < eval_episodes:
-        with torch.no_grad():
-            hidden, state = agent.unroll(
-                torch.as_tensor(obs[None], dtype=torch.float32, device=device),
-                torch.as_tensor(starts[None], device=device),
-                state,
-            )
-            logits = agent.actor(hidden[0]).cpu().numpy()
-        actions = logits.argmax(-1) if deterministic else sample_categorical(logits, rng)
-        obs, _, terminations, truncations, infos = envs.step(actions)
-        starts = (terminations | truncations).astype(np.float32)
-        if "_episode" in infos:
-            returns.extend(infos["episode"]["r"][infos["_episode"]].tolist())
-    envs.close()
-    return np.asarray(returns[:eval_episodes], dtype=np.float64)
+    def policy(obs: np.ndarray) -> torch.Tensor:
+        obs = torch.as_tensor(obs[None], dtype=torch.float32, device=device)
+        hidden, memory["state"] = agent.unroll(obs, memory["starts"], memory["state"])
+        logits = agent.actor(hidden[0])
+        if deterministic:
+            return logits.argmax(-1).cpu()
+        return torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0].cpu()
+
+    def on_done(done: np.ndarray) -> None:  # where an episode ended, the next observation starts one
+        memory["starts"] = torch.as_tensor(done[None], dtype=torch.float32, device=device)
+
+    return evaluation.run(policy, on_done)
 
 
 if __name__ == "__main__":
-    args = tyro.cli(Args)
-    args, resumed = resume_args(args, "ppo_lstm")  # with --resume: the checkpoint's run and its arguments
-    check_args(args)
-    check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "ppo_lstm.py", obs_ndim=1)
-    run = start_run(args, resume=resumed)
-    writer = run.writer
+    # ---- plumbing: flags and --resume (bad input stops here), run directory, trackers, seeding, signals
+    args, resumed = parse_args(Args, __file__, check_args)
+    run = start_run(args, resumed)
+    writer, device = run.writer, run.device
+    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
+    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
 
-    seed_everything(args.seed, args.torch_deterministic)
-    torch.set_num_threads(args.torch_threads)
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-
-    envs = make_vector_env(
-        [make_env(args.env_id, i, args.capture_video, str(run.video_dir)) for i in range(args.num_envs)],
+    # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
+    # that ended the episode is in infos["final_obs"].
+    envs = vector_env(
+        [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)],
         args.env_mode,
+        autoreset_mode=SAME_STEP,
     )
-    obs_shape = envs.single_observation_space.shape
-    agent = Agent(int(np.prod(obs_shape)), int(envs.single_action_space.n), args.lstm_size).to(device)
+    agent = Agent(envs, args.lstm_size).to(device)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-    rng = np.random.default_rng(args.seed)
 
-    # Rollout storage [num_steps, num_envs, ...]. It is numpy: writing a few numbers per step
-    # costs far less in numpy than in torch; the whole batch goes to torch once per update.
+    # Rollout storage [num_steps, num_envs]: what the networks read in torch, the rest in numpy for GAE
     T, N = args.num_steps, args.num_envs
-    obs = np.zeros((T, N) + obs_shape, dtype=np.float32)
-    starts = np.zeros((T, N), dtype=np.float32)  # 1.0 where obs[t] is the first of an episode
-    actions = np.zeros((T, N), dtype=np.int64)
-    logprobs = np.zeros((T, N), dtype=np.float32)
-    values = np.zeros((T, N), dtype=np.float32)
-    rewards = np.zeros((T, N), dtype=np.float32)
-    terminations = np.zeros((T, N), dtype=np.float32)
-    dones = np.zeros((T, N), dtype=np.float32)
+    obs = torch.zeros((T, N) + envs.single_observation_space.shape, device=device)
+    starts = torch.zeros((T, N), device=device)  # 1.0 where obs[t] is the first of an episode
+    actions = torch.zeros((T, N), dtype=torch.long, device=device)
+    logprobs = torch.zeros((T, N), device=device)
+    values = torch.zeros((T, N), device=device)
+    rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
     final_values = np.zeros((T, N), dtype=np.float32)  # V(real final observation) at truncations
 
-    global_step, first_iteration = 0, 1
-    if resumed is None:
+    state = {"agent": agent, "optimizer": optimizer, "envs": envs}  # what a checkpoint holds, besides the generators
+    global_step, start_iteration = 0, 1
+    if run.resumed:  # the checkpoint's networks, optimiser, generators, envs (replayed) and LSTM state
+        saved = run.restore(state)
+        global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, saved["obs"]
+        next_start, lstm_state = saved["next_start"].numpy(), tuple(saved["lstm_state"].to(device))
+    else:
         next_obs, _ = envs.reset(seed=args.seed)
-        next_start = np.ones(N, dtype=np.float32)
-        lstm_state = agent.initial_state(N, device)
-    else:  # continue exactly: networks, optimiser, step, LSTM state, envs (replayed), random generators
-        agent.load_state_dict(resumed["model"])
-        optimizer.load_state_dict(resumed["optimizer"])
-        rng = make_generator(resumed["action_rng"])
-        global_step, first_iteration = resumed["global_step"], resumed["iteration"] + 1
-        next_start = resumed["next_start"].numpy()
-        lstm_state = (resumed["lstm_state"][0].to(device), resumed["lstm_state"][1].to(device))
-        next_obs = restore_envs(envs, resumed["envs"])
-        set_rng_state(resumed["rng"])
-    checkpointer = Checkpointer(run.directory, "ppo_lstm", args, args.checkpoint_interval, global_step, writer=writer)
-    start_step, start_time = global_step, time.time()
-    if args.num_iterations * args.batch_size != args.total_timesteps:
-        print(
-            f"training {args.num_iterations * args.batch_size} steps: --total-timesteps rounded down "
-            f"to whole rollouts of {args.batch_size}"
-        )
-    progress = Progress(args.num_iterations * args.batch_size, start_step=global_step)
+        next_start, lstm_state = np.ones(N, dtype=np.float32), agent.initial_state(N, device)
 
-    for iteration in range(first_iteration, args.num_iterations + 1):
+    for iteration in range(start_iteration, args.num_iterations + 1):
         # The state before the rollout's first step: the update replays each env's sequence from it.
         initial_state = (lstm_state[0].clone(), lstm_state[1].clone())
         if args.anneal_lr:
@@ -506,23 +375,17 @@ if __name__ == "__main__":
         final_values.fill(0.0)
         for step in range(T):
             global_step += N
-            obs[step] = next_obs
-            starts[step] = next_start
+            obs[step] = torch.as_tensor(next_obs, dtype=torch.float32)
+            starts[step] = torch.as_tensor(next_start)
             # One forward per step: the LSTM (reset where an episode starts), the policy and V.
-            with torch.no_grad():
-                hidden, lstm_state = agent.unroll(
-                    torch.from_numpy(obs[step : step + 1]).to(device),
-                    torch.from_numpy(starts[step : step + 1]).to(device),
-                    lstm_state,
+            with torch.inference_mode():
+                action, logprob, _, value, lstm_state = agent.get_action_and_value(
+                    obs[step : step + 1], starts[step : step + 1], lstm_state
                 )
-                log_probs = torch.log_softmax(agent.actor(hidden[0]), dim=-1).cpu().numpy()
-                values[step] = agent.critic(hidden[0]).squeeze(-1).cpu().numpy()
-            actions[step] = sample_categorical(log_probs, rng)
-            logprobs[step] = np.take_along_axis(log_probs, actions[step][:, None], axis=-1)[:, 0]
+            actions[step], logprobs[step], values[step] = action[0], logprob[0], value[0]
 
-            next_obs, reward, termination, truncation, infos = envs.step(actions[step])
-            rewards[step] = reward
-            terminations[step] = termination
+            next_obs, reward, termination, truncation, infos = envs.step(action[0].cpu().numpy())
+            rewards[step], terminations[step] = reward, termination
             dones[step] = next_start = (termination | truncation).astype(np.float32)
             truncated = truncation & ~termination
             if truncated.any():
@@ -530,56 +393,38 @@ if __name__ == "__main__":
                 # observation continues the episode that obs[step] belongs to, so the memory
                 # it is read with is lstm_state (not a reset state). The next step resets
                 # lstm_state for these envs, since next_start is 1 there.
-                final = torch.from_numpy(real_next_obs(next_obs, infos)[truncated][None]).to(device)
-                with torch.no_grad():
-                    final_values[step, truncated] = (
-                        agent.get_value(
-                            final,
-                            torch.zeros(final.shape[:2], device=device),
-                            (lstm_state[0][truncated], lstm_state[1][truncated]),
-                        )[0]
-                        .cpu()
-                        .numpy()
-                    )
-            if "_episode" in infos:
-                progress.episodes(log_episodes(writer, infos, global_step))
-        progress.update(global_step)
+                final = torch.as_tensor(real_next_obs(next_obs, infos)[truncated][None], dtype=torch.float32, device=device)
+                with torch.inference_mode():
+                    memory = (lstm_state[0][truncated], lstm_state[1][truncated])
+                    final_value = agent.get_value(final, torch.zeros(final.shape[:2], device=device), memory)
+                final_values[step, truncated] = final_value[0].cpu().numpy()
+            run.log_episodes(global_step, infos)
 
         # V of the observations after the rollout, from the state the next rollout starts with.
         with torch.no_grad():
-            last_values = (
-                agent.get_value(
-                    torch.from_numpy(next_obs[None]).float().to(device),
-                    torch.from_numpy(next_start[None]).to(device),
-                    lstm_state,
-                )[0]
-                .cpu()
-                .numpy()
+            next_value = agent.get_value(
+                torch.as_tensor(next_obs[None], dtype=torch.float32, device=device),
+                torch.as_tensor(next_start[None], device=device),
+                lstm_state,
             )
+        last_values = next_value[0].cpu().numpy()
         advantages, returns = compute_gae(
-            rewards, values, last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
+            rewards, values.cpu().numpy(), last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
         )
+        b_advantages = torch.as_tensor(advantages, device=device)
+        b_returns = torch.as_tensor(returns, device=device)
 
-        # The batch as sequences [T, N, ...], moved to the training device once.
-        b_obs = torch.from_numpy(obs).to(device)
-        b_starts = torch.from_numpy(starts).to(device)
-        b_actions = torch.from_numpy(actions).to(device)
-        b_logprobs = torch.from_numpy(logprobs).to(device)
-        b_values = torch.from_numpy(values).to(device)
-        b_advantages = torch.from_numpy(advantages).to(device)
-        b_returns = torch.from_numpy(returns).to(device)
-
-        # Optimise the policy and value networks on minibatches of whole env sequences
+        # Optimise the policy and value networks on minibatches of whole env sequences [T, envs of the minibatch]
         envs_per_minibatch = N // args.num_minibatches
         clipfracs = []
         for epoch in range(args.update_epochs):
             env_inds = torch.randperm(N, device=device)
             for start in range(0, N, envs_per_minibatch):
                 mb = env_inds[start : start + envs_per_minibatch]
-                newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
-                    b_obs[:, mb], b_starts[:, mb], (initial_state[0][mb], initial_state[1][mb]), b_actions[:, mb]
+                _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
+                    obs[:, mb], starts[:, mb], (initial_state[0][mb], initial_state[1][mb]), actions[:, mb]
                 )
-                logratio = newlogprob - b_logprobs[:, mb]
+                logratio = newlogprob - logprobs[:, mb]
                 ratio = logratio.exp()
 
                 with torch.no_grad():
@@ -598,7 +443,7 @@ if __name__ == "__main__":
                 pg_loss = torch.max(pg_loss1, pg_loss2).mean()
 
                 # Value loss
-                mb_returns, mb_values = b_returns[:, mb], b_values[:, mb]
+                mb_returns, mb_values = b_returns[:, mb], values[:, mb]
                 if args.clip_vloss:
                     v_loss_unclipped = (newvalue - mb_returns) ** 2
                     v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
@@ -618,10 +463,10 @@ if __name__ == "__main__":
             if args.target_kl is not None and approx_kl.item() > args.target_kl:
                 break
 
-        var_y = np.var(returns)
-        explained_var = np.nan if var_y == 0 else 1 - np.var(returns - values) / var_y
+        y_pred, y_true = values.cpu().numpy(), returns
+        var_y = np.var(y_true)
+        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
-        sps = int((global_step - start_step) / (time.time() - start_time))
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
         writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
@@ -630,33 +475,13 @@ if __name__ == "__main__":
         writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
         writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        writer.add_scalar("charts/SPS", sps, global_step)
-        if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
-            checkpointer.save(
-                global_step,
-                {
-                    "iteration": iteration,
-                    "model": agent.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "action_rng": generator_state(rng),
-                    "lstm_state": [lstm_state[0].cpu(), lstm_state[1].cpu()],
-                    "next_start": torch.from_numpy(next_start.copy()),
-                    "envs": envs_state(envs),
-                    "wandb_id": run.wandb_id,
-                },
-            )
+        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+            # what the next rollout carries over: the LSTM state and where episodes start
+            carried = dict(lstm_state=torch.stack(lstm_state), next_start=torch.from_numpy(next_start))
+            run.save_checkpoint(state, global_step, iteration=iteration, **carried)
 
-    progress.close()
     if args.save_model:
-        model_path = run.directory / f"{args.exp_name}.cleanrl_model"
-        save_model(model_path, "ppo_lstm", args, agent.state_dict())
-        print(f"model saved to {model_path}")
-        episodic_returns = evaluate(
-            str(model_path), args.eval_episodes, args.env_id, args.capture_video, str(run.directory / "videos-eval")
-        )
-        writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
-        writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
-        print(f"evaluation over {args.eval_episodes} episodes: {episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
-
+        run.save_model({"agent": agent}, evaluate)
     envs.close()
     run.close()

@@ -7,14 +7,16 @@ Learning budget (marked ``learning``): see :func:`test_learns_inverted_pendulum_
 """
 
 import math
+from types import SimpleNamespace
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
 import tests.envs  # noqa: F401  registers ContinuousCounter-v0
 from cleanrl import ppo, ppo_continuous
-from cleanrl_utils.run import make_vector_env, real_next_obs
+from cleanrl_utils.vector import SAME_STEP, real_next_obs, vector_env
 from tests import conftest
 from tests.conftest import (
     assert_stops_with_one_line,
@@ -66,21 +68,47 @@ def test_gaussian_log_prob_and_entropy_by_hand():
     torch.testing.assert_close(ppo_continuous.gaussian_entropy(log_std, 16), normal.entropy().sum(-1))
 
 
+def spaces(obs_dim, action_dim):
+    """What an Agent reads of a vector env: its single observation and action spaces."""
+    return SimpleNamespace(
+        single_observation_space=gym.spaces.Box(-1.0, 1.0, (obs_dim,)),
+        single_action_space=gym.spaces.Box(-1.0, 1.0, (action_dim,)),
+    )
+
+
 def test_agent_starts_with_unit_std_and_a_near_zero_mean():
     torch.manual_seed(0)
-    agent = ppo_continuous.Agent(obs_dim=4, action_dim=2)
+    agent = ppo_continuous.Agent(spaces(4, 2))
     x = torch.randn(8, 4)
     assert torch.equal(agent.actor_logstd, torch.zeros(1, 2))  # σ = 1, a parameter, not a function of s
     assert agent.actor_mean(x).abs().max() < 0.1  # output layer gain 0.01
-    log_prob, entropy, value = agent.get_log_prob_entropy_and_value(x, torch.zeros(8, 2))
-    assert log_prob.shape == entropy.shape == value.shape == (8,)
+    action, log_prob, entropy, value = agent.get_action_and_value(x, torch.zeros(8, 2))
+    assert torch.equal(action, torch.zeros(8, 2)) and log_prob.shape == entropy.shape == value.shape == (8,)
+
+
+def test_agent_samples_from_its_gaussian_and_scores_what_it_sampled():
+    """get_action_and_value without actions, which acts in the rollouts: a ~ N(μ(s), σ²), unclipped."""
+    agent = ppo_continuous.Agent(spaces(3, 2))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        agent.actor_mean[-1].weight.zero_()
+        agent.actor_mean[-1].bias.copy_(torch.tensor([1.0, -2.0]))  # μ = (1, -2) for every observation
+        agent.actor_logstd.copy_(torch.log(torch.tensor([[0.5, 3.0]])))
+        x = torch.randn(60000, 3)
+        action, log_prob, entropy, value = agent.get_action_and_value(x)
+        # standard errors of the mean: .5 / sqrt(60000) = .002 and 3 / sqrt(60000) = .012
+        torch.testing.assert_close(action.mean(0), torch.tensor([1.0, -2.0]), atol=0.05, rtol=0)
+        torch.testing.assert_close(action.std(0), torch.tensor([0.5, 3.0]), rtol=0.02, atol=0)
+        torch.testing.assert_close(log_prob, ppo_continuous.gaussian_log_prob(agent.actor_mean(x), agent.actor_logstd, action))
+        torch.testing.assert_close(entropy, ppo_continuous.gaussian_entropy(agent.actor_logstd, 60000))
+        torch.testing.assert_close(value, agent.get_value(x))
 
 
 # ---- observation normalisation on the vector env
 
 
 def counter_envs(mode="sync", clip=10.0):
-    envs = make_vector_env([ppo_continuous.make_env(COUNTER, 0, False, "")], mode)
+    envs = vector_env([ppo_continuous.make_env(COUNTER, 0, False, "")], mode, SAME_STEP)
     return ppo_continuous.NormalizeObservation(envs, clip=clip)
 
 
@@ -124,9 +152,10 @@ def test_normalised_observations_are_clipped_and_can_be_frozen():
 
 
 def test_rewards_are_scaled_by_the_return_std_and_clipped_while_episodes_report_raw_returns():
-    envs = make_vector_env([ppo_continuous.make_env(COUNTER, 0, False, "")])
-    envs, obs_norm = ppo_continuous.normalize_envs(envs, gamma=0.9, obs_clip=10.0, reward_clip=2.0)
-    assert isinstance(obs_norm, ppo_continuous.NormalizeObservation)
+    raw = vector_env([ppo_continuous.make_env(COUNTER, 0, False, "")], "sync", SAME_STEP)
+    normalization = ppo_continuous.Normalization(raw, gamma=0.9, obs_clip=10.0, reward_clip=2.0)
+    envs = normalization.envs
+    assert isinstance(normalization.obs, ppo_continuous.NormalizeObservation) and normalization.raw is raw
     envs.reset(seed=0)
     # step 1: G = 1, the return statistics (count 1e-4 + 1) have variance ~2e-4, so 1 / sqrt(var)
     # is about 70: clipped to 2; step 2: G = 1.9, variance ~0.2025, 1 / .45 = 2.22, clipped to 2
@@ -136,7 +165,7 @@ def test_rewards_are_scaled_by_the_return_std_and_clipped_while_episodes_report_
     # (1.4316 with RunningMeanStd's prior of count 1e-4 and variance 1)
     _, reward, _, truncated, infos = envs.step(np.array([[3.0]]))
     np.testing.assert_allclose(reward, [1.4318], rtol=1e-3)
-    assert truncated[0] and infos["episode"]["r"][0] == 3.0  # the raw return of 3 steps of reward 1
+    assert truncated[0] and infos["final_info"]["episode"]["r"][0] == 3.0  # the raw return of 3 steps of reward 1
     envs.close()
 
 
@@ -191,7 +220,7 @@ def test_loop_normalises_clips_and_bootstraps_from_the_normalised_final_observat
             obs_rms.update(np.array([[t % 3]], dtype=np.float64))
             current = normalize(float(t % 3))
     last = slice(8, 16)  # the last rollout: steps 9..16, truncations at steps 9, 12, 15
-    np.testing.assert_allclose(g["obs"][:, 0, 0], np.ravel(expected_obs[last]), rtol=1e-5)
+    np.testing.assert_allclose(g["obs"][:, 0, 0].numpy(), np.ravel(expected_obs[last]), rtol=1e-5)
     np.testing.assert_allclose(g["rewards"][:, 0], expected_rewards[last], rtol=1e-5)
     truncated = g["truncated"][:, 0]
     np.testing.assert_array_equal(np.flatnonzero(truncated), [0, 3, 6])
@@ -201,41 +230,21 @@ def test_loop_normalises_clips_and_bootstraps_from_the_normalised_final_observat
     agent = g["agent"]
     with torch.no_grad():
         v_final = agent.get_value(torch.from_numpy(g["final_obs"][truncated, 0])).numpy()
-        v_reset = agent.get_value(torch.from_numpy(g["obs"][[1, 4, 7], 0])).numpy()
+        v_reset = agent.get_value(g["obs"][[1, 4, 7], 0]).numpy()
     np.testing.assert_allclose(g["final_values"][truncated, 0], v_final, atol=1e-5)
     assert np.abs(v_final - v_reset).min() > 1e-3
     # the env received the stored (unclipped) Gaussian samples clipped to its bounds [2, 6]
     received = np.asarray(g["envs"].unwrapped.envs[0].unwrapped.received[-8:])
-    stored = g["actions"][:, 0, 0]
+    stored = g["actions"][:, 0, 0].numpy()
     assert (stored < 2.0).any()  # μ ≈ 0, σ = 1: most samples lie below the bound
     np.testing.assert_allclose(received, np.clip(stored, 2.0, 6.0), rtol=1e-6)
+    # the rollout stored the log-probabilities and values of the agent that acted (the same weights)
+    with torch.no_grad():
+        _, log_prob, _, value = agent.get_action_and_value(g["obs"][:, 0], g["actions"][:, 0])
+    torch.testing.assert_close(g["logprobs"][:, 0], log_prob, rtol=0, atol=1e-5)
+    torch.testing.assert_close(g["values"][:, 0], value, rtol=0, atol=1e-5)
     # 10 epochs x 2 minibatches per rollout, 2 rollouts
     assert {int(state["step"]) for state in g["optimizer"].state.values()} == {40}
-
-
-def test_acting_copy_follows_the_trained_policy(monkeypatch, tmp_path):
-    """After training, the numpy mean network and σ used for sampling are the torch policy's."""
-    g = run_in_process(
-        monkeypatch,
-        tmp_path,
-        "--env-id",
-        COUNTER,
-        "--num-steps",
-        "8",
-        "--num-minibatches",
-        "2",
-        "--total-timesteps",
-        "16",
-        "--learning-rate",
-        "0.01",
-    )
-    agent = g["agent"]
-    std = agent.actor_logstd.detach().exp().numpy()
-    assert np.abs(std - 1.0).max() > 1e-3  # σ has been trained away from its initial 1
-    np.testing.assert_array_equal(g["action_std"], std)
-    x = np.random.default_rng(0).normal(size=(5, 1)).astype(np.float32)
-    with torch.no_grad():
-        np.testing.assert_allclose(g["policy_mean"](x), agent.actor_mean(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-6)
 
 
 # ---- whole script
@@ -276,7 +285,7 @@ def test_smoke_hopper_async_logs_saves_and_evaluates(hopper_run):
     # the statistics of every raw observation seen: 512 steps, the first reset, and the final
     # observation and next reset of each episode that ended
     episodes = len(tags["charts/episodic_return"])
-    state = content["model"]
+    state = content["obs_norm"]
     assert state["obs_rms.mean"].shape == state["obs_rms.var"].shape == (11,)
     assert float(state["obs_rms.count"]) == pytest.approx(512 + 1 + episodes + 1e-4)
     assert float(state["obs_rms.clip"]) == 10.0 and float(state["obs_rms.epsilon"]) == 1e-8
@@ -285,14 +294,14 @@ def test_smoke_hopper_async_logs_saves_and_evaluates(hopper_run):
     np.testing.assert_array_equal(ppo_continuous.evaluate(str(model), eval_episodes=2), returns)  # seeded
     sampled = ppo_continuous.evaluate(str(model), eval_episodes=1, deterministic=False)
     assert sampled.shape == (1,) and sampled[0] != returns[0]
-    with pytest.raises(ValueError, match="saved by 'ppo_continuous'"):
+    with pytest.raises(ValueError, match="written by ppo_continuous.py, not by ppo.py"):
         ppo.evaluate(str(model), eval_episodes=1)
 
 
 def test_evaluation_uses_the_saved_statistics_frozen(hopper_run, monkeypatch):
     _, directory = hopper_run
     model = directory / "ppo_continuous.cleanrl_model"
-    saved = torch.load(model, weights_only=True)["model"]
+    saved = torch.load(model, weights_only=True)["obs_norm"]
     layers = []
 
     class Recording(ppo_continuous.NormalizeObservation):
@@ -308,7 +317,7 @@ def test_evaluation_uses_the_saved_statistics_frozen(hopper_run, monkeypatch):
     np.testing.assert_array_equal(layer.obs_rms.var, saved["obs_rms.var"].numpy())
     assert layer.obs_rms.count == float(saved["obs_rms.count"])
     # and the file is untouched
-    again = torch.load(model, weights_only=True)["model"]
+    again = torch.load(model, weights_only=True)["obs_norm"]
     assert all(torch.equal(again[key], value) for key, value in saved.items())
 
 
@@ -336,13 +345,15 @@ def test_async_envs_give_the_same_returns_as_sync_ones(tmp_path):
 
 def test_normalised_envs_resume_exactly(tmp_path):
     """The observation and reward normalisation (running statistics, each env's discounted return)
-    and the MuJoCo envs below them come back from a checkpoint: the observation to act on and
+    and the MuJoCo envs below them come back from a checkpoint of the script's state: the raw
+    observation the replayed envs return, normalised with the restored statistics, and
     everything after it are exactly those of the run that was not interrupted."""
-    from cleanrl_utils.checkpoint import envs_state
+    from cleanrl_utils import checkpoint
 
     def make():
-        envs = make_vector_env([ppo_continuous.make_env("InvertedPendulum-v5", i, False, "") for i in range(2)])
-        return ppo_continuous.normalize_envs(envs, gamma=0.99, obs_clip=10.0, reward_clip=10.0)[0]
+        raw = vector_env([ppo_continuous.make_env("InvertedPendulum-v5", i, False, "") for i in range(2)], "sync", SAME_STEP)
+        normalization = ppo_continuous.Normalization(raw, gamma=0.99, obs_clip=10.0, reward_clip=10.0)
+        return normalization, {"normalization": normalization, "envs": raw}  # what the script's checkpoint holds of them
 
     def play(envs, actions):
         seen = []
@@ -352,23 +363,25 @@ def test_normalised_envs_resume_exactly(tmp_path):
         return seen
 
     actions = np.random.default_rng(0).uniform(-3, 3, size=(300, 2, 1))
-    envs = make()
-    envs.reset(seed=1)
-    *_, (obs, *_) = play(envs, actions[:150])  # random play: many episodes end before the checkpoint
+    normalization, state = make()
+    normalization.envs.reset(seed=1)
+    *_, (obs, *_) = play(normalization.envs, actions[:150])  # random play: many episodes end before the checkpoint
     path = tmp_path / "state.pt"
-    torch.save({"normalization": ppo_continuous.normalization_state(envs), "envs": envs_state(envs)}, path)
-    state = torch.load(path, weights_only=True)
-    assert state["normalization"]["accumulated_reward"].abs().sum() > 0 and state["normalization"]["obs_rms.count"] > 150
-    after = play(envs, actions[150:])
-    fresh = make()
-    restored = ppo_continuous.restore_normalized_envs(fresh, state["normalization"], state["envs"])
-    assert restored.dtype == obs.dtype == np.float32 and np.array_equal(restored, obs)
-    replayed = play(fresh, actions[150:])
+    torch.save(checkpoint.capture(state), path)
+    saved = torch.load(path, weights_only=True)
+    statistics = saved["normalization"]
+    assert statistics["accumulated_reward"].abs().sum() > 0 and statistics["obs_rms.count"] > 150
+    after = play(normalization.envs, actions[150:])
+    fresh, fresh_state = make()
+    raw_obs, missing = checkpoint.restore(fresh_state, saved)
+    restored = fresh.obs.normalize(raw_obs)  # as the script does
+    assert not missing and restored.dtype == obs.dtype == np.float32 and np.array_equal(restored, obs)
+    replayed = play(fresh.envs, actions[150:])
     for step_after, step_replayed in zip(after, replayed):
         for a, b in zip(step_after, step_replayed):
             assert np.array_equal(a, b)
     assert sum(step[2].sum() for step in after) > 5  # episodes ended after the checkpoint too
-    envs.close(), fresh.close()
+    normalization.envs.close(), fresh.envs.close()
 
 
 def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
@@ -392,9 +405,15 @@ def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
         "1",
     ]
     whole, resumed = sigterm_then_resume("ppo_continuous.py", flags, 256, 1920, tmp_path)
-    assert any(key.startswith("obs_rms.") for key in whole["model"])
     for name, tensor in whole["model"].items():
         assert torch.equal(tensor, resumed["model"][name]), name
+    whole_stats, resumed_stats = (
+        torch.load(next(run_dir(tmp_path / part).glob("*.cleanrl_model")), weights_only=True)["obs_norm"]
+        for part in ("whole", "cut")
+    )
+    assert whole_stats.keys() == resumed_stats.keys() and float(whole_stats["obs_rms.count"]) > 1920
+    for name, tensor in whole_stats.items():
+        assert torch.equal(tensor, resumed_stats[name]), name
     assert len(whole["curves"]["losses/value_loss"]) == 15 and len(whole["curves"]["charts/episodic_return"]) >= 8
     assert resumed["curves"] == whole["curves"]
     (tmp_path / "other").mkdir()
@@ -402,7 +421,7 @@ def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
         "ppo.py",
         ["--resume", str(run_dir(tmp_path / "cut"))],
         "--resume",
-        "written by ppo_continuous.py, not ppo.py",
+        "written by ppo_continuous.py, not by ppo.py",
         tmp_path / "other",
     )
 
@@ -432,7 +451,9 @@ def test_learns_inverted_pendulum_and_evaluates_the_same(tmp_path):
     and 37.3k steps and stayed at 1000.0 from 41k steps to the end; evaluation 1000.0 ± 0.0
     over 10 episodes for both. With a 200,704-step budget: the same, 1000.0 from 41k steps on.
     The test took 324 s (116 s of CPU) on the 2-core machine while other jobs kept its load
-    average near 6; it ended at 1000.0 / 1000.0.
+    average near 6; it ended at 1000.0 / 1000.0. Those runs sampled actions from a numpy copy of
+    the mean network; since the rollout acts through the agent (torch sampling, another random
+    stream) seed 1 ends at 1000.0 / 1000.0 too.
     """
     run_script(
         "ppo_continuous.py",
