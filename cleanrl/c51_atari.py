@@ -14,9 +14,9 @@ What this file changes against them: a time-limit truncation is not a terminatio
 replay keeps the real final frame stack and the target bootstraps from it); the replay stores
 each 84x84 frame once; Adam as in CleanRL's c51_atari.py.
 
-Checkpoints (--checkpoint-interval, SIGTERM) hold the networks, the optimiser, the global step
-(ε is a function of it), the random generators and the games' states (replayed from their last
-reset); with --checkpoint-buffer also the replay buffer, and --resume then continues exactly.
+Checkpoints (--checkpoint-interval, SIGTERM, Ctrl-C) hold the networks, the optimiser, the global
+step (ε is a function of it), the random generators and the games' states (replayed from their
+last reset); with --checkpoint-buffer also the replay buffer, and --resume then continues exactly.
 Without it the resumed run starts with an empty buffer and refills it for --learning-starts
 steps (acting ε-greedily with the trained network) before the updates resume; the buffer then
 takes each game's current frame as the start of its column, so the stacks of its first three
@@ -28,24 +28,16 @@ Run:
     python cleanrl/c51_atari.py --resume runs/BreakoutNoFrameskip-v4__c51_atari__1__<time>
 """
 
-import os
-import time
+import signal
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Literal
 
 import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.optim as optim
-import tyro
-from stable_baselines3.common.atari_wrappers import (
-    ClipRewardEnv,
-    EpisodicLifeEnv,
-    FireResetEnv,
-    MaxAndSkipEnv,
-    NoopResetEnv,
-)
+from stable_baselines3.common.atari_wrappers import ClipRewardEnv, EpisodicLifeEnv, FireResetEnv, MaxAndSkipEnv, NoopResetEnv
 
 try:  # the Atari games come with the atari extra; without it, --env-id says so
     import ale_py
@@ -56,65 +48,17 @@ except ImportError:
     ale_py = None
 
 from cleanrl_utils.buffers import ReplayBuffer
-from cleanrl_utils.checkpoint import (
-    Checkpointer,
-    envs_state,
-    generator_state,
-    make_generator,
-    restore_envs,
-    resume_args,
-    set_rng_state,
-)
-from cleanrl_utils.evals import run_episodes
-from cleanrl_utils.run import (
-    Progress,
-    check_env,
-    fail,
-    flag_name,
-    load_model,
-    log_episodes,
-    make_vector_env,
-    real_next_obs,
-    require,
-    require_positive,
-    save_model,
-    seed_everything,
-    start_run,
-)
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.run import RunArgs, check_env, fail, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
 
 @dataclass
-class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """name of this experiment, part of the run directory name"""
-    seed: int = 1
-    """seed of python, numpy, torch and the environments"""
-    torch_deterministic: bool = True
-    """if toggled, `torch.backends.cudnn.deterministic=True`"""
-    cuda: bool = True
-    """if toggled, train on CUDA when it is available"""
-    track: bool = False
-    """if toggled, mirror the logs to Weights & Biases"""
-    wandb_project_name: str = "cleanRL"
-    """Weights & Biases project"""
-    wandb_entity: Optional[str] = None
-    """Weights & Biases entity (team); None means your default"""
-    capture_video: bool = False
-    """if toggled, record videos of env 0's episodes into `{run_dir}/videos`"""
-    save_model: bool = False
-    """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it"""
-    eval_episodes: int = 10
-    """episodes the saved model is evaluated for (with --save-model)"""
-    checkpoint_interval: int = 0
-    """write a checkpoint to `{run_dir}/checkpoints/` every this many environment steps, at the end of the vector step that reaches it (0: only when the run receives SIGTERM)"""
-    checkpoint_buffer: bool = False
-    """if toggled, each checkpoint also holds the whole replay buffer (--buffer-size transitions: about 7.1 GB for a million Atari ones, each frame stored once; the size is printed at the start), and --resume continues exactly; without it the resumed run starts with an empty buffer and refills it for --learning-starts steps before the updates resume"""
-    resume: Optional[str] = None
-    """continue the run of this checkpoint file, or of the latest checkpoint in this run directory; its other flags come from the checkpoint"""
-    torch_threads: int = 1
-    """CPU threads for torch (1 is fastest for these small networks)"""
+class Args(RunArgs):
+    """C51's hyperparameters; the flags every script takes (--seed, --track, --save-model, --resume ...) come from RunArgs."""
 
-    # Algorithm specific arguments
+    checkpoint_buffer: bool = False
+    """if toggled, checkpoints hold the replay buffer too (its size is printed) and --resume continues exactly"""
     env_id: str = "BreakoutNoFrameskip-v4"
     """gymnasium id of an Atari game (a NoFrameskip-v4 id: frame skipping is done here)"""
     env_mode: Literal["sync", "async"] = "sync"
@@ -146,69 +90,21 @@ class Args:
     exploration_fraction: float = 0.10
     """fraction of total_timesteps over which ε decays linearly from start_e to end_e"""
     learning_starts: int = 80000
-    """environment steps of data collection before training starts (ε-greedy from --start-e; also the refill after a --resume whose checkpoint has no replay buffer)"""
+    """environment steps of data collection before training starts (also the refill after resuming without a buffer)"""
     train_frequency: int = 4
     """vector steps between gradient steps"""
     n_step: int = 1
     """n of the n-step return (1: one-step target)"""
 
 
-def check_args(args: Args) -> None:
-    """Stop with one line naming the flag on bad input."""
-    require_positive(
-        args,
-        "total_timesteps",
-        "num_envs",
-        "buffer_size",
-        "batch_size",
-        "learning_rate",
-        "target_network_frequency",
-        "train_frequency",
-        "torch_threads",
-        "n_step",
-    )
-    require(args.n_atoms >= 2, "--n-atoms", f"must be at least 2, got {args.n_atoms}")
-    require(args.v_min < args.v_max, "--v-max", f"{args.v_max} is not above --v-min {args.v_min}")
-    require(args.learning_starts >= 0, "--learning-starts", f"must be >= 0, got {args.learning_starts}")
-    require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
-    require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
-    for name in ("start_e", "end_e"):
-        value = getattr(args, name)
-        require(0 <= value <= 1, flag_name(name), f"must be in [0, 1], got {value}")
-    require(
-        args.start_e >= args.end_e,
-        "--end-e",
-        f"{args.end_e} is above --start-e {args.start_e}; ε decays from --start-e to --end-e",
-    )
-    require(
-        args.buffer_size >= args.batch_size,
-        "--buffer-size",
-        f"{args.buffer_size} is smaller than --batch-size {args.batch_size}",
-    )
-    require(
-        0 < args.exploration_fraction <= 1, "--exploration-fraction", f"must be in (0, 1], got {args.exploration_fraction}"
-    )
-    require(
-        args.buffer_size // args.num_envs >= args.n_step + 2,
-        "--buffer-size",
-        f"{args.buffer_size} holds {args.buffer_size // args.num_envs} steps per env; "
-        f"--n-step {args.n_step} needs at least {args.n_step + 2}",
-    )
-    require(
-        args.total_timesteps > args.learning_starts,
-        "--learning-starts",
-        f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}",
-    )
-    require(not args.save_model or args.eval_episodes > 0, "--eval-episodes", "must be positive with --save-model")
+def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, training: bool = True, video_episodes=None):
+    """A thunk creating env ``idx`` with the standard Atari preprocessing, and (training) its replay log.
 
-
-def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, video_episodes=None):
-    """A thunk creating env ``idx`` with the standard Atari preprocessing; env 0 records videos if asked.
-
-    Episode statistics are recorded per game (before episodic life and reward clipping), so
+    Episode statistics are recorded per game (below episodic life and reward clipping), so
     ``charts/episodic_return`` is the game score. The frame stack is zero-padded at each
-    (life) episode start, as the frame-stacked replay expects. ``video_episodes(i) -> bool``
-    picks the episodes to record.
+    (life) episode start, as the frame-stacked replay expects. Env 0 records videos if asked, of
+    the games ``video_episodes(index)`` picks. ``training=False``: an evaluation env (the same
+    preprocessing, whose game scores are counted), without replay log.
     """
 
     def thunk():
@@ -217,7 +113,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, video_e
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes)
         else:
             env = gym.make(env_id)
-        env = gym.wrappers.RecordEpisodeStatistics(env)
+        env = gym.wrappers.RecordEpisodeStatistics(env)  # the game's score and length, in its last step's info
         env = NoopResetEnv(env, noop_max=30)
         env = MaxAndSkipEnv(env, skip=4)
         env = EpisodicLifeEnv(env)
@@ -227,7 +123,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, video_e
         env = gym.wrappers.ResizeObservation(env, (84, 84))
         env = gym.wrappers.GrayscaleObservation(env)
         env = gym.wrappers.FrameStackObservation(env, 4, padding_type="zero")
-        return env
+        return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
 
@@ -311,160 +207,115 @@ def categorical_projection(
     return target
 
 
-def evaluate(
-    model_path: str,
-    eval_episodes: int,
-    env_id: Optional[str] = None,
-    capture_video: bool = False,
-    video_dir: str = "videos",
-    seed: Optional[int] = None,
-    epsilon: float = 0.05,
-    device: str = "cpu",
-) -> np.ndarray:
-    """Evaluate a model saved by this script for ``eval_episodes`` episodes, ε-greedy.
+# ---- plumbing a reader may skip: argument checks and the evaluation of a saved model
 
-    Args:
-        model_path: a ``.cleanrl_model`` file written with ``--save-model``.
-        eval_episodes: number of whole episodes.
-        env_id: environment; the one the model was trained on when None.
-        capture_video: record the evaluation episodes into ``video_dir``.
-        seed: seed of the evaluation env and of the ε draws; None means the training
-            seed + 100000, as the evaluation at the end of training uses.
-        epsilon: probability of a random action (0.05, the usual Atari evaluation; 0: greedy).
-        device: torch device for the network.
 
-    Returns:
-        Episodic returns, float64 ``[eval_episodes]``.
-
-    Raises:
-        ValueError: the file was not saved by c51_atari.py.
-    """
-    content = load_model(model_path, "c51_atari")
-    env_id = env_id or content["env_id"]
-    seed = content["args"]["seed"] + 100_000 if seed is None else seed
-    envs = make_vector_env(
-        [make_env(env_id, 0, capture_video, video_dir, lambda episode: episode < eval_episodes)], episode_statistics=False
+def check_args(args: Args) -> None:
+    """Stop with one line naming the flag on bad input (an unknown id, a game that skips frames itself)."""
+    require_positive(args, "total_timesteps num_envs buffer_size batch_size learning_rate target_network_frequency")
+    require_positive(args, "train_frequency n_step")
+    require_range(args, gamma=(0, 1), start_e=(0, 1), end_e=(0, 1))
+    require(args.n_atoms >= 2, "--n-atoms", f"must be at least 2, got {args.n_atoms}")
+    require(args.v_min < args.v_max, "--v-max", f"{args.v_max} is not above --v-min {args.v_min}")
+    require(
+        0 < args.exploration_fraction <= 1, "--exploration-fraction", f"must be in (0, 1], got {args.exploration_fraction}"
     )
-    rng = np.random.default_rng(seed)
-    a = content["args"]
-    q_network = QNetwork(int(envs.single_action_space.n), a["n_atoms"], a["v_min"], a["v_max"]).to(device)
-    q_network.load_state_dict(content["model"])
+    require(0 <= args.learning_starts < args.total_timesteps, "--learning-starts", "leaves no training")
+    require(args.start_e >= args.end_e, "--end-e", f"{args.end_e} is above --start-e {args.start_e}")
+    require(args.buffer_size >= args.batch_size, "--buffer-size", f"smaller than --batch-size {args.batch_size}")
+    steps = args.buffer_size // args.num_envs
+    require(steps >= args.n_step + 2, "--buffer-size", f"{steps} steps per env; --n-step needs at least {args.n_step + 2}")
+    check_env(args, gym.spaces.Discrete, gym.spaces.Box, id_suffix="NoFrameskip-v4")
+    with gym.make(args.env_id) as game:
+        example = "NoFrameskip-v4 id such as BreakoutNoFrameskip-v4"
+        require(hasattr(game.unwrapped, "ale"), "--env-id", f"{args.env_id} is not an Atari game; take an ALE {example}")
+        skip = game.spec.kwargs.get("frameskip", 1)
+        require(skip == 1, "--env-id", f"{args.env_id} skips frames itself ({args.script}.py skips them): take a {example}")
 
-    @torch.no_grad()
+
+def evaluate(model_path: str, eval_episodes: int, epsilon: float = 0.05, **options) -> np.ndarray:
+    """Game scores ``[eval_episodes]`` of a model saved by this script, ε-greedy (0.05, the usual Atari evaluation).
+    ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
+    evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
+    a, num_actions = evaluation.model["args"], int(evaluation.envs.single_action_space.n)
+    q_network = evaluation.load(QNetwork(num_actions, a["n_atoms"], a["v_min"], a["v_max"]), "q_network")
+    rng = np.random.default_rng(evaluation.seed)
+
     def policy(obs: np.ndarray) -> np.ndarray:
-        logits = q_network(torch.as_tensor(obs, device=device))
-        actions = q_network.q_values(logits).argmax(-1).cpu().numpy()
+        actions = q_network.q_values(q_network(torch.as_tensor(obs, device=evaluation.device))).argmax(-1).cpu().numpy()
         explore = rng.random(len(actions)) < epsilon
-        return np.where(explore, rng.integers(envs.single_action_space.n, size=len(actions)), actions)
+        return np.where(explore, rng.integers(evaluation.envs.single_action_space.n, size=len(actions)), actions)
 
-    returns = run_episodes(envs, policy, eval_episodes, seed=seed)
-    envs.close()
-    return returns
+    return evaluation.run(policy)
 
 
 if __name__ == "__main__":
-    args = tyro.cli(Args)
-    args, resumed = resume_args(args, "c51_atari")  # with --resume: the checkpoint's run and its arguments
-    check_args(args)
-    check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "c51_atari.py", id_suffix="NoFrameskip-v4")
-    with gym.make(args.env_id) as game:
-        require(
-            hasattr(game.unwrapped, "ale"),
-            "--env-id",
-            f"{args.env_id} is not an Atari game; c51_atari.py takes ALE ids such as BreakoutNoFrameskip-v4",
-        )
-        require(
-            game.spec.kwargs.get("frameskip", 1) == 1,
-            "--env-id",
-            f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id (such as BreakoutNoFrameskip-v4): "
-            "the frame skipping is done here",
-        )
-    probe = make_env(args.env_id, 0, False, "")()  # the preprocessed spaces size the replay
+    # ---- plumbing: flags and --resume (bad input stops here), run directory, trackers, seeding, signals
+    args, resumed = parse_args(Args, __file__, check_args)
+    probe = make_env(args.env_id, 0, False, "", training=False)()  # the preprocessed spaces size the replay
     observation_space, action_space = probe.observation_space, probe.action_space
     probe.close()
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     N = args.num_envs
-    try:  # n-step transitions in [buffer_size / N, N] rows, each frame stored once
-        rb = ReplayBuffer(
-            args.buffer_size // N,
-            N,
-            observation_space,
-            action_space,
-            n_step=args.n_step,
-            gamma=args.gamma,
-            frame_stack=4,
-            device=device,
-            seed=args.seed,
-        )
+    try:  # Replay: n-step transitions in [buffer_size / N, N] rows, each frame stored once
+        rows = (args.buffer_size // N, N, observation_space, action_space)
+        rb = ReplayBuffer(*rows, n_step=args.n_step, gamma=args.gamma, frame_stack=4, seed=args.seed)
     except MemoryError as error:
         fail("--buffer-size", str(error))
-    run = start_run(args, resume=resumed)
-    writer = run.writer
+    run = start_run(args, resumed)
+    writer, device = run.writer, run.device
+    rb.device = device
+    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint after this step, exit 143
+    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
 
-    seed_everything(args.seed, args.torch_deterministic)
-    torch.set_num_threads(args.torch_threads)
-
-    envs = make_vector_env(  # episode statistics come from each env: game scores
-        [make_env(args.env_id, i, args.capture_video, str(run.video_dir)) for i in range(args.num_envs)],
+    # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
+    # that ended the episode is in infos["final_obs"].
+    envs = vector_env(
+        [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(N)],
         args.env_mode,
-        episode_statistics=False,
+        autoreset_mode=SAME_STEP,
     )
     num_actions = int(envs.single_action_space.n)
-    # channels-last convolutions: faster updates on CPU (benchmark/README.md)
     network_args = (num_actions, args.n_atoms, args.v_min, args.v_max)
+    # channels-last convolutions: faster updates on CPU (benchmark/README.md)
     q_network = QNetwork(*network_args).to(device, memory_format=torch.channels_last)
     optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=0.01 / args.batch_size, fused=True)
     target_network = QNetwork(*network_args).to(device, memory_format=torch.channels_last)
     target_network.load_state_dict(q_network.state_dict())
     rng = np.random.default_rng(args.seed)
-    num_iterations = args.total_timesteps // N
     exploration_steps = args.exploration_fraction * args.total_timesteps
 
+    # what a checkpoint holds, besides the global random generators
+    state = dict(
+        q_network=q_network, target_network=target_network, optimizer=optimizer, rng=rng, envs=envs, replay_rng=rb.rng
+    )
+    if args.checkpoint_buffer:
+        state["replay_buffer"] = rb
+        print(f"each checkpoint holds the replay buffer ({rb.nbytes / 2**20:.1f} MiB)")
     global_step, updates_start = 0, args.learning_starts  # updates once global_step > updates_start
     fresh_buffer_mid_episode = False  # a resume without the buffer: its first stacks lack older frames
-    if resumed is None:
-        obs, _ = envs.reset(seed=args.seed)
-    else:  # continue: networks, optimiser, step (ε follows from it), envs (replayed), generators
-        q_network.load_state_dict(resumed["model"])
-        target_network.load_state_dict(resumed["target_model"])
-        optimizer.load_state_dict(resumed["optimizer"])
-        rng = make_generator(resumed["action_rng"])
-        global_step = resumed["global_step"]
-        if "buffer" in resumed:  # exactly
-            rb.load_state_dict(resumed["buffer"])
-            updates_start = resumed["updates_start"]
-        else:  # an empty buffer: refill it for --learning-starts steps before updating again
-            rb.rng.bit_generator.state = resumed["replay_rng"]
-            updates_start = global_step + args.learning_starts
-            fresh_buffer_mid_episode = True
+    if run.resumed:  # the checkpoint's networks, optimiser, generators, envs (replayed) and buffer, in place
+        saved = run.restore({**state, "replay_buffer": rb})
+        global_step, updates_start, obs = saved["global_step"], saved["updates_start"], saved["obs"]
+        if "replay_buffer" in saved["missing"]:  # an empty buffer: refill it before updating again
+            updates_start, fresh_buffer_mid_episode = global_step + args.learning_starts, True
             print(f"the checkpoint has no replay buffer: refilling it until step {updates_start} before updating")
-        obs = restore_envs(envs, resumed["envs"])
-        set_rng_state(resumed["rng"])
-    if args.checkpoint_buffer:
-        print(f"each checkpoint holds the replay buffer ({rb.nbytes / 2**20:.1f} MiB) besides the networks and optimisers")
-    checkpointer = Checkpointer(run.directory, "c51_atari", args, args.checkpoint_interval, global_step, writer=writer)
-    start_step, start_time = global_step, time.time()
-    if args.buffer_size % N:
-        print(f"replay capacity {rb.capacity * N} transitions: --buffer-size rounded down to a multiple of --num-envs {N}")
-    if num_iterations * N != args.total_timesteps:
-        print(f"training {num_iterations * N} steps: --total-timesteps rounded down to a multiple of --num-envs {N}")
-    progress = Progress(num_iterations * N, start_step=global_step)
-    for iteration in range(global_step // N, num_iterations):
+    else:
+        obs, _ = envs.reset(seed=args.seed)
+
+    for iteration in range(global_step // N, args.total_timesteps // N):
         global_step += N
         # ε-greedy: the network is only run when some env acts greedily.
         epsilon = linear_schedule(args.start_e, args.end_e, exploration_steps, global_step)
         uniform = rng.random((2, N))  # one draw for ε, one for the random action
         greedy = uniform[0] >= epsilon
         actions = (uniform[1] * num_actions).astype(np.int64)
-        if greedy.any():
-            with torch.no_grad():
-                logits = q_network(torch.from_numpy(obs[greedy]).to(device))
-                actions[greedy] = q_network.q_values(logits).argmax(dim=-1).cpu().numpy()
+        if greedy.any():  # a = argmax_a E[Z(s, a)]
+            with torch.inference_mode():
+                logits = q_network(torch.as_tensor(obs[greedy], device=device))
+                actions[greedy] = q_network.q_values(logits).argmax(dim=1).cpu().numpy()
 
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
-
-        if "_episode" in infos:
-            progress.episodes(log_episodes(writer, infos, global_step))
+        run.log_episodes(global_step, infos)
         if fresh_buffer_mid_episode:  # the empty buffer starts its columns here, as at an episode start
             obs, fresh_buffer_mid_episode = np.concatenate([np.zeros_like(obs[:, :-1]), obs[:, -1:]], 1), False
         # s' is the real next observation: where an episode ended, its final observation.
@@ -494,39 +345,14 @@ if __name__ == "__main__":
                     writer.add_scalar("losses/q_values", q_taken.mean().item(), global_step)
                     writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
                     writer.add_scalar("charts/epsilon", epsilon, global_step)
-                    sps = int((global_step - start_step) / (time.time() - start_time))
-                    writer.add_scalar("charts/SPS", sps, global_step)
+                    writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
 
             if iteration % args.target_network_frequency == 0:
                 target_network.load_state_dict(q_network.state_dict())
-        progress.update(global_step)
-        if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
-            replay = {"buffer": rb.state_dict()} if args.checkpoint_buffer else {"replay_rng": generator_state(rb.rng)}
-            checkpointer.save(
-                global_step,
-                {
-                    "model": q_network.state_dict(),
-                    "target_model": target_network.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "action_rng": generator_state(rng),
-                    "updates_start": updates_start,
-                    "envs": envs_state(envs),
-                    "wandb_id": run.wandb_id,
-                    **replay,
-                },
-            )
-    progress.close()
+        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+            run.save_checkpoint(state, global_step, updates_start=updates_start)
 
     if args.save_model:
-        model_path = run.directory / f"{args.exp_name}.cleanrl_model"
-        save_model(model_path, "c51_atari", args, q_network.state_dict())
-        print(f"model saved to {model_path}")
-        episodic_returns = evaluate(
-            str(model_path), args.eval_episodes, args.env_id, args.capture_video, str(run.directory / "videos-eval")
-        )
-        writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
-        writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
-        print(f"evaluation over {args.eval_episodes} episodes: {episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
-
+        run.save_model({"q_network": q_network}, evaluate)
     envs.close()
     run.close()

@@ -1,6 +1,9 @@
 """C51's categorical projection (Bellemare et al. 2017, Algorithm 1) against hand-computed values;
 c51.py's and c51_atari.py's checkpoints."""
 
+from types import SimpleNamespace
+
+import gymnasium as gym
 import pytest
 import torch
 
@@ -46,7 +49,8 @@ def test_projection_keeps_mass_and_mean_inside_the_support():
 
 
 def test_q_values_are_the_means_of_the_distributions():
-    net = QNetwork(3, 2, n_atoms=5, v_min=-2.0, v_max=2.0)
+    envs = SimpleNamespace(single_observation_space=gym.spaces.Box(-1, 1, (3,)), single_action_space=gym.spaces.Discrete(2))
+    net = QNetwork(envs, n_atoms=5, v_min=-2.0, v_max=2.0)
     logits = torch.zeros(1, 2, 5)
     logits[0, 1, 4] = 100.0  # action 1: all mass on z = 2
     torch.testing.assert_close(net.q_values(logits), torch.tensor([[0.0, 2.0]]))
@@ -112,10 +116,10 @@ def test_c51_resume_without_the_buffer_refills_it_then_updates(script, flags, to
 
 def test_c51_resume_refuses_another_scripts_checkpoint(tmp_path):
     from cleanrl.dqn import Args
-    from cleanrl_utils.checkpoint import save_checkpoint
+    from cleanrl_utils.files import checkpoint_path, write_file
     from tests.conftest import assert_stops_with_one_line
 
-    path = save_checkpoint(tmp_path / "run" / "checkpoints" / "step_100.pt", "dqn", Args(), {"global_step": 100})
+    path = write_file(checkpoint_path(tmp_path / "run", 100), "checkpoint", "dqn", Args(), {"global_step": 100})
     assert_stops_with_one_line(
-        "c51.py", ["--resume", str(path.parent.parent)], "--resume", "written by dqn.py, not c51.py", tmp_path
+        "c51.py", ["--resume", str(path.parent.parent)], "--resume", "written by dqn.py, not by c51.py", tmp_path
     )

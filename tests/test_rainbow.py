@@ -12,10 +12,10 @@ from cleanrl.rainbow_atari import (
     NoisyLinear,
     RainbowNetwork,
     double_q_target_distribution,
-    load_noise,
-    noise,
+    noise_buffers,
     weighted_cross_entropy,
 )
+from cleanrl_utils import checkpoint
 from cleanrl_utils.buffers import PrioritizedReplayBuffer
 
 
@@ -186,16 +186,18 @@ def test_noise_is_saved_and_restored_outside_the_state_dict(tmp_path):
     network = RainbowNetwork(4, n_atoms=5)
     network.reset_noise()
     path = tmp_path / "noise.pt"
-    torch.save({"model": network.state_dict(), "noise": noise(network)}, path)
+    torch.save(checkpoint.capture({"network": network, **noise_buffers(network, "network")}), path)
     saved = torch.load(path, weights_only=True)
-    assert not any("epsilon" in name for name in saved["model"])  # not in a saved model
-    assert len(saved["noise"]) == 3 * 4  # ε_in, ε_w, ε_b of the four noisy layers
+    assert not any("epsilon" in name for name in saved["network"])  # not in a saved model
+    assert len(saved) == 1 + 3 * 4  # ε_in, ε_w, ε_b of the four noisy layers
     x = torch.rand(2, 4, 84, 84)
     expected = network(x)
+    network.reset_noise()  # the captured noise is a copy
+    assert not torch.equal(network(x), expected)
     other = RainbowNetwork(4, n_atoms=5)  # other parameters and noise
-    other.load_state_dict(saved["model"])
+    other.load_state_dict(saved["network"])
     assert not torch.equal(other(x), expected)
-    load_noise(other, saved["noise"])
+    checkpoint.restore({"network": other, **noise_buffers(other, "network")}, saved)  # in place
     assert torch.equal(other(x), expected)
 
 
@@ -246,10 +248,10 @@ def test_rainbow_resume_without_the_buffer_refills_it_then_updates(tmp_path):
 
 def test_rainbow_resume_refuses_another_scripts_checkpoint(tmp_path):
     from cleanrl.dqn_atari import Args
-    from cleanrl_utils.checkpoint import save_checkpoint
+    from cleanrl_utils.files import checkpoint_path, write_file
     from tests.conftest import assert_stops_with_one_line
 
-    path = save_checkpoint(tmp_path / "run" / "checkpoints" / "step_100.pt", "dqn_atari", Args(), {"global_step": 100})
+    path = write_file(checkpoint_path(tmp_path / "run", 100), "checkpoint", "dqn_atari", Args(), {"global_step": 100})
     assert_stops_with_one_line(
-        "rainbow_atari.py", ["--resume", str(path)], "--resume", "written by dqn_atari.py, not rainbow_atari.py", tmp_path
+        "rainbow_atari.py", ["--resume", str(path)], "--resume", "written by dqn_atari.py, not by rainbow_atari.py", tmp_path
     )
