@@ -597,16 +597,15 @@ if __name__ == "__main__":
         # a stop on any rank stops every rank after this update (the interval is the same on every rank)
         run.stop_signal = agree(run.stop_signal or 0, device=device)[0] or None
         if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after a stop
-            try:  # every rank gives its envs and generators; rank 0 writes the checkpoint
-                run.save_checkpoint(state, global_step, iteration=iteration)
-            except SystemExit:  # after a stop: every rank leaves the group together, once rank 0 has written
-                del ddp_agent
-                leave_group(envs)
-                raise
+            run.save_checkpoint(state, global_step, iteration=iteration)  # every rank's envs and generators; rank 0 writes
+        if run.stop_signal:  # after a stop, with the checkpoint written: every rank leaves the group together
+            break
 
     # DDP's reducer holds the group: dropped first (gloo objects left to interpreter shutdown can abort the process)
     del ddp_agent
     leave_group(envs)
+    if run.stop_signal:  # exit 143
+        run.exit()
     if args.save_model:  # rank 0 (the other ranks' Run writes nothing)
         run.save_model({"agent": agent}, evaluate)
     run.close()

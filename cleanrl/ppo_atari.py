@@ -448,6 +448,8 @@ if __name__ == "__main__":
         writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
         if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
             run.save_checkpoint(state, global_step, iteration=iteration)
+        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+            run.exit(envs)
 
     if args.save_model:
         run.save_model({"agent": agent}, evaluate)

@@ -480,6 +480,8 @@ if __name__ == "__main__":
             # what the next rollout carries over: the LSTM state and where episodes start
             carried = dict(lstm_state=torch.stack(lstm_state), next_start=torch.from_numpy(next_start))
             run.save_checkpoint(state, global_step, iteration=iteration, **carried)
+        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+            run.exit(envs)
 
     if args.save_model:
         run.save_model({"agent": agent}, evaluate)

@@ -719,8 +719,10 @@ if __name__ == "__main__":
             collected = int(shared.actor_steps.sum())
             global_step = step_offset + collected
             run.progress.update(global_step)
-            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps; after SIGTERM, then exit 143
+            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM
                 run.save_checkpoint(state, global_step, updates=update_offset + updates)
+            if run.stop_signal:  # after SIGTERM, with the checkpoint written: the actors stop, then exit 143
+                break
             owed = (updates + 1) * per_update <= collected - args.learning_starts and len(rb) >= args.batch_size
             if global_step >= args.total_timesteps:  # enough env steps: the actors hold, the learner
                 shared.hold[0] = 1  # makes the gradient steps the ratio still owes
@@ -823,6 +825,8 @@ if __name__ == "__main__":
         status = 1
     finally:
         stop_actors(actors, shared)
+    if run.stop_signal:
+        run.exit(*([eval_envs] if args.eval_interval else []))
     if status:
         run.close()
         sys.exit(status)

@@ -4,11 +4,14 @@ A script uses it in three calls and a few methods (see ``cleanrl/ppo.py``)::
 
     args, resumed = parse_args(Args, __file__, check_args)  # flags and --resume; bad input stops here
     run = start_run(args, resumed)  # run directory, TensorBoard (and W&B), seeding, torch threads, device
-    signal.signal(signal.SIGTERM, run.stop)  # a checkpoint at the next safe point, then exit
+    signal.signal(signal.SIGTERM, run.stop)  # only records the signal: the loop checkpoints, then exits
+    state = dict(agent=agent, optimizer=optimizer, envs=envs)  # what a checkpoint holds, declared once
     ...
     run.log_episodes(global_step, infos)  # episodic returns to TensorBoard, progress to the terminal
-    if run.checkpoint_due(global_step):
-        run.save_checkpoint(state, global_step=global_step, iteration=iteration)
+    if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after a signal
+        run.save_checkpoint(state, global_step, iteration=iteration)
+    if run.stop_signal:  # after SIGTERM or Ctrl-C: close the envs and the run, exit 143 or 130
+        run.exit(envs)
     ...
     run.save_model({"agent": agent}, evaluate)  # with --save-model: the model file, then its evaluation
     run.close()
@@ -37,7 +40,7 @@ import sys
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NoReturn, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -47,6 +50,7 @@ import tyro
 from cleanrl_utils import checkpoint as checkpoints
 from cleanrl_utils.cli import USAGE_ERROR, fail, flag_name, require, require_positive, require_range, safe_name
 from cleanrl_utils.files import MODEL_SUFFIX, checkpoint_path, script_name, write_file
+from cleanrl_utils.files import checkpoints as checkpoint_files
 
 
 @dataclasses.dataclass
@@ -325,6 +329,7 @@ class Run:
         self.records = directory is not None
         self.video_dir = str(directory / "videos") if self.records else ""
         self.stop_signal: int | None = None
+        self.last_checkpoint: Path | None = None
         start_step = resumed["global_step"] if resumed is not None else 0
         stream = None if self.records else open(os.devnull, "w")
         self.progress = Progress(args.total_timesteps, start_step=start_step, stream=stream)
@@ -335,10 +340,12 @@ class Run:
     # ---- signals and checkpoints
 
     def stop(self, signum: int, frame: Any = None) -> None:
-        """Signal handler: ask for a checkpoint at the loop's next safe point, after which the run exits.
+        """Signal handler: ask for a checkpoint at the loop's next safe point, after which the script calls :meth:`exit`.
 
         Install it for SIGTERM (Slurm's time limit, ``timeout``, a container stop, a spot
-        instance reclaimed) and SIGINT (Ctrl-C). A second Ctrl-C stops at once (KeyboardInterrupt).
+        instance reclaimed) and SIGINT (Ctrl-C): it only records the signal in
+        :attr:`stop_signal`, which makes :meth:`checkpoint_due` true. A second Ctrl-C stops at
+        once (KeyboardInterrupt).
         """
         if self.stop_signal == signal.SIGINT and signum == signal.SIGINT:
             raise KeyboardInterrupt
@@ -351,14 +358,16 @@ class Run:
     def save_checkpoint(self, state: dict[str, Any], global_step: int, **counters: Any) -> Path | None:
         """Write ``{run_dir}/checkpoints/step_{global_step}.pt``: ``state`` captured, the counters and the random generators.
 
-        Keeps the two most recent checkpoints. After :meth:`stop`, closes the envs in ``state``
-        and exits with 128 + the signal's number (143 for SIGTERM, 130 for Ctrl-C). A run that
-        does not record captures ``state`` and writes nothing (returns None).
+        Keeps the two most recent checkpoints. A run that does not record captures ``state`` (so
+        that the collectives a state object makes take place) and writes nothing (returns None).
 
         Args:
             state: the script's checkpoint state (see :mod:`cleanrl_utils.checkpoint`).
             global_step: environment steps so far.
-            counters: plain numbers the loop needs to continue (``iteration=...``).
+            counters: plain numbers and tensors the loop needs to continue (``iteration=...``).
+
+        Raises:
+            OSError: the file could not be written (the previous checkpoints are kept).
         """
         self.writer.flush()
         content = {
@@ -369,28 +378,30 @@ class Run:
             "wandb_id": self.wandb_id,
         }
         modules = {name: value for name, value in state.items() if isinstance(value, torch.nn.Module)}
-        path = None
-        if self.records:
-            path = write_file(
-                checkpoint_path(self.directory, global_step), "checkpoint", self.args.script, self.args, content, modules
-            )
         if self.next_checkpoint is not None:
             while self.next_checkpoint <= global_step:
                 self.next_checkpoint += self.args.checkpoint_interval
-        from cleanrl_utils.files import checkpoints as checkpoint_files
-
-        for old in checkpoint_files(self.directory)[:-2] if self.records else []:
+        if not self.records:
+            return None
+        path = checkpoint_path(self.directory, global_step)
+        self.last_checkpoint = write_file(path, "checkpoint", self.args.script, self.args, content, modules)
+        for old in checkpoint_files(self.directory)[:-2]:
             old.unlink()
-        if self.stop_signal is not None:
-            name = signal.Signals(self.stop_signal).name
-            if self.records:
-                print(f"{name}: checkpoint written to {path}; resume with --resume {self.directory}", flush=True)
-            for value in state.values():
-                if isinstance(value, gym.vector.VectorEnv):
-                    value.close()
-            self.close()
-            sys.exit(128 + self.stop_signal)
-        return path
+        return self.last_checkpoint
+
+    def exit(self, *envs: Any) -> NoReturn:
+        """End the run after :meth:`stop`: close ``envs`` and the run, exit with 128 + the signal's number.
+
+        143 after SIGTERM, 130 after Ctrl-C. Call it once the checkpoint is written; it prints
+        where the checkpoint is and how to resume.
+        """
+        name = signal.Signals(self.stop_signal).name if self.stop_signal else "stop"
+        if self.records:
+            print(f"{name}: checkpoint written to {self.last_checkpoint}; resume with --resume {self.directory}", flush=True)
+        for vector_env in envs:
+            vector_env.close()
+        self.close()
+        sys.exit(128 + (self.stop_signal or 0))
 
     def restore(self, state: dict[str, Any]) -> dict[str, Any]:
         """Load the random generators and then the resumed checkpoint into ``state``'s objects, in place
