@@ -31,7 +31,7 @@ each 84x84 frame once; the temperature loss multiplies log α rather than α (se
 over actions and average over states, as written in the paper (CleanRL averages over both,
 which divides the gradients by |A|).
 
-Checkpoints (`--checkpoint-interval`, and on SIGTERM) hold the actor, the twin critics and
+Checkpoints (`--checkpoint-interval`, and on SIGTERM or Ctrl-C) hold the actor, the twin critics and
 their targets, the optimisers, log α, the random generators and the environments' states;
 `--resume` continues from one. With `--checkpoint-buffer` they hold the replay buffer too and
 the resumed run is the uninterrupted one exactly. Without it the resumed run starts with an
@@ -45,10 +45,9 @@ Run:
 """
 
 import math
-import os
-import time
+import signal
 from dataclasses import dataclass
-from typing import Literal, Optional, Union
+from typing import Literal, Union
 
 import gymnasium as gym
 import numpy as np
@@ -56,14 +55,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.optim as optim
-import tyro
-from stable_baselines3.common.atari_wrappers import (
-    ClipRewardEnv,
-    EpisodicLifeEnv,
-    FireResetEnv,
-    MaxAndSkipEnv,
-    NoopResetEnv,
-)
+from stable_baselines3.common.atari_wrappers import ClipRewardEnv, EpisodicLifeEnv, FireResetEnv, MaxAndSkipEnv, NoopResetEnv
 
 try:  # the Atari games come with the atari extra; without it, --env-id says so
     import ale_py
@@ -74,62 +66,17 @@ except ImportError:
     ale_py = None
 
 from cleanrl_utils.buffers import ReplayBuffer
-from cleanrl_utils.checkpoint import (
-    Checkpointer,
-    envs_state,
-    generator_state,
-    make_generator,
-    restore_envs,
-    resume_args,
-    set_rng_state,
-)
-from cleanrl_utils.evals import run_episodes
-from cleanrl_utils.run import (
-    Progress,
-    check_env,
-    fail,
-    load_model,
-    log_episodes,
-    make_vector_env,
-    real_next_obs,
-    require,
-    require_positive,
-    save_model,
-    seed_everything,
-    start_run,
-)
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.run import RunArgs, check_env, fail, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
 
 @dataclass
-class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """name of this experiment, part of the run directory name"""
-    seed: int = 1
-    """seed of python, numpy, torch and the environments"""
-    torch_deterministic: bool = True
-    """if toggled, `torch.backends.cudnn.deterministic=True`"""
-    cuda: bool = True
-    """if toggled, train on CUDA when it is available"""
-    track: bool = False
-    """if toggled, mirror the logs to Weights & Biases"""
-    wandb_project_name: str = "cleanRL"
-    """Weights & Biases project"""
-    wandb_entity: Optional[str] = None
-    """Weights & Biases entity (team); None means your default"""
-    capture_video: bool = False
-    """if toggled, record videos of env 0's episodes into `{run_dir}/videos`"""
-    save_model: bool = False
-    """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it"""
-    eval_episodes: int = 10
-    """episodes the saved model is evaluated for (with --save-model)"""
-    checkpoint_interval: int = 0
-    """write a checkpoint to `{run_dir}/checkpoints/` every this many environment steps, at the end of the vector step that reaches it (0: only when the run receives SIGTERM)"""
+class Args(RunArgs):
+    """SAC-Discrete's hyperparameters; the flags every script takes (--seed, --track, --resume ...) come from RunArgs."""
+
     checkpoint_buffer: bool = False
-    """if toggled, checkpoints hold the whole replay buffer (its size is printed at the start: about 7.1 GB per million transitions, as much memory again while one is written) and a resumed run continues exactly; without it a resumed run starts with an empty buffer and refills it for --learning-starts steps, acting with its policy, before updating again"""
-    resume: Optional[str] = None
-    """continue the run of this checkpoint file, or of the latest checkpoint in this run directory; its other flags come from the checkpoint"""
-    torch_threads: int = 1
-    """CPU threads for torch (1 is fastest for these small networks)"""
+    """if toggled, checkpoints hold the replay buffer too (its size is printed) and --resume continues exactly"""
 
     # Algorithm specific arguments (defaults: CleanRL's sac_atari.py, whose default game is BeamRider)
     env_id: str = "BreakoutNoFrameskip-v4"
@@ -168,57 +115,14 @@ class Args:
     """target entropy H̄ as a fraction of the largest entropy log |A| (nats): H̄ = scale · log |A|"""
 
 
-def check_args(args: Args) -> None:
-    """Stop with one line naming the flag on bad input."""
-    require_positive(
-        args,
-        "total_timesteps",
-        "num_envs",
-        "buffer_size",
-        "batch_size",
-        "policy_lr",
-        "q_lr",
-        "adam_eps",
-        "update_frequency",
-        "target_network_frequency",
-        "torch_threads",
-    )
-    require(args.learning_starts >= 0, "--learning-starts", f"must be >= 0, got {args.learning_starts}")
-    require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
-    require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
-    require(0 < args.tau <= 1, "--tau", f"must be in (0, 1], got {args.tau}")
-    require(args.alpha >= 0, "--alpha", f"must be >= 0, got {args.alpha}")
-    require(
-        0 <= args.target_entropy_scale <= 1,
-        "--target-entropy-scale",
-        f"must be in [0, 1] (a fraction of the largest entropy, log |A|), got {args.target_entropy_scale}",
-    )
-    require(
-        args.buffer_size >= args.batch_size,
-        "--buffer-size",
-        f"{args.buffer_size} is smaller than --batch-size {args.batch_size}",
-    )
-    require(
-        args.buffer_size // args.num_envs >= 6,
-        "--buffer-size",
-        f"{args.buffer_size} holds {args.buffer_size // args.num_envs} steps per env; "
-        "the frame-stacked replay needs at least 6",
-    )
-    require(
-        args.total_timesteps > args.learning_starts,
-        "--learning-starts",
-        f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}",
-    )
-    require(not args.save_model or args.eval_episodes > 0, "--eval-episodes", "must be positive with --save-model")
-
-
-def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, video_episodes=None):
+def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, training: bool = True, video_episodes=None):
     """A thunk creating env ``idx`` with the standard Atari preprocessing; env 0 records videos if asked.
 
-    Episode statistics are recorded per game (before episodic life and reward clipping), so
-    ``charts/episodic_return`` is the game score. The frame stack is zero-padded at each
-    (life) episode start, as the frame-stacked replay expects. ``video_episodes(i) -> bool``
-    picks the episodes to record.
+    Episode statistics are recorded per game (below episodic life and reward clipping), so
+    ``charts/episodic_return`` is the game score and an episode is a whole game. The frame stack is
+    zero-padded at each (life) episode start, as the frame-stacked replay expects.
+    ``video_episodes(i) -> bool`` picks the episodes to record. ``training=False``: an
+    evaluation env (the same preprocessing, whole games counted), without replay log.
     """
 
     def thunk():
@@ -227,7 +131,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, video_e
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes)
         else:
             env = gym.make(env_id)
-        env = gym.wrappers.RecordEpisodeStatistics(env)
+        env = gym.wrappers.RecordEpisodeStatistics(env)  # the game's score and length, below episodic life
         env = NoopResetEnv(env, noop_max=30)
         env = MaxAndSkipEnv(env, skip=4)
         env = EpisodicLifeEnv(env)
@@ -237,7 +141,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, video_e
         env = gym.wrappers.ResizeObservation(env, (84, 84))
         env = gym.wrappers.GrayscaleObservation(env)
         env = gym.wrappers.FrameStackObservation(env, 4, padding_type="zero")
-        return env
+        return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
 
@@ -382,112 +286,71 @@ def discrete_temperature_loss(
     return (probs.detach() * (-log_alpha * (log_probs.detach() + target_entropy))).sum(dim=-1).mean()
 
 
-def evaluate(
-    model_path: str,
-    eval_episodes: int,
-    env_id: Optional[str] = None,
-    capture_video: bool = False,
-    video_dir: str = "videos",
-    seed: Optional[int] = None,
-    deterministic: bool = True,
-    epsilon: float = 0.0,
-    device: str = "cpu",
-) -> np.ndarray:
-    """Evaluate a model saved by this script for ``eval_episodes`` episodes.
+# ---- plumbing a reader may skip: argument checks and the evaluation of a saved model
 
-    By default the actor acts greedily, taking the most probable action (argmax of the logits),
-    as PPO's evaluation does; ``deterministic=False`` samples from π instead. A small
-    ``epsilon`` adds uniformly random actions, as dqn_atari's evaluation does; greedy play
-    cannot loop forever either way, since an ALE game is cut at 108,000 frames.
 
-    Args:
-        model_path: a ``.cleanrl_model`` file written with ``--save-model``.
-        eval_episodes: number of whole episodes.
-        env_id: environment; the one the model was trained on when None.
-        capture_video: record the evaluation episodes into ``video_dir``.
-        seed: seed of the evaluation env and of the action draws; None means the training
-            seed + 100000, as the evaluation at the end of training uses.
-        deterministic: take the most probable action instead of sampling from π.
-        epsilon: probability of a uniformly random action (0: none).
-        device: torch device for the network.
+def check_args(args: Args) -> None:
+    """Stop with one line naming the flag on bad input."""
+    require_positive(args, "total_timesteps num_envs buffer_size batch_size policy_lr q_lr adam_eps update_frequency")
+    require_positive(args, "target_network_frequency")
+    require_range(args, gamma=(0, 1), target_entropy_scale=(0, 1))
+    require(0 < args.tau <= 1, "--tau", f"must be in (0, 1], got {args.tau}")
+    require(args.alpha >= 0, "--alpha", f"must be >= 0, got {args.alpha}")
+    require(0 <= args.learning_starts < args.total_timesteps, "--learning-starts", "leaves no training")
+    require(args.buffer_size >= args.batch_size, "--buffer-size", f"smaller than --batch-size {args.batch_size}")
+    steps = args.buffer_size // args.num_envs
+    require(steps >= 6, "--buffer-size", f"{steps} steps per env; the frame-stacked replay needs at least 6")
 
-    Returns:
-        Episodic returns, float64 ``[eval_episodes]``.
 
-    Raises:
-        ValueError: the file was not saved by sac_atari.py.
+def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, epsilon: float = 0.0, **options) -> np.ndarray:
+    """Game scores ``[eval_episodes]`` of a model saved by this script: the most probable action (``deterministic=False``:
+    sampled from π), uniformly random with probability ``epsilon``. ``options``: see :class:`cleanrl_utils.evals.Evaluation`.
     """
-    content = load_model(model_path, "sac_atari")
-    env_id = env_id or content["env_id"]
-    seed = content["args"]["seed"] + 100_000 if seed is None else seed
-    envs = make_vector_env(
-        [make_env(env_id, 0, capture_video, video_dir, lambda episode: episode < eval_episodes)], episode_statistics=False
-    )
-    rng = np.random.default_rng(seed)
-    generator = torch.Generator().manual_seed(seed)
-    actor = NatureCNN(int(envs.single_action_space.n)).to(device)
-    actor.load_state_dict(content["model"]["actor"])
+    evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
+    num_actions = int(evaluation.envs.single_action_space.n)
+    actor = evaluation.load(NatureCNN(num_actions), "actor")
+    rng, generator = np.random.default_rng(evaluation.seed), torch.Generator().manual_seed(evaluation.seed)
 
-    @torch.no_grad()
     def policy(obs: np.ndarray) -> np.ndarray:
-        logits = actor(torch.as_tensor(obs, device=device)).cpu()
+        logits = actor(torch.as_tensor(obs, device=evaluation.device)).cpu()
         if deterministic:
             actions = logits.argmax(-1).numpy()
         else:
             actions = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator).squeeze(-1).numpy()
         explore = rng.random(len(actions)) < epsilon
-        return np.where(explore, rng.integers(envs.single_action_space.n, size=len(actions)), actions)
+        return np.where(explore, rng.integers(num_actions, size=len(actions)), actions)
 
-    returns = run_episodes(envs, policy, eval_episodes, seed=seed)
-    envs.close()
-    return returns
+    return evaluation.run(policy)
 
 
 if __name__ == "__main__":
-    args = tyro.cli(Args)
-    args, resumed = resume_args(args, "sac_atari")  # with --resume: the checkpoint's run and its arguments
-    check_args(args)
-    check_env(args.env_id, (gym.spaces.Discrete,), (gym.spaces.Box,), "sac_atari.py", id_suffix="NoFrameskip-v4")
+    # ---- plumbing: flags and --resume (bad input stops here), run directory, trackers, seeding, signals
+    args, resumed = parse_args(Args, __file__, check_args)
+    check_env(args, gym.spaces.Discrete, gym.spaces.Box, id_suffix="NoFrameskip-v4")
     with gym.make(args.env_id) as game:
-        require(
-            hasattr(game.unwrapped, "ale"),
-            "--env-id",
-            f"{args.env_id} is not an Atari game; sac_atari.py takes ALE ids such as BreakoutNoFrameskip-v4",
-        )
-        require(
-            game.spec.kwargs.get("frameskip", 1) == 1,
-            "--env-id",
-            f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id (such as BreakoutNoFrameskip-v4): "
-            "the frame skipping is done here",
-        )
-    probe = make_env(args.env_id, 0, False, "")()  # the preprocessed spaces size the replay
-    observation_space, action_space = probe.observation_space, probe.action_space
-    probe.close()
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+        atari = f"{args.env_id} is not an Atari game; {args.script}.py takes ALE ids such as BreakoutNoFrameskip-v4"
+        require(hasattr(game.unwrapped, "ale"), "--env-id", atari)
+        skip = f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id: the frame skipping is done here"
+        require(game.spec.kwargs.get("frameskip", 1) == 1, "--env-id", skip)
     N = args.num_envs
-    try:  # one-step transitions in [buffer_size / N, N] rows, each frame stored once
-        rb = ReplayBuffer(
-            args.buffer_size // N,
-            N,
-            observation_space,
-            action_space,
-            gamma=args.gamma,
-            frame_stack=4,
-            device=device,
-            seed=args.seed,
-        )
-    except MemoryError as error:
-        fail("--buffer-size", str(error))
-    run = start_run(args, resume=resumed)
-    writer = run.writer
+    with make_env(args.env_id, 0, False, "", training=False)() as probe:  # the preprocessed spaces size the replay
+        try:  # one-step transitions in [buffer_size / N, N] rows, each frame stored once
+            spaces = (probe.observation_space, probe.action_space)
+            rb = ReplayBuffer(args.buffer_size // N, N, *spaces, gamma=args.gamma, frame_stack=4, seed=args.seed)
+        except MemoryError as error:
+            fail("--buffer-size", str(error))
+    run = start_run(args, resumed)
+    writer, device = run.writer, run.device
+    rb.device = device
+    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint after this step, exit 143
+    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
 
-    seed_everything(args.seed, args.torch_deterministic)
-    torch.set_num_threads(args.torch_threads)
-
-    envs = make_vector_env(  # episode statistics come from each env: game scores
-        [make_env(args.env_id, i, args.capture_video, str(run.video_dir)) for i in range(args.num_envs)],
+    # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
+    # that ended the episode is in infos["final_obs"].
+    envs = vector_env(
+        [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(N)],
         args.env_mode,
-        episode_statistics=False,
+        autoreset_mode=SAME_STEP,
     )
     num_actions = int(envs.single_action_space.n)
     # channels-last convolutions: faster updates on CPU (benchmark/README.md)
@@ -501,71 +364,43 @@ if __name__ == "__main__":
     q_optimizer = optim.Adam([*qf1.parameters(), *qf2.parameters()], lr=args.q_lr, eps=args.adam_eps, fused=True)
     actor_optimizer = optim.Adam(actor.parameters(), lr=args.policy_lr, eps=args.adam_eps, fused=True)
 
-    # Temperature: learned in log space from α = 1 (autotune), or fixed at --alpha.
+    # Temperature: learned in log space from α = 1 (--autotune), or fixed at --alpha.
     target_entropy = args.target_entropy_scale * math.log(num_actions)  # H̄ = -scale · log(1 / |A|)
-    if args.autotune:
-        log_alpha = torch.zeros((), device=device, requires_grad=True)
-        alpha_optimizer = optim.Adam([log_alpha], lr=args.q_lr, eps=args.adam_eps)
-        alpha = log_alpha.exp().item()
-    else:
-        alpha = args.alpha
-
+    log_alpha = torch.zeros((), device=device, requires_grad=True)
+    alpha_optimizer = optim.Adam([log_alpha], lr=args.q_lr, eps=args.adam_eps)  # used with --autotune
+    alpha = log_alpha.exp().item() if args.autotune else args.alpha
     rng = np.random.default_rng(args.seed)
-    num_iterations = args.total_timesteps // N
 
-    global_step, first_iteration = 0, 0
-    updates_start = args.learning_starts  # the global step after which the networks are updated
-    pad_first_add = False  # the first add of a resume without the replay: no frames before it are stored
+    # what a checkpoint holds, besides the global random generators
+    state = dict(actor=actor, qf1=qf1, qf2=qf2, qf1_target=qf1_target, qf2_target=qf2_target, log_alpha=log_alpha)
+    state.update(q_optimizer=q_optimizer, actor_optimizer=actor_optimizer, alpha_optimizer=alpha_optimizer)
+    state.update(rng=rng, envs=envs, replay_rng=rb.rng)
     if args.checkpoint_buffer:
-        print(f"each checkpoint holds the replay buffer ({rb.nbytes / 2**20:.3g} MiB) besides the networks and optimisers")
-    if resumed is None:
-        obs, _ = envs.reset(seed=args.seed)
-    else:  # continue: networks, optimisers, temperature, step, envs (replayed), random generators
-        for module, key in (
-            (actor, "actor"),
-            (qf1, "qf1"),
-            (qf2, "qf2"),
-            (qf1_target, "qf1_target"),
-            (qf2_target, "qf2_target"),
-            (q_optimizer, "q_optimizer"),
-            (actor_optimizer, "actor_optimizer"),
-        ):
-            module.load_state_dict(resumed[key])
-        if args.autotune:
-            with torch.no_grad():
-                log_alpha.copy_(resumed["log_alpha"])
-            alpha_optimizer.load_state_dict(resumed["alpha_optimizer"])
-            alpha = log_alpha.exp().item()
-        rng = make_generator(resumed["action_rng"])
-        rb.rng = make_generator(resumed["replay_rng"])
-        global_step, first_iteration = resumed["global_step"], resumed["iteration"] + 1
-        if "buffer" in resumed:
-            rb.load_state_dict(resumed["buffer"])
-        else:  # an empty buffer: refill it for --learning-starts steps before updating again
+        state["replay_buffer"] = rb
+        print(f"each checkpoint holds the replay buffer ({rb.nbytes / 2**20:.3g} MiB)")
+    global_step, updates_start = 0, args.learning_starts  # updates once global_step > updates_start
+    pad_first_add = False  # the first add of a resume without the replay: no frames before it are stored
+    if run.resumed:  # the checkpoint's networks, optimisers, temperature, generators, envs (replayed) and buffer
+        saved = run.restore({**state, "replay_buffer": rb})
+        global_step, updates_start, obs = saved["global_step"], saved["updates_start"], saved["obs"]
+        alpha = log_alpha.exp().item() if args.autotune else args.alpha
+        if "replay_buffer" in saved["missing"]:  # an empty buffer: refill it before updating again
             updates_start, pad_first_add = global_step + args.learning_starts, True
             print(f"the checkpoint has no replay buffer: refilling it until step {updates_start} before updating")
-        obs = restore_envs(envs, resumed["envs"])
-        set_rng_state(resumed["rng"])
-    checkpointer = Checkpointer(run.directory, "sac_atari", args, args.checkpoint_interval, global_step, writer=writer)
-    start_step, start_time = global_step, time.time()
-    if args.buffer_size % N:
-        print(f"replay capacity {rb.capacity * N} transitions: --buffer-size rounded down to a multiple of --num-envs {N}")
-    if num_iterations * N != args.total_timesteps:
-        print(f"training {num_iterations * N} steps: --total-timesteps rounded down to a multiple of --num-envs {N}")
-    progress = Progress(num_iterations * N, start_step=global_step)
-    for iteration in range(first_iteration, num_iterations):
+    else:
+        obs, _ = envs.reset(seed=args.seed)
+
+    for iteration in range(global_step // N, args.total_timesteps // N):
         global_step += N
         if global_step <= args.learning_starts:  # warm-up: uniformly random actions
             actions = rng.integers(num_actions, size=N)
         else:  # exploration comes from the stochastic policy: a ~ π(·|s)
-            with torch.no_grad():
-                logits = actor(torch.from_numpy(obs).to(device))
+            with torch.inference_mode():
+                logits = actor(torch.as_tensor(obs, device=device))
                 actions = torch.distributions.Categorical(logits=logits).sample().cpu().numpy()
 
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
-
-        if "_episode" in infos:
-            progress.episodes(log_episodes(writer, infos, global_step))
+        run.log_episodes(global_step, infos)
         if pad_first_add:  # the replay starts here: its episodes start here, zero-padded as at a reset
             obs, pad_first_add = obs.copy(), False
             obs[:, :-1] = 0
@@ -629,7 +464,7 @@ if __name__ == "__main__":
                     if args.autotune:
                         writer.add_scalar("losses/alpha_loss", alpha_loss.item(), global_step)
                     writer.add_scalar("charts/learning_rate", q_optimizer.param_groups[0]["lr"], global_step)
-                    writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)), global_step)
+                    writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
 
             # Target critics: θ' ← τ θ + (1 - τ) θ'
             if iteration % args.target_network_frequency == 0:
@@ -637,48 +472,10 @@ if __name__ == "__main__":
                     for critic, target in ((qf1, qf1_target), (qf2, qf2_target)):
                         for target_param, param in zip(target.parameters(), critic.parameters()):
                             target_param.lerp_(param, args.tau)
-        progress.update(global_step)
-        if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
-            checkpointer.save(
-                global_step,
-                {
-                    "iteration": iteration,
-                    "actor": actor.state_dict(),
-                    "qf1": qf1.state_dict(),
-                    "qf2": qf2.state_dict(),
-                    "qf1_target": qf1_target.state_dict(),
-                    "qf2_target": qf2_target.state_dict(),
-                    "q_optimizer": q_optimizer.state_dict(),
-                    "actor_optimizer": actor_optimizer.state_dict(),
-                    **(
-                        {"log_alpha": log_alpha.detach(), "alpha_optimizer": alpha_optimizer.state_dict()}
-                        if args.autotune
-                        else {}
-                    ),
-                    "action_rng": generator_state(rng),
-                    "replay_rng": generator_state(rb.rng),
-                    **({"buffer": rb.state_dict()} if args.checkpoint_buffer else {}),
-                    "envs": envs_state(envs),
-                    "wandb_id": run.wandb_id,
-                },
-            )
-    progress.close()
+        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+            run.save_checkpoint(state, global_step, updates_start=updates_start)
 
     if args.save_model:
-        model_path = run.directory / f"{args.exp_name}.cleanrl_model"
-        save_model(
-            model_path,
-            "sac_atari",
-            args,
-            {"actor": actor.state_dict(), "qf1": qf1.state_dict(), "qf2": qf2.state_dict(), "alpha": torch.tensor(alpha)},
-        )
-        print(f"model saved to {model_path}")
-        episodic_returns = evaluate(
-            str(model_path), args.eval_episodes, args.env_id, args.capture_video, str(run.directory / "videos-eval")
-        )
-        writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
-        writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
-        print(f"evaluation over {args.eval_episodes} episodes: {episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
-
+        run.save_model({"actor": actor, "qf1": qf1, "qf2": qf2, "alpha": torch.tensor(alpha)}, evaluate)
     envs.close()
     run.close()

@@ -20,7 +20,7 @@ Hyperparameters are CleanRL's td3_continuous.py's (those of the authors' later c
 networks, Adam 3e-4, batch 256, 25k random steps; the paper used 400-300 networks, Adam 1e-3,
 batch 100 and a shorter random start).
 
-Checkpoints (`--checkpoint-interval`, and on SIGTERM) hold the actor, the critics and their
+Checkpoints (`--checkpoint-interval`, and on SIGTERM or Ctrl-C) hold the actor, the critics and their
 targets, both optimisers, the update count, the random generators and the environments'
 states; `--resume` continues from one. With `--checkpoint-buffer` they hold the replay buffer
 too and the resumed run is the uninterrupted one exactly. Without it the resumed run starts
@@ -33,8 +33,7 @@ Run:
 """
 
 import math
-import os
-import time
+import signal
 from dataclasses import dataclass
 from typing import Literal, Optional
 
@@ -44,71 +43,21 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.optim as optim
-import tyro
 
 from cleanrl_utils.buffers import ReplayBuffer
-from cleanrl_utils.checkpoint import (
-    Checkpointer,
-    envs_state,
-    generator_state,
-    make_generator,
-    restore_envs,
-    resume_args,
-    set_rng_state,
-)
-from cleanrl_utils.evals import run_episodes
-from cleanrl_utils.numpy_net import NumpyMLP
-from cleanrl_utils.run import (
-    Progress,
-    check_env,
-    fail,
-    flag_name,
-    load_model,
-    log_episodes,
-    make_vector_env,
-    real_next_obs,
-    require,
-    require_positive,
-    save_model,
-    seed_everything,
-    start_run,
-)
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.run import RunArgs, check_env, fail, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
 
 @dataclass
-class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """name of this experiment, part of the run directory name"""
-    seed: int = 1
-    """seed of python, numpy, torch and the environments"""
-    torch_deterministic: bool = True
-    """if toggled, `torch.backends.cudnn.deterministic=True`"""
-    cuda: bool = True
-    """if toggled, train on CUDA when it is available"""
-    track: bool = False
-    """if toggled, mirror the logs to Weights & Biases"""
-    wandb_project_name: str = "cleanRL"
-    """Weights & Biases project"""
-    wandb_entity: Optional[str] = None
-    """Weights & Biases entity (team); None means your default"""
-    capture_video: bool = False
-    """if toggled, record videos of env 0's episodes into `{run_dir}/videos` (MuJoCo without a display: EGL)"""
-    save_model: bool = False
-    """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model` and evaluate it"""
-    eval_episodes: int = 10
-    """episodes the saved model is evaluated for (with --save-model), with the deterministic policy"""
-    checkpoint_interval: int = 0
-    """write a checkpoint to `{run_dir}/checkpoints/` every this many environment steps, at the end of the vector step that reaches it (0: only when the run receives SIGTERM)"""
-    checkpoint_buffer: bool = False
-    """if toggled, checkpoints hold the whole replay buffer (its size is printed at the start: about 72 MB per million Hopper transitions, as much memory again while one is written) and a resumed run continues exactly; without it a resumed run starts with an empty buffer and refills it for --learning-starts steps, acting with its policy, before updating again"""
-    resume: Optional[str] = None
-    """continue the run of this checkpoint file, or of the latest checkpoint in this run directory; its other flags come from the checkpoint"""
-    torch_threads: int = 1
-    """CPU threads for torch"""
-    compile: bool = False
-    """if toggled, compile the updates with `torch.compile` (on a 2-core CPU measured no faster, after ~25 s of compiling)"""
+class Args(RunArgs):
+    """TD3's hyperparameters; the flags every script takes (--seed, --track, --save-model, --resume ...) come from RunArgs."""
 
-    # Algorithm specific arguments
+    checkpoint_buffer: bool = False
+    """if toggled, checkpoints hold the replay buffer too (its size is printed) and --resume continues exactly"""
+    compile: bool = False
+    """if toggled, compile the updates with `torch.compile`"""
     env_id: str = "Hopper-v5"
     """gymnasium id of the environment (bounded Box actions, vector observations)"""
     env_mode: Literal["sync", "async"] = "sync"
@@ -141,48 +90,12 @@ class Args:
     """c: the smoothing noise is clipped to [-c, c] (fraction of the half-range)"""
 
 
-def check_args(args: Args) -> None:
-    """Stop with one line naming the flag on bad input."""
-    require_positive(
-        args,
-        "total_timesteps",
-        "num_envs",
-        "buffer_size",
-        "batch_size",
-        "learning_rate",
-        "gradient_steps",
-        "policy_frequency",
-        "torch_threads",
-    )
-    for name in ("exploration_noise", "policy_noise", "noise_clip"):
-        require(getattr(args, name) >= 0, flag_name(name), f"must be >= 0, got {getattr(args, name)}")
-    require(args.learning_starts >= 0, "--learning-starts", f"must be >= 0, got {args.learning_starts}")
-    require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
-    require(0 <= args.gamma <= 1, "--gamma", f"must be in [0, 1], got {args.gamma}")
-    require(0 < args.tau <= 1, "--tau", f"must be in (0, 1], got {args.tau}")
-    require(
-        args.buffer_size >= args.batch_size,
-        "--buffer-size",
-        f"{args.buffer_size} is smaller than --batch-size {args.batch_size}",
-    )
-    require(
-        args.buffer_size // args.num_envs >= 3,
-        "--buffer-size",
-        f"{args.buffer_size} holds {args.buffer_size // args.num_envs} steps per env; at least 3 are needed",
-    )
-    require(
-        args.total_timesteps > args.learning_starts,
-        "--learning-starts",
-        f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}",
-    )
-    require(not args.save_model or args.eval_episodes > 0, "--eval-episodes", "must be positive with --save-model")
+def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, training: bool = True, video_episodes=None):
+    """A thunk creating env ``idx``: the gymnasium env, its episode statistics, and (training) its replay log.
 
-
-def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, video_episodes=None):
-    """A thunk creating env ``idx``; env 0 records videos into ``video_dir`` if asked.
-
-    ``video_episodes(episode_index) -> bool`` picks the episodes to record; by default
-    gymnasium's schedule (episodes 0, 1, 8, 27, ..., 1000, then every 1000th).
+    Env 0 records videos into ``video_dir`` if asked (MuJoCo without a display renders through
+    EGL), of the episodes ``video_episodes(index)`` picks (gymnasium's schedule by default).
+    ``training=False``: an evaluation env, without replay log.
     """
 
     def thunk():
@@ -191,7 +104,8 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, video_e
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes)
         else:
             env = gym.make(env_id)
-        return env
+        env = gym.wrappers.RecordEpisodeStatistics(env)  # return and length in the info of the episode's last step
+        return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
 
@@ -316,83 +230,63 @@ def clipped_double_q_target(rewards: torch.Tensor, discounts: torch.Tensor, next
     return rewards + discounts * next_q.min(dim=0).values
 
 
-def evaluate(
-    model_path: str,
-    eval_episodes: int,
-    env_id: Optional[str] = None,
-    capture_video: bool = False,
-    video_dir: str = "videos",
-    seed: Optional[int] = None,
-    exploration_noise: float = 0.0,
-    device: str = "cpu",
-) -> np.ndarray:
-    """Evaluate a policy saved by this script for ``eval_episodes`` episodes.
+# ---- plumbing a reader may skip: argument checks and the evaluation of a saved model
 
-    Args:
-        model_path: a ``.cleanrl_model`` file written with ``--save-model``.
-        eval_episodes: number of whole episodes.
-        env_id: environment; the one the model was trained on when None.
-        capture_video: record the evaluation episodes into ``video_dir``.
-        seed: seed of the evaluation env and noise; None means the training seed + 100000.
-        exploration_noise: σ of Gaussian noise on the action, as a fraction of each dimension's
-            half-range (0: the deterministic policy).
-        device: torch device for the network.
 
-    Returns:
-        Episodic returns, float64 ``[eval_episodes]``.
+def check_args(args: Args) -> None:
+    """Stop with one line naming the flag on bad input."""
+    require_positive(args, "total_timesteps num_envs buffer_size batch_size learning_rate gradient_steps policy_frequency")
+    require_range(args, gamma=(0, 1))
+    require(0 < args.tau <= 1, "--tau", f"must be in (0, 1], got {args.tau}")
+    for name in ("exploration_noise", "policy_noise", "noise_clip"):
+        require(getattr(args, name) >= 0, "--" + name.replace("_", "-"), f"must be >= 0, got {getattr(args, name)}")
+    require(0 <= args.learning_starts < args.total_timesteps, "--learning-starts", "leaves no training")
+    require(args.buffer_size >= args.batch_size, "--buffer-size", f"smaller than --batch-size {args.batch_size}")
+    require(args.buffer_size // args.num_envs >= 3, "--buffer-size", "holds fewer than 3 steps per env")
 
-    Raises:
-        ValueError: the file was not saved by td3_continuous.py.
-    """
-    content = load_model(model_path, "td3_continuous")
-    env_id = env_id or content["env_id"]
-    seed = content["args"]["seed"] + 100_000 if seed is None else seed
-    envs = make_vector_env([make_env(env_id, 0, capture_video, video_dir, lambda episode: episode < eval_episodes)])
-    low, high = envs.single_action_space.low, envs.single_action_space.high
-    actor = Actor(int(np.prod(envs.single_observation_space.shape)), int(np.prod(envs.single_action_space.shape)))
-    actor.load_state_dict(content["model"]["actor"])
-    actor.to(device)
-    rng = np.random.default_rng(seed)
 
-    @torch.no_grad()
+def evaluate(model_path: str, eval_episodes: int, exploration_noise: float = 0.0, **options) -> np.ndarray:
+    """Episodic returns ``[eval_episodes]`` of a policy saved by this script, with Gaussian noise of σ
+    ``exploration_noise`` (a fraction of the half-range; 0: the deterministic policy) on its actions.
+    ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
+    evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
+    space = evaluation.envs.single_action_space
+    actor = Actor(int(np.prod(evaluation.envs.single_observation_space.shape)), int(np.prod(space.shape)))
+    actor = evaluation.load(actor, "actor")
+    rng = np.random.default_rng(evaluation.seed)
+
     def policy(obs: np.ndarray) -> np.ndarray:
-        actions = actor(torch.as_tensor(obs, dtype=torch.float32, device=device)).cpu().numpy()
-        return scale_action(exploration_actions(actions, rng.standard_normal(actions.shape), exploration_noise), low, high)
+        actions = actor(torch.as_tensor(obs, dtype=torch.float32, device=evaluation.device)).cpu().numpy()
+        actions = exploration_actions(actions, rng.standard_normal(actions.shape), exploration_noise)
+        return scale_action(actions, space.low, space.high)
 
-    returns = run_episodes(envs, policy, eval_episodes, seed=seed)
-    envs.close()
-    return returns
+    return evaluation.run(policy)
 
 
 if __name__ == "__main__":
-    args = tyro.cli(Args)
-    args, resumed = resume_args(args, "td3_continuous")  # with --resume: the checkpoint's run and its arguments
-    check_args(args)
-    observation_space, action_space = check_env(
-        args.env_id, (gym.spaces.Box,), (gym.spaces.Box,), "td3_continuous.py", obs_ndim=1, bounded_actions=True
-    )
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+    # ---- plumbing: flags and --resume (bad input stops here), run directory, trackers, seeding, signals
+    args, resumed = parse_args(Args, __file__, check_args)
+    observation_space, action_space = check_env(args, gym.spaces.Box, gym.spaces.Box, obs_ndim=1, bounded_actions=True)
     N = args.num_envs
-    # Replay of transitions in [buffer_size / N, N] rows: observations as float32 (MuJoCo's are
-    # float64), actions in the policy's range [-1, 1].
-    obs_box = gym.spaces.Box(
-        observation_space.low.astype(np.float32),
-        observation_space.high.astype(np.float32),
-        observation_space.shape,
-        np.float32,
-    )
-    unit_box = gym.spaces.Box(-1.0, 1.0, action_space.shape, np.float32)
-    try:
-        rb = ReplayBuffer(args.buffer_size // N, N, obs_box, unit_box, gamma=args.gamma, device=device, seed=args.seed)
+    try:  # Replay of [buffer_size / N, N] rows: observations as float32, actions in the policy's range [-1, 1]
+        obs_box = gym.spaces.Box(-np.inf, np.inf, observation_space.shape, np.float32)
+        unit_box = gym.spaces.Box(-1.0, 1.0, action_space.shape, np.float32)
+        rb = ReplayBuffer(args.buffer_size // N, N, obs_box, unit_box, gamma=args.gamma, seed=args.seed)
     except MemoryError as error:
         fail("--buffer-size", str(error))
-    run = start_run(args, resume=resumed)
-    writer = run.writer
+    run = start_run(args, resumed)
+    writer, device = run.writer, run.device
+    rb.device = device
+    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint after this step, exit 143
+    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
 
-    seed_everything(args.seed, args.torch_deterministic)
-    torch.set_num_threads(args.torch_threads)
-
-    envs = make_vector_env([make_env(args.env_id, i, args.capture_video, str(run.video_dir)) for i in range(N)], args.env_mode)
+    # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
+    # that ended the episode is in infos["final_obs"].
+    envs = vector_env(
+        [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(N)],
+        args.env_mode,
+        autoreset_mode=SAME_STEP,
+    )
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     action_dim = int(np.prod(envs.single_action_space.shape))
     low, high = envs.single_action_space.low.astype(np.float64), envs.single_action_space.high.astype(np.float64)
@@ -403,12 +297,8 @@ if __name__ == "__main__":
     qf = QEnsemble(obs_dim, action_dim, num_critics=2).to(device)
     qf_target = QEnsemble(obs_dim, action_dim, num_critics=2).to(device)
     qf_target.load_state_dict(qf.state_dict())
-    fused = dict(fused=True) if device.type in ("cpu", "cuda") else {}
-    q_optimizer = optim.Adam(qf.parameters(), lr=args.learning_rate, **fused)
-    actor_optimizer = optim.Adam(actor.parameters(), lr=args.learning_rate, **fused)
-    # Actions in the environment come from a numpy copy of the policy network: with one env,
-    # torch's per-call overhead would cost more than the MLP itself.
-    acting_network = NumpyMLP(actor.net)
+    q_optimizer = optim.Adam(qf.parameters(), lr=args.learning_rate, fused=True)
+    actor_optimizer = optim.Adam(actor.parameters(), lr=args.learning_rate, fused=True)
     rng = np.random.default_rng(args.seed)
 
     def critic_update(data):
@@ -437,56 +327,36 @@ if __name__ == "__main__":
         critic_update = torch.compile(critic_update)
         actor_update = torch.compile(actor_update)
 
-    target_params = list(qf_target.parameters()) + list(actor_target.parameters())
-    online_params = list(qf.parameters()) + list(actor.parameters())
-    num_iterations = args.total_timesteps // N
-    global_step, num_updates, first_iteration = 0, 0, 0
-    updates_start = args.learning_starts  # the global step after which the networks are updated
-    actor_loss = None  # the last policy loss, for the logs
+    # what a checkpoint holds, besides the global random generators
+    state = dict(actor=actor, actor_target=actor_target, qf=qf, qf_target=qf_target, rng=rng, envs=envs, replay_rng=rb.rng)
+    state.update(q_optimizer=q_optimizer, actor_optimizer=actor_optimizer)
     if args.checkpoint_buffer:
-        print(f"each checkpoint holds the replay buffer ({rb.nbytes / 2**20:.3g} MiB) besides the networks and optimisers")
-    if resumed is None:
-        obs, _ = envs.reset(seed=args.seed)
-    else:  # continue: networks, optimisers, step, envs (replayed), random generators
-        for module, key in (
-            (actor, "actor"),
-            (actor_target, "actor_target"),
-            (qf, "qf"),
-            (qf_target, "qf_target"),
-            (q_optimizer, "q_optimizer"),
-            (actor_optimizer, "actor_optimizer"),
-        ):
-            module.load_state_dict(resumed[key])
-        acting_network.sync()
-        actor_loss = resumed["actor_loss"]
-        rng = make_generator(resumed["action_rng"])
-        rb.rng = make_generator(resumed["replay_rng"])
-        global_step, num_updates = resumed["global_step"], resumed["num_updates"]
-        first_iteration = resumed["iteration"] + 1
-        if "buffer" in resumed:
-            rb.load_state_dict(resumed["buffer"])
-        else:  # an empty buffer: refill it for --learning-starts steps before updating again
+        state["replay_buffer"] = rb
+        print(f"each checkpoint holds the replay buffer ({rb.nbytes / 2**20:.3g} MiB)")
+    global_step, num_updates, updates_start = 0, 0, args.learning_starts  # updates once global_step > updates_start
+    actor_loss = torch.zeros(())  # the last policy loss, for the logs
+    if run.resumed:  # the checkpoint's networks, optimisers, generators, envs (replayed) and buffer, in place
+        saved = run.restore({**state, "replay_buffer": rb})
+        global_step, num_updates, obs = saved["global_step"], saved["num_updates"], saved["obs"]
+        updates_start, actor_loss = saved["updates_start"], saved["actor_loss"]
+        if "replay_buffer" in saved["missing"]:  # an empty buffer: refill it before updating again
             updates_start = global_step + args.learning_starts
             print(f"the checkpoint has no replay buffer: refilling it until step {updates_start} before updating")
-        obs = restore_envs(envs, resumed["envs"])
-        set_rng_state(resumed["rng"])
-    checkpointer = Checkpointer(run.directory, "td3_continuous", args, args.checkpoint_interval, global_step, writer=writer)
-    start_step, start_time = global_step, time.time()
-    if args.buffer_size % N:
-        print(f"replay capacity {rb.capacity * N} transitions: --buffer-size rounded down to a multiple of --num-envs {N}")
-    if num_iterations * N != args.total_timesteps:
-        print(f"training {num_iterations * N} steps: --total-timesteps rounded down to a multiple of --num-envs {N}")
-    progress = Progress(num_iterations * N, start_step=global_step)
-    for iteration in range(first_iteration, num_iterations):
+    else:
+        obs, _ = envs.reset(seed=args.seed)
+
+    target_params = list(qf_target.parameters()) + list(actor_target.parameters())
+    online_params = list(qf.parameters()) + list(actor.parameters())
+    for iteration in range(global_step // N, args.total_timesteps // N):
         global_step += N
         if global_step <= args.learning_starts:
             u = rng.uniform(-1.0, 1.0, (N, action_dim))
         else:
-            u = exploration_actions(acting_network(obs), rng.standard_normal((N, action_dim)), args.exploration_noise)
+            with torch.inference_mode():
+                mu = actor(torch.as_tensor(obs, dtype=torch.float32, device=device)).cpu().numpy()
+            u = exploration_actions(mu, rng.standard_normal((N, action_dim)), args.exploration_noise)
         next_obs, rewards, terminations, truncations, infos = envs.step(scale_action(u, low, high))
-
-        if "_episode" in infos:
-            progress.episodes(log_episodes(writer, infos, global_step))
+        run.log_episodes(global_step, infos)
         # s' is the real next observation: where an episode ended, its final observation.
         rb.add(obs, u, rewards, terminations, truncations, real_next_obs(next_obs, infos))
         obs = next_obs
@@ -498,7 +368,6 @@ if __name__ == "__main__":
                 num_updates += 1
                 if num_updates % args.policy_frequency == 0:  # delayed policy and target updates
                     actor_loss = actor_update(data.obs)
-                    acting_network.sync()
                     with torch.no_grad():  # θ' ← τ θ + (1 - τ) θ'
                         torch._foreach_lerp_(target_params, online_params, args.tau)
 
@@ -510,40 +379,12 @@ if __name__ == "__main__":
                 writer.add_scalar("losses/qf_loss", qf_losses.sum().item() / 2.0, global_step)
                 writer.add_scalar("losses/actor_loss", actor_loss.item(), global_step)
                 writer.add_scalar("charts/learning_rate", q_optimizer.param_groups[0]["lr"], global_step)
-                writer.add_scalar("charts/SPS", int((global_step - start_step) / (time.time() - start_time)), global_step)
-        progress.update(global_step)
-        if checkpointer.due(global_step):  # also on SIGTERM, which then ends the run (status 143)
-            checkpointer.save(
-                global_step,
-                {
-                    "iteration": iteration,
-                    "num_updates": num_updates,
-                    "actor": actor.state_dict(),
-                    "actor_target": actor_target.state_dict(),
-                    "qf": qf.state_dict(),
-                    "qf_target": qf_target.state_dict(),
-                    "q_optimizer": q_optimizer.state_dict(),
-                    "actor_optimizer": actor_optimizer.state_dict(),
-                    "actor_loss": actor_loss,
-                    "action_rng": generator_state(rng),
-                    "replay_rng": generator_state(rb.rng),
-                    **({"buffer": rb.state_dict()} if args.checkpoint_buffer else {}),
-                    "envs": envs_state(envs),
-                    "wandb_id": run.wandb_id,
-                },
-            )
-    progress.close()
+                writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+            counters = dict(num_updates=num_updates, updates_start=updates_start, actor_loss=actor_loss)
+            run.save_checkpoint(state, global_step, **counters)
 
     if args.save_model:
-        model_path = run.directory / f"{args.exp_name}.cleanrl_model"
-        save_model(model_path, "td3_continuous", args, {"actor": actor.state_dict(), "qf": qf.state_dict()})
-        print(f"model saved to {model_path}")
-        episodic_returns = evaluate(
-            str(model_path), args.eval_episodes, args.env_id, args.capture_video, str(run.directory / "videos-eval")
-        )
-        writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
-        writer.add_scalar("eval/episodic_return_std", episodic_returns.std(), global_step)
-        print(f"evaluation over {args.eval_episodes} episodes: {episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}")
-
+        run.save_model({"actor": actor, "qf": qf}, evaluate)
     envs.close()
     run.close()

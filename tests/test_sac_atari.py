@@ -207,17 +207,20 @@ CHECKPOINTED = [
 
 
 def test_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run(tmp_path):
-    from tests.conftest import sigterm_then_resume
+    from tests.conftest import run_dir, sigterm_then_resume
 
     # the frame-stacked replay (600 transitions) wraps around; the target critics are copied every 48 steps
     whole, resumed = sigterm_then_resume(
         "sac_atari.py", [*CHECKPOINTED, "--checkpoint-buffer", "--save-model", "--eval-episodes", "1"], 200, 800, tmp_path
     )
-    assert whole["model"].keys() == resumed["model"].keys() == {"actor", "qf1", "qf2", "alpha"}
+    expected, got = (
+        torch.load(next(run_dir(tmp_path / run).glob("*.cleanrl_model")), weights_only=True) for run in ("whole", "cut")
+    )
+    assert expected["modules"].keys() == got["modules"].keys() == {"actor", "qf1", "qf2"}
     for part in ("actor", "qf1", "qf2"):
-        for name, tensor in whole["model"][part].items():
-            assert torch.equal(tensor, resumed["model"][part][name]), (part, name)
-    assert whole["model"]["alpha"] == resumed["model"]["alpha"] != 1.0  # tuned from 1
+        for name, tensor in expected[part].items():
+            assert torch.equal(tensor, got[part][name]), (part, name)
+    assert expected["alpha"] == got["alpha"] != 1.0  # tuned from 1
     assert resumed["curves"] == whole["curves"]  # TensorBoard curves continue without a fold or a repeat
     assert len(whole["curves"]["charts/episodic_return"]) >= 2
 
@@ -227,7 +230,7 @@ def test_resume_without_the_buffer_refills_it_then_updates_on(tmp_path):
     hold), the run refills the replay for --learning-starts steps, then updates on with its trained optimisers."""
     from shutil import copytree
 
-    from cleanrl_utils.checkpoint import save_checkpoint
+    from cleanrl_utils.files import checkpoint_path, write_file
     from tests.conftest import assert_stops_with_one_line, run_dir, run_script
 
     flags = [*CHECKPOINTED, "--learning-starts", "100", "--checkpoint-interval", "200"]
@@ -247,10 +250,10 @@ def test_resume_without_the_buffer_refills_it_then_updates_on(tmp_path):
     assert "resumed at step 600" in result.stdout and "refilling it until step 700" in result.stdout
 
     def adam_steps(run, step):
-        checkpoint = torch.load(run / "checkpoints" / f"step_{step}.pt", weights_only=True)
-        assert "buffer" not in checkpoint
+        state = torch.load(run / "checkpoints" / f"step_{step}.pt", weights_only=True)["state"]
+        assert "replay_buffer" not in state
         return [
-            {int(s["step"]) for s in checkpoint[name]["state"].values()}
+            {int(s["step"]) for s in state[name]["state"].values()}
             for name in ("q_optimizer", "actor_optimizer", "alpha_optimizer")
         ]
 
@@ -259,12 +262,12 @@ def test_resume_without_the_buffer_refills_it_then_updates_on(tmp_path):
     assert adam_steps(whole, 600) == [{62}] * 3 and adam_steps(whole, 800) == [{87}] * 3
     assert adam_steps(copy, 800) == [{62 + 12}] * 3
     # another script's checkpoint is refused
-    other = save_checkpoint(tmp_path / "other" / "step_1.pt", "sac_continuous", Args(), {"global_step": 1})
+    other = write_file(checkpoint_path(tmp_path / "other", 1), "checkpoint", "sac_continuous", Args(), {"global_step": 1})
     assert_stops_with_one_line(
         "sac_atari.py",
         ["--resume", str(other)],
         "--resume",
-        "was written by sac_continuous.py, not sac_atari.py",
+        "was written by sac_continuous.py, not by sac_atari.py",
         tmp_path / "other",
     )
     assert_stops_with_one_line(

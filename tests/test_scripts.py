@@ -117,6 +117,7 @@ BAD_INPUT = [
     ("sac_atari.py", ["--target-entropy-scale", "1.5"], "--target-entropy-scale", "must be in [0, 1]"),
     ("sac_atari.py", ["--update-frequency", "0"], "--update-frequency", "must be positive"),
     ("sac_atari.py", ["--buffer-size", "100", "--num-envs", "20"], "--buffer-size", "needs at least 6"),
+    ("sac_atari.py", ["--buffer-size", "100000000"], "--buffer-size", "is available; lower the capacity"),
     ("td3_continuous.py", ["--env-id", "CartPole-v1"], "--env-id", "supports Box only"),
     ("sac_continuous.py", ["--env-id", "tests.envs:UnboundedActions-v0"], "--env-id", "unbounded actions"),
     ("ddpg_continuous.py", ["--env-id", "NoSuchEnv-v0"], "--env-id", "unknown environment"),
@@ -125,6 +126,8 @@ BAD_INPUT = [
     ("sac_continuous.py", ["--tau", "0"], "--tau", "must be in (0, 1]"),
     ("sac_continuous.py", ["--learning-starts", "2000000"], "--learning-starts", "leaves no training"),
     ("td3_continuous.py", ["--buffer-size", "100", "--batch-size", "256"], "--buffer-size", "smaller than --batch-size"),
+    ("ddpg_continuous.py", ["--buffer-size", "10000000000"], "--buffer-size", "is available; lower the capacity"),
+    ("td3_continuous.py", ["--learning-starts", "2000000"], "--learning-starts", "leaves no training"),
     ("sac_continuous.py", ["--buffer-size", "10000000000"], "--buffer-size", "is available; lower the capacity"),
     ("sac_continuous.py", ["--target-entropy-scale", "-1"], "--target-entropy-scale", "must be above -log 2 = -0.6931"),
     ("sac_continuous.py", ["--alpha", "0"], "--alpha", "must be > 0 (>= 0 with --no-autotune)"),
@@ -343,7 +346,7 @@ def test_rainbow_atari_on_breakout_logs_game_scores_and_evaluates(tmp_path):
 
 def test_sac_atari_on_breakout_logs_game_scores_and_evaluates(tmp_path):
     """Categorical actor, twin critics and a learned temperature on a real ALE game; then a fixed temperature."""
-    from cleanrl.dqn_atari import evaluate as dqn_evaluate
+    from cleanrl.dqn import evaluate as dqn_evaluate
     from cleanrl.sac_atari import evaluate
 
     (tmp_path / "tuned").mkdir()
@@ -388,7 +391,7 @@ def test_sac_atari_on_breakout_logs_game_scores_and_evaluates(tmp_path):
     model = str(directory / "sac_atari.cleanrl_model")
     assert evaluate(model, eval_episodes=1).shape == (1,)  # greedy
     assert evaluate(model, eval_episodes=1, deterministic=False, epsilon=0.05).shape == (1,)
-    with pytest.raises(ValueError, match="saved by 'sac_atari'"):
+    with pytest.raises(ValueError, match="written by sac_atari.py, not by dqn.py"):
         dqn_evaluate(model, eval_episodes=1)
 
     # --no-autotune: α stays at --alpha and there is no temperature loss (one update, at step 801, logged)
