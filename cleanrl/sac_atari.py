@@ -474,6 +474,8 @@ if __name__ == "__main__":
                             target_param.lerp_(param, args.tau)
         if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
             run.save_checkpoint(state, global_step, updates_start=updates_start)
+        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+            run.exit(envs)
 
     if args.save_model:
         run.save_model({"actor": actor, "qf1": qf1, "qf2": qf2, "alpha": torch.tensor(alpha)}, evaluate)

@@ -400,7 +400,7 @@ if __name__ == "__main__":
     if run.resumed:  # the checkpoint's networks, optimisers, generators, envs (replayed) and buffer, in place
         saved = run.restore({**state, "replay_buffer": rb})
         global_step, num_updates, obs = saved["global_step"], saved["num_updates"], saved["obs"]
-        actor_loss, alpha_loss = saved["losses"]
+        updates_start, (actor_loss, alpha_loss) = saved["updates_start"], saved["losses"]
         if "replay_buffer" in saved["missing"]:  # an empty buffer: refill it before updating again
             updates_start = global_step + args.learning_starts
             print(f"the checkpoint has no replay buffer: refilling it until step {updates_start} before updating")

@@ -383,6 +383,8 @@ if __name__ == "__main__":
         if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
             counters = dict(num_updates=num_updates, updates_start=updates_start, actor_loss=actor_loss)
             run.save_checkpoint(state, global_step, **counters)
+        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+            run.exit(envs)
 
     if args.save_model:
         run.save_model({"actor": actor, "qf": qf}, evaluate)

@@ -129,7 +129,7 @@ def test_every_ignored_hadolint_rule_has_a_reason():
         for i, line in enumerate(lines):
             match = re.match(r"#\s*hadolint ignore=(\S+)", line.strip())
             if match:
-                comment = " ".join(l for l in lines[max(0, i - 6) : i] if l.strip().startswith("#"))
+                comment = " ".join(text for text in lines[max(0, i - 6) : i] if text.strip().startswith("#"))
                 for rule in match.group(1).split(","):
                     assert rule in comment, f"{dockerfile.name}:{i + 1}: no comment says why {rule} is ignored"
 
