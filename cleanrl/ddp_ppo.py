@@ -44,6 +44,7 @@ Run:
 
 import os
 import signal
+import sys
 from dataclasses import dataclass
 from typing import Literal, Optional
 
@@ -604,8 +605,11 @@ if __name__ == "__main__":
     # DDP's reducer holds the group: dropped first (gloo objects left to interpreter shutdown can abort the process)
     del ddp_agent
     leave_group(envs)
-    if run.stop_signal:  # exit 143
-        run.exit()
-    if args.save_model:  # rank 0 (the other ranks' Run writes nothing)
+    if args.save_model and not run.stop_signal:  # rank 0 (the other ranks' Run writes nothing)
         run.save_model({"agent": agent}, evaluate)
-    run.close()
+    status = run.finish()  # 0, or 143 after a stop
+    # Everything is written: leave without the interpreter's teardown, where C++ objects of torch.distributed
+    # destroyed after Python's can abort a finished rank ("terminate called without an active exception";
+    # pytorch/pytorch PR 179291 describes the mechanism).
+    sys.stdout.flush(), sys.stderr.flush()
+    os._exit(status)

@@ -332,8 +332,7 @@ class Run:
         self.last_checkpoint: Path | None = None
         start_step = resumed["global_step"] if resumed is not None else 0
         stream = None if self.records else open(os.devnull, "w")
-        self.progress = Progress(args.total_timesteps, start_step=start_step, stream=stream)
-        self.start_step, self.start_time = start_step, time.perf_counter()
+        self.progress = Progress(planned_steps(args), start_step=start_step, stream=stream)
         interval = args.checkpoint_interval
         self.next_checkpoint = (start_step // interval + 1) * interval if interval > 0 else None
 
@@ -393,15 +392,22 @@ class Run:
         """End the run after :meth:`stop`: close ``envs`` and the run, exit with 128 + the signal's number.
 
         143 after SIGTERM, 130 after Ctrl-C. Call it once the checkpoint is written; it prints
-        where the checkpoint is and how to resume.
+        where the checkpoint is and how to resume (:meth:`finish`).
         """
-        name = signal.Signals(self.stop_signal).name if self.stop_signal else "stop"
-        if self.records:
+        sys.exit(self.finish(*envs))
+
+    def finish(self, *envs: Any) -> int:
+        """Close ``envs`` and the run; the exit status: 0, or 128 + the signal's number after :meth:`stop`.
+
+        After a stop it prints where the checkpoint is and how to resume.
+        """
+        if self.stop_signal and self.records:
+            name = signal.Signals(self.stop_signal).name
             print(f"{name}: checkpoint written to {self.last_checkpoint}; resume with --resume {self.directory}", flush=True)
         for vector_env in envs:
             vector_env.close()
         self.close()
-        sys.exit(128 + (self.stop_signal or 0))
+        return 128 + self.stop_signal if self.stop_signal else 0
 
     def restore(self, state: dict[str, Any]) -> dict[str, Any]:
         """Load the random generators and then the resumed checkpoint into ``state``'s objects, in place
@@ -442,8 +448,8 @@ class Run:
         self.progress.update(global_step)
 
     def sps(self, global_step: int) -> int:
-        """Environment steps per second since this process started (or resumed) the run."""
-        return int((global_step - self.start_step) / max(time.perf_counter() - self.start_time, 1e-9))
+        """Environment steps per second of this process's loop (from its first env step; see :class:`Progress`)."""
+        return self.progress.sps(global_step)
 
     # ---- the saved model
 
@@ -522,6 +528,13 @@ def episode_returns(infos: dict) -> list[float]:
     return [r for returns, _ in _ended_episodes(infos) for r in returns]
 
 
+def planned_steps(args: Any) -> int:
+    """The environment steps a run will make: ``num_iterations * batch_size`` where the script rounds
+    ``--total-timesteps`` to whole rollouts (the PPO family's computed fields), else ``total_timesteps``."""
+    rollouts, rollout = getattr(args, "num_iterations", 0), getattr(args, "batch_size", 0)
+    return rollouts * rollout if rollouts and rollout else args.total_timesteps
+
+
 class Progress:
     """Progress output: a tqdm bar on a terminal, plain periodic lines otherwise.
 
@@ -542,8 +555,8 @@ class Progress:
         self.interval = interval
         self.stream = stream if stream is not None else sys.stdout
         self.returns: deque[float] = deque(maxlen=window)
-        self.start = time.perf_counter()
-        self.last_print = self.start
+        self.start: float | None = None  # the clock starts at the first update: set-up is not counted
+        self.last_print = self.last_update = time.perf_counter()
         self.step = start_step
         self.printed_step = -1
         self.bar = None
@@ -561,9 +574,17 @@ class Progress:
         """Mean return of the recent episodes (nan before the first one ends)."""
         return float(np.mean(self.returns)) if self.returns else float("nan")
 
+    def sps(self, global_step: int) -> int:
+        """Steps per second from the first update (the loop's first env step) to now."""
+        if self.start is None:
+            return 0
+        return int((global_step - self.start_step) / max(time.perf_counter() - self.start, 1e-9))
+
     def update(self, global_step: int) -> None:
         """Report that the run has reached ``global_step``; prints at most every interval."""
-        now = time.perf_counter()
+        now = self.last_update = time.perf_counter()
+        if self.start is None:  # the first env step of the loop: the clock starts here
+            self.start, self.start_step = now, global_step
         if self.bar is not None:
             self.bar.update(global_step - self.step)
             self.step = global_step
@@ -578,7 +599,7 @@ class Progress:
 
     def _line(self, now: float) -> None:
         self.printed_step = self.step
-        sps = int((self.step - self.start_step) / max(now - self.start, 1e-9))
+        sps = int((self.step - self.start_step) / max(now - (self.start or now), 1e-9))
         percent = 100.0 * self.step / self.total
         recent = f"return (last {len(self.returns)}) {self.mean_return:.1f}" if self.returns else "no episode ended yet"
         print(f"step {self.step}/{self.total} ({percent:.0f}%) | SPS {sps} | {recent}", file=self.stream, flush=True)
@@ -589,7 +610,7 @@ class Progress:
             self.bar.close()
             self.bar = None
         elif self.printed_step != self.step:
-            self._line(time.perf_counter())
+            self._line(self.last_update)  # as of the last step: closing the envs is not counted
 
 
 __all__ = [
