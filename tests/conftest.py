@@ -14,6 +14,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def pytest_collection_modifyitems(config, items):
+    """The learning tests (minutes each) first, so that with two test processes (pyproject.toml's
+    ``-n 2``) the suite does not end waiting on one long test started last."""
+    items.sort(key=lambda item: item.get_closest_marker("learning") is None)
+
+
 def run_script(
     script: str, *flags: str, cwd: Path, timeout: float = 600, env: dict | None = None, check: bool = True
 ) -> subprocess.CompletedProcess:
