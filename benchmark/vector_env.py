@@ -88,7 +88,7 @@ def steps_per_second(envs, actions: np.ndarray, sb3: bool) -> float:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cases", nargs="+", default=["cartpole", "breakout"], choices=["cartpole", "breakout"])
-    parser.add_argument("--repeats", type=int, default=7, help="timed rounds of each side (default 7)")
+    parser.add_argument("--repeats", type=int, default=15, help="timed rounds of each side (default 15)")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args(argv)
     import torch
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     import ale_py
 
     gym.register_envs(ale_py)
-    setups = {"cartpole": (cartpole, 4, 4000, 2), "breakout": (breakout, 8, 300, 4)}  # builder, envs, steps, actions
+    setups = {"cartpole": (cartpole, 4, 2000, 2), "breakout": (breakout, 8, 150, 4)}  # builder, envs, steps, actions
     results = {}
     for case in args.cases:
         build, n, steps, num_actions = setups[case]

@@ -42,7 +42,7 @@ import torch
 import torch.nn as nn
 import torch.optim as optim
 import tyro
-from stable_baselines3.common.atari_wrappers import ClipRewardEnv, EpisodicLifeEnv, FireResetEnv, MaxAndSkipEnv, NoopResetEnv
+from stable_baselines3.common import atari_wrappers  # SB3's Atari preprocessing
 
 from cleanrl_utils.evals import Evaluation
 from cleanrl_utils.run import RunArgs, check_env, parse_args, require, require_positive, require_range, start_run
@@ -140,16 +140,16 @@ def make_env(
         else:
             env = gym.make(env_id, max_num_frames_per_episode=max_episode_frames)
         env = gym.wrappers.RecordEpisodeStatistics(env)  # the game's score and frames, in the info of its last step
-        env = NoopResetEnv(env, noop_max=30)
-        env = MaxAndSkipEnv(env, skip=4)
+        env = atari_wrappers.NoopResetEnv(env, noop_max=30)
+        env = atari_wrappers.MaxAndSkipEnv(env, skip=4)
         if training:
-            env = EpisodicLifeEnv(env)
+            env = atari_wrappers.EpisodicLifeEnv(env)
         if "FIRE" in env.unwrapped.get_action_meanings():
-            env = FireResetEnv(env)
+            env = atari_wrappers.FireResetEnv(env)
         if training:
-            env = ClipRewardEnv(env)
-        env = gym.wrappers.ResizeObservation(env, (84, 84))
-        env = gym.wrappers.GrayscaleObservation(env)
+            env = atari_wrappers.ClipRewardEnv(env)
+        env = atari_wrappers.WarpFrame(env, 84, 84)  # grayscale (ITU-R 601 luma), then 84x84 by area: [84, 84, 1]
+        env = gym.wrappers.ReshapeObservation(env, (84, 84))
         env = gym.wrappers.FrameStackObservation(env, 4, padding_type="zero")
         return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 

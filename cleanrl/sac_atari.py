@@ -55,7 +55,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torch.optim as optim
-from stable_baselines3.common.atari_wrappers import ClipRewardEnv, EpisodicLifeEnv, FireResetEnv, MaxAndSkipEnv, NoopResetEnv
+from stable_baselines3.common import atari_wrappers  # SB3's Atari preprocessing
 
 try:  # the Atari games come with the atari extra; without it, --env-id says so
     import ale_py
@@ -132,14 +132,14 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
         else:
             env = gym.make(env_id)
         env = gym.wrappers.RecordEpisodeStatistics(env)  # the game's score and length, below episodic life
-        env = NoopResetEnv(env, noop_max=30)
-        env = MaxAndSkipEnv(env, skip=4)
-        env = EpisodicLifeEnv(env)
+        env = atari_wrappers.NoopResetEnv(env, noop_max=30)
+        env = atari_wrappers.MaxAndSkipEnv(env, skip=4)
+        env = atari_wrappers.EpisodicLifeEnv(env)
         if "FIRE" in env.unwrapped.get_action_meanings():
-            env = FireResetEnv(env)
-        env = ClipRewardEnv(env)
-        env = gym.wrappers.ResizeObservation(env, (84, 84))
-        env = gym.wrappers.GrayscaleObservation(env)
+            env = atari_wrappers.FireResetEnv(env)
+        env = atari_wrappers.ClipRewardEnv(env)
+        env = atari_wrappers.WarpFrame(env, 84, 84)  # grayscale (ITU-R 601 luma), then 84x84 by area: [84, 84, 1]
+        env = gym.wrappers.ReshapeObservation(env, (84, 84))
         env = gym.wrappers.FrameStackObservation(env, 4, padding_type="zero")
         return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
