@@ -7,7 +7,7 @@ What each side steps, the same games and the same pre-drawn random actions:
 - ``ours``: the envs as the scripts build them, ``make_env(..., training=True)`` of ``cleanrl/ppo.py``
   (CartPole) or ``cleanrl/ppo_atari.py`` (Breakout: SB3's Atari wrappers, 84x84 grayscale, 4
   stacked frames): each env with its episode statistics and the replay log checkpoints need,
-  vectorised by ``cleanrl_utils.vector.vector_env`` (gymnasium's ``SyncVectorEnv``, same-step
+  vectorised by ``cleanrl_utils.vector.vector_env`` (its ``SyncVectorEnv``, same-step
   autoreset);
 - ``sb3``: SB3's ``make_vec_env`` (``Monitor`` per env, ``DummyVecEnv``), for Breakout
   ``make_atari_env`` (``Monitor`` and ``AtariWrapper``) and ``VecFrameStack(4)``;

@@ -137,19 +137,25 @@ class Agent(nn.Module):
         """V(x): observations ``[B, obs_dim]`` -> values ``[B]``."""
         return self.critic(x).squeeze(-1)
 
+    def get_action(self, x: torch.Tensor) -> torch.Tensor:
+        """Sample actions ``[B]`` (int64) from π(·|x), observations ``[B, obs_dim]``: the Gumbel-max trick,
+        argmax(logits + Gumbel noise), which draws from softmax(logits) in a few cheap tensor ops."""
+        logits = self.actor(x)
+        return (logits - torch.empty_like(logits).exponential_().log()).argmax(-1)
+
     def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
-        """Sample (or score) actions under the categorical policy and evaluate V.
+        """Score actions (sampled by :meth:`get_action` when None) under the categorical policy and evaluate V.
 
         Args:
             x: observations ``[B, obs_dim]``.
-            action: actions ``[B]`` (int64) to score; sampled from π(·|x) when None.
+            action: actions ``[B]`` (int64) to score.
 
         Returns:
             ``(action [B], log π(action|x) [B], entropy of π(·|x) [B], V(x) [B])``.
         """
-        log_probs = torch.log_softmax(self.actor(x), dim=-1)
         if action is None:
-            action = torch.multinomial(log_probs.exp(), 1).squeeze(-1)
+            action = self.get_action(x)
+        log_probs = torch.log_softmax(self.actor(x), dim=-1)
         log_prob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
         entropy = -(log_probs.exp() * log_probs).sum(-1)
         return action, log_prob, entropy, self.critic(x).squeeze(-1)
@@ -263,8 +269,6 @@ if __name__ == "__main__":
     T, N = args.num_steps, args.num_envs
     obs = torch.zeros((T, N) + envs.single_observation_space.shape, device=device)
     actions = torch.zeros((T, N), dtype=torch.long, device=device)
-    logprobs = torch.zeros((T, N), device=device)
-    values = torch.zeros((T, N), device=device)
     rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
     truncated = np.zeros((T, N), dtype=bool)  # episode ended by truncation, not termination
     final_obs = np.zeros((T, N) + envs.single_observation_space.shape, dtype=np.float32)  # its real final observation
@@ -286,8 +290,8 @@ if __name__ == "__main__":
             global_step += N
             obs[step] = torch.as_tensor(next_obs, dtype=torch.float32)
             with torch.inference_mode():
-                action, logprob, _, value = agent.get_action_and_value(obs[step])
-            actions[step], logprobs[step], values[step] = action, logprob, value
+                action = agent.get_action(obs[step])
+            actions[step] = action
 
             next_obs, reward, termination, truncation, infos = envs.step(action.cpu().numpy())
             rewards[step], terminations[step], dones[step] = reward, termination, termination | truncation
@@ -297,8 +301,11 @@ if __name__ == "__main__":
                 final_obs[step, truncated[step]] = real_next_obs(next_obs, infos)[truncated[step]]
             run.log_episodes(global_step, infos)
 
-        # Bootstrap values: V(final obs) at truncations and V(obs after the rollout); then GAE
+        # The rollout's log π(a|s) and V(s), in one batch with the weights that acted; then bootstrap
+        # values: V(final obs) at truncations and V(obs after the rollout); then GAE
         with torch.no_grad():
+            _, logprobs, _, values = agent.get_action_and_value(obs.flatten(0, 1), actions.flatten())
+            logprobs, values = logprobs.view(T, N), values.view(T, N)
             last_values = agent.get_value(torch.as_tensor(next_obs, dtype=torch.float32, device=device)).cpu().numpy()
             final_values = np.zeros((T, N), dtype=np.float32)
             if truncated.any():
