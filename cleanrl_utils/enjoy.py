@@ -24,6 +24,7 @@ from pathlib import Path
 from types import ModuleType
 
 import numpy as np
+import torch
 
 from cleanrl_utils.cli import fail
 from cleanrl_utils.files import MODEL_SUFFIX, FileRefused, read_file
@@ -82,17 +83,21 @@ def load_script(path: Path) -> ModuleType:
 
 
 def parse_options(options: list[str], evaluate) -> dict:
-    """``["epsilon=0.05", "deterministic=False"]`` -> keyword arguments of ``evaluate``.
+    """``["epsilon=0.05", "deterministic=false"]`` -> keyword arguments of ``evaluate``.
 
-    Values are Python literals (numbers, True/False, None, quoted strings); anything else is
-    taken as a string.
+    A value is read as the type of the option's default in ``evaluate``'s signature: a bool
+    from ``true``/``false``/``yes``/``no``/``1``/``0`` (any case), a number from a number, a
+    probability (``epsilon``) in [0, 1]; an option without a typed default takes a Python
+    literal, or else the text.
 
     Raises:
-        ValueError: an option without ``=``, or a name ``evaluate`` does not take.
+        ValueError: (one line) an option without ``=``, a name ``evaluate`` does not take, or a
+            value that is not of the option's type.
     """
     parameters = inspect.signature(evaluate).parameters
     fixed = {"model_path", "eval_episodes", "options", "env_id", "capture_video", "video_dir", "seed", "device"}
     allowed = [name for name, p in parameters.items() if name not in fixed and p.kind != p.VAR_KEYWORD]
+    booleans = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
     kwargs = {}
     for option in options:
         name, sep, text = option.partition("=")
@@ -100,10 +105,23 @@ def parse_options(options: list[str], evaluate) -> dict:
             raise ValueError(f"{option!r} is not NAME=VALUE")
         if name not in allowed:
             raise ValueError(f"this script's evaluate takes no option {name!r}; it takes: {', '.join(allowed) or 'none'}")
-        try:
-            kwargs[name] = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            kwargs[name] = text
+        default = parameters[name].default
+        if isinstance(default, bool):
+            if text.lower() not in booleans:
+                raise ValueError(f"{name} takes true or false, got {text!r}")
+            kwargs[name] = booleans[text.lower()]
+        elif isinstance(default, (int, float)):
+            try:
+                kwargs[name] = type(default)(text) if isinstance(default, float) else int(text)
+            except ValueError:
+                raise ValueError(f"{name} takes a number, got {text!r}") from None
+            if name == "epsilon" and not 0.0 <= kwargs[name] <= 1.0:
+                raise ValueError(f"epsilon is a probability in [0, 1], got {text}")
+        else:
+            try:
+                kwargs[name] = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                kwargs[name] = text
     return kwargs
 
 
@@ -132,6 +150,12 @@ def main(argv: list[str] | None = None) -> np.ndarray:
     args = parser.parse_args(argv)
     if args.eval_episodes < 1:
         fail("--eval-episodes", f"must be positive, got {args.eval_episodes}")
+    try:
+        device = torch.device(args.device)
+    except RuntimeError as error:
+        fail("--device", str(error).splitlines()[0])
+    if device.type == "cuda" and not torch.cuda.is_available():
+        fail("--device", f"{args.device!r}: this torch has no CUDA device")
     try:
         model = find_model(args.model)
         recorded = read_file(model, "model")["script"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -130,3 +131,20 @@ def test_bad_model_paths_stop_with_one_line(make, message, tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
     assert "unpickling ran code" not in result.stdout
+
+
+def test_options_are_read_as_the_type_of_their_default():
+    from cleanrl_utils.enjoy import parse_options
+
+    def evaluate(model_path, eval_episodes, deterministic: bool = True, epsilon: float = 0.0, **options):
+        return None
+
+    assert parse_options(["deterministic=false", "epsilon=0.05"], evaluate) == {"deterministic": False, "epsilon": 0.05}
+    assert parse_options(["deterministic=YES"], evaluate) == {"deterministic": True}
+    for bad, message in [
+        ("deterministic=maybe", "takes true or false"),
+        ("epsilon=abc", "takes a number"),
+        ("epsilon=5", "a probability in [0, 1]"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            parse_options([bad], evaluate)
