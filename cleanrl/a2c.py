@@ -40,6 +40,7 @@ import torch.optim as optim
 import tyro
 
 from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
 from cleanrl_utils.run import RunArgs, check_env, parse_args, require, require_positive, require_range, start_run
 from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
@@ -296,6 +297,7 @@ if __name__ == "__main__":
     envs = vector_env(
         [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)],
         args.env_mode,
+        timeout=args.env_timeout,
         autoreset_mode=SAME_STEP,
     )
     agent = Agent(envs).to(device)
@@ -367,7 +369,8 @@ if __name__ == "__main__":
         )
         optimizer.zero_grad()
         loss.backward()
-        nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+        grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+        check_finite(iteration, global_step, loss=loss, grad_norm=grad_norm)
         optimizer.step()
 
         if iteration % args.log_interval == 0 or iteration == args.num_iterations:

@@ -39,6 +39,7 @@ import torch.optim as optim
 
 from cleanrl_utils.buffers import ReplayBuffer
 from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
 from cleanrl_utils.run import RunArgs, check_env, fail, parse_args, require, require_positive, require_range, start_run
 from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
@@ -234,6 +235,7 @@ if __name__ == "__main__":
     envs = vector_env(
         [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(N)],
         args.env_mode,
+        timeout=args.env_timeout,
         autoreset_mode=SAME_STEP,
     )
     q_network = QNetwork(envs, args.n_atoms, args.v_min, args.v_max).to(device)
@@ -293,6 +295,7 @@ if __name__ == "__main__":
 
                 optimizer.zero_grad()
                 loss.backward()
+                check_finite(iteration // args.train_frequency, global_step, loss=loss)  # stops a diverging run here
                 optimizer.step()
 
                 if iteration % (100 * args.train_frequency) == 0:

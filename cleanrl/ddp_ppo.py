@@ -61,6 +61,7 @@ from torch.nn.parallel import DistributedDataParallel
 from cleanrl_utils.checkpoint import PerRank
 from cleanrl_utils.cli import require, require_positive, require_range
 from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
 from cleanrl_utils.run import RunArgs, check_env, parse_args, seed_everything, start_run
 from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
@@ -447,6 +448,7 @@ if __name__ == "__main__":
     envs = vector_env(
         [make_env(args.env_id, i, args.capture_video and rank == 0, run.video_dir) for i in range(args.num_envs)],
         args.env_mode,
+        timeout=args.env_timeout,
         autoreset_mode=SAME_STEP,
     )
     atari = len(envs.single_observation_space.shape) == 3
@@ -567,7 +569,8 @@ if __name__ == "__main__":
 
                 optimizer.zero_grad()
                 loss.backward()  # DDP all-reduces (averages) the gradients over the ranks here
-                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+                grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+                check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
                 optimizer.step()
 
             # the early stop acts on the KL averaged over ranks, and on a decision all ranks share

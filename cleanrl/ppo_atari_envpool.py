@@ -56,6 +56,7 @@ import torch.optim as optim
 import tyro
 
 from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
 from cleanrl_utils.run import RunArgs, fail, parse_args, require, require_positive, require_range, start_run
 
 try:  # EnvPool comes with the envpool extra; without it, --env-id says so
@@ -555,7 +556,8 @@ if __name__ == "__main__":
 
                 optimizer.zero_grad()
                 loss.backward()
-                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+                grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+                check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
                 optimizer.step()
 
             if args.target_kl is not None and losses["approx_kl"].item() > args.target_kl:

@@ -47,6 +47,7 @@ from gymnasium.vector.utils import batch_space
 from gymnasium.wrappers.utils import RunningMeanStd
 
 from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
 from cleanrl_utils.run import RunArgs, check_env, parse_args, require, require_positive, require_range, start_run
 from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
@@ -446,6 +447,7 @@ if __name__ == "__main__":
     raw_envs = vector_env(
         [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)],
         args.env_mode,
+        timeout=args.env_timeout,
         autoreset_mode=SAME_STEP,
     )
     # Observations and rewards normalised on the vector env, in this process: one set of statistics in both env modes
@@ -553,7 +555,8 @@ if __name__ == "__main__":
 
                 optimizer.zero_grad()
                 loss.backward()
-                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+                grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+                check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
                 optimizer.step()
 
             if args.target_kl is not None and approx_kl.item() > args.target_kl:

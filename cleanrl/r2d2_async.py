@@ -94,6 +94,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from cleanrl_utils.buffers import SequenceBuilder, SequenceReplayBuffer, sequence_priority
 from cleanrl_utils.cli import fail, flag_name, require, require_positive, require_range
 from cleanrl_utils.evals import Evaluation, run_episodes
+from cleanrl_utils.faults import check_finite
 from cleanrl_utils.files import read_file, script_name
 from cleanrl_utils.run import RunArgs, check_env, parse_args, start_run
 from cleanrl_utils.vector import SAME_STEP, real_next_obs, vector_env
@@ -448,6 +449,7 @@ def run_actor(
         vector_env(
             [make_env(args.env_id, i, args.capture_video, video_dir, frame_stack=args.frame_stack) for i in envs],
             args.env_mode,
+            timeout=args.env_timeout,
             autoreset_mode=SAME_STEP,
         )
         for envs in group_envs
@@ -797,6 +799,7 @@ if __name__ == "__main__":
             loss = 0.5 * (data.weights * per_sequence).mean()
             optimizer.zero_grad()
             loss.backward()
+            check_finite(update_offset + updates + 1, global_step, loss=loss)  # stops a diverging run here
             optimizer.step()
             rb.update_priorities(
                 data.indices, sequence_priority(td_error.detach().abs(), data.learn_mask, args.priority_eta), versions

@@ -67,6 +67,7 @@ except ImportError:
 
 from cleanrl_utils.buffers import ReplayBuffer
 from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
 from cleanrl_utils.run import RunArgs, check_env, fail, parse_args, require, require_positive, require_range, start_run
 from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
@@ -350,6 +351,7 @@ if __name__ == "__main__":
     envs = vector_env(
         [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(N)],
         args.env_mode,
+        timeout=args.env_timeout,
         autoreset_mode=SAME_STEP,
     )
     num_actions = int(envs.single_action_space.n)
@@ -430,6 +432,7 @@ if __name__ == "__main__":
                 qf_loss = qf1_loss + qf2_loss
                 q_optimizer.zero_grad()
                 qf_loss.backward()
+                check_finite(iteration // args.update_frequency, global_step, qf_loss=qf_loss)  # stops a diverging run here
                 q_optimizer.step()
 
                 # Actor: minimise Σ_a π(a|s) [α log π(a|s) - min_i Q_i(s, a)] against the updated critics.
@@ -440,6 +443,7 @@ if __name__ == "__main__":
                 actor_loss = discrete_actor_loss(probs, log_probs, q_min, alpha)
                 actor_optimizer.zero_grad()
                 actor_loss.backward()
+                check_finite(iteration // args.update_frequency, global_step, actor_loss=actor_loss)
                 actor_optimizer.step()
 
                 # Temperature: raise α while the entropy is below H̄, lower it while above.

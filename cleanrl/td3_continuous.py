@@ -46,6 +46,7 @@ import torch.optim as optim
 
 from cleanrl_utils.buffers import ReplayBuffer
 from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
 from cleanrl_utils.run import RunArgs, check_env, fail, parse_args, require, require_positive, require_range, start_run
 from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
@@ -285,6 +286,7 @@ if __name__ == "__main__":
     envs = vector_env(
         [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(N)],
         args.env_mode,
+        timeout=args.env_timeout,
         autoreset_mode=SAME_STEP,
     )
     obs_dim = int(np.prod(envs.single_observation_space.shape))
@@ -370,6 +372,7 @@ if __name__ == "__main__":
                     actor_loss = actor_update(data.obs)
                     with torch.no_grad():  # θ' ← τ θ + (1 - τ) θ'
                         torch._foreach_lerp_(target_params, online_params, args.tau)
+                check_finite(num_updates, global_step, qf_loss=qf_losses, actor_loss=actor_loss)  # stops a diverging run here
 
             if iteration % 100 == 0 and num_updates >= args.policy_frequency:
                 writer.add_scalar("losses/qf1_values", q[0].mean().item(), global_step)

@@ -185,6 +185,7 @@ class PerRank:
 
 RESUMABLE_WITH_OTHER_VALUES = (
     "resume",
+    "env_timeout",
     "checkpoint_interval",
     "checkpoint_buffer",
     "track",
@@ -227,6 +228,12 @@ def load_checkpoint(path: str, script: str) -> dict:
         if latest is None:
             raise FileRefused(f"{path} has no checkpoints (looked in {Path(path) / 'checkpoints'})")
         path = latest
+    path = Path(path)
+    if path.parent.name != "checkpoints" or not (path.parent.parent / "args.json").is_file():
+        raise FileRefused(
+            f"{path} is not in a run directory (<run>/checkpoints/{path.name} next to <run>/args.json), "
+            f"where the resumed run would write; put it back in its run's checkpoints/ folder"
+        )
     return read_file(path, "checkpoint", script)
 
 

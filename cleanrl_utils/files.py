@@ -23,10 +23,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from cleanrl_utils.faults import WriteFailed, free_space
 
 FORMAT = 2
 """Version of the file layout; a file of another version is refused."""
@@ -87,6 +90,9 @@ def write_file(
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, path)
+    except OSError as error:  # disk full, read-only folder, ...: no partial file stays
+        temporary.unlink(missing_ok=True)
+        raise WriteFailed(f"cannot write {path}: {error.strerror or error} ({free_space(path.parent)})") from None
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
@@ -112,6 +118,15 @@ def read_file(path: str | os.PathLike, kind: str, script: str | None = None) -> 
     path = Path(path)
     if not path.is_file():
         raise FileRefused(f"{path}: no such file")
+    if path.stat().st_size == 0:
+        raise FileRefused(f"{path} is empty (0 bytes)")
+    try:  # torch writes a zip archive with a CRC-32 of every record; check them all before reading
+        with zipfile.ZipFile(path) as archive:
+            damaged = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError) as error:
+        raise FileRefused(f"{path} is not a complete cleanrl file (truncated or not a torch file: {error})") from None
+    if damaged is not None:
+        raise FileRefused(f"{path} is corrupted: the checksum of its record {damaged!r} does not match its content")
     try:
         content = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # truncated, not a torch file, or objects weights_only refuses

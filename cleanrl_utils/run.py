@@ -49,6 +49,7 @@ import tyro
 
 from cleanrl_utils import checkpoint as checkpoints
 from cleanrl_utils.cli import USAGE_ERROR, fail, flag_name, require, require_positive, require_range, safe_name
+from cleanrl_utils.faults import check_parameters, one_line_faults
 from cleanrl_utils.files import MODEL_SUFFIX, checkpoint_path, script_name, write_file
 from cleanrl_utils.files import checkpoints as checkpoint_files
 
@@ -83,6 +84,8 @@ class RunArgs:
     """continue the run of this checkpoint file, or of the latest checkpoint in this run directory"""
     torch_threads: int = 1
     """CPU threads for torch"""
+    env_timeout: float = 600.0
+    """seconds an env worker (--env-mode async) may take to answer a reset or step before the run stops"""
     script: tyro.conf.Suppress[str] = ""
     """the name of the script file that runs (filled in; not a flag)"""
 
@@ -120,6 +123,11 @@ def parse_args(
     require(0 <= args.seed < 2**31, "--seed", f"must be in [0, 2**31), got {args.seed}")
     require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
     require(args.torch_threads > 0, "--torch-threads", f"must be positive, got {args.torch_threads}")
+    require_positive(args, "env_timeout")
+    for field in dataclasses.fields(args):  # no flag takes NaN or infinity (learning rates, coefficients, ...)
+        value = getattr(args, field.name)
+        if isinstance(value, float) and not np.isfinite(value):
+            fail(flag_name(field.name), f"must be a finite number, got {value}")
     require(not args.save_model or args.eval_episodes > 0, "--eval-episodes", "must be positive with --save-model")
     if check is not None:
         check(args)
@@ -291,7 +299,9 @@ def start_run(args: Any, resumed: dict | None = None, runs_dir: str | os.PathLik
     table = "\n".join(f"|{key}|{value}|" for key, value in config.items())
     writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
     print(f"run directory: {directory}" + (f" (resumed at step {resumed['global_step']})" if resumed else ""), flush=True)
-    return Run(args, directory, writer, _seed_and_device(args), resumed)
+    run = Run(args, directory, writer, _seed_and_device(args), resumed)
+    one_line_faults(args.script, lambda: run.last_checkpoint, run.writer.close)  # a Fault: one line, not a traceback
+    return run
 
 
 def _seed_and_device(args: Any) -> torch.device:
@@ -329,7 +339,7 @@ class Run:
         self.records = directory is not None
         self.video_dir = str(directory / "videos") if self.records else ""
         self.stop_signal: int | None = None
-        self.last_checkpoint: Path | None = None
+        self.last_checkpoint: Path | None = Path(resumed["path"]) if resumed is not None else None
         start_step = resumed["global_step"] if resumed is not None else 0
         stream = None if self.records else open(os.devnull, "w")
         self.progress = Progress(planned_steps(args), start_step=start_step, stream=stream)
@@ -377,6 +387,7 @@ class Run:
             "wandb_id": self.wandb_id,
         }
         modules = {name: value for name, value in state.items() if isinstance(value, torch.nn.Module)}
+        check_parameters(modules, f"checkpoint at step {global_step}")
         if self.next_checkpoint is not None:
             while self.next_checkpoint <= global_step:
                 self.next_checkpoint += self.args.checkpoint_interval
@@ -470,6 +481,7 @@ class Run:
         if not self.records:
             return None
         modules = {name: value for name, value in models.items() if isinstance(value, torch.nn.Module)}
+        check_parameters(models, "the model")
         content = {name: value.state_dict() if name in modules else value for name, value in models.items()}
         path = write_file(
             self.directory / f"{self.args.exp_name}{MODEL_SUFFIX}",

@@ -29,12 +29,16 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
+import time
 from copy import deepcopy
 from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
 import torch
+
+from cleanrl_utils.faults import EnvFault, check_env_step, close_on_fault, describe_exit
 
 SAME_STEP = gym.vector.AutoresetMode.SAME_STEP
 """Same-step autoreset: when a sub-env's episode ends, ``step`` returns the first observation of
@@ -43,7 +47,10 @@ its next episode, and the observation that ended the episode is in ``infos["fina
 
 
 def vector_env(
-    env_fns: Sequence[Callable[[], gym.Env]], env_mode: str = "sync", autoreset_mode: gym.vector.AutoresetMode = SAME_STEP
+    env_fns: Sequence[Callable[[], gym.Env]],
+    env_mode: str = "sync",
+    autoreset_mode: gym.vector.AutoresetMode = SAME_STEP,
+    timeout: float = 600.0,
 ) -> gym.vector.VectorEnv:
     """``env_fns`` vectorised in this process (``"sync"``) or in one subprocess each (``"async"``).
 
@@ -56,10 +63,19 @@ def vector_env(
     Without a display, rendering is set up headless (``SDL_VIDEODRIVER=dummy``,
     ``MUJOCO_GL=egl``; variables already set are kept).
 
+    Every step is checked: a non-finite reward, or a non-finite value in a floating
+    observation, raises :class:`cleanrl_utils.faults.EnvFault` naming the env. In async mode a
+    worker that dies, or that does not answer a ``reset``/``step`` within ``timeout`` seconds,
+    raises it too (naming the env, and the worker's exit code or signal); observations are
+    copied out of each worker's env as it returns them, so an env that reuses its arrays
+    cannot change a stored final observation.
+
     Args:
         env_fns: one thunk per env, each returning a ``gym.Env``.
         env_mode: ``"sync"`` or ``"async"``.
         autoreset_mode: gymnasium's autoreset mode (the scripts use :data:`SAME_STEP`).
+        timeout: seconds an async worker may take to answer (``--env-timeout``); sync envs run
+            in this process and are not timed.
 
     Raises:
         ValueError: ``env_mode`` is neither ``"sync"`` nor ``"async"``.
@@ -69,11 +85,10 @@ def vector_env(
         os.environ.setdefault("MUJOCO_GL", "egl")  # MuJoCo renders off-screen through EGL (no X server)
     if env_mode == "sync":
         if autoreset_mode == SAME_STEP:
-            return SyncVectorEnv(env_fns)
+            return SyncVectorEnv(env_fns, timeout)
         return gym.vector.SyncVectorEnv(env_fns, autoreset_mode=autoreset_mode)
     if env_mode == "async":
-        workers = [_Worker(env_fn) for env_fn in env_fns]
-        return gym.vector.AsyncVectorEnv(workers, autoreset_mode=autoreset_mode, context="forkserver")
+        return AsyncVectorEnv(env_fns, autoreset_mode, timeout)
     raise ValueError(f"env_mode must be 'sync' or 'async', got {env_mode!r}")
 
 
@@ -88,24 +103,57 @@ class SyncVectorEnv(gym.vector.SyncVectorEnv):
     stacked and then deep-copied. The observation that ended an episode is copied before the
     env resets, so an env that reuses its observation array in place cannot overwrite it.
 
+    A ``step`` or ``reset`` that takes longer than ``timeout`` seconds is interrupted (a
+    ``SIGALRM`` timer, in the main thread) with :class:`cleanrl_utils.faults.EnvFault` naming
+    the env; rewards and floating observations are checked for NaN and infinity.
+
     Args:
         env_fns: one thunk per env, each returning a ``gym.Env``.
+        timeout: seconds a vector step or reset may take.
     """
 
-    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]]):
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], timeout: float = 600.0):
         super().__init__(env_fns, copy=True, autoreset_mode=SAME_STEP)
+        self.timeout, self.steps, self._current = timeout, 0, 0  # steps: vector steps so far, for fault messages
+        self._alarm = threading.current_thread() is threading.main_thread()
+        if self._alarm:
+            signal.signal(signal.SIGALRM, self._timed_out)
         flat = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
         self._index_actions = isinstance(self.single_action_space, flat)
         self._stack_obs = isinstance(self.single_observation_space, gym.spaces.Box)
 
+    def _timed_out(self, signum, frame):
+        raise EnvFault(f"env {self._current}: no answer within --env-timeout {self.timeout:g} s (hung in reset or step?)")
+
+    def _timer(self, armed: bool) -> None:
+        """Arm (or disarm) the timeout; only in the main thread, where signals are delivered."""
+        if self._alarm:
+            signal.setitimer(signal.ITIMER_REAL, self.timeout if armed else 0.0)
+
+    def reset(self, *, seed=None, options=None):
+        """Reset every env (see gymnasium's ``SyncVectorEnv.reset``), under the timeout."""
+        self._timer(True)
+        try:
+            return super().reset(seed=seed, options=options)
+        finally:
+            self._timer(False)
+
     def step(self, actions):
         """Step every env with its action ``actions[i]``; an env whose episode ends is reset in the same call."""
+        self._timer(True)
+        try:
+            return self._step(actions)
+        finally:
+            self._timer(False)
+
+    def _step(self, actions):
         if self._index_actions and isinstance(actions, np.ndarray):
             actions_iter = actions
         else:
             actions_iter = list(gym.vector.utils.iterate(self.action_space, actions))
         infos: dict = {}
         for i, env in enumerate(self.envs):
+            self._current = i
             obs, self._rewards[i], terminated, truncated, env_info = env.step(actions_iter[i])
             self._terminations[i], self._truncations[i] = terminated, truncated
             if terminated or truncated:
@@ -121,7 +169,85 @@ class SyncVectorEnv(gym.vector.SyncVectorEnv):
             self._observations = gym.vector.utils.concatenate(self.single_observation_space, self._env_obs, self._observations)
             observations = deepcopy(self._observations)
         self._autoreset_envs = np.logical_or(self._terminations, self._truncations)
+        self.steps += 1
+        check_env_step(self._rewards, observations, infos, self.steps)
         return observations, self._rewards.copy(), self._terminations.copy(), self._truncations.copy(), infos
+
+
+class AsyncVectorEnv(gym.vector.AsyncVectorEnv):
+    """gymnasium's ``AsyncVectorEnv`` (forkserver workers) that names the env behind a fault.
+
+    A worker that died (its exit code or signal), or that does not answer within ``timeout``
+    seconds, raises :class:`cleanrl_utils.faults.EnvFault` naming the env; the workers are then
+    killed (they ignore SIGTERM, see :func:`vector_env`). Each step's rewards and floating
+    observations are checked for NaN and infinity.
+
+    Args:
+        env_fns: one thunk per env.
+        autoreset_mode: gymnasium's autoreset mode.
+        timeout: seconds a worker may take to answer a call.
+    """
+
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], autoreset_mode: gym.vector.AutoresetMode, timeout: float):
+        self.timeout, self.steps = timeout, 0
+        super().__init__([_Worker(env_fn) for env_fn in env_fns], autoreset_mode=autoreset_mode, context="forkserver")
+        close_on_fault(self)
+
+    def _fault(self, index: int | None, what: str) -> EnvFault:
+        """Kill every worker and return the fault to raise (``index``: the env, None to find a dead one)."""
+        processes = getattr(self, "processes", [])
+        if index is None:
+            for process in processes:
+                process.join(timeout=1.0)  # a worker that closed its pipe is exiting
+            index = next((i for i, process in enumerate(processes) if process.exitcode is not None), None)
+        if index is not None and processes[index].exitcode is not None:
+            what = f"its worker process (pid {processes[index].pid}) died: {describe_exit(processes[index].exitcode)}"
+        for process in processes:
+            if process.exitcode is None:
+                process.kill()
+        self.closed = True  # nothing left to close: the workers are gone
+        name = f"env {index}" if index is not None else "an env worker"
+        return EnvFault(f"{name}: {what}")
+
+    def _poll_pipe_envs(self, timeout: float | None = None) -> bool:
+        timeout = self.timeout if timeout is None else timeout
+        end = time.perf_counter() + timeout
+        for index, pipe in enumerate(self.parent_pipes):
+            if pipe is None or pipe.closed:
+                raise self._fault(index, "its worker was shut down after an error")
+            if not pipe.poll(max(end - time.perf_counter(), 0.0)):
+                if self.processes[index].exitcode is not None:
+                    raise self._fault(index, "")
+                raise self._fault(index, f"no answer within --env-timeout {timeout:g} s (hung in reset or step?)")
+        return True
+
+    def _call_worker(self, method: Callable, *args):
+        try:
+            return method(*args)
+        except (EOFError, BrokenPipeError, ConnectionResetError) as error:
+            raise self._fault(None, f"lost contact with its worker ({type(error).__name__})") from None
+
+    def reset_async(self, *args, **kwargs):
+        return self._call_worker(lambda: super(AsyncVectorEnv, self).reset_async(*args, **kwargs))
+
+    def reset_wait(self, *args, **kwargs):
+        return self._call_worker(lambda: super(AsyncVectorEnv, self).reset_wait(*args, **kwargs))
+
+    def step_async(self, actions):
+        return self._call_worker(super().step_async, actions)
+
+    def step_wait(self, timeout: float | None = None):
+        result = self._call_worker(super().step_wait, timeout)
+        self.steps += 1
+        check_env_step(result[1], result[0], result[4], self.steps)
+        return result
+
+    def close_extras(self, timeout: float | None = None, terminate: bool = False):
+        if terminate:  # the workers ignore SIGTERM: kill them
+            for process in getattr(self, "processes", []):
+                if process.exitcode is None:
+                    process.kill()
+        return super().close_extras(timeout=timeout, terminate=terminate)
 
 
 class _Worker:
@@ -140,7 +266,21 @@ class _Worker:
                 importlib.import_module(module)
             except ImportError:  # a script loaded from a file under another name: nothing to redo
                 pass
-        return self.env_fn()
+        return _Snapshots(self.env_fn())
+
+
+class _Snapshots(gym.Wrapper):
+    """Copies of the observations an env returns, so that an env that reuses its arrays in place
+    (Gymnasium#1132) cannot change an observation already handed on (a worker's final
+    observation is sent after the env has reset)."""
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        return deepcopy(obs), info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return deepcopy(obs), reward, terminated, truncated, info
 
 
 class EpisodesFromFinalInfo(gym.vector.VectorWrapper):

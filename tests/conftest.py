@@ -122,13 +122,22 @@ def tmp_cwd(tmp_path: Path) -> Path:
 
 
 def sigterm_then_resume(
-    script: str, flags: list[str], interval: int, total: int, cwd: Path, model_key: str | None = None
+    script: str,
+    flags: list[str],
+    interval: int,
+    total: int,
+    cwd: Path,
+    model_key: str | None = None,
+    signum: int = signal.SIGTERM,
+    group: bool = False,
 ) -> tuple[dict, dict]:
     """Run ``script`` uninterrupted, and again with ``--checkpoint-interval interval`` stopped by
-    SIGTERM once its first checkpoint exists, then resumed with ``--resume RUN_DIR``.
+    ``signum`` (to its whole process group with ``group``, as Slurm, ``timeout`` and a terminal's
+    Ctrl-C send it) once its first checkpoint exists, then resumed with ``--resume RUN_DIR``.
 
-    Checks that the interrupted run exits with 143 after writing a checkpoint past ``interval``
-    and before ``total`` steps, and that the resumed run continues the same run directory.
+    Checks that the interrupted run exits with 128 + ``signum`` after writing a checkpoint past
+    ``interval`` and before ``total`` steps, without a traceback and with no process of its group
+    left, and that the resumed run continues the same run directory.
     ``flags`` must include ``--save-model``. Returns ``(whole, resumed)``: for each run,
     ``{"model": the saved model's network ``model_key`` (a state dict; the first network of the
     file when None), "curves": its scalars without charts/SPS}``, for the caller to compare
@@ -156,16 +165,27 @@ def sigterm_then_resume(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=group,
+        # a terminal's foreground job: SIGINT handled (a background job of a non-interactive shell inherits it ignored)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     while not list((cwd / "cut").glob("runs/*/checkpoints/step_*.pt")):  # training is under way
         assert process.poll() is None, process.communicate()
         time.sleep(0.05)
-    process.send_signal(signal.SIGTERM)
+    if group:
+        os.killpg(process.pid, signum)
+    else:
+        process.send_signal(signum)
     out, err = process.communicate(timeout=300)
-    assert process.returncode == 143, err
+    assert process.returncode == 128 + signum and "Traceback" not in err, err
+    if group:
+        time.sleep(0.5)
+        left = subprocess.run(["pgrep", "-s", str(process.pid)], capture_output=True, text=True).stdout.split()
+        assert not left, f"processes left in the run's session: {left}"
     cut = run_dir(cwd / "cut")
     step = checkpoint_step(latest_checkpoint(cut))
-    assert interval <= step < total and "SIGTERM: checkpoint written" in out, (step, out)
+    name = signal.Signals(signum).name
+    assert interval <= step < total and f"{name}: checkpoint written" in out, (step, out)
     assert not list(cut.glob("*.cleanrl_model"))  # it stopped before the end
 
     resumed = run_script(script, "--resume", str(cut), cwd=cwd / "cut")

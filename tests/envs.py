@@ -112,3 +112,66 @@ class SlowCounterEnv(CounterEnv):
 
 if "SlowCounter-v0" not in gym.registry:
     gym.register("SlowCounter-v0", entry_point=SlowCounterEnv, max_episode_steps=20)
+
+
+class FaultyEnv(gym.Env):
+    """A small task that misbehaves on purpose after ``after`` steps of each env instance.
+
+    Observations: 4 floats drawn from the env's generator; reward 1 per step; episodes truncated
+    after 20 steps by the registered time limit. ``continuous`` gives a bounded Box(1) action
+    space (for sac_continuous), else Discrete(2). ``fault``:
+
+    - ``"nan_reward"``: the reward turns NaN; ``"nan_obs"``: the observation turns NaN;
+    - ``"die"``: the process exits at once (``os._exit(3)``, as after an out-of-memory kill);
+    - ``"hang"``: ``step`` never returns (sleeps for a day);
+    - ``"mutate"``: no fault in the numbers, but one observation array is returned by every
+      ``reset`` and ``step`` and overwritten in place (Gymnasium#1132): a stored observation that
+      is not a copy changes afterwards.
+    """
+
+    metadata = {"render_modes": []}
+    observation_space = gym.spaces.Box(-10.0, 10.0, shape=(4,), dtype=np.float32)
+
+    def __init__(self, fault: str = "none", after: int = 300, continuous: bool = False):
+        self.fault, self.after, self.total = fault, after, 0
+        self.action_space = gym.spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32) if continuous else gym.spaces.Discrete(2)
+        self.buffer = np.zeros(4, dtype=np.float32)
+
+    def _obs(self) -> np.ndarray:
+        values = self.np_random.normal(size=4).astype(np.float32)
+        if self.fault == "mutate":
+            self.buffer[:] = values
+            return self.buffer
+        return values
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._obs(), {}
+
+    def step(self, action):
+        self.total += 1
+        obs, reward = self._obs(), 1.0
+        if self.total >= self.after:
+            if self.fault == "nan_reward":
+                reward = float("nan")
+            elif self.fault == "nan_obs":
+                obs = np.full(4, np.nan, dtype=np.float32)
+            elif self.fault == "die":
+                import os
+
+                os._exit(3)
+            elif self.fault == "hang":
+                time.sleep(86400)
+        return obs, reward, False, False, {}
+
+
+for _fault in ("nan_reward", "nan_obs", "die", "hang", "mutate"):
+    _name = "".join(part.title() for part in _fault.split("_"))  # NanReward, NanObs, Die, Hang, Mutate
+    for _suffix, _continuous in (("", False), ("Box", True)):
+        if f"Faulty{_name}{_suffix}-v0" not in gym.registry:
+            gym.register(
+                f"Faulty{_name}{_suffix}-v0",
+                entry_point=FaultyEnv,
+                max_episode_steps=20,
+                kwargs={"fault": _fault, "continuous": _continuous},
+            )

@@ -1,0 +1,229 @@
+"""Faults, hostile files and bad numbers: a run stops in one line, keeps its last good checkpoint, runs nothing a file names.
+
+The environments that misbehave on purpose are ``tests.envs:Faulty*-v0`` (NaN rewards or
+observations, a worker that dies or hangs, an env that reuses its observation array).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from cleanrl_utils import checkpoint, faults, files
+from cleanrl_utils.vector import SAME_STEP, real_next_obs, vector_env
+from tests.conftest import ROOT, assert_stops_with_one_line, run_dir, run_script, sigterm_then_resume
+from tests.envs import FaultyEnv
+
+SMALL = {
+    "ppo.py": ["--num-envs", "2", "--num-steps", "64", "--total-timesteps", "2048"],
+    "dqn.py": ["--learning-starts", "100", "--train-frequency", "1", "--total-timesteps", "1500"],
+    "sac_continuous.py": ["--learning-starts", "100", "--batch-size", "32", "--total-timesteps", "700"],
+}
+BOX = {"sac_continuous.py"}
+PPO_RUN = ["--env-id", "CartPole-v1", "--num-envs", "2", "--num-steps", "128", "--total-timesteps", "20480"]
+PPO_RUN += ["--save-model", "--eval-episodes", "1"]
+
+
+def fault_line(result: subprocess.CompletedProcess, script: str) -> str:
+    """The run's one line about the fault: the last stderr line, which names the script; no traceback."""
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"{script}: "), result.stderr[-3000:]
+    return line
+
+
+def no_non_finite_files(cwd: Path) -> None:
+    """Every model and checkpoint under ``cwd/runs`` holds finite floating tensors only."""
+    for path in [*cwd.glob("runs/*/checkpoints/*.pt"), *cwd.glob("runs/*/*.cleanrl_model")]:
+        content = torch.load(path, weights_only=True)
+        stack = [content]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, dict):
+                stack.extend(item.values())
+            elif isinstance(item, (list, tuple)):
+                stack.extend(item)
+            elif isinstance(item, torch.Tensor) and item.is_floating_point():
+                assert torch.isfinite(item).all(), path
+
+
+# ---- non-finite numbers stop the run where they appear
+
+
+@pytest.mark.parametrize("script", ["ppo.py", "dqn.py", "sac_continuous.py"])
+@pytest.mark.parametrize("fault,message", [("NanReward", "returned a non-finite reward (nan)"), ("NanObs", "non-finite")])
+def test_nan_from_the_env_stops_the_run_naming_the_env(script, fault, message, tmp_path):
+    env_id = f"tests.envs:Faulty{fault}{'Box' if script in BOX else ''}-v0"
+    flags = [*SMALL[script], "--env-id", env_id, "--save-model", "--checkpoint-interval", "100"]
+    line = fault_line(run_script(script, *flags, cwd=tmp_path, check=False), script)
+    assert "env 0" in line and message in line and "vector step" in line, line
+    assert "last checkpoint: runs/" in line, line  # the checkpoint before the fault is kept
+    assert not list(tmp_path.glob("runs/*/*.cleanrl_model"))  # no model after a fault
+    no_non_finite_files(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "script,flags",
+    [
+        ("ppo.py", ["--learning-rate", "1e30", "--env-id", "CartPole-v1"]),
+        ("dqn.py", ["--learning-rate", "1e30", "--env-id", "CartPole-v1"]),
+        ("sac_continuous.py", ["--q-lr", "1e30", "--policy-lr", "1e30", "--env-id", "Pendulum-v1"]),
+    ],
+)
+def test_an_exploding_learning_rate_stops_at_the_update(script, flags, tmp_path):
+    result = run_script(script, *SMALL[script], *flags, "--save-model", cwd=tmp_path, check=False)
+    line = fault_line(result, script)
+    assert "non-finite" in line and ("update" in line or "epoch" in line) and "global step" in line, line
+    assert not list(tmp_path.glob("runs/*/*.cleanrl_model"))
+    no_non_finite_files(tmp_path)
+
+
+def test_check_finite_and_check_parameters_name_the_quantity():
+    faults.check_finite(3, 96, loss=torch.tensor(1.0), grad_norm=2.0)
+    with pytest.raises(faults.NonFinite, match=r"non-finite grad_norm \(inf\) at update 3, global step 96"):
+        faults.check_finite(3, 96, loss=torch.tensor(1.0), grad_norm=torch.tensor(float("inf")))
+    with pytest.raises(faults.NonFinite, match="at iteration 2, epoch 1"):
+        faults.check_finite("iteration 2, epoch 1", 96, loss=torch.tensor(float("nan")))
+    net = torch.nn.Linear(2, 2)
+    faults.check_parameters({"qf": net}, "the model")
+    with torch.no_grad():
+        net.weight[0, 0] = float("nan")
+    with pytest.raises(faults.NonFinite, match="qf.weight holds non-finite values: the model not written"):
+        faults.check_parameters({"qf": net}, "the model")
+
+
+@pytest.mark.parametrize("flag", ["--learning-rate", "--ent-coef", "--vf-coef", "--max-grad-norm"])
+@pytest.mark.parametrize("value", ["inf", "nan"])
+def test_non_finite_flags_are_refused(flag, value, tmp_path):
+    assert_stops_with_one_line("ppo.py", [flag, value], flag, "", tmp_path)
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**40)])
+def test_seeds_numpy_and_torch_refuse_are_refused(seed, tmp_path):
+    assert_stops_with_one_line("dqn.py", ["--seed", seed], "--seed", "must be in [0, 2**31)", tmp_path)
+
+
+# ---- env workers that die or hang; envs that reuse their arrays
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_hung_env_is_stopped_after_env_timeout(mode, tmp_path):
+    flags = [*SMALL["ppo.py"], "--env-id", "tests.envs:FaultyHang-v0", "--env-mode", mode, "--env-timeout", "2"]
+    started = time.monotonic()
+    line = fault_line(run_script("ppo.py", *flags, cwd=tmp_path, check=False, timeout=120), "ppo.py")
+    assert "env 0: no answer within --env-timeout 2 s" in line, line
+    assert time.monotonic() - started < 60
+
+
+def test_a_dead_worker_is_named_with_its_exit_code(tmp_path):
+    flags = [*SMALL["ppo.py"], "--env-id", "tests.envs:FaultyDie-v0", "--env-mode", "async", "--checkpoint-interval", "128"]
+    line = fault_line(run_script("ppo.py", *flags, cwd=tmp_path, check=False, timeout=120), "ppo.py")
+    assert "its worker process" in line and "died: exit code 3" in line, line
+    assert "last checkpoint: runs/" in line and line.rsplit(" ", 1)[-1].endswith(".pt"), line
+    checkpoint.load_checkpoint(str(tmp_path / line.rsplit(" ", 1)[-1]), "ppo")  # whole and resumable
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_env_that_mutates_its_arrays_stores_the_same_transitions(mode):
+    def transitions(fault: str) -> list[np.ndarray]:
+        def make(index):
+            return lambda: gym.wrappers.TimeLimit(FaultyEnv(fault=fault), 7)
+
+        envs = vector_env([make(i) for i in range(2)], mode, SAME_STEP, timeout=60)
+        obs, _ = envs.reset(seed=5)
+        stored = [obs]
+        for _ in range(30):
+            next_obs, _, _, _, infos = envs.step(np.zeros(2, dtype=np.int64))
+            stored += [real_next_obs(next_obs, infos), next_obs]
+        envs.close()
+        return stored
+
+    mutating, honest = transitions("mutate"), transitions("none")
+    for a, b in zip(mutating, honest):
+        np.testing.assert_array_equal(a, b)
+
+
+# ---- files are data: every load failure is one line, exit 2
+
+
+def _checkpoint_run(tmp_path: Path) -> Path:
+    run_script(
+        "ppo.py", "--num-envs", "1", "--num-steps", "128", "--total-timesteps", "512", "--checkpoint-interval", "256",
+        cwd=tmp_path,
+    )  # fmt: skip
+    return run_dir(tmp_path)
+
+
+def test_damaged_empty_truncated_and_misplaced_checkpoints_are_refused_in_one_line(tmp_path):
+    run = _checkpoint_run(tmp_path)
+    latest = run / "checkpoints" / "step_512.pt"
+    data = bytearray(latest.read_bytes())
+    other = tmp_path / "other"
+    other.mkdir()
+    cases = {
+        "corrupted": lambda b: (
+            b[: len(b) // 2] + bytes(np.random.default_rng(0).integers(0, 256, 64, dtype=np.uint8)) + b[len(b) // 2 + 64 :]
+        ),
+        "empty": lambda b: b"",
+        "truncated": lambda b: b[: len(b) // 3],
+    }
+    messages = {"corrupted": "is corrupted: the checksum", "empty": "is empty", "truncated": "is not a complete"}
+    for name, damage in cases.items():
+        latest.write_bytes(bytes(damage(bytearray(data))))
+        assert_stops_with_one_line("ppo.py", ["--resume", str(latest)], "--resume", messages[name], other)
+    latest.write_bytes(bytes(data))
+    copied = tmp_path / "step_512.pt"
+    copied.write_bytes(bytes(data))
+    assert_stops_with_one_line("ppo.py", ["--resume", str(copied)], "--resume", "is not in a run directory", other)
+    result = subprocess.run(
+        [sys.executable, "-m", "cleanrl_utils.enjoy", str(latest)], cwd=other, capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "is a checkpoint file, not a model file" in result.stderr
+
+
+def test_a_write_that_fails_names_the_path_and_the_space_left_and_keeps_the_previous_file(tmp_path, monkeypatch):
+    from dataclasses import dataclass
+
+    @dataclass
+    class Args:
+        seed: int = 1
+
+    path = files.write_file(tmp_path / "run" / "checkpoints" / "step_1.pt", "checkpoint", "ppo", Args(), {"w": torch.ones(3)})
+    before = path.read_bytes()
+
+    def disk_full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(files.os, "fsync", disk_full)
+    with pytest.raises(faults.WriteFailed) as raised:
+        files.write_file(path, "checkpoint", "ppo", Args(), {"w": torch.zeros(3)})
+    message = str(raised.value)
+    assert str(path) in message and "No space left on device" in message and "free" in message, message
+    assert "\n" not in message
+    assert path.read_bytes() == before and not list(path.parent.glob("*.tmp"))
+
+
+# ---- signals to the whole process group
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_signal_to_the_process_group_leaves_a_checkpoint_the_run_resumes_exactly_from(signum, mode, tmp_path):
+    flags = [*PPO_RUN, "--env-mode", mode]
+    whole, resumed = sigterm_then_resume("ppo.py", flags, 2048, 20480, tmp_path, signum=signum, group=True)
+    for name, tensor in whole["model"].items():
+        assert torch.equal(tensor, resumed["model"][name]), name
+    assert resumed["curves"] == whole["curves"]
