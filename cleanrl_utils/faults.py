@@ -197,4 +197,5 @@ def free_space(path: Any) -> str:
         return "free space unknown"
     units = ["B", "KiB", "MiB", "GiB", "TiB"]
     power = min(int(math.log(free, 1024)) if free > 0 else 0, len(units) - 1)
-    return f"{free / 1024**power:.3g} {units[power]} free"
+    full = ": the disk is full" if free < 2**20 else ""
+    return f"{free / 1024**power:.3g} {units[power]} free on its disk{full}"

@@ -90,9 +90,10 @@ def write_file(
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, path)
-    except OSError as error:  # disk full, read-only folder, ...: no partial file stays
+    except (OSError, RuntimeError) as error:  # disk full (torch says "unexpected pos"), read-only folder: no partial file
         temporary.unlink(missing_ok=True)
-        raise WriteFailed(f"cannot write {path}: {error.strerror or error} ({free_space(path.parent)})") from None
+        reason = (error.strerror if isinstance(error, OSError) else None) or str(error).strip().splitlines()[0][:200]
+        raise WriteFailed(f"cannot write {path}: {reason} ({free_space(path.parent)})") from None
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise

@@ -267,7 +267,9 @@ def start_run(args: Any, resumed: dict | None = None, runs_dir: str | os.PathLik
     from torch.utils.tensorboard import SummaryWriter
 
     if not record:
-        return Run(args, None, _NoWriter(), _seed_and_device(args), resumed)
+        run = Run(args, None, _NoWriter(), _seed_and_device(args), resumed)
+        one_line_faults(args.script, lambda: None, lambda: None)  # a Fault: one line, not a traceback
+        return run
     config = dataclasses.asdict(args)
     if resumed is not None:  # continue the checkpoint's run, in its directory
         directory = Path(resumed["path"]).parent.parent

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -227,3 +228,30 @@ def test_a_signal_to_the_process_group_leaves_a_checkpoint_the_run_resumes_exact
     for name, tensor in whole["model"].items():
         assert torch.equal(tensor, resumed["model"][name]), name
     assert resumed["curves"] == whole["curves"]
+
+
+def test_a_full_disk_stops_the_run_in_one_line_and_keeps_the_previous_checkpoint(tmp_path):
+    """A real full disk where the machine lets us mount a small tmpfs (root); else skipped (the
+    simulated ENOSPC test above still runs)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        flags = ["--num-envs", "1", "--num-steps", "128", "--total-timesteps", "1024", "--checkpoint-interval", "512"]
+        run_script("ppo.py", *flags, cwd=tmp_path)
+        run = run_dir(tmp_path)
+        (run / "checkpoints" / "step_1024.pt").unlink()
+        shutil.copy(run / "checkpoints" / "step_512.pt", disk / "step_512.pt")
+        shutil.rmtree(run / "checkpoints")
+        (run / "checkpoints").symlink_to(disk)
+        free = shutil.disk_usage(disk).free
+        (disk / "filler").write_bytes(b"\0" * (free - 4096))  # leaves 4 KiB: too little for a checkpoint
+        result = run_script("ppo.py", "--resume", str(run / "checkpoints" / "step_512.pt"), cwd=tmp_path, check=False)
+        line = fault_line(result, "ppo.py")
+        assert "cannot write" in line and "step_1024.pt" in line and "the disk is full" in line, line
+        assert line.endswith("step_512.pt"), line  # the last good checkpoint
+        assert sorted(p.name for p in disk.iterdir()) == ["filler", "step_512.pt"]  # no partial file
+        checkpoint.load_checkpoint(str(run / "checkpoints" / "step_512.pt"), "ppo")  # intact
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
