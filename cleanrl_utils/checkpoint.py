@@ -228,13 +228,14 @@ def load_checkpoint(path: str, script: str) -> dict:
         if latest is None:
             raise FileRefused(f"{path} has no checkpoints (looked in {Path(path) / 'checkpoints'})")
         path = latest
+    content = read_file(path, "checkpoint", script)
     path = Path(path)
     if path.parent.name != "checkpoints" or not (path.parent.parent / "args.json").is_file():
         raise FileRefused(
             f"{path} is not in a run directory (<run>/checkpoints/{path.name} next to <run>/args.json), "
             f"where the resumed run would write; put it back in its run's checkpoints/ folder"
         )
-    return read_file(path, "checkpoint", script)
+    return content
 
 
 def resume_args(args: Any, script: str, argv: Sequence[str] | None = None) -> tuple[Any, dict | None]:

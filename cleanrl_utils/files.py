@@ -124,8 +124,9 @@ def read_file(path: str | os.PathLike, kind: str, script: str | None = None) -> 
     try:  # torch writes a zip archive with a CRC-32 of every record; check them all before reading
         with zipfile.ZipFile(path) as archive:
             damaged = archive.testzip()
-    except (zipfile.BadZipFile, OSError, EOFError) as error:
-        raise FileRefused(f"{path} is not a complete cleanrl file (truncated or not a torch file: {error})") from None
+    except (zipfile.BadZipFile, OSError, EOFError):
+        reason = "not a complete torch file: truncated, or another format"
+        raise FileRefused(f"{path} cannot be read as a cleanrl file ({reason})") from None
     if damaged is not None:
         raise FileRefused(f"{path} is corrupted: the checksum of its record {damaged!r} does not match its content")
     try:

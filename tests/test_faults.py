@@ -179,7 +179,7 @@ def test_damaged_empty_truncated_and_misplaced_checkpoints_are_refused_in_one_li
         "empty": lambda b: b"",
         "truncated": lambda b: b[: len(b) // 3],
     }
-    messages = {"corrupted": "is corrupted: the checksum", "empty": "is empty", "truncated": "is not a complete"}
+    messages = {"corrupted": "is corrupted: the checksum", "empty": "is empty", "truncated": "not a complete torch file"}
     for name, damage in cases.items():
         latest.write_bytes(bytes(damage(bytearray(data))))
         assert_stops_with_one_line("ppo.py", ["--resume", str(latest)], "--resume", messages[name], other)
