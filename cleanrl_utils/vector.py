@@ -140,11 +140,13 @@ class SyncVectorEnv(gym.vector.SyncVectorEnv):
 
     def step(self, actions):
         """Step every env with its action ``actions[i]``; an env whose episode ends is reset in the same call."""
-        self._timer(True)
+        if self._alarm:
+            signal.setitimer(signal.ITIMER_REAL, self.timeout)
         try:
             return self._step(actions)
         finally:
-            self._timer(False)
+            if self._alarm:
+                signal.setitimer(signal.ITIMER_REAL, 0.0)
 
     def _step(self, actions):
         if self._index_actions and isinstance(actions, np.ndarray):
