@@ -121,6 +121,19 @@ def tmp_cwd(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def assert_session_ends(session: int, timeout: float = 20.0) -> None:
+    """Every process of ``session`` (env workers, forkserver, resource tracker) ends within ``timeout`` s
+    (zombies waiting to be reaped do not count)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        listing = subprocess.run(["ps", "-o", "pid=,stat=,args=", "-s", str(session)], capture_output=True, text=True)
+        alive = [line for line in listing.stdout.splitlines() if not line.split()[1].startswith("Z")]
+        if not alive:
+            return
+        assert time.monotonic() < deadline, f"processes left in the run's session: {alive}"
+        time.sleep(0.2)
+
+
 def sigterm_then_resume(
     script: str,
     flags: list[str],
@@ -179,9 +192,7 @@ def sigterm_then_resume(
     out, err = process.communicate(timeout=300)
     assert process.returncode == 128 + signum and "Traceback" not in err, err
     if group:
-        time.sleep(0.5)
-        left = subprocess.run(["pgrep", "-s", str(process.pid)], capture_output=True, text=True).stdout.split()
-        assert not left, f"processes left in the run's session: {left}"
+        assert_session_ends(process.pid)
     cut = run_dir(cwd / "cut")
     step = checkpoint_step(latest_checkpoint(cut))
     name = signal.Signals(signum).name
