@@ -183,6 +183,13 @@ def test_damaged_empty_truncated_and_misplaced_checkpoints_are_refused_in_one_li
     for name, damage in cases.items():
         latest.write_bytes(bytes(damage(bytearray(data))))
         assert_stops_with_one_line("ppo.py", ["--resume", str(latest)], "--resume", messages[name], other)
+
+    class Code:  # unpickling this would run code: weights_only refuses it
+        def __reduce__(self):
+            return (print, ("unpickling ran code",))
+
+    torch.save({"format": files.FORMAT, "kind": "checkpoint", "script": "ppo", "obj": Code()}, latest)
+    assert_stops_with_one_line("ppo.py", ["--resume", str(latest)], "--resume", "UnpicklingError", other)
     latest.write_bytes(bytes(data))
     copied = tmp_path / "step_512.pt"
     copied.write_bytes(bytes(data))
