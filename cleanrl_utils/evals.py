@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from cleanrl_utils.files import check_module, read_file, script_name
+from cleanrl_utils.files import FileRefused, check_module, read_file, script_name
 from cleanrl_utils.run import episode_returns
 from cleanrl_utils.vector import SAME_STEP, vector_env
 
@@ -103,6 +103,12 @@ class Evaluation:
         self.eval_episodes = eval_episodes
         self.seed = self.model["args"]["seed"] + 100_000 if seed is None else seed
         self.device = torch.device(device)
+        if env_id is None and ":" in str(self.model["env_id"]):  # "module:Env-v0" would import module: the user says so
+            recorded = self.model["env_id"]
+            raise FileRefused(
+                f"{self.model['path']} records the env id {recorded!r}, which imports the module "
+                f"{recorded.rpartition(':')[0]!r}; name it yourself to allow that (enjoy: --env-id {recorded})"
+            )
         env_id, video_episodes = env_id or self.model["env_id"], lambda episode: episode < eval_episodes
         if make_envs is not None:  # EnvPool's envs: one vector env, seeded when made
             self.envs = make_envs(env_id, self.seed, capture_video, video_dir, training=False, video_episodes=video_episodes)

@@ -136,6 +136,9 @@ def read_file(path: str | os.PathLike, kind: str, script: str | None = None) -> 
         raise FileRefused(f"{path} cannot be read as a cleanrl file ({type(error).__name__}: {reason[:200]})") from None
     if not isinstance(content, dict) or "format" not in content or "kind" not in content:
         raise FileRefused(f"{path} is not a model or checkpoint file of this project")
+    for key, kind_of in {"format": int, "kind": str, "script": str}.items():
+        if not isinstance(content.get(key), kind_of) or isinstance(content.get(key), bool):
+            raise FileRefused(f"{path} is damaged or forged: its {key!r} is not of type {kind_of.__name__}")
     if content["format"] != FORMAT:
         raise FileRefused(f"{path} has file format {content['format']}; this code reads format {FORMAT}")
     if content["kind"] != kind:
@@ -143,6 +146,13 @@ def read_file(path: str | os.PathLike, kind: str, script: str | None = None) -> 
         raise FileRefused(f"{path} is a {content['kind']} file, not a {kind} file{hint}")
     if script is not None and content.get("script") != script:
         raise FileRefused(f"{path} was written by {content.get('script')}.py, not by {script}.py")
+    required = {"global_step": int, "state": dict} if kind == "checkpoint" else {}
+    for key, kind_of in {**required, "args": dict, "modules": dict, "rng": dict, "counters": dict}.items():
+        value = content.get(key)
+        if (key in required or value is not None) and (not isinstance(value, kind_of) or isinstance(value, bool)):
+            raise FileRefused(f"{path} is damaged or forged: its {key!r} is not of type {kind_of.__name__}")
+    if kind == "checkpoint" and content["global_step"] < 0:
+        raise FileRefused(f"{path} is damaged or forged: its global_step is {content['global_step']}")
     content["path"] = str(path)
     return content
 
@@ -167,8 +177,14 @@ def check_module(module: torch.nn.Module, name: str, content: dict) -> None:
         line = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
         quote = lambda lines: lines[line].strip() if line < len(lines) else "(end)"  # noqa: E731
         raise FileRefused(f"{path}: its {name} differs from this script's: {quote(theirs)!r} there, {quote(ours)!r} here")
+    state = content[name]
+    if not isinstance(state, dict):
+        raise FileRefused(f"{path}: its {name} is not a state dict")
+    for key, tensor in state.items():
+        if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise FileRefused(f"{path}: its {name}.{key} holds non-finite values")
     try:
-        module.load_state_dict(content[name])
+        module.load_state_dict(state)
     except (RuntimeError, KeyError, TypeError) as error:
         raise FileRefused(f"{path}: its {name} does not fit this script's: {str(error).splitlines()[-1].strip()}") from None
 

@@ -124,6 +124,7 @@ def parse_args(
     require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
     require(args.torch_threads > 0, "--torch-threads", f"must be positive, got {args.torch_threads}")
     require_positive(args, "env_timeout")
+    require(args.env_timeout <= 1e7, "--env-timeout", f"must be at most 1e7 seconds, got {args.env_timeout}")
     for field in dataclasses.fields(args):  # no flag takes NaN or infinity (learning rates, coefficients, ...)
         value = getattr(args, field.name)
         if isinstance(value, float) and not np.isfinite(value):
@@ -436,12 +437,16 @@ class Run:
                 this script's state (another network, another number of envs).
         """
         saved = self.resumed
-        checkpoints.set_rng_state(saved["rng"])
         try:
-            obs, missing = checkpoints.restore(state, {**saved["state"], "path": saved["path"], "modules": saved["modules"]})
-        except ValueError as error:
+            checkpoints.set_rng_state(saved["rng"])
+            modules = saved.get("modules", {})
+            obs, missing = checkpoints.restore(state, {**saved["state"], "path": saved["path"], "modules": modules})
+        except ValueError as error:  # another network (one line already)
             fail("--resume", str(error))
-        return {"global_step": saved["global_step"], **saved["counters"], "obs": obs, "missing": missing}
+        except (KeyError, TypeError, RuntimeError) as error:  # a damaged or forged file
+            reason = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+            fail("--resume", f"{saved['path']} does not fit this run ({reason})")
+        return {"global_step": saved["global_step"], **saved.get("counters", {}), "obs": obs, "missing": missing}
 
     # ---- logging
 

@@ -128,7 +128,7 @@ class SyncVectorEnv(gym.vector.SyncVectorEnv):
     def _timer(self, armed: bool) -> None:
         """Arm (or disarm) the timeout; only in the main thread, where signals are delivered."""
         if self._alarm:
-            signal.setitimer(signal.ITIMER_REAL, self.timeout if armed else 0.0)
+            signal.setitimer(signal.ITIMER_REAL, self.timeout if armed else 0.0, self.timeout if armed else 0.0)
 
     def reset(self, *, seed=None, options=None):
         """Reset every env (see gymnasium's ``SyncVectorEnv.reset``), under the timeout."""
@@ -140,8 +140,8 @@ class SyncVectorEnv(gym.vector.SyncVectorEnv):
 
     def step(self, actions):
         """Step every env with its action ``actions[i]``; an env whose episode ends is reset in the same call."""
-        if self._alarm:
-            signal.setitimer(signal.ITIMER_REAL, self.timeout)
+        if self._alarm:  # fires every timeout seconds until disarmed: an env that swallows one is stopped by the next
+            signal.setitimer(signal.ITIMER_REAL, self.timeout, self.timeout)
         try:
             return self._step(actions)
         finally:
@@ -244,12 +244,38 @@ class AsyncVectorEnv(gym.vector.AsyncVectorEnv):
         check_env_step(result[1], result[0], result[4], self.steps)
         return result
 
+    def _raise_if_errors(self, successes):
+        if all(successes):
+            return
+        index, kind, value, _ = self.error_queue.get()  # gymnasium has logged the worker's traceback
+        raise self._fault(index, f"its env raised {kind.__name__}: {str(value).strip().splitlines()[0][:300]}")
+
     def close_extras(self, timeout: float | None = None, terminate: bool = False):
-        if terminate:  # the workers ignore SIGTERM: kill them
-            for process in getattr(self, "processes", []):
-                if process.exitcode is None:
-                    process.kill()
-        return super().close_extras(timeout=timeout, terminate=terminate)
+        """Ask the workers to close their envs; kill those that have not ended within 10 s (or at once with ``terminate``)."""
+        processes = getattr(self, "processes", [])
+        if not terminate:
+            for pipe in self.parent_pipes:
+                if pipe is not None and not pipe.closed:
+                    try:
+                        pipe.send(("close", None))
+                    except OSError:
+                        pass
+            deadline = time.perf_counter() + 10.0
+            for pipe in self.parent_pipes:  # each worker acknowledges, then closes its env and ends
+                try:
+                    if pipe is not None and not pipe.closed and pipe.poll(max(deadline - time.perf_counter(), 0.0)):
+                        pipe.recv()
+                except (EOFError, OSError):
+                    pass
+            for process in processes:
+                process.join(max(deadline - time.perf_counter(), 0.0))
+        for process in processes:  # the workers ignore SIGTERM: kill them
+            if process.exitcode is None:
+                process.kill()
+            process.join()
+        for pipe in self.parent_pipes:
+            if pipe is not None:
+                pipe.close()
 
 
 class _Worker:

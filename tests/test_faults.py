@@ -262,3 +262,42 @@ def test_a_full_disk_stops_the_run_in_one_line_and_keeps_the_previous_checkpoint
         checkpoint.load_checkpoint(str(run / "checkpoints" / "step_512.pt"), "ppo")  # intact
     finally:
         subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+def test_forged_headers_non_finite_weights_and_module_env_ids_are_refused(tmp_path):
+    """From a hostile helper's attack: a checkpoint whose header has the wrong types, a model with
+    NaN weights, and a model whose recorded env id names a module to import."""
+    from dataclasses import dataclass
+
+    from cleanrl.ppo import evaluate
+
+    @dataclass
+    class Args:
+        env_id: str = "CartPole-v1"
+        seed: int = 1
+
+    forged = files.write_file(tmp_path / "run" / "checkpoints" / "step_1.pt", "checkpoint", "ppo", Args(), {"state": {}})
+    original = {**torch.load(forged, weights_only=True), "global_step": 1}
+    for key, value in [("global_step", "1"), ("global_step", -5), ("state", [1]), ("rng", "x")]:
+        torch.save({**original, key: value}, forged)
+        with pytest.raises(files.FileRefused, match=f"damaged or forged: its '{key}'|its global_step is -5"):
+            files.read_file(forged, "checkpoint", "ppo")
+    net = torch.nn.Linear(4, 2)
+    with torch.no_grad():
+        net.weight.fill_(float("nan"))
+    model = files.write_file(tmp_path / "m.cleanrl_model", "model", "ppo", Args(), {"agent": net.state_dict()})
+    with pytest.raises(files.FileRefused, match="agent.weight holds non-finite values"):
+        files.check_module(torch.nn.Linear(4, 2), "agent", files.read_file(model, "model", "ppo"))
+    named = files.write_file(tmp_path / "n.cleanrl_model", "model", "ppo", Args(env_id="this:CartPole-v1"), {})
+    with pytest.raises(files.FileRefused, match="which imports the module 'this'"):
+        evaluate(str(named), 1)
+
+
+def test_an_async_env_that_raises_is_one_line(tmp_path):
+    result = run_script(
+        "ppo.py", *SMALL["ppo.py"], "--env-id", "tests.envs:CrashingCounter-v0", "--env-mode", "async",
+        cwd=tmp_path, check=False, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr[-2000:]
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("ppo.py: env ") and "raised RuntimeError: CrashingCounter-v0" in line, result.stderr[-2000:]
