@@ -57,6 +57,10 @@ def run_episodes(
     return np.asarray(returns[:num_episodes], dtype=np.float64)
 
 
+TRUSTED_ENV_MODULES = ("cleanrl_utils.envs",)
+"""Modules a model's recorded env id may import without the user naming it: this project's own envs."""
+
+
 class Evaluation:
     """A model file opened for evaluation by the script that wrote it.
 
@@ -103,8 +107,9 @@ class Evaluation:
         self.eval_episodes = eval_episodes
         self.seed = self.model["args"]["seed"] + 100_000 if seed is None else seed
         self.device = torch.device(device)
-        if env_id is None and ":" in str(self.model["env_id"]):  # "module:Env-v0" would import module: the user says so
-            recorded = self.model["env_id"]
+        recorded = str(self.model["env_id"])
+        if env_id is None and ":" in recorded and recorded.rpartition(":")[0] not in TRUSTED_ENV_MODULES:
+            # "module:Env-v0" would import module: only this project's env module, or what the user names
             raise FileRefused(
                 f"{self.model['path']} records the env id {recorded!r}, which imports the module "
                 f"{recorded.rpartition(':')[0]!r}; name it yourself to allow that (enjoy: --env-id {recorded})"
