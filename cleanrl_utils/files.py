@@ -146,8 +146,8 @@ def read_file(path: str | os.PathLike, kind: str, script: str | None = None) -> 
         raise FileRefused(f"{path} is a {content['kind']} file, not a {kind} file{hint}")
     if script is not None and content.get("script") != script:
         raise FileRefused(f"{path} was written by {content.get('script')}.py, not by {script}.py")
-    required = {"global_step": int, "state": dict} if kind == "checkpoint" else {}
-    for key, kind_of in {**required, "args": dict, "modules": dict, "rng": dict, "counters": dict}.items():
+    required = {"global_step": int} if kind == "checkpoint" else {}
+    for key, kind_of in {**required, "state": dict, "args": dict, "modules": dict, "rng": dict, "counters": dict}.items():
         value = content.get(key)
         if (key in required or value is not None) and (not isinstance(value, kind_of) or isinstance(value, bool)):
             raise FileRefused(f"{path} is damaged or forged: its {key!r} is not of type {kind_of.__name__}")
