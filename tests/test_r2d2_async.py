@@ -295,8 +295,16 @@ def test_ctrl_c_leaves_no_process_and_no_shared_memory(env_mode, tmp_path):
             break
         time.sleep(0.1)
     assert not [pid for pid in pids if alive(pid)]
-    new = {name for name in set(os.listdir("/dev/shm")) - shm_before if name.startswith(("sem.mp", "torch_", "psm_"))}
-    assert not new - shm_in_use(), new  # a name another live process maps is not ours
+
+    def left() -> set[str]:  # a name another live process maps is not ours
+        new = {name for name in set(os.listdir("/dev/shm")) - shm_before if name.startswith(("sem.mp", "torch_", "psm_"))}
+        return new - shm_in_use()
+
+    for _ in range(50):  # with two test processes, another test's semaphores may await its resource tracker a moment
+        if not left():
+            break
+        time.sleep(0.2)
+    assert not left(), left()
 
 
 def test_sigterm_writes_a_checkpoint_and_resume_continues(tmp_path):
