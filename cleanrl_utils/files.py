@@ -136,9 +136,7 @@ def read_file(path: str | os.PathLike, kind: str, script: str | None = None) -> 
         raise FileRefused(f"{path} cannot be read as a cleanrl file ({type(error).__name__}: {reason[:200]})") from None
     if not isinstance(content, dict) or "format" not in content or "kind" not in content:
         raise FileRefused(f"{path} is not a model or checkpoint file of this project")
-    for key, kind_of in {"format": int, "kind": str, "script": str}.items():
-        if not isinstance(content.get(key), kind_of) or isinstance(content.get(key), bool):
-            raise FileRefused(f"{path} is damaged or forged: its {key!r} is not of type {kind_of.__name__}")
+    _check_types(path, content, {"format": int, "kind": str, "script": str}, required=True)
     if content["format"] != FORMAT:
         raise FileRefused(f"{path} has file format {content['format']}; this code reads format {FORMAT}")
     if content["kind"] != kind:
@@ -146,15 +144,22 @@ def read_file(path: str | os.PathLike, kind: str, script: str | None = None) -> 
         raise FileRefused(f"{path} is a {content['kind']} file, not a {kind} file{hint}")
     if script is not None and content.get("script") != script:
         raise FileRefused(f"{path} was written by {content.get('script')}.py, not by {script}.py")
-    required = {"global_step": int} if kind == "checkpoint" else {}
-    for key, kind_of in {**required, "state": dict, "args": dict, "modules": dict, "rng": dict, "counters": dict}.items():
-        value = content.get(key)
-        if (key in required or value is not None) and (not isinstance(value, kind_of) or isinstance(value, bool)):
-            raise FileRefused(f"{path} is damaged or forged: its {key!r} is not of type {kind_of.__name__}")
+    if kind == "checkpoint":
+        _check_types(path, content, {"global_step": int}, required=True)
+    _check_types(path, content, dict.fromkeys(("state", "args", "modules", "rng", "counters"), dict), required=False)
     if kind == "checkpoint" and content["global_step"] < 0:
         raise FileRefused(f"{path} is damaged or forged: its global_step is {content['global_step']}")
     content["path"] = str(path)
     return content
+
+
+def _check_types(path: Path, content: dict, types: dict[str, type], required: bool) -> None:
+    """Refuse ``content`` (one line) where an entry is not of its type (``bool`` is not an ``int``); absent
+    entries are refused only when ``required``."""
+    for key, kind_of in types.items():
+        value = content.get(key)
+        if (required or value is not None) and (not isinstance(value, kind_of) or isinstance(value, bool)):
+            raise FileRefused(f"{path} is damaged or forged: its {key!r} is not of type {kind_of.__name__}")
 
 
 def check_module(module: torch.nn.Module, name: str, content: dict) -> None:

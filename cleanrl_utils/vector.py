@@ -159,7 +159,7 @@ class SyncVectorEnv(gym.vector.SyncVectorEnv):
             obs, self._rewards[i], terminated, truncated, env_info = env.step(actions_iter[i])
             self._terminations[i], self._truncations[i] = terminated, truncated
             if terminated or truncated:
-                final_obs = obs.copy() if isinstance(obs, np.ndarray) else deepcopy(obs)
+                final_obs = _snapshot(obs)
                 infos = self._add_info(infos, {"final_obs": final_obs, "final_info": env_info}, i)
                 obs, env_info = env.reset()
             if env_info:
@@ -304,11 +304,16 @@ class _Snapshots(gym.Wrapper):
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
-        return deepcopy(obs), info
+        return _snapshot(obs), info
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        return deepcopy(obs), reward, terminated, truncated, info
+        return _snapshot(obs), reward, terminated, truncated, info
+
+
+def _snapshot(obs: Any) -> Any:
+    """A copy of ``obs`` that later changes to the env's arrays cannot reach (``ndarray.copy`` where it is one)."""
+    return obs.copy() if isinstance(obs, np.ndarray) else deepcopy(obs)
 
 
 class EpisodesFromFinalInfo(gym.vector.VectorWrapper):
