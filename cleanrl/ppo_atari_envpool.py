@@ -56,7 +56,7 @@ import torch.optim as optim
 import tyro
 
 from cleanrl_utils.evals import Evaluation
-from cleanrl_utils.faults import check_finite
+from cleanrl_utils.faults import check_env_step, check_finite
 from cleanrl_utils.run import RunArgs, fail, parse_args, require, require_positive, require_range, start_run
 
 try:  # EnvPool comes with the envpool extra; without it, --env-id says so
@@ -513,6 +513,7 @@ if __name__ == "__main__":
             actions[step], logprobs[step], values[step] = action, logprob, value
 
             next_obs, reward, termination, truncation, info = envs.step(action.cpu().numpy())
+            check_env_step(reward, next_obs, info, global_step // args.num_envs)  # NaN or infinite rewards stop here
             next_done = termination | truncation
             rewards[step], terminations[step], dones[step] = reward, termination, next_done
             run.log_episodes(global_step, info)  # game scores: unclipped rewards over all lives (GameStatistics)

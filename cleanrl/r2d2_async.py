@@ -34,10 +34,11 @@ laid out as rlpyt's asynchronous runner does it (Stooke & Abbeel 2019, arXiv:190
   The learner waits when it is ahead; the actors wait when they are more than
   ``--actor-lead`` env steps ahead of what the learner has consumed. The measured ratio is
   logged as ``charts/replay_ratio``.
-- Failures: an actor that raises sends its traceback to the learner, which prints it and
-  stops the run (exit status 1); Ctrl-C stops all actors (exit 130, no checkpoint); SIGTERM
-  writes a checkpoint (networks, optimiser, counters; not the replay, not the actors' envs)
-  and exits 143, and ``--resume`` continues with an empty replay refilled for
+- Failures: an actor that fails (its env died, hung past ``--env-timeout`` or raised) reports
+  to the learner, which stops the run in one line (exit status 1; another error's traceback is
+  written to ``{run_dir}/actor_{i}_traceback.txt``); SIGTERM and Ctrl-C write a checkpoint
+  (networks, optimiser, counters; not the replay, not the actors' envs) and exit 143 / 130,
+  and ``--resume`` continues with an empty replay refilled for
   ``--learning-starts`` steps. Actors ignore SIGINT/SIGTERM (the learner stops them) and exit
   when the learner's process is gone. The learner alone owns the run (directory, logs,
   checkpoints, the model); actors act on CPU with one torch thread and seeds derived from
@@ -71,6 +72,7 @@ work): 1 actor x 8 envs 3382 env steps/s, 2 actors x 4 envs 2777 (two actors and
 learner on 2 cores). More actors pay off when there are cores for them.
 """
 
+import concurrent.futures
 import multiprocessing as mp
 import os
 import queue
@@ -78,9 +80,9 @@ import signal
 import sys
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Literal, Optional
 
 import gymnasium as gym
@@ -94,7 +96,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from cleanrl_utils.buffers import SequenceBuilder, SequenceReplayBuffer, sequence_priority
 from cleanrl_utils.cli import fail, flag_name, require, require_positive, require_range
 from cleanrl_utils.evals import Evaluation, run_episodes
-from cleanrl_utils.faults import check_finite
+from cleanrl_utils.faults import EnvFault, Fault, check_finite, describe_exit
 from cleanrl_utils.files import read_file, script_name
 from cleanrl_utils.run import RunArgs, check_env, parse_args, start_run
 from cleanrl_utils.vector import SAME_STEP, real_next_obs, vector_env
@@ -414,8 +416,9 @@ def actor_main(
 ) -> None:
     """Entry point of actor ``actor_id`` (a spawned process): run :func:`run_actor`, report failures.
 
-    SIGINT and SIGTERM are ignored: the learner stops the actors (``shared.stop``) after Ctrl-C
-    or its checkpoint. A traceback goes to ``shared.errors`` and the process exits with 1.
+    SIGINT and SIGTERM are ignored: the learner stops the actors (``shared.stop``) after its
+    checkpoint. A failure goes to ``shared.errors`` (a :class:`Fault`'s one line, or a traceback)
+    and the process exits with 1.
     Actors are not daemonic (their async envs are child processes); they exit on their own
     when the learner's process is gone.
     """
@@ -424,8 +427,8 @@ def actor_main(
     shared.episodes.cancel_join_thread()  # at exit, do not wait for a learner that no longer reads
     try:
         run_actor(actor_id, args, atari, shared, rb, parent_pid, video_dir)
-    except BaseException:
-        shared.errors.put((actor_id, traceback.format_exc()))
+    except BaseException as error:
+        shared.errors.put((actor_id, str(error) if isinstance(error, Fault) else traceback.format_exc()))
         sys.exit(1)  # a normal exit: multiprocessing's finalizers unlink this process's semaphores
 
 
@@ -501,7 +504,17 @@ def run_actor(
             if os.getppid() != parent_pid:
                 raise RuntimeError("the learner process is gone")
 
-        with ThreadPoolExecutor(2) as pool:
+        def result(j: int) -> tuple:  # group j's step, under --env-timeout (a sync env steps in a thread, untimed)
+            try:
+                return pending[j].result(timeout=args.env_timeout)
+            except concurrent.futures.TimeoutError:
+                env = group_envs[j][getattr(groups[j], "_current", None) or 0]
+                raise EnvFault(f"env {env}: no answer to a step within --env-timeout {args.env_timeout:g} s") from None
+            except EnvFault as error:  # its env index counts within the group
+                raise EnvFault(f"envs {group_envs[j][0]}-{group_envs[j][-1]}: {error}") from None
+
+        pool = concurrent.futures.ThreadPoolExecutor(2)
+        try:
             actions[0] = act(0)
             pending = [pool.submit(groups[0].step, actions[0]), None]
             k = 1
@@ -510,7 +523,7 @@ def run_actor(
                 actions[k] = act(k)  # overlaps the other group's step
                 pending[k] = pool.submit(groups[k].step, actions[k])
                 j = 1 - k
-                next_obs, rewards, terminations, truncations, infos = pending[j].result()
+                next_obs, rewards, terminations, truncations, infos = result(j)
                 sequences = builders[j].add(
                     obs[j], actions[j], rewards, terminations, truncations, real_next_obs(next_obs, infos), before[j].numpy()
                 )
@@ -527,8 +540,10 @@ def run_actor(
                 check_parent()
                 wait_for_learner()
                 k = j
-            for future in pending:
-                future.result()
+            for j in (0, 1):
+                result(j)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)  # a hung env's thread is not waited for
     finally:
         for group in groups:
             group.close()
@@ -574,24 +589,35 @@ def stop_actors(actors: list, shared: Shared, timeout: float = 10.0) -> None:
             process.join(5)
 
 
-def check_actors(actors: list, shared: Shared) -> None:
-    """Raise ``ActorFailed`` (with the actor's traceback) if an actor reported an error or died."""
+def check_actors(actors: list, shared: Shared, run_dir) -> None:
+    """Raise :class:`ActorFailed` if an actor reported a failure or died.
+
+    Its message is one line: the actor's :class:`Fault` (a dead, hung or misbehaving env), or
+    the last line of another error's traceback, which is written in full to
+    ``{run_dir}/actor_{i}_traceback.txt`` (named in the line).
+    """
     try:
         actor_id, text = shared.errors.get_nowait()
-        raise ActorFailed(f"actor {actor_id} failed:\n{text}")
+        exitcode = None
     except queue.Empty:
-        pass
-    for actor_id, process in enumerate(actors):
-        if not process.is_alive():
-            try:  # its traceback may still be on its way
-                actor_id, text = shared.errors.get(timeout=2.0)
-            except queue.Empty:
-                text = "(no traceback: the process was killed)\n"
-            raise ActorFailed(f"actor {actor_id} failed (exit status {process.exitcode}):\n{text}")
+        dead = [(actor_id, process.exitcode) for actor_id, process in enumerate(actors) if not process.is_alive()]
+        if not dead:
+            return
+        try:  # its report may still be on its way
+            (actor_id, text), exitcode = shared.errors.get(timeout=2.0), dead[0][1]
+        except queue.Empty:
+            (actor_id, exitcode), text = dead[0], ""
+    if not text:
+        raise ActorFailed(f"actor {actor_id} died ({describe_exit(exitcode)}) without a word")
+    if "\n" not in text.strip():  # a Fault: one line already
+        raise ActorFailed(f"actor {actor_id}: {text.strip()}")
+    path = Path(run_dir) / f"actor_{actor_id}_traceback.txt"
+    path.write_text(text)
+    raise ActorFailed(f"actor {actor_id} failed with {text.strip().splitlines()[-1]} (its traceback: {path})")
 
 
-class ActorFailed(RuntimeError):
-    """An actor process raised or died; the message holds its traceback."""
+class ActorFailed(Fault):
+    """An actor process failed or died (one line; see :func:`check_actors`)."""
 
 
 # ---- plumbing a reader may skip: argument checks and the evaluation of a saved model
@@ -659,7 +685,7 @@ if __name__ == "__main__":
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
     signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint, stop the actors, exit 143
-    # Ctrl-C is a KeyboardInterrupt: the actors are stopped, exit 130 (no checkpoint)
+    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
     print(f"replay: {args.buffer_size} sequences of {T} steps in shared memory ({rb.nbytes / 2**20:.1f} MiB)")
 
     num_actions = int(action_space.n)
@@ -691,7 +717,6 @@ if __name__ == "__main__":
         next_eval = (step_offset // args.eval_interval + 1) * args.eval_interval
     per_update = args.batch_size * args.learn_length / args.replay_ratio  # env steps each gradient step needs
     global_step, updates, last_log, td_loss, q_mean = step_offset, 0, time.time(), float("nan"), float("nan")
-    status = 0
     try:
         # the actors start with SIGINT ignored (kept across exec), so that a Ctrl-C to the process
         # group while one still imports cannot kill it before it ignores the signal itself
@@ -711,7 +736,7 @@ if __name__ == "__main__":
                 writer.add_scalar("charts/episodic_return", episodic_return, global_step)
                 writer.add_scalar("charts/episodic_length", length, global_step)
                 run.progress.episodes([episodic_return])
-            check_actors(actors, shared)
+            check_actors(actors, shared, run.directory)
             collected = int(shared.actor_steps.sum())
             global_step = step_offset + collected
             run.progress.update(global_step)
@@ -814,19 +839,10 @@ if __name__ == "__main__":
             q_mean = (q_taken * learn).sum().item() / max(learn.sum().item(), 1.0)
             if args.debug_learner_sleep:
                 time.sleep(args.debug_learner_sleep)
-    except KeyboardInterrupt:
-        print("interrupted: stopping the actors", file=sys.stderr, flush=True)
-        status = 130
-    except ActorFailed as error:
-        print(f"error: {error}", file=sys.stderr, flush=True)
-        status = 1
-    finally:
+    finally:  # also after a fault (one line, exit 1: cleanrl_utils.faults)
         stop_actors(actors, shared)
     if run.stop_signal:
         run.exit(*([eval_envs] if args.eval_interval else []))
-    if status:
-        run.close()
-        sys.exit(status)
     run.progress.close()
     collected = int(shared.actor_steps.sum())
     if collected > args.learning_starts:

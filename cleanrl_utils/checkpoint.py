@@ -35,7 +35,8 @@ import numpy as np
 import torch
 
 from cleanrl_utils.cli import fail, flag_name
-from cleanrl_utils.files import FileRefused, latest_checkpoint, read_file
+from cleanrl_utils.files import FileDamaged, FileRefused, read_file, untrusted_env_module
+from cleanrl_utils.files import checkpoints as checkpoint_files
 from cleanrl_utils.vector import envs_state, restore_envs
 
 
@@ -216,19 +217,27 @@ def given_flags(argv: Sequence[str], fields: Sequence[str]) -> set[str]:
 
 
 def load_checkpoint(path: str, script: str) -> dict:
-    """The checkpoint at ``path`` (a file, or a run directory: its latest) written by ``script``.
+    """The checkpoint at ``path`` written by ``script``: a file, or a run directory's latest checkpoint
+    (when that one cannot be read, damaged by a crash or a full disk, the one before it, said on stderr).
 
     Raises:
-        cleanrl_utils.files.FileRefused: (one line) nothing there, or not ``script``'s checkpoint.
+        cleanrl_utils.files.FileRefused: (one line) nothing there, not ``script``'s checkpoint, or
+            damaged (every checkpoint of the run directory).
     """
     from pathlib import Path
 
-    if Path(path).is_dir():
-        latest = latest_checkpoint(path)
-        if latest is None:
-            raise FileRefused(f"{path} has no checkpoints (looked in {Path(path) / 'checkpoints'})")
-        path = latest
-    content = read_file(path, "checkpoint", script)
+    candidates = checkpoint_files(path) if Path(path).is_dir() else [Path(path)]
+    if not candidates:
+        raise FileRefused(f"{path} has no checkpoints (looked in {Path(path) / 'checkpoints'})")
+    while True:  # in a run directory, a damaged newest checkpoint (a crash, a full disk) falls back to the one before
+        path = candidates.pop()
+        try:
+            content = read_file(path, "checkpoint", script)
+            break
+        except FileDamaged as error:
+            if not candidates:
+                raise
+            print(f"--resume: {error}; resuming from {candidates[-1].name} instead", file=sys.stderr, flush=True)
     path = Path(path)
     if path.parent.name != "checkpoints" or not (path.parent.parent / "args.json").is_file():
         raise FileRefused(
@@ -268,6 +277,13 @@ def resume_args(args: Any, script: str, argv: Sequence[str] | None = None) -> tu
     if unknown:
         fail("--resume", f"the checkpoint has arguments this {script}.py does not know: {', '.join(unknown)}")
     given = given_flags(sys.argv[1:] if argv is None else argv, fields)
+    module = untrusted_env_module(saved.get("env_id", ""))
+    if module and "env_id" not in given:  # "module:Env-v0" would import module: the user names it, not the file
+        fail(
+            "--env-id",
+            f"the checkpoint's env id {saved['env_id']!r} imports the module {module!r}; "
+            f"name it yourself to allow that: --resume {args.resume} --env-id {saved['env_id']}",
+        )
     for name in fields:
         if name in RESUMABLE_WITH_OTHER_VALUES or name not in saved or name not in given:
             continue

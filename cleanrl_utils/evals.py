@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from cleanrl_utils.files import FileRefused, check_module, read_file, script_name
+from cleanrl_utils.files import FileRefused, check_module, read_file, script_name, untrusted_env_module
 from cleanrl_utils.run import episode_returns
 from cleanrl_utils.vector import SAME_STEP, vector_env
 
@@ -55,10 +55,6 @@ def run_episodes(
             on_done(np.logical_or(terminations, truncations))
         returns.extend(episode_returns(infos))
     return np.asarray(returns[:num_episodes], dtype=np.float64)
-
-
-TRUSTED_ENV_MODULES = ("cleanrl_utils.envs",)
-"""Modules a model's recorded env id may import without the user naming it: this project's own envs."""
 
 
 class Evaluation:
@@ -108,11 +104,10 @@ class Evaluation:
         self.seed = self.model["args"]["seed"] + 100_000 if seed is None else seed
         self.device = torch.device(device)
         recorded = str(self.model["env_id"])
-        if env_id is None and ":" in recorded and recorded.rpartition(":")[0] not in TRUSTED_ENV_MODULES:
-            # "module:Env-v0" would import module: only this project's env module, or what the user names
+        if env_id is None and untrusted_env_module(recorded):  # "module:Env-v0" would import module
             raise FileRefused(
                 f"{self.model['path']} records the env id {recorded!r}, which imports the module "
-                f"{recorded.rpartition(':')[0]!r}; name it yourself to allow that (enjoy: --env-id {recorded})"
+                f"{untrusted_env_module(recorded)!r}; name it yourself to allow that (enjoy: --env-id {recorded})"
             )
         env_id, video_episodes = env_id or self.model["env_id"], lambda episode: episode < eval_episodes
         if make_envs is not None:  # EnvPool's envs: one vector env, seeded when made

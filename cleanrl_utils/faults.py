@@ -10,8 +10,11 @@ fault: the last good checkpoint is the one the line names.
 from __future__ import annotations
 
 import math
+import os
 import sys
+import threading
 import weakref
+from contextlib import contextmanager
 from typing import Any, Callable
 
 import numpy as np
@@ -88,8 +91,13 @@ def check_parameters(modules: dict[str, Any], what: str) -> None:
                 raise NonFinite(f"{key} holds non-finite values: {what} not written")
 
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 def check_env_step(rewards: np.ndarray, observations: Any, infos: dict, step: int) -> None:
     """Raise :class:`EnvFault` naming the env whose reward or (floating) observation is not finite.
+
+    A float64 reward beyond float32's range (1e300) is refused too: the scripts store rewards as float32.
 
     Args:
         rewards: ``[num_envs]``.
@@ -99,7 +107,7 @@ def check_env_step(rewards: np.ndarray, observations: Any, infos: dict, step: in
         step: the vector env's step count, for the message.
     """
     if (
-        np.isfinite(rewards).all()
+        (np.abs(rewards) <= _FLOAT32_MAX).all()  # false for NaN, infinity, and beyond float32 (1e300)
         and "final_obs" not in infos
         and (not isinstance(observations, np.ndarray) or observations.dtype.kind != "f" or np.isfinite(observations).all())
     ):
@@ -107,6 +115,9 @@ def check_env_step(rewards: np.ndarray, observations: Any, infos: dict, step: in
     if not np.isfinite(rewards).all():
         index = int(np.flatnonzero(~np.isfinite(rewards))[0])
         raise EnvFault(f"env {index} returned a non-finite reward ({rewards[index]}) at vector step {step}")
+    if np.abs(rewards).max(initial=0.0) > _FLOAT32_MAX:  # stored as float32: inf
+        index = int(np.flatnonzero(np.abs(rewards) > _FLOAT32_MAX)[0])
+        raise EnvFault(f"env {index} returned a reward ({rewards[index]:g}) beyond float32's range at vector step {step}")
     index = _non_finite_row(observations)
     if index is not None:
         raise EnvFault(f"env {index} returned a non-finite observation at vector step {step}")
@@ -134,45 +145,142 @@ def _non_finite_row(observations: Any, batched: bool = True) -> int | None:
     return None
 
 
-def one_line_faults(script: str, last_checkpoint: Callable[[], Any], close: Callable[[], None]) -> None:
-    """Install a ``sys.excepthook`` that ends the run in one line on an uncaught :class:`Fault` or a second Ctrl-C.
+def one_line_faults(
+    script: str, last_checkpoint: Callable[[], Any] | None, close: Callable[[], None], rank: int | None = None
+) -> None:
+    """Install a ``sys.excepthook`` that ends the run in one line on an uncaught :class:`Fault`.
 
-    Prints ``<script>.py: <message>; last checkpoint: <path or "none">`` on stderr (for a
-    ``KeyboardInterrupt``, the second Ctrl-C: ``stopped at once by a second Ctrl-C``), kills this
+    Prints ``<script>.py: <message>; last checkpoint: <path or "none">`` on stderr, kills this
     process's env workers (closing the vector envs given to :func:`close_on_fault`; they ignore
-    SIGTERM), calls ``close`` (the run's logs are flushed); the process then exits with status 1,
-    or at once with 130 after Ctrl-C. Other exceptions keep Python's traceback.
+    SIGTERM), calls ``close`` (the run's logs are flushed); the process then exits with status 1.
+    A collective of a distributed run that fails (``all_reduce`` raises when another rank died),
+    and TensorBoard events that cannot be written (a full disk), are one line too; the events
+    writer's thread says nothing itself. Other exceptions keep Python's traceback.
 
     Args:
         script: the script's name (``"ppo"``).
-        last_checkpoint: returns the last checkpoint written or resumed from (or None).
+        last_checkpoint: returns the last checkpoint written or resumed from (or None); None for a
+            process that writes none (another rank reports it).
         close: flushes and closes what the run writes (TensorBoard events).
+        rank: this process's rank in a distributed run, named in the line (``ddp_ppo.py, rank 1: ...``).
     """
     default = sys.excepthook
+    _ending.update(name=f"{script}.py" + (f", rank {rank}" if rank is not None else ""), last_checkpoint=last_checkpoint)
 
     def hook(kind, error, traceback):
-        if not issubclass(kind, (Fault, KeyboardInterrupt)):
+        collective, events = _failed_collective(kind, traceback), _from_tensorboard(kind, traceback)
+        if not issubclass(kind, Fault) and not collective and not events:
             return default(kind, error, traceback)
-        what = str(error) if issubclass(kind, Fault) else "stopped at once by a second Ctrl-C"
-        print(f"{script}.py: {what}; last checkpoint: {last_checkpoint() or 'none'}", file=sys.stderr, flush=True)
-        for closable in list(_to_close):
-            try:
-                closable.close(terminate=True)
-            except Exception:  # already closed or broken: its processes are killed below
-                pass
-        import multiprocessing
-
-        for child in multiprocessing.active_children():
-            child.kill()
-        close()
-        if issubclass(kind, KeyboardInterrupt):
-            sys.stdout.flush()
-            sys.stderr.flush()
-            import os
-
-            os._exit(130)
+        if collective:
+            what = f"{collective} failed: another rank died or hung ({_first_line(error)})"
+        elif events:
+            where = os.fsdecode(getattr(error, "filename", None) or ".")
+            what = f"cannot write the TensorBoard events ({_first_line(error)}; {free_space(where)})"
+        else:
+            what = str(error)
+        print(_line(what), file=sys.stderr, flush=True)
+        _kill_workers()
+        try:
+            close()
+        except Exception:  # the events cannot be written: the line above said so
+            pass
 
     sys.excepthook = hook
+    threading_hook = threading.excepthook
+
+    def thread_hook(args):  # TensorBoard's writer thread: its error reaches the main thread's next write, said there
+        if not _from_tensorboard(args.exc_type, args.exc_traceback):
+            threading_hook(args)
+
+    threading.excepthook = thread_hook
+
+
+_ending: dict = {"name": "this script", "last_checkpoint": None}
+"""What :func:`one_line_faults` and :func:`stop_now` name: the script and where its last checkpoint is."""
+
+
+def _line(what: str) -> str:
+    last = _ending["last_checkpoint"]
+    return f"{_ending['name']}: {what}" + (f"; last checkpoint: {last() or 'none'}" if last is not None else "")
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+
+
+def _from_tensorboard(kind: type, traceback: Any) -> bool:
+    """Whether an OSError was raised while writing TensorBoard events (a full disk, a read-only folder)."""
+    if not issubclass(kind, OSError):
+        return False
+    while traceback is not None:
+        if "tensorboard" in traceback.tb_frame.f_code.co_filename:
+            return True
+        traceback = traceback.tb_next
+    return False
+
+
+def _failed_collective(kind: type, traceback: Any) -> str | None:
+    """The name of the ``torch.distributed`` collective (``"all_reduce"``) a RuntimeError was raised in, else None."""
+    if not issubclass(kind, RuntimeError):
+        return None
+    name = None
+    while traceback is not None:
+        if traceback.tb_frame.f_code.co_filename.endswith("distributed_c10d.py"):
+            name = traceback.tb_frame.f_code.co_name  # the innermost frame of torch.distributed's API
+        traceback = traceback.tb_next
+    return name
+
+
+def _kill_workers() -> None:
+    """Close the vector envs given to :func:`close_on_fault` and kill every child process left."""
+    for closable in list(_to_close):
+        try:
+            closable.close(terminate=True)
+        except Exception:  # already closed or broken: its processes are killed below
+            pass
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        child.kill()
+
+
+def stop_now(what: str, status: int) -> None:
+    """End the process at once (a second Ctrl-C): one line on stderr, env workers killed, exit ``status``.
+
+    Safe in a signal handler, wherever the main thread is (even in exit handlers): nothing is
+    flushed but stdout and stderr; TensorBoard events after the last checkpoint may be lost, which
+    a resumed run drops anyway.
+    """
+    print(_line(what), file=sys.stderr, flush=True)
+    _kill_workers()
+    sys.stdout.flush()
+    os._exit(status)
+
+
+@contextmanager
+def time_limit(seconds: float, what: str):
+    """Raise :class:`EnvFault` (``"<what>: no answer within --env-timeout <seconds> s"``) if the block runs longer.
+
+    A ``SIGALRM`` timer: in the main thread only (elsewhere the block is not timed); the previous
+    handler and timer are put back afterwards.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def timed_out(signum, frame):
+        raise EnvFault(f"{what}: no answer within --env-timeout {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, timed_out)
+    signal.setitimer(signal.ITIMER_REAL, seconds, seconds)  # repeats: an env that swallows one is stopped by the next
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0.0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def describe_exit(exitcode: int | None) -> str:

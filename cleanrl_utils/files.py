@@ -44,6 +44,10 @@ class FileRefused(ValueError):
     """A file that is not what the reader expects: its message is one line saying why."""
 
 
+class FileDamaged(FileRefused):
+    """A file that is empty, truncated or corrupted (a crash or a full disk while it was written, a bad disk)."""
+
+
 def script_name(script_file: str | os.PathLike) -> str:
     """The name a script's files carry: its file name without ``.py`` (``cleanrl/ppo.py`` -> ``"ppo"``)."""
     return Path(script_file).stem
@@ -112,23 +116,24 @@ def read_file(path: str | os.PathLike, kind: str, script: str | None = None) -> 
         The whole dict, header included, with ``"path"`` set to ``str(path)``.
 
     Raises:
-        FileRefused: (one-line message) no such file, not a torch file, unpickling refused by
+        FileRefused: (one-line message; :class:`FileDamaged` for the first three) empty, truncated,
+            corrupted (a record's CRC-32 does not match), no such file, not a torch file, unpickling refused by
             ``weights_only``, not a file of this project, another format, another kind, or
             another script's file.
     """
     path = Path(path)
     if not path.is_file():
-        raise FileRefused(f"{path}: no such file")
+        raise FileRefused(f"{path}: no such file" if not path.exists() else f"{path} is not a regular file")
     if path.stat().st_size == 0:
-        raise FileRefused(f"{path} is empty (0 bytes)")
+        raise FileDamaged(f"{path} is empty (0 bytes)")
     try:  # torch writes a zip archive with a CRC-32 of every record; check them all before reading
         with zipfile.ZipFile(path) as archive:
             damaged = archive.testzip()
     except (zipfile.BadZipFile, OSError, EOFError):
         reason = "not a complete torch file: truncated, or another format"
-        raise FileRefused(f"{path} cannot be read as a cleanrl file ({reason})") from None
+        raise FileDamaged(f"{path} cannot be read as a cleanrl file ({reason})") from None
     if damaged is not None:
-        raise FileRefused(f"{path} is corrupted: the checksum of its record {damaged!r} does not match its content")
+        raise FileDamaged(f"{path} is corrupted: the checksum of its record {damaged!r} does not match its content")
     try:
         content = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # truncated, not a torch file, or objects weights_only refuses
@@ -192,6 +197,18 @@ def check_module(module: torch.nn.Module, name: str, content: dict) -> None:
         module.load_state_dict(state)
     except (RuntimeError, KeyError, TypeError) as error:
         raise FileRefused(f"{path}: its {name} does not fit this script's: {str(error).splitlines()[-1].strip()}") from None
+
+
+TRUSTED_ENV_MODULES = ("cleanrl_utils.envs",)
+"""Modules a file's recorded env id may import without the user naming it: this project's own envs."""
+
+
+def untrusted_env_module(env_id: Any) -> str | None:
+    """The module an env id recorded in a file would import (``"pkg.mod"`` for ``"pkg.mod:Env-v0"``), unless it
+    is one of :data:`TRUSTED_ENV_MODULES`; None for a plain registered id. Such an id is used only when the user
+    names it (``--env-id``): a file must not choose code to import."""
+    module = str(env_id).rpartition(":")[0]
+    return module if module and module not in TRUSTED_ENV_MODULES else None
 
 
 def checkpoint_path(run_dir: str | os.PathLike, global_step: int) -> Path:

@@ -37,8 +37,10 @@ import random
 import re
 import signal
 import sys
+import threading
 import time
 from collections import deque
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Optional
 
@@ -49,7 +51,7 @@ import tyro
 
 from cleanrl_utils import checkpoint as checkpoints
 from cleanrl_utils.cli import USAGE_ERROR, fail, flag_name, require, require_positive, require_range, safe_name
-from cleanrl_utils.faults import check_parameters, one_line_faults
+from cleanrl_utils.faults import check_parameters, one_line_faults, stop_now, time_limit
 from cleanrl_utils.files import MODEL_SUFFIX, checkpoint_path, script_name, write_file
 from cleanrl_utils.files import checkpoints as checkpoint_files
 
@@ -196,11 +198,12 @@ def check_env(
             suggestion += " (Atari ids need the atari extra: pip install -e '.[atari]')"
         fail("--env-id", f"unknown environment {env_id!r}{suggestion}")
     try:
-        env = gym.make(env_id)
-    except Exception as error:  # a missing extra (ale-py, mujoco) or a broken env
+        with time_limit(args.env_timeout, f"creating {env_id}"):
+            env = gym.make(env_id)
+            action_space, observation_space = env.action_space, env.observation_space
+            env.close()
+    except Exception as error:  # a missing extra (ale-py, mujoco), a broken env, one that hangs
         fail("--env-id", f"cannot create {env_id!r}: {type(error).__name__}: {error}")
-    action_space, observation_space = env.action_space, env.observation_space
-    env.close()
     accepted = " or ".join(space.__name__ for space in action_spaces)
     require(
         isinstance(action_space, action_spaces),
@@ -269,8 +272,9 @@ def start_run(args: Any, resumed: dict | None = None, runs_dir: str | os.PathLik
 
     if not record:
         run = Run(args, None, _NoWriter(), _seed_and_device(args), resumed)
-        one_line_faults(args.script, lambda: None, lambda: None)  # a Fault: one line, not a traceback
-        return run
+        rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else None
+        one_line_faults(args.script, None, lambda: None, rank)  # a Fault: one line (rank 0 names the checkpoint)
+        return _stop_on_hangup(run)
     config = dataclasses.asdict(args)
     if resumed is not None:  # continue the checkpoint's run, in its directory
         directory = Path(resumed["path"]).parent.parent
@@ -304,6 +308,14 @@ def start_run(args: Any, resumed: dict | None = None, runs_dir: str | os.PathLik
     print(f"run directory: {directory}" + (f" (resumed at step {resumed['global_step']})" if resumed else ""), flush=True)
     run = Run(args, directory, writer, _seed_and_device(args), resumed)
     one_line_faults(args.script, lambda: run.last_checkpoint, run.writer.close)  # a Fault: one line, not a traceback
+    return _stop_on_hangup(run)
+
+
+def _stop_on_hangup(run: Run) -> Run:
+    """SIGHUP (the terminal or ssh session closed) stops the run as SIGTERM does, with a checkpoint
+    (exit 129), unless it is ignored (``nohup``)."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGHUP) is signal.SIG_DFL:
+        signal.signal(signal.SIGHUP, run.stop)
     return run
 
 
@@ -357,10 +369,11 @@ class Run:
         Install it for SIGTERM (Slurm's time limit, ``timeout``, a container stop, a spot
         instance reclaimed) and SIGINT (Ctrl-C): it only records the signal in
         :attr:`stop_signal`, which makes :meth:`checkpoint_due` true. A second Ctrl-C stops at
-        once (KeyboardInterrupt).
+        once, exit 130 (:func:`cleanrl_utils.faults.stop_now`). :func:`start_run` installs it for
+        SIGHUP (the terminal closed) itself, unless SIGHUP is ignored (``nohup``).
         """
         if self.stop_signal == signal.SIGINT and signum == signal.SIGINT:
-            raise KeyboardInterrupt
+            stop_now("stopped at once by a second Ctrl-C", 128 + signal.SIGINT)
         self.stop_signal = signum
 
     def checkpoint_due(self, global_step: int) -> bool:
@@ -479,7 +492,8 @@ class Run:
                 tensors and plain data (normalisation statistics).
             evaluate: the script's ``evaluate(model_path, eval_episodes, env_id=..., capture_video=...,
                 video_dir=..., device=...)``; its returns are logged as ``eval/episodic_return``
-                (mean) and ``eval/episodic_return_std`` at the last step.
+                (mean) and ``eval/episodic_return_std`` at the last step. SIGTERM, Ctrl-C or SIGHUP
+                during the evaluation ends it and the run (exit 128 + the signal); the model is kept.
 
         Returns:
             The model file's path; None, with nothing written or evaluated, for a run that does not record.
@@ -499,14 +513,19 @@ class Run:
             modules,
         )
         print(f"model saved to {path}")
-        returns = evaluate(
-            str(path),
-            self.args.eval_episodes,
-            env_id=self.args.env_id,
-            capture_video=self.args.capture_video,
-            video_dir=str(self.directory / "videos-eval"),
-            device=str(self.device),
-        )
+        if self.stop_signal:  # a signal after the loop's last check: training is complete, the evaluation skipped
+            print(f"{signal.Signals(self.stop_signal).name}: evaluation skipped; the model is saved at {path}", flush=True)
+            self.close()
+            sys.exit(128 + self.stop_signal)
+        with _stopped_by_signals(self, f"evaluation stopped; the model is saved at {path}"):
+            returns = evaluate(
+                str(path),
+                self.args.eval_episodes,
+                env_id=self.args.env_id,
+                capture_video=self.args.capture_video,
+                video_dir=str(self.directory / "videos-eval"),
+                device=str(self.device),
+            )
         self.writer.add_scalar("eval/episodic_return", returns.mean(), self.progress.step)
         self.writer.add_scalar("eval/episodic_return_std", returns.std(), self.progress.step)
         print(f"evaluation over {len(returns)} episodes: {returns.mean():.1f} ± {returns.std():.1f}")
@@ -531,6 +550,37 @@ class Run:
             for video in sorted(self.directory.glob("videos*/*.mp4")):  # training and evaluation
                 wandb.log({f"{video.parent.name}/{video.stem}": wandb.Video(str(video), format="mp4")})
             wandb.finish()
+
+
+class _Stopped(BaseException):
+    """Raised by :func:`_stopped_by_signals`'s handler."""
+
+
+@contextmanager
+def _stopped_by_signals(run: Run, what: str):
+    """Within the block, SIGTERM, SIGINT and SIGHUP end the run at once (no checkpoint is due): ``what`` is
+    said on stderr, the run closed, exit 128 + the signal (in the main thread; elsewhere nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise _Stopped(signum)
+
+    signums = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP]
+    previous = {signum: signal.getsignal(signum) for signum in signums}
+    for signum in signums:
+        if previous[signum] is not signal.SIG_IGN:
+            signal.signal(signum, handler)
+    try:
+        yield
+    except _Stopped as stopped:
+        print(f"{signal.Signals(stopped.args[0]).name}: {what}", file=sys.stderr, flush=True)
+        run.close()
+        sys.exit(128 + stopped.args[0])
+    finally:
+        for signum, handler_before in previous.items():
+            signal.signal(signum, handler_before)
 
 
 def _ended_episodes(infos: dict):

@@ -38,7 +38,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from cleanrl_utils.faults import EnvFault, check_env_step, close_on_fault, describe_exit
+from cleanrl_utils.faults import EnvFault, check_env_step, close_on_fault, describe_exit, time_limit
 
 SAME_STEP = gym.vector.AutoresetMode.SAME_STEP
 """Same-step autoreset: when a sub-env's episode ends, ``step`` returns the first observation of
@@ -113,40 +113,43 @@ class SyncVectorEnv(gym.vector.SyncVectorEnv):
     """
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], timeout: float = 600.0):
-        super().__init__(env_fns, copy=True, autoreset_mode=SAME_STEP)
+        with time_limit(timeout, "creating the envs"):
+            super().__init__(env_fns, copy=True, autoreset_mode=SAME_STEP)
         self.timeout, self.steps, self._current = timeout, 0, 0  # steps: vector steps so far, for fault messages
-        self._alarm = threading.current_thread() is threading.main_thread()
-        if self._alarm:
-            signal.signal(signal.SIGALRM, self._timed_out)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGALRM, _on_alarm)
         flat = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
         self._index_actions = isinstance(self.single_action_space, flat)
         self._stack_obs = isinstance(self.single_observation_space, gym.spaces.Box)
 
-    def _timed_out(self, signum, frame):
-        raise EnvFault(f"env {self._current}: no answer within --env-timeout {self.timeout:g} s (hung in reset or step?)")
-
-    def _timer(self, armed: bool) -> None:
-        """Arm (or disarm) the timeout; only in the main thread, where signals are delivered."""
-        if self._alarm:
-            signal.setitimer(signal.ITIMER_REAL, self.timeout if armed else 0.0, self.timeout if armed else 0.0)
+    def _timer(self, armed: bool) -> bool:
+        """Arm (or disarm) the timeout for this vector env; only in the main thread, where signals are delivered
+        (elsewhere it returns False: a caller stepping envs in a thread times them itself, as r2d2_async does)."""
+        global _timed
+        if threading.get_ident() != _MAIN_THREAD:
+            return False
+        _timed = self if armed else None
+        # repeats every timeout seconds until disarmed: an env that swallows one is stopped by the next
+        signal.setitimer(signal.ITIMER_REAL, self.timeout if armed else 0.0, self.timeout if armed else 0.0)
+        return True
 
     def reset(self, *, seed=None, options=None):
         """Reset every env (see gymnasium's ``SyncVectorEnv.reset``), under the timeout."""
-        self._timer(True)
+        timed, self._current = self._timer(True), None
         try:
             return super().reset(seed=seed, options=options)
         finally:
-            self._timer(False)
+            if timed:
+                self._timer(False)
 
     def step(self, actions):
         """Step every env with its action ``actions[i]``; an env whose episode ends is reset in the same call."""
-        if self._alarm:  # fires every timeout seconds until disarmed: an env that swallows one is stopped by the next
-            signal.setitimer(signal.ITIMER_REAL, self.timeout, self.timeout)
+        timed = self._timer(True)
         try:
             return self._step(actions)
         finally:
-            if self._alarm:
-                signal.setitimer(signal.ITIMER_REAL, 0.0)
+            if timed:
+                self._timer(False)
 
     def _step(self, actions):
         if self._index_actions and isinstance(actions, np.ndarray):
@@ -174,6 +177,17 @@ class SyncVectorEnv(gym.vector.SyncVectorEnv):
         self.steps += 1
         check_env_step(self._rewards, observations, infos, self.steps)
         return observations, self._rewards.copy(), self._terminations.copy(), self._truncations.copy(), infos
+
+
+_MAIN_THREAD = threading.main_thread().ident
+_timed: SyncVectorEnv | None = None
+"""The sync vector env whose reset or step the SIGALRM timer times now."""
+
+
+def _on_alarm(signum, frame):
+    if _timed is not None:
+        which = f"env {_timed._current}" if _timed._current is not None else "an env resetting"
+        raise EnvFault(f"{which}: no answer within --env-timeout {_timed.timeout:g} s (hung in reset or step?)")
 
 
 class AsyncVectorEnv(gym.vector.AsyncVectorEnv):

@@ -199,7 +199,8 @@ def sigterm_then_resume(
     assert interval <= step < total and f"{name}: checkpoint written" in out, (step, out)
     assert not list(cut.glob("*.cleanrl_model"))  # it stopped before the end
 
-    resumed = run_script(script, "--resume", str(cut), cwd=cwd / "cut")
+    env_id = flags[flags.index("--env-id") + 1 :][:1] if "--env-id" in flags else []  # "tests.envs:..." is named again
+    resumed = run_script(script, "--resume", str(cut), *(["--env-id", *env_id] if env_id else []), cwd=cwd / "cut")
     assert f"resumed at step {step}" in resumed.stdout
     assert run_dir(cwd / "cut") == cut  # the same run directory continues
     return result(whole), result(cut)

@@ -123,7 +123,7 @@ class FaultyEnv(gym.Env):
 
     - ``"nan_reward"``: the reward turns NaN; ``"nan_obs"``: the observation turns NaN;
     - ``"die"``: the process exits at once (``os._exit(3)``, as after an out-of-memory kill);
-    - ``"hang"``: ``step`` never returns (sleeps for a day);
+    - ``"hang"``: ``step`` never returns (sleeps for a day); ``"hang_init"``: nor does the constructor;
     - ``"mutate"``: no fault in the numbers, but one observation array is returned by every
       ``reset`` and ``step`` and overwritten in place (Gymnasium#1132): a stored observation that
       is not a copy changes afterwards.
@@ -133,6 +133,8 @@ class FaultyEnv(gym.Env):
     observation_space = gym.spaces.Box(-10.0, 10.0, shape=(4,), dtype=np.float32)
 
     def __init__(self, fault: str = "none", after: int = 300, continuous: bool = False):
+        if fault == "hang_init":
+            time.sleep(86400)
         self.fault, self.after, self.total = fault, after, 0
         self.action_space = gym.spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32) if continuous else gym.spaces.Discrete(2)
         self.buffer = np.zeros(4, dtype=np.float32)
@@ -165,8 +167,8 @@ class FaultyEnv(gym.Env):
         return obs, reward, False, False, {}
 
 
-for _fault in ("nan_reward", "nan_obs", "die", "hang", "mutate"):
-    _name = "".join(part.title() for part in _fault.split("_"))  # NanReward, NanObs, Die, Hang, Mutate
+for _fault in ("nan_reward", "nan_obs", "die", "hang", "hang_init", "mutate"):
+    _name = "".join(part.title() for part in _fault.split("_"))  # NanReward, NanObs, Die, Hang, HangInit, Mutate
     for _suffix, _continuous in (("", False), ("Box", True)):
         if f"Faulty{_name}{_suffix}-v0" not in gym.registry:
             gym.register(

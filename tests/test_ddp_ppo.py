@@ -267,6 +267,30 @@ def test_sigterm_checkpoints_and_resume_continues_exactly(tmp_path):
     assert curves[0] == curves[1]
 
 
+def test_a_dead_rank_stops_the_others_in_one_line(tmp_path):
+    """Rank 1 killed (as by the kernel's OOM killer): rank 0's next collective fails, and it says so in one
+    line naming the last checkpoint (torchrun then adds its own report of the failed ranks)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", SCRIPT, *CARTPOLE,
+         "--num-steps", "128", "--total-timesteps", "10000000", "--checkpoint-interval", "512"],
+        cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        while not list(tmp_path.glob("runs/*/checkpoints/step_*.pt")):  # training is under way
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.05)
+        ranks = subprocess.run(["pgrep", "-P", str(process.pid), "-f", "ddp_ppo"], capture_output=True, text=True)
+        os.kill(max(int(pid) for pid in ranks.stdout.split()), signal.SIGKILL)  # the rank started last
+        _, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode != 0
+    lines = [line for line in err.splitlines() if line.startswith("ddp_ppo.py")]
+    assert len(lines) == 1 and "failed: another rank died or hung" in lines[0], err[-3000:]
+    assert "last checkpoint: runs/" in lines[0] and "[rank0]: Traceback" not in err, err[-3000:]
+
+
 def test_atari_default_path_two_ranks(tmp_path):
     """The default Atari path (Nature CNN, SB3 wrappers) on Breakout with 2 ranks: identical
     parameters, the standard tags, and a saved model that evaluate() plays whole games with."""

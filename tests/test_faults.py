@@ -90,6 +90,14 @@ def test_an_exploding_learning_rate_stops_at_the_update(script, flags, tmp_path)
     no_non_finite_files(tmp_path)
 
 
+def test_a_reward_beyond_float32_is_named_where_it_appears():
+    """A float64 reward of 1e300 is finite, but not once stored as float32 (the buffers' type)."""
+    obs = np.zeros((2, 4), np.float32)
+    faults.check_env_step(np.array([1.0, -3e38]), obs, {}, 7)
+    with pytest.raises(faults.EnvFault, match=r"env 1 returned a reward \(1e\+300\) beyond float32's range at vector step 7"):
+        faults.check_env_step(np.array([1.0, 1e300]), obs, {}, 7)
+
+
 def test_check_finite_and_check_parameters_name_the_quantity():
     faults.check_finite(3, 96, loss=torch.tensor(1.0), grad_norm=2.0)
     with pytest.raises(faults.NonFinite, match=r"non-finite grad_norm \(inf\) at update 3, global step 96"):
@@ -127,12 +135,20 @@ def test_a_hung_env_is_stopped_after_env_timeout(mode, tmp_path):
     assert time.monotonic() - started < 60
 
 
+def test_an_env_that_hangs_when_made_is_stopped_after_env_timeout(tmp_path):
+    flags = ["--env-id", "tests.envs:FaultyHangInit-v0", "--env-timeout", "2"]
+    assert_stops_with_one_line("ppo.py", flags, "--env-id", "no answer within --env-timeout 2 s", tmp_path)
+
+
 def test_a_dead_worker_is_named_with_its_exit_code(tmp_path):
     flags = [*SMALL["ppo.py"], "--env-id", "tests.envs:FaultyDie-v0", "--env-mode", "async", "--checkpoint-interval", "128"]
     line = fault_line(run_script("ppo.py", *flags, cwd=tmp_path, check=False, timeout=120), "ppo.py")
     assert "its worker process" in line and "died: exit code 3" in line, line
     assert "last checkpoint: runs/" in line and line.rsplit(" ", 1)[-1].endswith(".pt"), line
     checkpoint.load_checkpoint(str(tmp_path / line.rsplit(" ", 1)[-1]), "ppo")  # whole and resumable
+    # its env id imports tests.envs: the checkpoint does not choose that, the user does
+    message = "imports the module 'tests.envs'; name it yourself"
+    assert_stops_with_one_line("ppo.py", ["--resume", str(run_dir(tmp_path))], "--env-id", message, tmp_path / "runs")
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -183,6 +199,12 @@ def test_damaged_empty_truncated_and_misplaced_checkpoints_are_refused_in_one_li
     for name, damage in cases.items():
         latest.write_bytes(bytes(damage(bytearray(data))))
         assert_stops_with_one_line("ppo.py", ["--resume", str(latest)], "--resume", messages[name], other)
+    # a damaged newest checkpoint in a run directory: the one before it resumes, and that is said
+    resumed = run_script("ppo.py", "--resume", str(run), "--total-timesteps", "512", cwd=other, check=False)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "--resume: " in resumed.stderr and "resuming from step_256.pt instead" in resumed.stderr, resumed.stderr
+    assert "resumed at step 256" in resumed.stdout
+    checkpoint.load_checkpoint(str(latest), "ppo")  # rewritten by the resumed run
 
     class Code:  # unpickling this would run code: weights_only refuses it
         def __reduce__(self):
@@ -190,6 +212,8 @@ def test_damaged_empty_truncated_and_misplaced_checkpoints_are_refused_in_one_li
 
     torch.save({"format": files.FORMAT, "kind": "checkpoint", "script": "ppo", "obj": Code()}, latest)
     assert_stops_with_one_line("ppo.py", ["--resume", str(latest)], "--resume", "UnpicklingError", other)
+    os.mkfifo(tmp_path / "fifo.pt")
+    assert_stops_with_one_line("ppo.py", ["--resume", str(tmp_path / "fifo.pt")], "--resume", "is not a regular file", other)
     latest.write_bytes(bytes(data))
     copied = tmp_path / "step_512.pt"
     copied.write_bytes(bytes(data))
@@ -227,8 +251,11 @@ def test_a_write_that_fails_names_the_path_and_the_space_left_and_keeps_the_prev
 # ---- signals to the whole process group
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize(
+    "signum,mode",
+    # SIGHUP: the terminal or ssh session closed
+    [(s, m) for s in (signal.SIGTERM, signal.SIGINT) for m in ("sync", "async")] + [(signal.SIGHUP, "sync")],
+)
 def test_a_signal_to_the_process_group_leaves_a_checkpoint_the_run_resumes_exactly_from(signum, mode, tmp_path):
     flags = [*PPO_RUN, "--env-mode", mode]
     whole, resumed = sigterm_then_resume("ppo.py", flags, 2048, 20480, tmp_path, signum=signum, group=True)
@@ -301,3 +328,73 @@ def test_an_async_env_that_raises_is_one_line(tmp_path):
     assert result.returncode == 1, result.stderr[-2000:]
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith("ppo.py: env ") and "raised RuntimeError: CrashingCounter-v0" in line, result.stderr[-2000:]
+
+
+def test_a_signal_during_the_final_evaluation_ends_it_and_keeps_the_model(tmp_path):
+    flags = ["--num-envs", "1", "--num-steps", "128", "--total-timesteps", "256", "--save-model", "--eval-episodes", "100000"]
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "cleanrl" / "ppo.py"), *flags],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    for line in process.stdout:  # the evaluation starts once the model is saved
+        if line.startswith("model saved to"):
+            break
+    time.sleep(1.0)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 143 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith("SIGTERM: evaluation stopped; the model is saved at runs/"), err
+    files.read_file(next(tmp_path.glob("runs/*/*.cleanrl_model")), "model", "ppo")
+
+
+SECOND_CTRL_C = """
+import atexit, dataclasses, os, signal, sys, time
+from cleanrl_utils.run import RunArgs, start_run
+
+@dataclasses.dataclass
+class Args(RunArgs):
+    env_id: str = "CartPole-v1"
+    total_timesteps: int = 100
+
+args = Args(script="demo")
+run = start_run(args, record=False)
+signal.signal(signal.SIGINT, run.stop)
+atexit.register(lambda: (print("in exit handlers", flush=True), time.sleep(30)))
+os.kill(os.getpid(), signal.SIGINT)  # the first Ctrl-C: a checkpoint would be due
+assert run.stop_signal == signal.SIGINT
+sys.exit(0)
+"""
+
+
+def test_a_second_ctrl_c_stops_at_once_even_in_exit_handlers(tmp_path):
+    process = subprocess.Popen(
+        [sys.executable, "-c", SECOND_CTRL_C], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert process.stdout.readline().strip() == "in exit handlers"
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=20)
+    assert process.returncode == 130, err
+    assert err.strip().splitlines() == ["demo.py: stopped at once by a second Ctrl-C"], err
+
+
+def test_events_that_cannot_be_written_stop_the_run_in_one_line(tmp_path):
+    """The TensorBoard events file replaced by a folder mid-run (as a full disk or a lost mount would fail it)."""
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "cleanrl" / "ppo.py"), "--num-envs", "1", "--total-timesteps", "10000000"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        while not list(tmp_path.glob("runs/*/events*")):
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.05)
+        events = next(tmp_path.glob("runs/*/events*"))
+        events.unlink()
+        events.mkdir()
+        _, err = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 1 and "Traceback" not in err, err[-3000:]
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("ppo.py: cannot write the TensorBoard events (") and "Is a directory" in line, err[-3000:]

@@ -368,8 +368,9 @@ def test_cloud_run_resumes_from_s3_after_sigterm(aws, tmp_path, monkeypatch, cap
         returned.set()
         killer.join()
         signal.signal(signal.SIGTERM, pytest_handler)
-    out = capfd.readouterr().out
-    assert status == 143, out
+    captured = capfd.readouterr()
+    out = captured.out
+    assert status == 143, out + captured.err
     assert "forwarded SIGTERM" in out and "SIGTERM: checkpoint written" in out
     assert handler_after is ignore  # cloud_run put the previous handler back
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket="cleanrl-runs-test", Prefix="sweep/")["Contents"]]
