@@ -39,7 +39,7 @@ laid out as rlpyt's asynchronous runner does it (Stooke & Abbeel 2019, arXiv:190
   written to ``{run_dir}/actor_{i}_traceback.txt``); SIGTERM and Ctrl-C write a checkpoint
   (networks, optimiser, counters; not the replay, not the actors' envs) and exit 143 / 130,
   and ``--resume`` continues with an empty replay refilled for
-  ``--learning-starts`` steps. Actors ignore SIGINT/SIGTERM (the learner stops them) and exit
+  ``--learning-starts`` steps. Actors ignore SIGINT/SIGTERM/SIGHUP (the learner stops them) and exit
   when the learner's process is gone. The learner alone owns the run (directory, logs,
   checkpoints, the model); actors act on CPU with one torch thread and seeds derived from
   ``--seed``; the run is asynchronous, so not reproducible.
@@ -96,7 +96,7 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 from cleanrl_utils.buffers import SequenceBuilder, SequenceReplayBuffer, sequence_priority
 from cleanrl_utils.cli import fail, flag_name, require, require_positive, require_range
 from cleanrl_utils.evals import Evaluation, run_episodes
-from cleanrl_utils.faults import EnvFault, Fault, check_finite, describe_exit
+from cleanrl_utils.faults import EnvFault, Fault, check_finite, describe_exit, ignore_stop_signals, stop_signals_held
 from cleanrl_utils.files import read_file, script_name
 from cleanrl_utils.run import RunArgs, check_env, parse_args, start_run
 from cleanrl_utils.vector import SAME_STEP, real_next_obs, vector_env
@@ -416,14 +416,13 @@ def actor_main(
 ) -> None:
     """Entry point of actor ``actor_id`` (a spawned process): run :func:`run_actor`, report failures.
 
-    SIGINT and SIGTERM are ignored: the learner stops the actors (``shared.stop``) after its
+    SIGINT, SIGTERM and SIGHUP are ignored: the learner stops the actors (``shared.stop``) after its
     checkpoint. A failure goes to ``shared.errors`` (a :class:`Fault`'s one line, or a traceback)
     and the process exits with 1.
     Actors are not daemonic (their async envs are child processes); they exit on their own
     when the learner's process is gone.
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ignore_stop_signals()
     shared.episodes.cancel_join_thread()  # at exit, do not wait for a learner that no longer reads
     try:
         run_actor(actor_id, args, atari, shared, rb, parent_pid, video_dir)
@@ -701,7 +700,8 @@ if __name__ == "__main__":
         step_offset, update_offset = saved["global_step"], saved["updates"]
         print(f"the checkpoint has no replay: refilling it until step {step_offset + args.learning_starts} before updating")
 
-    shared = Shared(sum(p.numel() for p in q_network.parameters()), args.num_actors)
+    with stop_signals_held():  # multiprocessing's resource tracker starts here
+        shared = Shared(sum(p.numel() for p in q_network.parameters()), args.num_actors)
     shared.publish(q_network)
     epsilons = epsilon_ladder(args.num_actors * args.num_envs, args.epsilon, args.epsilon_alpha)
     for i in range(args.num_actors):
@@ -718,14 +718,9 @@ if __name__ == "__main__":
     per_update = args.batch_size * args.learn_length / args.replay_ratio  # env steps each gradient step needs
     global_step, updates, last_log, td_loss, q_mean = step_offset, 0, time.time(), float("nan"), float("nan")
     try:
-        # the actors start with SIGINT ignored (kept across exec), so that a Ctrl-C to the process
-        # group while one still imports cannot kill it before it ignores the signal itself
-        default_sigint = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
+        with stop_signals_held():  # a signal to the process group while an actor starts cannot kill it
             for process in actors:
                 process.start()
-        finally:
-            signal.signal(signal.SIGINT, default_sigint)
         while True:
             # episodes, failures, checkpoints, progress
             while True:

@@ -168,7 +168,7 @@ def one_line_faults(
     _ending.update(name=f"{script}.py" + (f", rank {rank}" if rank is not None else ""), last_checkpoint=last_checkpoint)
 
     def hook(kind, error, traceback):
-        collective, events = _failed_collective(kind, traceback), _from_tensorboard(kind, traceback)
+        collective, events = _failed_collective(kind, error, traceback), _from_tensorboard(kind, traceback)
         if not issubclass(kind, Fault) and not collective and not events:
             return default(kind, error, traceback)
         if collective:
@@ -219,15 +219,20 @@ def _from_tensorboard(kind: type, traceback: Any) -> bool:
     return False
 
 
-def _failed_collective(kind: type, traceback: Any) -> str | None:
-    """The name of the ``torch.distributed`` collective (``"all_reduce"``) a RuntimeError was raised in, else None."""
+def _failed_collective(kind: type, error: BaseException, traceback: Any) -> str | None:
+    """What failed when a RuntimeError comes from ``torch.distributed``: the collective's name (``"all_reduce"``)
+    when raised in its API, ``"the gradient all-reduce"`` for DDP's in ``backward``; None for other errors."""
     if not issubclass(kind, RuntimeError):
         return None
-    name = None
+    name, in_backward = None, False
     while traceback is not None:
-        if traceback.tb_frame.f_code.co_filename.endswith("distributed_c10d.py"):
-            name = traceback.tb_frame.f_code.co_name  # the innermost frame of torch.distributed's API
+        code = traceback.tb_frame.f_code
+        if code.co_filename.endswith("distributed_c10d.py"):
+            name = code.co_name  # the innermost frame of torch.distributed's API
+        in_backward = in_backward or code.co_name == "backward"
         traceback = traceback.tb_next
+    if name is None and any(word in str(error) for word in ("gloo", "NCCL", "ProcessGroup")):
+        name = "the gradient all-reduce" if in_backward else "a collective"
     return name
 
 
@@ -244,15 +249,25 @@ def _kill_workers() -> None:
         child.kill()
 
 
+being_written: set = set()
+"""Temporary files being written (cleanrl_utils.files.write_file), removed by :func:`stop_now`."""
+
+
 def stop_now(what: str, status: int) -> None:
     """End the process at once (a second Ctrl-C): one line on stderr, env workers killed, exit ``status``.
 
-    Safe in a signal handler, wherever the main thread is (even in exit handlers): nothing is
-    flushed but stdout and stderr; TensorBoard events after the last checkpoint may be lost, which
-    a resumed run drops anyway.
+    Safe in a signal handler, wherever the main thread is (even in exit handlers): a file being
+    written is removed (the previous checkpoint stays); nothing is flushed but stdout and
+    stderr: TensorBoard events after the last checkpoint may be lost, which a resumed run
+    drops anyway.
     """
     print(_line(what), file=sys.stderr, flush=True)
     _kill_workers()
+    for temporary in list(being_written):  # a file cut short by the exit: no partial file stays
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
     sys.stdout.flush()
     os._exit(status)
 
@@ -281,6 +296,40 @@ def time_limit(seconds: float, what: str):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0.0)
         signal.signal(signal.SIGALRM, previous)
+
+
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+"""The signals that stop a run (Ctrl-C, a scheduler, a closed terminal), by name."""
+
+
+@contextmanager
+def stop_signals_held():
+    """Hold the :data:`STOP_SIGNALS` back while child processes start (env workers, actors, the forkserver,
+    multiprocessing's resource tracker): each child inherits the block and ignores them before it lets
+    them through (:func:`ignore_stop_signals`), so a signal to the whole process group while it starts
+    cannot kill it; one that arrives meanwhile reaches this process when the block ends. In the main
+    thread only (elsewhere nothing changes)."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, [getattr(signal, name) for name in STOP_SIGNALS])
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def ignore_stop_signals() -> None:
+    """In a child process: ignore the :data:`STOP_SIGNALS` (the main process stops the run and its children),
+    then unblock them (see :func:`stop_signals_held`)."""
+    import signal
+
+    signums = [getattr(signal, name) for name in STOP_SIGNALS]
+    for signum in signums:
+        signal.signal(signum, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, signums)
 
 
 def describe_exit(exitcode: int | None) -> str:

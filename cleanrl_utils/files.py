@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from cleanrl_utils.faults import WriteFailed, free_space
+from cleanrl_utils.faults import WriteFailed, being_written, free_space
 
 FORMAT = 2
 """Version of the file layout; a file of another version is refused."""
@@ -88,6 +88,7 @@ def write_file(
         "modules": {name: repr(m) for name, m in (modules or {}).items()},
     }
     temporary = path.with_name(path.name + ".tmp")
+    being_written.add(temporary)  # a second Ctrl-C meanwhile removes it (cleanrl_utils.faults.stop_now)
     try:
         with open(temporary, "wb") as file:
             torch.save({**header, **content}, file)
@@ -101,6 +102,8 @@ def write_file(
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
+    finally:
+        being_written.discard(temporary)
     return path
 
 

@@ -52,7 +52,7 @@ import tyro
 from cleanrl_utils import checkpoint as checkpoints
 from cleanrl_utils.cli import USAGE_ERROR, fail, flag_name, require, require_positive, require_range, safe_name
 from cleanrl_utils.faults import check_parameters, one_line_faults, stop_now, time_limit
-from cleanrl_utils.files import MODEL_SUFFIX, checkpoint_path, script_name, write_file
+from cleanrl_utils.files import MODEL_SUFFIX, checkpoint_path, script_name, untrusted_env_module, write_file
 from cleanrl_utils.files import checkpoints as checkpoint_files
 
 
@@ -354,6 +354,7 @@ class Run:
         self.records = directory is not None
         self.video_dir = str(directory / "videos") if self.records else ""
         self.stop_signal: int | None = None
+        self.stop_reported = False  # the stop has been said (by finish, or by close after training ended)
         self.last_checkpoint: Path | None = Path(resumed["path"]) if resumed is not None else None
         start_step = resumed["global_step"] if resumed is not None else 0
         stream = None if self.records else open(os.devnull, "w")
@@ -413,6 +414,8 @@ class Run:
         self.last_checkpoint = write_file(path, "checkpoint", self.args.script, self.args, content, modules)
         for old in checkpoint_files(self.directory)[:-2]:
             old.unlink()
+        for stale in path.parent.glob("*.tmp"):  # left by a process killed while writing (SIGKILL, power loss)
+            stale.unlink(missing_ok=True)
         return self.last_checkpoint
 
     def exit(self, *envs: Any) -> NoReturn:
@@ -430,11 +433,22 @@ class Run:
         """
         if self.stop_signal and self.records:
             name = signal.Signals(self.stop_signal).name
-            print(f"{name}: checkpoint written to {self.last_checkpoint}; resume with --resume {self.directory}", flush=True)
+            print(f"{name}: checkpoint written to {self.last_checkpoint}; resume with: {self.resume_command()}", flush=True)
+        self.stop_reported = True
         for vector_env in envs:
             vector_env.close()
         self.close()
         return 128 + self.stop_signal if self.stop_signal else 0
+
+    def resume_command(self) -> str:
+        """The command that resumes this run: ``python <script> --resume <run dir>`` (with ``--env-id`` where the
+        id imports a module, see :func:`cleanrl_utils.files.untrusted_env_module`); under torchrun, its flags."""
+        flags = f"--resume {self.directory}"
+        if untrusted_env_module(self.args.env_id):
+            flags += f" --env-id {self.args.env_id}"
+        if "TORCHELASTIC_RUN_ID" in os.environ:  # launched by torchrun: the same launch, with these flags
+            return f"the same torchrun command, with the script's flags {flags}"
+        return f"python {sys.argv[0]} {flags}"
 
     def restore(self, state: dict[str, Any]) -> dict[str, Any]:
         """Load the random generators and then the resumed checkpoint into ``state``'s objects, in place
@@ -515,6 +529,7 @@ class Run:
         print(f"model saved to {path}")
         if self.stop_signal:  # a signal after the loop's last check: training is complete, the evaluation skipped
             print(f"{signal.Signals(self.stop_signal).name}: evaluation skipped; the model is saved at {path}", flush=True)
+            self.stop_reported = True
             self.close()
             sys.exit(128 + self.stop_signal)
         with _stopped_by_signals(self, f"evaluation stopped; the model is saved at {path}"):
@@ -541,8 +556,19 @@ class Run:
         return wandb.run.id if wandb.run is not None else None
 
     def close(self) -> None:
-        """End the progress output, flush and close the writer; upload videos and finish the W&B run if tracked."""
+        """End the progress output, flush and close the writer; upload videos and finish the W&B run if tracked.
+
+        A stop signal that came after the loop's last check is said (the run is complete), and
+        SIGTERM and SIGHUP are ignored from here on: a run that has finished exits 0.
+        """
         self.progress.close()
+        if self.stop_signal and not self.stop_reported:
+            name = signal.Signals(self.stop_signal).name
+            print(f"{name} arrived after training had ended: the run is complete", flush=True)
+            self.stop_reported = True
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
         self.writer.close()
         if self.args.track and self.records:
             import wandb

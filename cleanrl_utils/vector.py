@@ -38,7 +38,15 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from cleanrl_utils.faults import EnvFault, check_env_step, close_on_fault, describe_exit, time_limit
+from cleanrl_utils.faults import (
+    EnvFault,
+    check_env_step,
+    close_on_fault,
+    describe_exit,
+    ignore_stop_signals,
+    stop_signals_held,
+    time_limit,
+)
 
 SAME_STEP = gym.vector.AutoresetMode.SAME_STEP
 """Same-step autoreset: when a sub-env's episode ends, ``step`` returns the first observation of
@@ -58,8 +66,9 @@ def vector_env(
     whose torch/OpenMP thread pools run can crash the child), so ``env_fns`` must be picklable
     by cloudpickle (closures are); each worker first imports the module that defined its
     ``env_fn`` (what it registers on import, such as ale-py's game ids, is then there) and
-    ignores SIGINT and SIGTERM: a Ctrl-C or a scheduler's SIGTERM sent to the whole process
-    group reaches the main process, which checkpoints with its envs alive and then closes them.
+    ignores SIGINT, SIGTERM and SIGHUP (held back while it starts): a Ctrl-C, a scheduler's
+    SIGTERM or a closed terminal's SIGHUP sent to the whole process group reaches the main
+    process, which checkpoints with its envs alive and then closes them.
     Without a display, rendering is set up headless (``SDL_VIDEODRIVER=dummy``,
     ``MUJOCO_GL=egl``; variables already set are kept).
 
@@ -88,7 +97,8 @@ def vector_env(
             return SyncVectorEnv(env_fns, timeout)
         return gym.vector.SyncVectorEnv(env_fns, autoreset_mode=autoreset_mode)
     if env_mode == "async":
-        return AsyncVectorEnv(env_fns, autoreset_mode, timeout)
+        with stop_signals_held():  # the forkserver and the workers start with the signals held back
+            return AsyncVectorEnv(env_fns, autoreset_mode, timeout)
     raise ValueError(f"env_mode must be 'sync' or 'async', got {env_mode!r}")
 
 
@@ -144,12 +154,15 @@ class SyncVectorEnv(gym.vector.SyncVectorEnv):
 
     def step(self, actions):
         """Step every env with its action ``actions[i]``; an env whose episode ends is reset in the same call."""
-        timed = self._timer(True)
+        global _timed
+        if threading.get_ident() != _MAIN_THREAD:  # not timed here (see _timer)
+            return self._step(actions)
+        _timed = self  # the timer (_timer, inlined: this runs every step) repeats until disarmed
+        signal.setitimer(signal.ITIMER_REAL, self.timeout, self.timeout)
         try:
             return self._step(actions)
         finally:
-            if timed:
-                self._timer(False)
+            signal.setitimer(signal.ITIMER_REAL, 0.0)
 
     def _step(self, actions):
         if self._index_actions and isinstance(actions, np.ndarray):
@@ -300,8 +313,7 @@ class _Worker:
 
     def __call__(self) -> gym.Env:
         if multiprocessing.parent_process() is not None:  # in a worker (the parent also calls it, for the spaces)
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            ignore_stop_signals()
         module = getattr(self.env_fn, "__module__", None)
         if module and module != "__main__" and module not in sys.modules:
             try:
@@ -523,7 +535,7 @@ class ReplayableEnv(gym.Wrapper):
 def envs_state(envs: gym.vector.VectorEnv) -> dict:
     """The replay logs of every sub-env of ``envs`` (sync or async), and the vector-level episode
     statistics when ``envs`` records them, as plain data and tensors."""
-    state = {"logs": list(envs.unwrapped.call("replay_log"))}
+    state = {"logs": list(envs.unwrapped.call("replay_log")), "vector_steps": getattr(envs.unwrapped, "steps", 0)}
     statistics = _episode_statistics(envs)
     if statistics is not None:
         state["episode_returns"] = torch.tensor(statistics.episode_returns)
@@ -545,6 +557,8 @@ def restore_envs(envs: gym.vector.VectorEnv, state: dict) -> Any:
         raise ValueError(f"the checkpoint has {len(logs)} envs, this run {envs.num_envs}")
     results = envs.unwrapped.call("restore", logs)
     statistics = _episode_statistics(envs)
+    if hasattr(envs.unwrapped, "steps"):  # fault messages count the vector steps of the whole run
+        envs.unwrapped.steps = int(state.get("vector_steps", 0))
     if statistics is not None and "episode_returns" in state:
         statistics.episode_returns[:] = state["episode_returns"].numpy()
         statistics.episode_lengths[:] = state["episode_lengths"].numpy()

@@ -197,6 +197,7 @@ def sigterm_then_resume(
     step = checkpoint_step(latest_checkpoint(cut))
     name = signal.Signals(signum).name
     assert interval <= step < total and f"{name}: checkpoint written" in out, (step, out)
+    assert f"resume with: python {ROOT / 'cleanrl' / script} --resume runs/" in out, out
     assert not list(cut.glob("*.cleanrl_model"))  # it stopped before the end
 
     env_id = flags[flags.index("--env-id") + 1 :][:1] if "--env-id" in flags else []  # "tests.envs:..." is named again

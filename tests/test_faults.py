@@ -254,7 +254,7 @@ def test_a_write_that_fails_names_the_path_and_the_space_left_and_keeps_the_prev
 @pytest.mark.parametrize(
     "signum,mode",
     # SIGHUP: the terminal or ssh session closed
-    [(s, m) for s in (signal.SIGTERM, signal.SIGINT) for m in ("sync", "async")] + [(signal.SIGHUP, "sync")],
+    [(s, m) for s in (signal.SIGTERM, signal.SIGINT) for m in ("sync", "async")] + [(signal.SIGHUP, "async")],
 )
 def test_a_signal_to_the_process_group_leaves_a_checkpoint_the_run_resumes_exactly_from(signum, mode, tmp_path):
     flags = [*PPO_RUN, "--env-mode", mode]
@@ -359,6 +359,9 @@ class Args(RunArgs):
 args = Args(script="demo")
 run = start_run(args, record=False)
 signal.signal(signal.SIGINT, run.stop)
+from cleanrl_utils.faults import being_written
+open("step_9.pt.tmp", "wb").close()
+being_written.add("step_9.pt.tmp")  # as if a checkpoint were being written
 atexit.register(lambda: (print("in exit handlers", flush=True), time.sleep(30)))
 os.kill(os.getpid(), signal.SIGINT)  # the first Ctrl-C: a checkpoint would be due
 assert run.stop_signal == signal.SIGINT
@@ -376,6 +379,50 @@ def test_a_second_ctrl_c_stops_at_once_even_in_exit_handlers(tmp_path):
     _, err = process.communicate(timeout=20)
     assert process.returncode == 130, err
     assert err.strip().splitlines() == ["demo.py: stopped at once by a second Ctrl-C"], err
+    assert not (tmp_path / "step_9.pt.tmp").exists()  # no partial file stays
+
+
+AFTER_THE_END = """
+import dataclasses, os, signal
+from cleanrl_utils.run import RunArgs, start_run
+
+@dataclasses.dataclass
+class Args(RunArgs):
+    env_id: str = "CartPole-v1"
+    total_timesteps: int = 100
+
+run = start_run(Args(script="demo"), record=False)
+signal.signal(signal.SIGTERM, run.stop)
+os.kill(os.getpid(), signal.SIGTERM)  # after the loop's last check
+run.close()
+os.kill(os.getpid(), signal.SIGTERM)  # while the finished process exits: ignored
+"""
+
+
+def test_a_signal_after_training_ended_is_said_and_the_run_exits_0(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-c", AFTER_THE_END], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "SIGTERM arrived after training had ended: the run is complete" in result.stdout
+
+
+def test_the_vector_step_count_continues_across_a_resume():
+    """A fault's "vector step N" counts the run's vector steps, not the resumed process's."""
+    from cleanrl.ppo import make_env
+    from cleanrl_utils.vector import envs_state, restore_envs
+
+    envs = vector_env([make_env("CartPole-v1", i, False, "") for i in range(2)], "sync", SAME_STEP)
+    envs.reset(seed=1)
+    for _ in range(7):
+        envs.step(np.zeros(2, dtype=np.int64))
+    state = envs_state(envs)
+    envs.close()
+    resumed = vector_env([make_env("CartPole-v1", i, False, "") for i in range(2)], "sync", SAME_STEP)
+    restore_envs(resumed, state)
+    assert resumed.unwrapped.steps == 7
+    resumed.close()
 
 
 def test_events_that_cannot_be_written_stop_the_run_in_one_line(tmp_path):
