@@ -26,6 +26,7 @@ checkpoint").
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 import sys
 from typing import Any, Sequence
@@ -244,6 +245,15 @@ def load_checkpoint(path: str, script: str) -> dict:
             f"{path} is not in a run directory (<run>/checkpoints/{path.name} next to <run>/args.json), "
             f"where the resumed run would write; put it back in its run's checkpoints/ folder"
         )
+    try:
+        recorded = json.loads((path.parent.parent / "args.json").read_text())
+    except (OSError, ValueError) as error:
+        raise FileRefused(f"{path.parent.parent / 'args.json'} cannot be read: {error}") from None
+    saved, run = content.get("args", {}), path.parent.parent
+    recorded = recorded if isinstance(recorded, dict) else {}
+    differ = [key for key in ("env_id", "exp_name", "seed") if recorded.get(key) != saved.get(key)]
+    if differ:  # a checkpoint copied or linked into another run's folder
+        raise FileRefused(f"{path} belongs to another run than {run} (its {', '.join(differ)} differ from args.json)")
     return content
 
 

@@ -150,6 +150,13 @@ def main(argv: list[str] | None = None) -> np.ndarray:
     args = parser.parse_args(argv)
     if args.eval_episodes < 1:
         fail("--eval-episodes", f"must be positive, got {args.eval_episodes}")
+    if args.seed is not None and not 0 <= args.seed < 2**31:
+        fail("--seed", f"must be in [0, 2**31), got {args.seed}")
+    if args.capture_video:
+        try:
+            Path(args.video_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            fail("--video-dir", f"cannot create {args.video_dir!r}: {error.strerror or error}")
     try:
         device = torch.device(args.device)
     except RuntimeError as error:
@@ -182,6 +189,11 @@ def main(argv: list[str] | None = None) -> np.ndarray:
         )
     except FileRefused as error:
         fail("model", str(error))
+    except Exception as error:  # an --env-id whose spaces do not fit the model's networks
+        if args.env_id is None:
+            raise
+        reason = (str(error).strip().splitlines() or [""])[0][:200]
+        fail("--env-id", f"{args.env_id} does not fit the model ({type(error).__name__}: {reason})")
     print(
         f"{Path(module.__file__).name}, {model}: {args.eval_episodes} episodes, "
         f"return {returns.mean():.2f} ± {returns.std():.2f}"

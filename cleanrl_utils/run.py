@@ -111,17 +111,23 @@ def parse_args(
             has been written yet.
     """
     argv = sys.argv[1:] if argv is None else argv
+    _keep_running_without_a_reader()
     description = (sys.modules.get("__main__").__doc__ or "").strip().split("\n")[0] or None
-    args = tyro.cli(args_class, args=argv, description=description)
+    args = _tyro_cli(args_class, argv, description)
     args.script = script_name(script_file)
     args.exp_name = args.exp_name or args.script
     args, resumed = checkpoints.resume_args(args, args.script, argv)
     args.script = script_name(script_file)
     require(
-        "/" not in args.exp_name and args.exp_name.strip() == args.exp_name != "",
+        "/" not in args.exp_name and args.exp_name.strip() == args.exp_name != "" and args.exp_name.isprintable(),
         "--exp-name",
-        f"{args.exp_name!r} must be a non-empty name without '/' or surrounding spaces",
+        f"{args.exp_name!r} must be a non-empty printable name without '/' or surrounding spaces",
     )
+    try:
+        name_bytes = len(args.exp_name.encode())
+    except UnicodeEncodeError:  # bytes that are not UTF-8, passed through by the shell
+        fail("--exp-name", f"{args.exp_name!r} is not valid UTF-8")
+    require(name_bytes <= 150, "--exp-name", f"must be at most 150 bytes (a file name holds 255), got {name_bytes}")
     require(0 <= args.seed < 2**31, "--seed", f"must be in [0, 2**31), got {args.seed}")
     require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
     require(args.torch_threads > 0, "--torch-threads", f"must be positive, got {args.torch_threads}")
@@ -135,6 +141,73 @@ def parse_args(
     if check is not None:
         check(args)
     return args, resumed
+
+
+class _Unbroken:
+    """A text stream that, once its reader is gone (``| head`` exited), drops what it is given instead of
+    raising BrokenPipeError: the run goes on, its output is lost, its files are not."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._drop()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._drop()
+
+    def _drop(self) -> None:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _keep_running_without_a_reader() -> None:
+    """Wrap stdout in :class:`_Unbroken` when it is a file descriptor (a pipe, a terminal), once."""
+    try:
+        sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # captured (tests) or closed
+        return
+    if not isinstance(sys.stdout, _Unbroken):
+        sys.stdout = _Unbroken(sys.stdout)
+
+
+def _tyro_cli(args_class: type, argv: list[str], description: str | None) -> Any:
+    """``tyro.cli``, with its parsing errors (a boxed message of several lines) said in one line, exit 2."""
+    import contextlib
+    import io
+
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            args = tyro.cli(args_class, args=argv, description=description)
+    except SystemExit as exit:
+        if exit.code == USAGE_ERROR and said.getvalue().strip():
+            lines = [line.strip(" │╭╮╰╯|+") for line in said.getvalue().splitlines()[1:]]  # below the box's title
+            section: list[str] = []
+            for line in lines:  # the box's first section: the message
+                if not line.strip("─-= "):
+                    if section:
+                        break
+                    continue
+                section.append(line)
+            message = " ".join(section) or "cannot parse the command line"
+            flag = re.search(r"--[\w-]+", message)
+            guess = next((lines[i + 1].split()[0] for i, line in enumerate(lines[:-1]) if line == "Perhaps you meant:"), None)
+            hint = f"; did you mean {guess}?" if guess else ""
+            fail(flag.group(0) if flag else "arguments", f"{message}{hint} (see --help)")
+        sys.stderr.write(said.getvalue())
+        raise
+    sys.stderr.write(said.getvalue())
+    return args
 
 
 def check_env(
@@ -185,7 +258,7 @@ def check_env(
     if module:  # "package.module:Env-v0": importing the module registers the env
         try:
             importlib.import_module(module)
-        except ImportError as error:
+        except (ImportError, TypeError, ValueError) as error:  # TypeError: a relative name (".mod")
             fail("--env-id", f"cannot import {module!r} to register {name!r}: {error}")
     if name not in gym.registry:
         candidates = [i for i in gym.registry if id_suffix is None or i.endswith(id_suffix)]
@@ -278,16 +351,21 @@ def start_run(args: Any, resumed: dict | None = None, runs_dir: str | os.PathLik
     config = dataclasses.asdict(args)
     if resumed is not None:  # continue the checkpoint's run, in its directory
         directory = Path(resumed["path"]).parent.parent
+        lock = _lock_run(directory, "--resume")
     else:
-        Path(runs_dir).mkdir(parents=True, exist_ok=True)
-        stamp = int(time.time())
-        while True:  # a run started in the same second as another gets the next free second
-            directory = Path(runs_dir) / f"{safe_name(args.env_id)}__{args.exp_name}__{args.seed}__{stamp}"
-            try:
-                directory.mkdir()  # atomic: two runs never share a directory
-                break
-            except FileExistsError:
-                stamp += 1
+        try:
+            Path(runs_dir).mkdir(parents=True, exist_ok=True)
+            stamp = int(time.time())
+            while True:  # a run started in the same second as another gets the next free second
+                directory = Path(runs_dir) / f"{safe_name(args.env_id)}__{args.exp_name}__{args.seed}__{stamp}"
+                try:
+                    directory.mkdir()  # atomic: two runs never share a directory
+                    break
+                except FileExistsError:
+                    stamp += 1
+        except OSError as error:  # a read-only or full working directory
+            fail("runs", f"cannot create a run directory in {Path(runs_dir).resolve()}: {error.strerror or error}")
+        lock = _lock_run(directory, "runs")
         (directory / "args.json").write_text(json.dumps(config, indent=2) + "\n")
     if args.track:
         import wandb
@@ -307,8 +385,34 @@ def start_run(args: Any, resumed: dict | None = None, runs_dir: str | os.PathLik
     writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
     print(f"run directory: {directory}" + (f" (resumed at step {resumed['global_step']})" if resumed else ""), flush=True)
     run = Run(args, directory, writer, _seed_and_device(args), resumed)
+    run.lock = lock  # held while this process lives
     one_line_faults(args.script, lambda: run.last_checkpoint, run.writer.close)  # a Fault: one line, not a traceback
     return _stop_on_hangup(run)
+
+
+def _lock_run(directory: Path, flag: str):
+    """Lock ``{directory}/run.lock`` for this process (released when it ends): two processes never write one run.
+
+    Raises:
+        SystemExit: (status 2, one line naming ``flag``) another live process holds it, or the
+            directory cannot be written (read-only, full).
+    """
+    import fcntl
+
+    try:
+        lock = open(directory / "run.lock", "a+")
+    except OSError as error:
+        fail(flag, f"cannot write in {directory}: {error.strerror or error}")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        fail(flag, f"{directory} is in use by another process (pid {lock.read().strip() or '?'}); one process per run")
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"{os.getpid()}\n")
+    lock.flush()
+    return lock
 
 
 def _stop_on_hangup(run: Run) -> Run:

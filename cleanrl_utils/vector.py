@@ -27,10 +27,13 @@ from __future__ import annotations
 import importlib
 import multiprocessing
 import os
+import pickle
+import queue
 import signal
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from copy import deepcopy
 from typing import Any, Callable, Sequence
 
@@ -131,6 +134,7 @@ class SyncVectorEnv(gym.vector.SyncVectorEnv):
         flat = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
         self._index_actions = isinstance(self.single_action_space, flat)
         self._stack_obs = isinstance(self.single_observation_space, gym.spaces.Box)
+        self._obs_dtype = self.single_observation_space.dtype
 
     def _timer(self, armed: bool) -> bool:
         """Arm (or disarm) the timeout for this vector env; only in the main thread, where signals are delivered
@@ -170,19 +174,24 @@ class SyncVectorEnv(gym.vector.SyncVectorEnv):
         else:
             actions_iter = list(gym.vector.utils.iterate(self.action_space, actions))
         infos: dict = {}
-        for i, env in enumerate(self.envs):
-            self._current = i
-            obs, self._rewards[i], terminated, truncated, env_info = env.step(actions_iter[i])
-            self._terminations[i], self._truncations[i] = terminated, truncated
-            if terminated or truncated:
-                final_obs = _snapshot(obs)
-                infos = self._add_info(infos, {"final_obs": final_obs, "final_info": env_info}, i)
-                obs, env_info = env.reset()
-            if env_info:
-                infos = self._add_info(infos, env_info, i)
-            self._env_obs[i] = obs
-        if self._stack_obs:
-            observations = np.stack(self._env_obs)
+        try:
+            for i, env in enumerate(self.envs):
+                self._current = i
+                obs, self._rewards[i], terminated, truncated, env_info = env.step(actions_iter[i])
+                self._terminations[i], self._truncations[i] = terminated, truncated
+                if terminated or truncated:
+                    final_obs = _snapshot(obs)
+                    infos = self._add_info(infos, {"final_obs": final_obs, "final_info": env_info}, i)
+                    obs, env_info = env.reset()
+                if env_info:
+                    infos = self._add_info(infos, env_info, i)
+                self._env_obs[i] = obs
+        except (SystemExit, KeyboardInterrupt) as error:  # env code that would end the process (a pygame quit)
+            if isinstance(error, KeyboardInterrupt) and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                raise  # a Ctrl-C where no run handles it (an evaluation)
+            raise EnvFault(f"env {self._current} raised {error!r} in step") from None
+        if self._stack_obs:  # in the space's dtype, as gymnasium's (float64 1e300 in a float32 space: inf, caught below)
+            observations = np.stack(self._env_obs, dtype=self._obs_dtype, casting="unsafe")
         else:
             self._observations = gym.vector.utils.concatenate(self.single_observation_space, self._env_obs, self._observations)
             observations = deepcopy(self._observations)
@@ -274,8 +283,13 @@ class AsyncVectorEnv(gym.vector.AsyncVectorEnv):
     def _raise_if_errors(self, successes):
         if all(successes):
             return
-        index, kind, value, _ = self.error_queue.get()  # gymnasium has logged the worker's traceback
-        raise self._fault(index, f"its env raised {kind.__name__}: {str(value).strip().splitlines()[0][:300]}")
+        try:  # gymnasium has logged the worker's traceback
+            index, kind, value, _ = self.error_queue.get(timeout=10.0)
+        except queue.Empty:  # an exception that cannot be pickled never arrives
+            index = next((i for i, ok in enumerate(successes) if not ok), None)
+            raise self._fault(index, "its env raised an exception that cannot be sent between processes") from None
+        message = (str(value).strip().splitlines() or [""])[0][:300]
+        raise self._fault(index, f"its env raised {kind.__name__}" + (f": {message}" if message else ""))
 
     def close_extras(self, timeout: float | None = None, terminate: bool = False):
         """Ask the workers to close their envs; kill those that have not ended within 10 s (or at once with ``terminate``)."""
@@ -326,15 +340,34 @@ class _Worker:
 class _Snapshots(gym.Wrapper):
     """Copies of the observations an env returns, so that an env that reuses its arrays in place
     (Gymnasium#1132) cannot change an observation already handed on (a worker's final
-    observation is sent after the env has reset)."""
+    observation is sent after the env has reset). An exception that cannot be pickled to the
+    main process is replaced by an :class:`EnvError` with its type's name and message."""
 
     def reset(self, **kwargs):
-        obs, info = self.env.reset(**kwargs)
+        with _sendable_errors():
+            obs, info = self.env.reset(**kwargs)
         return _snapshot(obs), info
 
     def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
+        with _sendable_errors():
+            obs, reward, terminated, truncated, info = self.env.step(action)
         return _snapshot(obs), reward, terminated, truncated, info
+
+
+class EnvError(RuntimeError):
+    """An env's exception that could not be sent from its worker process as it was; the message names its type."""
+
+
+@contextmanager
+def _sendable_errors():
+    try:
+        yield
+    except Exception as error:
+        try:
+            pickle.loads(pickle.dumps(error))
+        except Exception:  # a class defined in a function, an __init__ with other arguments, ...
+            raise EnvError(f"{type(error).__name__}: {error}") from None
+        raise
 
 
 def _snapshot(obs: Any) -> Any:

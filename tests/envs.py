@@ -124,6 +124,9 @@ class FaultyEnv(gym.Env):
     - ``"nan_reward"``: the reward turns NaN; ``"nan_obs"``: the observation turns NaN;
     - ``"die"``: the process exits at once (``os._exit(3)``, as after an out-of-memory kill);
     - ``"hang"``: ``step`` never returns (sleeps for a day); ``"hang_init"``: nor does the constructor;
+    - ``"assert"``: an exception without a message; ``"exit"``: ``SystemExit(0)`` from ``step``;
+      ``"unpicklable"``: an exception of a class defined in a function; ``"huge_obs"``: a float64
+      observation of 1e300;
     - ``"mutate"``: no fault in the numbers, but one observation array is returned by every
       ``reset`` and ``step`` and overwritten in place (Gymnasium#1132): a stored observation that
       is not a copy changes afterwards.
@@ -164,10 +167,22 @@ class FaultyEnv(gym.Env):
                 os._exit(3)
             elif self.fault == "hang":
                 time.sleep(86400)
+            elif self.fault == "assert":
+                assert False  # noqa: B011  (an exception without a message)
+            elif self.fault == "exit":
+                raise SystemExit(0)  # as pygame's quit would end the process
+            elif self.fault == "unpicklable":
+
+                class LocalError(Exception):  # defined in a function: cannot be pickled to the main process
+                    pass
+
+                raise LocalError("from a local class")
+            elif self.fault == "huge_obs":
+                obs = np.full(4, 1e300)  # float64, finite; infinite as the float32 of the space
         return obs, reward, False, False, {}
 
 
-for _fault in ("nan_reward", "nan_obs", "die", "hang", "hang_init", "mutate"):
+for _fault in ("nan_reward", "nan_obs", "die", "hang", "hang_init", "mutate", "assert", "exit", "unpicklable", "huge_obs"):
     _name = "".join(part.title() for part in _fault.split("_"))  # NanReward, NanObs, Die, Hang, HangInit, Mutate
     for _suffix, _continuous in (("", False), ("Box", True)):
         if f"Faulty{_name}{_suffix}-v0" not in gym.registry:

@@ -445,3 +445,96 @@ def test_events_that_cannot_be_written_stop_the_run_in_one_line(tmp_path):
     assert process.returncode == 1 and "Traceback" not in err, err[-3000:]
     line = err.strip().splitlines()[-1]
     assert line.startswith("ppo.py: cannot write the TensorBoard events (") and "Is a directory" in line, err[-3000:]
+
+
+# ---- from the second hostile attack
+
+
+@pytest.mark.parametrize(
+    "fault,mode,message",
+    [
+        ("Assert", "async", ": its env raised AssertionError; last checkpoint"),
+        ("Unpicklable", "async", "its env raised EnvError: LocalError: from a local class"),
+        ("Exit", "sync", "env 0 raised SystemExit(0) in step"),
+    ],
+)
+def test_envs_that_raise_oddly_stop_in_one_line(fault, mode, message, tmp_path):
+    flags = [*SMALL["ppo.py"], "--env-id", f"tests.envs:Faulty{fault}-v0", "--env-mode", mode, "--env-timeout", "20"]
+    line = fault_line(run_script("ppo.py", *flags, cwd=tmp_path, check=False, timeout=120), "ppo.py")
+    assert message in line, line
+
+
+def test_a_sync_observation_beyond_float32_names_the_env():
+    envs = vector_env([lambda: gym.wrappers.TimeLimit(FaultyEnv(fault="huge_obs", after=3), 20)], "sync", SAME_STEP)
+    envs.reset(seed=1)
+    with pytest.raises(faults.EnvFault, match="env 0 returned a non-finite observation at vector step 3"):
+        for _ in range(3):
+            envs.step(np.zeros(1, dtype=np.int64))
+    envs.close()
+
+
+@pytest.mark.parametrize(
+    "flags,flag,message",
+    [
+        (["--exp-name", "x" * 200], "--exp-name", "must be at most 150 bytes"),
+        (["--exp-name", "a\nb"], "--exp-name", "printable"),
+        (["--env-id", ".envs:Counter-v0"], "--env-id", "cannot import '.envs'"),
+        (["--total-timesteps", "1e6"], "--total-timesteps", "invalid literal for int()"),
+        (["--learning-rte", "3"], "--learning-rte", "did you mean --learning-rate?"),
+    ],
+)
+def test_odd_names_ids_and_numbers_are_one_line(flags, flag, message, tmp_path):
+    assert_stops_with_one_line("ppo.py", flags, flag, message, tmp_path)
+
+
+def test_a_run_directory_takes_one_process_and_its_own_checkpoints(tmp_path):
+    """A second --resume of a run that is going is refused; a checkpoint linked in from another run is refused."""
+    flags = ["--num-envs", "1", "--num-steps", "128", "--total-timesteps", "1000000", "--checkpoint-interval", "256"]
+    flags += ["--seed", "2"]
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "cleanrl" / "ppo.py"), *flags], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        while not list(tmp_path.glob("runs/*/checkpoints/step_*.pt")):
+            assert process.poll() is None, process.communicate()
+            time.sleep(0.05)
+        running = run_dir(tmp_path)
+        result = run_script("ppo.py", "--resume", str(running), cwd=tmp_path, check=False)
+        assert result.returncode == 2 and "is in use by another process (pid " in result.stderr, result.stderr
+    finally:
+        process.kill()
+        process.communicate()
+    (tmp_path / "other").mkdir()
+    other = _checkpoint_run(tmp_path / "other")  # seed 1
+    os.symlink(next((running / "checkpoints").glob("step_*.pt")), other / "checkpoints" / "step_999999.pt")
+    (tmp_path / "x").mkdir()
+    assert_stops_with_one_line("ppo.py", ["--resume", str(other)], "--resume", "(its seed differ", tmp_path / "x")
+    result = subprocess.run(
+        [sys.executable, "-m", "cleanrl_utils.enjoy", str(other), "--seed", "-5"], cwd=tmp_path / "x",
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert result.returncode == 2 and result.stderr.startswith("error: --seed: must be in [0, 2**31)"), result.stderr
+
+
+def test_a_read_only_working_directory_is_one_line(tmp_path):
+    disk = tmp_path / "ro"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        result = run_script("ppo.py", "--total-timesteps", "512", cwd=disk, check=False)
+        assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert "error: runs: cannot create a run directory" in result.stderr and "Read-only file system" in result.stderr
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+def test_output_piped_into_a_reader_that_stops_does_not_stop_the_run(tmp_path):
+    command = f"{sys.executable} {ROOT / 'cleanrl' / 'ppo.py'} --num-envs 1 --total-timesteps 40000 | head -1"
+    result = subprocess.run(
+        ["bash", "-c", command + "; exit ${PIPESTATUS[0]}"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert list(tmp_path.glob("runs/*/events*"))
