@@ -179,8 +179,9 @@ def sigterm_then_resume(
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=group,
-        # a terminal's foreground job: SIGINT handled (a background job of a non-interactive shell inherits it ignored)
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        # a terminal's foreground job: SIGINT and SIGHUP handled (a background job of a non-interactive shell
+        # inherits SIGINT ignored; a job under nohup, SIGHUP)
+        preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGHUP)],
     )
     while not list((cwd / "cut").glob("runs/*/checkpoints/step_*.pt")):  # training is under way
         assert process.poll() is None, process.communicate()

@@ -160,7 +160,7 @@ def test_files_are_atomic_and_refuse_other_scripts_kinds_and_junk(tmp_path):
         {"global_step": 128, "state": {"w": torch.ones(2)}},
     )
     files.write_file(files.checkpoint_path(tmp_path / "run", 1024), "checkpoint", "ppo", Args(), {"global_step": 1024})
-    (tmp_path / "run" / "args.json").write_text("{}")  # a run directory
+    (tmp_path / "run" / "args.json").write_text('{"seed": 1}')  # a run directory: its args name the run
     assert not list(path.parent.glob("*.tmp"))
     assert [files.checkpoint_step(p) for p in files.checkpoints(tmp_path / "run")] == [128, 1024]
     assert checkpoint.load_checkpoint(str(tmp_path / "run"), "ppo")["global_step"] == 1024  # latest in a run dir
@@ -262,7 +262,7 @@ def test_resume_keeps_the_runs_checkpoint_flags_unless_given(tmp_path):
         Args(env_id="Acrobot-v1", checkpoint_interval=256, torch_threads=2),
         {"global_step": 512},
     )
-    (tmp_path / "run" / "args.json").write_text("{}")
+    (tmp_path / "run" / "args.json").write_text('{"env_id": "Acrobot-v1", "exp_name": "", "seed": 1}')
     plain, _ = checkpoint.resume_args(Args(resume=str(path)), "ppo", ["--resume", str(path)])
     assert (plain.env_id, plain.checkpoint_interval, plain.torch_threads) == ("Acrobot-v1", 256, 2)
     changed, _ = checkpoint.resume_args(
