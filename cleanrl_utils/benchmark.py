@@ -9,7 +9,9 @@ one set (``os.sched_setaffinity`` in the child before it starts) and gets ``OMP_
 (``[3/6] ok CartPole-v1 seed 2 (41 s)``), and at the end every failed run is listed with its
 exit status and the last lines of its log; the exit status is 1 if any run failed. Ctrl-C (or
 SIGTERM) stops every running run's process group and exits with status 130.
-``{log_dir}/summary.json`` records each run's command, log, outcome and duration.
+``{log_dir}/summary.json`` records each run's command, log, outcome, duration and run directory
+(``run_dir``: the absolute path of the ``run directory: ...`` line the run printed, null if
+none), so that ``python -m cleanrl_utils.plot --summary`` can plot exactly this grid.
 
 Slurm mode (``--slurm``) writes the same grid as one sbatch array job, array index i running
 the i-th (env, seed) command of the grid, and submits it with ``sbatch`` when that is on PATH
@@ -42,7 +44,7 @@ from collections import deque
 from pathlib import Path
 from typing import NoReturn, Sequence
 
-from cleanrl_utils.cli import USAGE_ERROR, fail, log_tail, safe_name
+from cleanrl_utils.cli import USAGE_ERROR, fail, log_tail, printed_run_dir, safe_name
 
 INTERRUPTED = 130
 """Exit status after Ctrl-C or SIGTERM (128 + SIGINT, as a shell reports it)."""
@@ -340,9 +342,16 @@ def _stop(running: dict, grace: float = 5.0) -> None:
         process.wait()
 
 
-def write_summary(log_dir: Path, outcomes: Sequence[Outcome]) -> None:
+def write_summary(log_dir: Path, outcomes: Sequence[Outcome], cwd: Path | None = None) -> None:
     """Write ``{log_dir}/summary.json``: one entry per run (env_id, seed, command, log, status,
-    returncode, seconds, cores)."""
+    returncode, seconds, cores, run_dir).
+
+    ``run_dir`` is the absolute run directory that the run printed into its log (``run
+    directory: runs/...``, relative to ``cwd``, the runs' working directory, default the current
+    one), or null when it printed none (not started, or failed before its start).
+    """
+    cwd = Path.cwd() if cwd is None else cwd
+    run_dirs = [None if o.status == "not started" else printed_run_dir(o.log, cwd) for o in outcomes]
     entries = [
         {
             "env_id": o.job.env_id,
@@ -353,8 +362,9 @@ def write_summary(log_dir: Path, outcomes: Sequence[Outcome]) -> None:
             "returncode": o.returncode,
             "seconds": None if o.seconds is None else round(o.seconds, 1),
             "cores": o.cores,
+            "run_dir": None if run_dir is None else str(run_dir.resolve()),
         }
-        for o in outcomes
+        for o, run_dir in zip(outcomes, run_dirs)
     ]
     (log_dir / "summary.json").write_text(json.dumps(entries, indent=2) + "\n")
 

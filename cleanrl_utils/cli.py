@@ -6,6 +6,7 @@ Imports nothing heavy (no torch, no gymnasium), so that tools that only start ot
 
 from __future__ import annotations
 
+import re
 import sys
 from collections import deque
 from pathlib import Path
@@ -71,3 +72,16 @@ def log_tail(path: str | Path, lines: int = 20) -> list[str]:
             return [line.rstrip("\n") for line in deque(file, maxlen=lines)]
     except OSError as error:
         return [f"(cannot read {path}: {error})"]
+
+
+def printed_run_dir(log: str | Path, cwd: str | Path) -> Path | None:
+    """The run directory a script printed into its log, as a line ``run directory: runs/...``
+    (``cleanrl_utils.run``; a `` (resumed at step N)`` suffix is dropped), joined to ``cwd``, the
+    script's working directory; the last such line counts. ``None`` when the log has no such line
+    or cannot be read."""
+    try:
+        text = Path(log).read_text(errors="replace")
+    except OSError:
+        return None
+    printed = re.findall(r"^run directory: (.+?)(?: \(resumed at step \d+\))?$", text, flags=re.MULTILINE)
+    return Path(cwd) / printed[-1].strip() if printed else None

@@ -6,22 +6,37 @@ scripts write (``runs/{env_id}__{exp_name}__{seed}__{unix_time}/``, see
 ``args.json``; the runs of a group are its seeds.
 
     python -m cleanrl_utils.plot runs/ --out plots
+    python -m cleanrl_utils.plot --summary runs/benchmark_logs/20250101-120000/summary.json --out plots
     python -m cleanrl_utils.plot runs/CartPole-v1__* runs/Acrobot-v1__* --scores scores.json \\
-        --x wall_time --smooth 10 --band std --out plots
+        --x wall_time --smooth 10 --band std --legend ppo=PPO --format pdf --out plots
+
+Which runs: the run directories given (or found below the folders given), plus, with
+``--summary``, exactly the runs that a benchmark launcher grid lists in its ``summary.json``
+with status ``ok`` and a ``run_dir`` (other entries are skipped with a warning). A ``runs/``
+folder shared by several sweeps mixes them; ``--summary`` selects one. A run without the tag
+(crashed, unfinished), without event files or without a readable ``args.json`` is skipped
+with a line ``warning: skipped <dir>: <why>`` on stderr; a group whose runs' last steps differ
+by more than 2x, or that has two runs of one seed, gets a note.
 
 Writes, into ``--out``:
 
-- ``curves.png``, ``curves.svg``: one subplot per environment, one line per ``exp_name``:
-  the mean over seeds of the episodic return (tag ``--tag``), each run interpolated onto a
-  common grid of environment steps (or of wall-clock minutes since the run started), with a
-  band: a 95% bootstrap confidence interval of the mean over seeds, or ± one standard
-  deviation;
+- ``curves.<format>`` (``--format``, default png and svg; pdf too): one subplot per
+  environment (3 per row), one line per ``exp_name``: the mean over seeds of the tag
+  (``--tag``), each run interpolated onto a common grid of environment steps (or of
+  wall-clock minutes since the run started), with a band: a 95% bootstrap confidence interval
+  of the mean over seeds, or ± one standard deviation; ``--reference`` points (published
+  results) as markers with ± std error bars; one legend below the subplots. Default size:
+  3.3 x 2.5 inches per subplot plus the legend (one paper column for one environment), saved
+  at that size (``--figsize`` sets the whole figure's); step ticks read ``200k``, ``1M``;
+  colours tab10 up to 10 exp_names, tab20 up to 20. :func:`curves_figure` returns the figure
+  without saving it;
 - ``returns.md`` (also printed): ``| env | exp_name | mean ± std | seeds |``, the final return
   of a run being the mean of its last ``--last-episodes`` episodes (or last
   ``--last-fraction`` of them), the mean and standard deviation (ddof 0) taken over seeds;
-- with ``--scores``, ``aggregate.png``, ``aggregate.svg`` and ``aggregate.md``: the IQM,
-  median, mean and optimality gap of the normalised final returns of each ``exp_name``
-  across environments, with 95% stratified bootstrap confidence intervals.
+- with ``--scores``, ``aggregate.<format>`` and ``aggregate.md``: the IQM, median, mean and
+  optimality gap of the normalised final returns of each ``exp_name`` across environments,
+  with 95% stratified bootstrap confidence intervals. An ``exp_name`` without runs on some
+  environment is left out of the aggregate (a note names it and those environments).
 
 Aggregate metrics follow Agarwal, Schwarzer, Castro, Courville, Bellemare (2021), "Deep
 Reinforcement Learning at the Edge of the Statistical Precipice", arXiv:2108.13264: the
@@ -31,8 +46,9 @@ bootstrap (``rliable.library.get_interval_estimates``: runs resampled with repla
 each environment, percentile interval). rliable 1.2 needs ``arch<8``, which does not import
 with pandas 3: the ``plot`` extra pins ``pandas<3``.
 
-Bad input (no run directory, a run without events, a missing tag, a scores file that does
-not fit) stops before anything is written, with one line ``error: <flag>: ...`` and exit
+Bad input (no run directory, no run left to plot, a summary, scores or reference file that
+does not fit, a bad option value, no exp_name with runs on every environment for the
+aggregate) stops before anything is written, with one line ``error: <flag>: ...`` and exit
 status 2.
 """
 
@@ -49,7 +65,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cleanrl_utils.run import fail, require
+from cleanrl_utils.benchmark import _Parser
+from cleanrl_utils.cli import fail, require
 
 METRICS = ("IQM", "median", "mean", "optimality gap")
 """Names of the aggregate metrics, in the order of :func:`aggregate_metrics`' output."""
@@ -96,12 +113,17 @@ def find_runs(paths: Sequence[str | Path]) -> list[Path]:
     return sorted(found)
 
 
+class RunSkipped(Exception):
+    """A run directory that cannot be plotted (no readable ``args.json``, no event files, no
+    scalar of the tag: a crashed or unfinished run); the message says why."""
+
+
 def read_run(directory: Path, tag: str = "charts/episodic_return") -> RunData:
     """Read ``args.json`` and the scalars ``tag`` of one run directory (all its event files).
 
     Raises:
-        SystemExit: (status 2) ``args.json`` unreadable or without ``env_id``/``exp_name``/
-            ``seed`` (flag ``runs``), no event files (``runs``), no scalar ``tag`` (``--tag``).
+        RunSkipped: ``args.json`` unreadable or without ``env_id``/``exp_name``/``seed``, no
+            event files, or no scalar ``tag``.
     """
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -109,12 +131,14 @@ def read_run(directory: Path, tag: str = "charts/episodic_return") -> RunData:
         config = json.loads((directory / "args.json").read_text())
         env_id, exp_name, seed = config["env_id"], config["exp_name"], int(config["seed"])
     except (OSError, ValueError, KeyError, TypeError) as error:
-        fail("runs", f"{directory}/args.json: cannot read env_id, exp_name and seed ({type(error).__name__}: {error})")
-    require(any(directory.glob("events.out.tfevents.*")), "runs", f"{directory} has no TensorBoard event files")
+        raise RunSkipped(f"args.json: cannot read env_id, exp_name and seed ({type(error).__name__}: {error})") from None
+    if not any(directory.glob("events.out.tfevents.*")):
+        raise RunSkipped("no TensorBoard event files")
     accumulator = EventAccumulator(str(directory), size_guidance={"scalars": 0})
     accumulator.Reload()
     tags = accumulator.Tags()["scalars"]
-    require(tag in tags, "--tag", f"{directory} has no scalar {tag!r}; it has {', '.join(sorted(tags)) or 'no scalars'}")
+    if tag not in tags:
+        raise RunSkipped(f"no scalar {tag!r} (crashed or unfinished?); it has {', '.join(sorted(tags)) or 'no scalars'}")
     events = accumulator.Scalars(tag)
     start = accumulator.FirstEventTimestamp()
     return RunData(
@@ -128,12 +152,95 @@ def read_run(directory: Path, tag: str = "charts/episodic_return") -> RunData:
     )
 
 
+def read_runs(directories: Sequence[Path], tag: str = "charts/episodic_return") -> tuple[list[RunData], list[str]]:
+    """Read every run directory (:func:`read_run`), skipping those that cannot be plotted.
+
+    Returns:
+        ``(runs, warnings)``: the runs read, and one line ``warning: skipped <dir>: <why>`` per
+        skipped directory.
+
+    Raises:
+        SystemExit: (status 2) no run is left: flag ``--tag`` when every run lacked the tag,
+            else ``runs``.
+    """
+    runs, warnings, reasons = [], [], []
+    for directory in directories:
+        try:
+            runs.append(read_run(directory, tag))
+        except RunSkipped as skipped:
+            warnings.append(f"warning: skipped {directory}: {skipped}")
+            reasons.append(str(skipped))
+    if not runs:
+        flag = "--tag" if reasons and all(r.startswith(f"no scalar {tag!r}") for r in reasons) else "runs"
+        fail(flag, f"no run left to plot: all {len(reasons)} skipped; {directories[0]}: {reasons[0]}")
+    return runs, warnings
+
+
+def summary_runs(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]:
+    """The run directories listed in launcher summaries (``{log_dir}/summary.json`` of
+    ``python -m cleanrl_utils.benchmark``): the ``run_dir`` of every entry with status ``ok``.
+
+    Returns:
+        ``(directories, warnings)``: the directories (sorted, without duplicates), and one line
+        ``warning: ...`` per entry left out (status not ``ok``, no ``run_dir``, or a ``run_dir``
+        that is no longer a directory).
+
+    Raises:
+        SystemExit: (status 2, flag ``--summary``) a file is unreadable or not a JSON list of
+            objects with ``env_id`` and ``seed``.
+    """
+    found: set[Path] = set()
+    warnings = []
+    for path in map(Path, paths):
+        try:
+            entries = json.loads(path.read_text())
+        except (OSError, ValueError) as error:
+            fail("--summary", f"cannot read {str(path)!r}: {error}")
+        require(
+            isinstance(entries, list) and all(isinstance(e, dict) and {"env_id", "seed"} <= e.keys() for e in entries),
+            "--summary",
+            f"{str(path)!r} is not a launcher summary (a JSON list of runs with env_id, seed, status, run_dir)",
+        )
+        for entry in entries:
+            where = f"{path}: {entry['env_id']} seed {entry['seed']}"
+            run_dir = entry.get("run_dir")
+            if entry.get("status") != "ok":
+                warnings.append(f"warning: skipped {where}: status {entry.get('status')!r}")
+            elif not run_dir:
+                warnings.append(f"warning: skipped {where}: no run_dir (a summary of an older launcher?)")
+            elif not Path(run_dir).is_dir():
+                warnings.append(f"warning: skipped {where}: run_dir {run_dir} is not a directory")
+            else:
+                found.add(Path(run_dir))
+    return sorted(found), warnings
+
+
 def group_runs(runs: Sequence[RunData]) -> dict[tuple[str, str], list[RunData]]:
     """Runs grouped by ``(env_id, exp_name)``, groups sorted by key, runs by seed."""
     groups: dict[tuple[str, str], list[RunData]] = {}
     for run in runs:
         groups.setdefault((run.env_id, run.exp_name), []).append(run)
     return {key: sorted(groups[key], key=lambda r: (r.seed, str(r.directory))) for key in sorted(groups)}
+
+
+def group_notes(groups: Mapping[tuple[str, str], Sequence[RunData]]) -> list[str]:
+    """Notes on groups that look like mixed sweeps: several runs with one seed, or runs whose
+    last steps differ by more than a factor 2 (e.g. a 500k-step run among 30k-step ones)."""
+    notes = []
+    for (env_id, exp_name), members in groups.items():
+        repeated = sorted(seed for seed, n in Counter(r.seed for r in members).items() if n > 1)
+        if repeated:
+            notes.append(
+                f"note: {env_id} {exp_name} has several runs of seed {', '.join(map(str, repeated))}; each counts as a run"
+            )
+        last = [int(r.steps[-1]) for r in members if len(r.steps)]
+        if last and max(last) > 2 * min(last):
+            ends = ", ".join(f"{r.directory} ({int(r.steps[-1])})" for r in members if len(r.steps))
+            notes.append(
+                f"note: {env_id} {exp_name} mixes runs whose last steps differ by more than 2x: {ends}; "
+                "the curves are cut to the shortest (plot one sweep: --summary or its run folders)"
+            )
+    return notes
 
 
 def smooth(values: np.ndarray, window: int) -> np.ndarray:
@@ -270,30 +377,35 @@ def score_matrices(
 ) -> tuple[dict[str, np.ndarray], list[str], list[str]]:
     """Normalised final returns per ``exp_name``: ``[runs, envs]`` matrices for rliable.
 
-    An ``exp_name`` with unequal numbers of runs across environments keeps its ``k`` lowest
-    seeds on each (``k`` the smallest number); a note says so.
+    The environments are all those of ``groups``; an ``exp_name`` without runs on some of them
+    is left out of the aggregate (a note names it and the missing environments). An
+    ``exp_name`` with unequal numbers of runs across environments keeps its ``k`` lowest seeds
+    on each (``k`` the smallest number); a note says so.
 
     Returns:
         ``(matrices, env_ids, notes)``: ``exp_name`` -> float64 ``[k, len(env_ids)]`` with
         column ``j`` for ``env_ids[j]`` (sorted), and notes to print.
 
     Raises:
-        SystemExit: (status 2, flag ``runs``) the exp_names do not all have runs on the same
-            environments.
+        SystemExit: (status 2, flag ``runs``) no exp_name has runs on every environment.
     """
     envs_of: dict[str, set[str]] = {}
     for env_id, exp_name in groups:
         envs_of.setdefault(exp_name, set()).add(env_id)
     env_ids = sorted(set().union(*envs_of.values()))
-    differing = {name: envs for name, envs in envs_of.items() if envs != set(env_ids)}
+    missing = {name: sorted(set(env_ids) - envs) for name, envs in sorted(envs_of.items()) if envs != set(env_ids)}
     require(
-        not differing,
+        len(missing) < len(envs_of),
         "runs",
-        "the aggregate needs runs of every exp_name on the same environments; "
-        + "; ".join(f"{name} has none on {', '.join(sorted(set(env_ids) - envs))}" for name, envs in differing.items()),
+        f"the aggregate needs an exp_name with runs on every environment ({', '.join(env_ids)}); "
+        + "; ".join(f"{name} has none on {', '.join(envs)}" for name, envs in missing.items()),
     )
-    matrices, notes = {}, []
-    for exp_name in sorted(envs_of):
+    notes = [
+        f"note: {name} is left out of the aggregate: no runs on {', '.join(envs)} (its curves and returns are kept)"
+        for name, envs in missing.items()
+    ]
+    matrices = {}
+    for exp_name in sorted(set(envs_of) - set(missing)):
         counts = [len(groups[(env_id, exp_name)]) for env_id in env_ids]
         k = min(counts)
         if len(set(counts)) > 1:
@@ -368,6 +480,16 @@ def aggregate_table(
     return "\n".join(lines) + "\n"
 
 
+FORMATS = ("png", "pdf", "svg")
+"""Image formats of ``--format``."""
+FONT_SIZE = 8
+"""Font size of the curves' labels in points (tick labels and legend one less), for a paper column."""
+PANEL_SIZE = (3.3, 2.5)
+"""Default size of one panel of the curves in inches (width, height): one paper column."""
+READABLE_TAGS = {"charts/episodic_return": "episodic return"}
+"""Default y labels of some tags; other tags label the y axis as they are."""
+
+
 def _pyplot():
     import matplotlib
 
@@ -377,16 +499,87 @@ def _pyplot():
     return plt
 
 
-def _save(fig, out: Path, name: str) -> list[Path]:
-    paths = [out / f"{name}.png", out / f"{name}.svg"]
-    fig.savefig(paths[0], dpi=120, bbox_inches="tight")
-    fig.savefig(paths[1], bbox_inches="tight", metadata={"Date": None})  # same file for the same input
+def _save(fig, out: Path, name: str, formats: Sequence[str] = ("png", "svg"), tight: bool = True) -> list[Path]:
+    """Save ``fig`` as ``out/name.<format>`` for each of ``formats``, without a date in the file
+    (the same input gives the same svg and pdf); ``tight``: crop to the drawn content."""
+    metadata = {"png": None, "pdf": {"CreationDate": None}, "svg": {"Date": None}}
+    paths = [out / f"{name}.{fmt}" for fmt in formats]
+    for path, fmt in zip(paths, formats):
+        fig.savefig(path, dpi=200, bbox_inches="tight" if tight else None, metadata=metadata[fmt])
     return paths
 
 
-def plot_curves(
+def group_colors(names: Sequence[str]) -> dict[str, tuple]:
+    """A distinct colour per name: tab10 for up to 10 names, tab20 (its 10 dark shades, then its
+    10 light ones) for up to 20, evenly spaced colours of the ``turbo`` colormap beyond.
+
+    Returns:
+        name -> RGB(A) tuple of floats in [0, 1].
+    """
+    from matplotlib import colormaps
+
+    if len(names) <= 10:
+        colors = list(colormaps["tab10"].colors)
+    elif len(names) <= 20:
+        colors = list(colormaps["tab20"].colors[::2] + colormaps["tab20"].colors[1::2])
+    else:
+        colors = [tuple(c) for c in colormaps["turbo"](np.linspace(0, 1, len(names)))]
+    return dict(zip(names, colors))
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """A published result drawn as a point with an error bar: ``mean`` ± ``std`` at ``step``."""
+
+    label: str
+    step: float
+    mean: float
+    std: float = 0.0
+
+
+def load_references(path: Path) -> dict[str, list[Reference]]:
+    """Read ``{"<env_id>": [{"label": ..., "step": ..., "mean": ..., "std": ...}, ...], ...}``
+    (``std`` optional, default 0).
+
+    Returns:
+        env_id -> its reference points.
+
+    Raises:
+        SystemExit: (status 2, flag ``--reference``) unreadable file, another structure, a
+            value that is not a finite number, or a negative ``std``.
+    """
+    try:
+        content = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as error:
+        fail("--reference", f"cannot read {str(path)!r}: {error}")
+    form = '{"<env_id>": [{"label": ..., "step": ..., "mean": ..., "std": ...}]}'
+    require(isinstance(content, dict), "--reference", f"{str(path)!r} must hold a JSON object {form}")
+    references = {}
+    for env_id, entries in content.items():
+        require(isinstance(entries, list), "--reference", f"{env_id}: needs a list of points {form}")
+        references[env_id] = []
+        for entry in entries:
+            try:
+                point = Reference(str(entry["label"]), float(entry["step"]), float(entry["mean"]), float(entry.get("std", 0)))
+            except (KeyError, TypeError, ValueError, AttributeError):
+                fail("--reference", f"{env_id}: a point needs label, step, mean (and std), got {entry}")
+            require(
+                all(math.isfinite(v) for v in (point.step, point.mean, point.std)) and point.std >= 0,
+                "--reference",
+                f"{env_id}: step, mean and std must be finite and std >= 0, got {entry}",
+            )
+            references[env_id].append(point)
+    return references
+
+
+def _seeds(counts: Sequence[int]) -> str:
+    """``3 seeds``, ``1 seed``, ``2-3 seeds``."""
+    low, high = min(counts), max(counts)
+    return f"{low} seed" if high == low == 1 else f"{low} seeds" if high == low else f"{low}-{high} seeds"
+
+
+def curves_figure(
     groups: Mapping[tuple[str, str], Sequence[RunData]],
-    out: Path,
     x: str = "steps",
     window: int = 1,
     points: int = 100,
@@ -394,17 +587,63 @@ def plot_curves(
     reps: int = 2000,
     seed: int = 0,
     tag: str = "charts/episodic_return",
-) -> list[Path]:
-    """Write ``curves.png`` and ``curves.svg`` into ``out``: a subplot per env, a line per
-    exp_name (mean over seeds, :func:`curve_matrix`) with its band (:func:`band`)."""
-    plt = _pyplot()
+    xlabel: str | None = None,
+    ylabel: str | None = None,
+    title: str | None = None,
+    legend: Mapping[str, str] | None = None,
+    figsize: tuple[float, float] | None = None,
+    references: Mapping[str, Sequence[Reference]] | None = None,
+):
+    """The learning curves as a matplotlib ``Figure`` (not saved; :func:`plot_curves` saves it).
+
+    A subplot per env (3 columns at most), titled by the env id; in each, a line per exp_name
+    (mean over seeds, :func:`curve_matrix`) with its band (:func:`band`), and the env's
+    reference points as error bars (``ax.containers``). One legend for the figure, below the
+    subplots: an entry ``<label> (<n> seeds)`` per exp_name, then one per reference label.
+
+    Args:
+        groups: runs by ``(env_id, exp_name)``, from :func:`group_runs`.
+        x, window, points: as :func:`curve_matrix`.
+        band_kind, reps, seed: as :func:`band`.
+        tag: the tag plotted, for the default y label (:data:`READABLE_TAGS`).
+        xlabel, ylabel: axis labels (default: ``environment steps`` or ``wall-clock minutes``;
+            the readable tag, ``(mean of N)`` added when smoothed); on the bottom row / left
+            column.
+        title: the figure's title (default: what the line and band are, ``mean over seeds, 95%
+            bootstrap CI``; ``""``: none).
+        legend: exp_name -> its legend label (others keep their exp_name).
+        figsize: the whole figure's (width, height) in inches (default :data:`PANEL_SIZE` per
+            subplot plus room for the legend and title).
+        references: env_id -> points drawn at their step (``x`` must be ``"steps"``); envs
+            without runs are ignored.
+
+    Returns:
+        The ``matplotlib.figure.Figure`` (constrained layout, no pyplot state).
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import EngFormatter, MaxNLocator
+
+    legend = legend or {}
+    references = references or {}
     env_ids = sorted({env_id for env_id, _ in groups})
     names = sorted({name for _, name in groups})
-    colors = dict(zip(names, plt.rcParams["axes.prop_cycle"].by_key()["color"] * (len(names) // 10 + 1)))
+    colors = group_colors(names)
+    reference_labels = sorted({p.label for env_id in env_ids for p in references.get(env_id, ())})
+    markers = dict(zip(reference_labels, "osD^vP*Xph<>" * (len(reference_labels) // 12 + 1)))
     cols = min(3, len(env_ids))
     rows = math.ceil(len(env_ids) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), squeeze=False)
-    for ax, env_id in zip(axes.flat, env_ids):
+    entries = len(names) + len(reference_labels)
+    legend_cols = max(1, min(entries, round(PANEL_SIZE[0] * cols / 1.65)))
+    if figsize is None:
+        figsize = (PANEL_SIZE[0] * cols, PANEL_SIZE[1] * rows + 0.17 * math.ceil(entries / legend_cols) + 0.3)
+    fig = Figure(figsize=figsize, layout="constrained")
+    axes = list(fig.subplots(rows, cols, squeeze=False).flat)
+    if xlabel is None:
+        xlabel = "environment steps" if x == "steps" else "wall-clock minutes"
+    if ylabel is None:
+        ylabel = READABLE_TAGS.get(tag, tag) + (f" (mean of {window})" if window > 1 else "")
+    handles: dict[str, object] = {}
+    for index, (ax, env_id) in enumerate(zip(axes, env_ids)):
         for name in names:
             runs = groups.get((env_id, name))
             if not runs:
@@ -413,26 +652,73 @@ def plot_curves(
             if grid.size == 0:
                 continue
             mean, lower, upper = band(matrix, band_kind, reps, seed)
-            ax.plot(grid, mean, color=colors[name], label=f"{name} ({len(runs)} seed{'s' if len(runs) != 1 else ''})")
+            (handles[name],) = ax.plot(grid, mean, color=colors[name], linewidth=1.2, label=legend.get(name, name))
             ax.fill_between(grid, lower, upper, color=colors[name], alpha=0.25, linewidth=0)
-        ax.set_title(env_id)
-        ax.set_xlabel("environment steps" if x == "steps" else "wall-clock minutes")
-        ax.set_ylabel(tag if window <= 1 else f"{tag} (mean of {window})")
+        for point in references.get(env_id, ()):
+            handles["reference " + point.label] = ax.errorbar(
+                [point.step],
+                [point.mean],
+                yerr=[point.std],
+                fmt=markers[point.label],
+                color="black",
+                markersize=4,
+                capsize=2.5,
+                elinewidth=0.8,
+                label=point.label,
+            )
+        ax.set_title(env_id, fontsize=FONT_SIZE + 1)
+        if index + cols >= len(env_ids):
+            ax.set_xlabel(xlabel, fontsize=FONT_SIZE)
+        if index % cols == 0:
+            ax.set_ylabel(ylabel, fontsize=FONT_SIZE)
+        if x == "steps":
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]))
+            ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 200k, 1M
+        ax.tick_params(labelsize=FONT_SIZE - 1)
+        ax.yaxis.get_offset_text().set_fontsize(FONT_SIZE - 1)
         ax.grid(alpha=0.25)
-        ax.legend(fontsize="small")
-    for ax in list(axes.flat)[len(env_ids) :]:
+    for ax in axes[len(env_ids) :]:
         ax.set_visible(False)
-    what = "95% bootstrap CI of the mean" if band_kind == "ci" else "± one std"
-    fig.suptitle(f"mean over seeds, band: {what}", fontsize="medium")
-    fig.tight_layout()
-    paths = _save(fig, out, "curves")
-    plt.close(fig)
-    return paths
+    seeds = {name: _seeds([len(runs) for (_, n), runs in groups.items() if n == name]) for name in names}
+    labels = {name: f"{legend.get(name, name)} ({seeds[name]})" for name in names if name in handles}
+    labels |= {f"reference {label}": label for label in reference_labels}
+    if labels:
+        fig.legend(
+            [handles[key] for key in labels],
+            list(labels.values()),
+            loc="outside lower center",
+            ncols=legend_cols,
+            fontsize=FONT_SIZE - 1,
+            frameon=False,
+        )
+    if title is None:
+        title = "mean over seeds, " + ("95% bootstrap CI" if band_kind == "ci" else "± one std")
+    if title:
+        fig.suptitle(title, fontsize=FONT_SIZE + 1)
+    return fig
 
 
-def plot_aggregate(points: Mapping[str, np.ndarray], intervals: Mapping[str, np.ndarray], out: Path) -> list[Path]:
-    """Write ``aggregate.png`` and ``aggregate.svg`` into ``out`` with rliable's
-    ``plot_interval_estimates`` (a bar per exp_name: the interval, a tick at the point)."""
+def plot_curves(
+    groups: Mapping[tuple[str, str], Sequence[RunData]],
+    out: Path,
+    formats: Sequence[str] = ("png", "svg"),
+    *args,
+    **options,
+) -> list[Path]:
+    """Write :func:`curves_figure` ``(groups, *args, **options)`` as ``out/curves.<format>``
+    for each of ``formats`` (of :data:`FORMATS`), at its figure size; return the paths written."""
+    return _save(curves_figure(groups, *args, **options), out, "curves", formats, tight=False)
+
+
+def plot_aggregate(
+    points: Mapping[str, np.ndarray],
+    intervals: Mapping[str, np.ndarray],
+    out: Path,
+    formats: Sequence[str] = ("png", "svg"),
+) -> list[Path]:
+    """Write ``aggregate.<format>`` into ``out`` for each of ``formats`` with rliable's
+    ``plot_interval_estimates`` (a bar per exp_name: the interval, a tick at the point); return
+    the paths written."""
     plt = _pyplot()
     from rliable import plot_utils
 
@@ -449,20 +735,43 @@ def plot_aggregate(points: Mapping[str, np.ndarray], intervals: Mapping[str, np.
         xlabel_y_coordinate=-0.5 / height,
         wspace=0.2,
     )
-    paths = _save(fig, out, "aggregate")
+    paths = _save(fig, out, "aggregate", formats)
     plt.close(fig)
     return paths
 
 
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows an option's default unless it is None or empty (those help texts say what happens)."""
+
+    def _get_help_string(self, action):
+        return action.help if action.default in (None, []) else super()._get_help_string(action)
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """The command line; see ``python -m cleanrl_utils.plot --help``."""
-    parser = argparse.ArgumentParser(
+    """The command line; see ``python -m cleanrl_utils.plot --help``.
+
+    Raises:
+        SystemExit: (status 2, one line ``error: <flag>: ...``) bad values.
+    """
+    parser = _Parser(
         prog="python -m cleanrl_utils.plot",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_Help,
         description="Learning curves, a table of final returns and (with --scores) rliable aggregate metrics "
-        "from the TensorBoard events of run directories.",
+        "from the TensorBoard events of run directories. Runs without the tag (crashed, unfinished) or without "
+        "events are skipped with a warning.",
     )
-    parser.add_argument("runs", nargs="+", help="run directories, or folders holding them (runs/)")
+    parser.add_argument(
+        "runs", nargs="*", help="run directories, or folders holding them (runs/); optional with --summary, else added to it"
+    )
+    parser.add_argument(
+        "--summary",
+        type=Path,
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="PATH",
+        help="summary.json of a benchmark launcher grid (repeatable): plot exactly the runs it lists with status ok",
+    )
     parser.add_argument("--out", type=Path, default=Path("plots"), help="output folder (created)")
     parser.add_argument("--tag", default="charts/episodic_return", help="scalar tag to read")
     parser.add_argument(
@@ -475,6 +784,43 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--points", type=int, default=100, help="points of the common x grid of the curves")
     parser.add_argument(
         "--band", choices=("ci", "std"), default="ci", help="band around the mean over seeds: 95%% bootstrap CI, or ± one std"
+    )
+    style = parser.add_argument_group("curves figure")
+    style.add_argument("--xlabel", default=None, help="x label (default: environment steps / wall-clock minutes)")
+    style.add_argument(
+        "--ylabel", default=None, help="y label (default: 'episodic return' for charts/episodic_return, else the tag)"
+    )
+    style.add_argument(
+        "--title",
+        default=None,
+        help='figure title (default: "mean over seeds, 95%% bootstrap CI" or "... ± one std"; "" for none)',
+    )
+    style.add_argument(
+        "--legend",
+        action="append",
+        default=[],
+        metavar="EXP_NAME=LABEL",
+        help="legend label of an exp_name (repeatable)",
+    )
+    style.add_argument(
+        "--figsize",
+        type=float,
+        nargs=2,
+        default=None,
+        metavar=("W", "H"),
+        help=f"size of the whole figure in inches (default: {PANEL_SIZE[0]} x {PANEL_SIZE[1]} per subplot, "
+        "3 per row, plus the legend: one paper column for one environment)",
+    )
+    style.add_argument(
+        "--reference",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help='published results to draw as points with ± std error bars: JSON {"<env_id>": '
+        '[{"label": ..., "step": ..., "mean": ..., "std": ...}]} (needs --x steps)',
+    )
+    style.add_argument(
+        "--format", nargs="+", choices=FORMATS, default=["png", "svg"], help="image formats of the curves and the aggregate"
     )
     last = parser.add_mutually_exclusive_group()
     last.add_argument("--last-episodes", type=int, default=20, help="final return: mean of this many last episodes")
@@ -494,6 +840,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap resamples (bands and aggregate CIs)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     args = parser.parse_args(argv)
+    require(bool(args.runs or args.summary), "runs", "give run directories (e.g. runs/) or --summary PATH")
     for name in ("smooth", "reps", "last_episodes"):
         require(getattr(args, name) > 0, f"--{name.replace('_', '-')}", f"must be positive, got {getattr(args, name)}")
     require(args.points >= 2, "--points", f"must be at least 2, got {args.points}")
@@ -502,22 +849,41 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--last-fraction",
         f"must be in (0, 1], got {args.last_fraction}",
     )
+    require(
+        args.figsize is None or all(0 < v < math.inf for v in args.figsize),
+        "--figsize",
+        f"width and height must be positive inches, got {args.figsize}",
+    )
+    require(args.reference is None or args.x == "steps", "--reference", "reference points are at steps; use --x steps")
+    for entry in args.legend:
+        require("=" in entry and not entry.startswith("="), "--legend", f"expected EXP_NAME=LABEL, got {entry!r}")
+    args.legend = dict(entry.split("=", 1) for entry in args.legend)
+    args.format = list(dict.fromkeys(args.format))
     require(not args.out.exists() or args.out.is_dir(), "--out", f"{str(args.out)!r} exists and is not a directory")
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Read the runs, check everything, then write the curves, the tables and the aggregate."""
+    """Read the runs, check everything, then write the curves, the tables and the aggregate.
+
+    Raises:
+        SystemExit: (status 2, one line ``error: <flag>: ...`` on stderr, nothing written) bad
+            input, or no run left to plot.
+    """
     args = parse_args(argv)
-    runs = [read_run(directory, args.tag) for directory in find_runs(args.runs)]
+    directories, warnings = summary_runs(args.summary)
+    require(bool(directories or args.runs), "--summary", "no run with status ok and a run_dir in the summaries")
+    directories = sorted(set(directories) | set(find_runs(args.runs))) if args.runs else directories
+    runs, skipped = read_runs(directories, args.tag)
+    warnings += skipped
     groups = group_runs(runs)
-    notes = []
-    for (env_id, exp_name), members in groups.items():
-        repeated = sorted(seed for seed, n in Counter(r.seed for r in members).items() if n > 1)
-        if repeated:
-            notes.append(
-                f"note: {env_id} {exp_name} has several runs of seed {', '.join(map(str, repeated))}; each counts as a run"
-            )
+    names = sorted({name for _, name in groups})
+    unknown = sorted(set(args.legend) - set(names))
+    require(not unknown, "--legend", f"no runs of exp_name {', '.join(unknown)}; the exp_names are {', '.join(names)}")
+    notes = group_notes(groups)
+    references = load_references(args.reference) if args.reference is not None else None
+    for env_id in sorted(set(references or ()) - {env_id for env_id, _ in groups}):
+        notes.append(f"note: {args.reference} has points for {env_id}, which has no runs here; they are not drawn")
     matrices = None
     if args.scores is not None:
         scores = load_scores(args.scores, sorted({env_id for env_id, _ in groups}))
@@ -525,9 +891,23 @@ def main(argv: Sequence[str] | None = None) -> None:
         notes += more
     args.out.mkdir(parents=True, exist_ok=True)
 
+    for warning in warnings:
+        print(warning, file=sys.stderr)
     for note in notes:
         print(note)
-    written = plot_curves(groups, args.out, args.x, args.smooth, args.points, args.band, args.reps, args.seed, args.tag)
+    curve_args = (args.x, args.smooth, args.points, args.band, args.reps, args.seed, args.tag)
+    written = plot_curves(
+        groups,
+        args.out,
+        args.format,
+        *curve_args,
+        xlabel=args.xlabel,
+        ylabel=args.ylabel,
+        title=args.title,
+        legend=args.legend,
+        figsize=tuple(args.figsize) if args.figsize else None,
+        references=references,
+    )
     table = returns_table(groups, args.last_episodes, args.last_fraction)
     (args.out / "returns.md").write_text(table)
     written.append(args.out / "returns.md")
@@ -541,7 +921,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         points, intervals = {}, {}
         for name, matrix in matrices.items():
             points[name], intervals[name] = stratified_bootstrap(matrix, aggregate_metrics, args.reps, args.seed)
-        written += plot_aggregate(points, intervals, args.out)
+        written += plot_aggregate(points, intervals, args.out, args.format)
         aggregate = aggregate_table(points, intervals, matrices)
         header = (
             f"Normalised final returns over {', '.join(env_ids)}; 95% stratified bootstrap CIs ({args.reps} resamples).\n\n"

@@ -63,7 +63,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from cleanrl_utils.cli import USAGE_ERROR, fail, log_tail, require, safe_name
+from cleanrl_utils.cli import USAGE_ERROR, fail, log_tail, printed_run_dir, require, safe_name
 
 AGGREGATIONS: dict[str, Callable[[Sequence[float]], float]] = {
     "average": lambda values: float(np.mean(values)),
@@ -379,10 +379,8 @@ class Tuner:
             raise RunFailed(
                 f"{env_id} seed {seed} exited with status {status}; log {log}:\n{chr(10).join(log_tail(log, LOG_TAIL_LINES))}"
             )
-        printed = re.findall(r"^run directory: (.+)$", log.read_text(errors="replace"), flags=re.MULTILINE)
-        if printed:
-            run_dir = trial_dir / printed[-1].strip()
-        else:
+        run_dir = printed_run_dir(log, trial_dir)
+        if run_dir is None:
             new = sorted(set(runs.iterdir()) - before) if runs.is_dir() else []
             if len(new) != 1:
                 raise RunFailed(

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from cleanrl_utils import plot
 from cleanrl_utils.benchmark import format_seconds, make_jobs, partition_cores, script_of, slurm_script
+from cleanrl_utils.cli import printed_run_dir
 from tests.conftest import ROOT, scalars
 
 CORES = sorted(os.sched_getaffinity(0))
@@ -157,6 +159,85 @@ def test_failed_run_is_reported_with_status_and_log_tail(tmp_path):
         log = (log_dir / f"Fake-v0__seed{seed}.log").read_text()
         cores = summary[seed]["cores"]
         assert f"affinity {cores} omp {len(cores)} argv ['--env-id', 'Fake-v0', '--seed', '{seed}', '--flag', 'a b']" in log
+
+
+FAKE_SCRIPT = textwrap.dedent("""\
+    # writes a run directory as cleanrl_utils.run does: args.json, episodic returns, the printed line
+    import json, os, sys, time
+    from torch.utils.tensorboard import SummaryWriter
+    flags = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+    env_id, seed, steps = flags["--env-id"], int(flags["--seed"]), int(flags["--total-timesteps"])
+    if env_id == "Broken-v0":
+        sys.exit("cannot make the environment")  # fails before a run directory exists
+    exp_name = "fake"
+    for stamp in range(int(time.time()), 2**31):
+        directory = f"runs/{env_id}__{exp_name}__{seed}__{stamp}"
+        try:
+            os.makedirs(directory)
+            break
+        except FileExistsError:
+            pass
+    json.dump({"env_id": env_id, "exp_name": exp_name, "seed": seed}, open(f"{directory}/args.json", "w"))
+    writer = SummaryWriter(directory)
+    for step in range(steps // 10, steps + 1, steps // 10):
+        writer.add_scalar("charts/episodic_return", steps + seed, step)  # the return tells the sweep
+    writer.close()
+    print(f"run directory: {directory}", flush=True)
+    """)
+
+
+def test_summary_records_run_dirs_and_selects_one_sweep_in_a_shared_runs_folder(tmp_path, capsys):
+    (tmp_path / "fake.py").write_text(FAKE_SCRIPT)
+    for name, steps in (("short", "30000"), ("long", "500000")):  # two sweeps into one runs/ folder
+        result = launch(
+            "--env-ids",
+            "Fake-v0",
+            *(["Broken-v0"] if name == "short" else []),
+            "--command",
+            f"{sys.executable} fake.py",
+            "--num-seeds",
+            "2",
+            "--log-dir",
+            f"logs_{name}",
+            "--",
+            "--total-timesteps",
+            steps,
+            cwd=tmp_path,
+        )
+        assert result.returncode == (1 if name == "short" else 0), result.stdout + result.stderr
+    summary = json.loads((tmp_path / "logs_short" / "summary.json").read_text())
+    assert [(e["env_id"], e["seed"], e["status"]) for e in summary] == [
+        ("Fake-v0", 1, "ok"),
+        ("Broken-v0", 1, "failed"),
+        ("Fake-v0", 2, "ok"),
+        ("Broken-v0", 2, "failed"),
+    ]
+    short_dirs = [Path(e["run_dir"]) for e in summary if e["status"] == "ok"]
+    assert all(d.is_absolute() and d.parent == tmp_path / "runs" and (d / "args.json").is_file() for d in short_dirs)
+    assert [e["run_dir"] for e in summary if e["status"] != "ok"] == [None, None]
+    assert len(list((tmp_path / "runs").glob("Fake-v0__*"))) == 4
+
+    out = tmp_path / "plots"
+    plot.main(["--summary", str(tmp_path / "logs_short" / "summary.json"), "--out", str(out), "--reps", "20"])
+    captured = capsys.readouterr()
+    rows = [line for line in (out / "returns.md").read_text().splitlines() if line.startswith("| Fake-v0")]
+    assert rows == ["| Fake-v0 | fake | 30001.50 ± 0.50 | 2 |"]  # exactly the short sweep's two seeds
+    assert "mixes runs" not in captured.out
+    skipped = captured.err.strip().splitlines()
+    assert skipped == [
+        f"warning: skipped {tmp_path / 'logs_short' / 'summary.json'}: Broken-v0 seed {s}: status 'failed'" for s in (1, 2)
+    ]
+    plot.main([str(tmp_path / "runs"), "--out", str(tmp_path / "all"), "--reps", "20"])  # the whole folder merges them
+    assert "note: Fake-v0 fake mixes runs whose last steps differ by more than 2x" in capsys.readouterr().out
+    assert (tmp_path / "all" / "returns.md").read_text().splitlines()[2].endswith("| 4 |")
+
+
+def test_printed_run_dir(tmp_path):
+    log = tmp_path / "log"
+    log.write_text("run directory: runs/A__x__1__5\nstep 3\nrun directory: runs/A__x__1__5 (resumed at step 4096)\n")
+    assert printed_run_dir(log, tmp_path) == tmp_path / "runs" / "A__x__1__5"
+    log.write_text("Traceback ...\n")
+    assert printed_run_dir(log, tmp_path) is None and printed_run_dir(tmp_path / "missing", tmp_path) is None
 
 
 def test_ctrl_c_stops_running_process_groups(tmp_path):

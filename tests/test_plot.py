@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -198,8 +199,13 @@ def test_bad_input(fake_runs, tmp_path, capsys):
     bare = tmp_path / "bare"
     bare.mkdir()
     (bare / "args.json").write_text(json.dumps({"env_id": "CartPole-v1", "exp_name": "ppo", "seed": 1}))
-    stops([str(bare), "--out", out], "runs", "has no TensorBoard event files", capsys)
-    stops([str(fake_runs), "--out", out, "--tag", "charts/nothing"], "--tag", "has no scalar 'charts/nothing'", capsys)
+    stops(
+        [str(bare), "--out", out],
+        "runs",
+        "no run left to plot: all 1 skipped; " + f"{bare}: no TensorBoard event files",
+        capsys,
+    )
+    stops([str(fake_runs), "--out", out, "--tag", "charts/nothing"], "--tag", "no scalar 'charts/nothing'", capsys)
     stops([str(fake_runs), "--out", out, "--smooth", "0"], "--smooth", "must be positive", capsys)
     scores = tmp_path / "scores.json"
     scores.write_text(json.dumps({"CartPole-v1": SCORES["CartPole-v1"]}))
@@ -207,8 +213,28 @@ def test_bad_input(fake_runs, tmp_path, capsys):
     scores.write_text(json.dumps({**SCORES, "Acrobot-v1": {"random": 1, "reference": 1}}))
     stops([str(fake_runs), "--out", out, "--scores", str(scores)], "--scores", "must be finite and differ", capsys)
     scores.write_text(json.dumps(SCORES))
-    some = [str(d) for d in sorted(fake_runs.iterdir()) if not d.name.startswith("Acrobot-v1__dqn")]
-    stops([*some, "--out", out, "--scores", str(scores)], "runs", "dqn has none on Acrobot-v1", capsys)
+    crossed = [
+        str(d)
+        for d in sorted(fake_runs.iterdir())
+        if d.name.split("__")[:2] in (["CartPole-v1", "dqn"], ["Acrobot-v1", "ppo"])
+    ]
+    stops(
+        [*crossed, "--out", out, "--scores", str(scores)],
+        "runs",
+        "dqn has none on Acrobot-v1; ppo has none on CartPole-v1",
+        capsys,
+    )
+    stops(["--out", out], "runs", "give run directories", capsys)
+    stops([str(fake_runs), "--out", out, "--legend", "ppo"], "--legend", "expected EXP_NAME=LABEL", capsys)
+    stops([str(fake_runs), "--out", out, "--legend", "sac=SAC"], "--legend", "no runs of exp_name sac", capsys)
+    stops([str(fake_runs), "--out", out, "--figsize", "0", "2"], "--figsize", "must be positive", capsys)
+    reference = tmp_path / "reference.json"
+    reference.write_text(json.dumps({"CartPole-v1": [{"label": "x", "step": 1000, "mean": "high"}]}))
+    stops([str(fake_runs), "--out", out, "--reference", str(reference)], "--reference", "needs label, step, mean", capsys)
+    stops(
+        [str(fake_runs), "--out", out, "--reference", str(reference), "--x", "wall_time"], "--reference", "--x steps", capsys
+    )
+    stops(["--summary", str(scores), "--out", out], "--summary", "is not a launcher summary", capsys)
     assert not Path(out).exists()  # every check comes before anything is written
 
 
@@ -234,3 +260,169 @@ def test_command_line(fake_runs, tmp_path):
         timeout=120,
     )
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and bad.stderr.startswith("error: runs: ")
+
+
+def test_crashed_and_empty_runs_are_skipped_with_a_warning(tmp_path, capsys):
+    root = tmp_path / "runs"
+    for seed in (1, 2):
+        write_run(root, "CartPole-v1", "ppo", seed, known_returns("CartPole-v1", "ppo", seed))
+    crashed = write_run(root, "CartPole-v1", "ppo", 3, [3000.0, 3100.0], tag="charts/SPS")  # died before an episode ended
+    empty = root / "CartPole-v1__ppo__4__1000"
+    empty.mkdir()
+    (empty / "args.json").write_text(json.dumps({"env_id": "CartPole-v1", "exp_name": "ppo", "seed": 4}))
+    out = tmp_path / "out"
+    plot.main([str(root), "--out", str(out), "--reps", "50"])
+    captured = capsys.readouterr()
+    warnings = captured.err.strip().splitlines()
+    assert warnings == [
+        f"warning: skipped {crashed}: no scalar 'charts/episodic_return' (crashed or unfinished?); it has charts/SPS",
+        f"warning: skipped {empty}: no TensorBoard event files",
+    ]
+    assert table_rows((out / "returns.md").read_text())[("CartPole-v1", "ppo")][2] == 2  # the two complete seeds
+    check_png(out / "curves.png")
+    check_svg(out / "curves.svg", "ppo (2 seeds)")
+
+
+def test_scores_leave_out_an_exp_name_missing_an_env(fake_runs, tmp_path, capsys):
+    scores = tmp_path / "scores.json"
+    scores.write_text(json.dumps(SCORES))
+    some = [str(d) for d in sorted(fake_runs.iterdir()) if not d.name.startswith("Acrobot-v1__dqn")]
+    out = tmp_path / "out"
+    plot.main([*some, "--out", str(out), "--scores", str(scores), "--reps", "50"])
+    printed = capsys.readouterr().out
+    assert "note: dqn is left out of the aggregate: no runs on Acrobot-v1 (its curves and returns are kept)" in printed
+    rows = [line.split("|")[1].strip() for line in (out / "aggregate.md").read_text().splitlines() if line.startswith("| ")]
+    assert rows == ["exp_name", "ppo"]
+    assert set(table_rows((out / "returns.md").read_text())) == {
+        ("CartPole-v1", "ppo"),
+        ("CartPole-v1", "dqn"),
+        ("Acrobot-v1", "ppo"),
+    }
+    check_svg(out / "curves.svg", "dqn (3 seeds)", "ppo (3 seeds)")
+
+
+def test_mixed_sweep_note(tmp_path, capsys):
+    root = tmp_path / "runs"
+    short = write_run(root, "CartPole-v1", "ppo", 1, [1.0] * 3)  # ends at step 300
+    long = write_run(root, "CartPole-v1", "ppo", 2, [1.0] * 7)  # ends at step 700: more than 2x
+    plot.main([str(root), "--out", str(tmp_path / "out"), "--reps", "20"])
+    printed = capsys.readouterr().out
+    assert f"note: CartPole-v1 ppo mixes runs whose last steps differ by more than 2x: {short} (300), {long} (700)" in printed
+    assert plot.group_notes(plot.group_runs([plot.read_run(short), plot.read_run(short)])) == [
+        "note: CartPole-v1 ppo has several runs of seed 1; each counts as a run"
+    ]  # no step note for equal lengths
+
+
+def synthetic(env_id: str, exp_name: str, seed: int, last_step: int = 1_000_000, n: int = 50) -> plot.RunData:
+    """A run without files: ``n`` episodes ending evenly up to ``last_step``, returns seed + episode^2 / n."""
+    steps = np.linspace(last_step / n, last_step, n).astype(np.int64)
+    values = seed + np.arange(n, dtype=np.float64) ** 2 / n
+    return plot.RunData(Path(f"/runs/{env_id}__{exp_name}__{seed}"), env_id, exp_name, seed, steps, values, steps / 1e5)
+
+
+def test_curves_figure_defaults():
+    groups = plot.group_runs([synthetic("Hopper-v4", "ppo", s) for s in (1, 2)])
+    fig = plot.curves_figure(groups, reps=20)
+    (ax,) = fig.axes
+    assert ax.get_title() == "Hopper-v4" and ax.get_ylabel() == "episodic return" and ax.get_xlabel() == "environment steps"
+    assert fig._suptitle.get_text() == "mean over seeds, 95% bootstrap CI"
+    width, height = fig.get_size_inches()
+    assert width == pytest.approx(3.3) and 2.5 < height < 3.5  # one paper column
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["ppo (2 seeds)"]
+    (line,) = ax.get_lines()
+    assert np.allclose(
+        line.get_ydata(), 1.5 + np.interp(line.get_xdata(), groups[("Hopper-v4", "ppo")][0].steps, np.arange(50) ** 2 / 50)
+    )
+    assert (
+        plot.curves_figure(groups, reps=20, tag="losses/value_loss", window=5).axes[0].get_ylabel()
+        == "losses/value_loss (mean of 5)"
+    )
+
+
+def test_curves_figure_options_change_it():
+    groups = plot.group_runs(
+        [synthetic(env, name, s) for env in ("Hopper-v4", "Ant-v4") for name in ("ppo", "sac") for s in (1, 2)]
+    )
+    references = {"Hopper-v4": [plot.Reference("CleanRL ppo_continuous", 1_000_000, 2383, 272)]}
+    fig = plot.curves_figure(
+        groups,
+        reps=20,
+        xlabel="steps (M)",
+        ylabel="return",
+        title="MuJoCo",
+        legend={"ppo": "PPO"},
+        figsize=(7.0, 2.4),
+        references=references,
+    )
+    ant, hopper = fig.axes[:2]
+    assert (ant.get_title(), hopper.get_title()) == ("Ant-v4", "Hopper-v4")
+    assert ant.get_xlabel() == "steps (M)" and ant.get_ylabel() == "return" and hopper.get_ylabel() == ""  # left column only
+    assert fig._suptitle.get_text() == "MuJoCo"
+    assert tuple(fig.get_size_inches()) == (7.0, 2.4)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["PPO (2 seeds)", "sac (2 seeds)", "CleanRL ppo_continuous"]
+    assert not ant.containers  # the reference is Hopper's only
+    (bar,) = hopper.containers
+    data, _, (segments,) = bar.lines[0], bar.lines[1], bar.lines[2]
+    assert (data.get_xdata().tolist(), data.get_ydata().tolist()) == ([1_000_000], [2383])
+    assert np.allclose(segments.get_segments()[0], [[1_000_000, 2383 - 272], [1_000_000, 2383 + 272]])
+    assert plot.curves_figure(groups, reps=20, title="")._suptitle is None
+    # smoothing changes the line data; the colours stay those of the exp_names
+    plain = plot.curves_figure(groups, reps=20).axes[0].get_lines()[0]
+    smoothed = plot.curves_figure(groups, reps=20, window=10).axes[0].get_lines()[0]
+    assert np.array_equal(plain.get_xdata(), smoothed.get_xdata()) and not np.allclose(plain.get_ydata(), smoothed.get_ydata())
+    assert smoothed.get_ydata()[-1] < plain.get_ydata()[-1]  # the trailing mean of a rising curve lags behind it
+    assert plain.get_color() == smoothed.get_color()
+
+
+def test_curves_figure_many_groups_get_distinct_colours():
+    names = [f"algo{i:02d}" for i in range(12)]
+    fig = plot.curves_figure(plot.group_runs([synthetic("Hopper-v4", name, 1) for name in names]), reps=20)
+    colors = [matplotlib_rgba(line.get_color()) for line in fig.axes[0].get_lines()]
+    assert len(colors) == 12 and len(set(colors)) == 12
+    assert len(set(map(matplotlib_rgba, plot.group_colors([str(i) for i in range(20)]).values()))) == 20
+    assert len(set(map(matplotlib_rgba, plot.group_colors([str(i) for i in range(25)]).values()))) == 25
+    assert len(fig.legends[0].get_texts()) == 12
+
+
+def matplotlib_rgba(color) -> tuple[float, ...]:
+    import matplotlib.colors
+
+    return tuple(round(c, 4) for c in matplotlib.colors.to_rgba(color))
+
+
+@pytest.mark.parametrize(
+    "last_step, expected",
+    [(1_000_000, {"0", "500k", "1M"}), (200_000, {"0", "100k", "200k"}), (30_000, {"10k", "20k", "30k"})],
+)
+def test_step_ticks_are_readable_and_do_not_collide(last_step, expected):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    groups = plot.group_runs([synthetic(env, "ppo", 1, last_step) for env in ("Ant-v4", "Hopper-v4", "Walker2d-v4")])
+    fig = plot.curves_figure(groups, reps=20)
+    FigureCanvasAgg(fig).draw()
+    for ax in fig.axes:
+        low, high = ax.get_xlim()
+        labels = [t for t, x in zip(ax.get_xticklabels(), ax.get_xticks()) if low <= x <= high]
+        assert expected <= {t.get_text() for t in labels}, [t.get_text() for t in labels]
+        assert all(re.fullmatch(r"0|\d+(\.\d+)?[kM]", t.get_text()) for t in labels), [t.get_text() for t in labels]
+        boxes = [t.get_window_extent() for t in labels]
+        assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:])), boxes  # left to right, no overlap
+
+
+def test_formats_are_written(fake_runs, tmp_path, capsys):
+    out = tmp_path / "out"
+    reference = tmp_path / "reference.json"
+    points = {"CartPole-v1": [{"label": "published ppo", "step": 3000, "mean": 150, "std": 9}], "Pong-v5": []}
+    reference.write_text(json.dumps(points))
+    argv = ["--reps", "20", "--format", "pdf", "svg", "png", "--figsize", "6", "3", "--reference", str(reference)]
+    plot.main([str(fake_runs), "--out", str(out), *argv])
+    assert f"note: {reference} has points for Pong-v5, which has no runs here; they are not drawn" in capsys.readouterr().out
+    check_svg(out / "curves.svg", "published ppo")
+    assert (out / "curves.pdf").read_bytes()[:5] == b"%PDF-"
+    check_svg(out / "curves.svg", "CartPole-v1")
+    check_png(out / "curves.png")
+    import matplotlib.image
+
+    assert matplotlib.image.imread(out / "curves.png").shape[:2] == (600, 1200)  # 6 x 3 in at 200 dpi, not cropped
+    plot.main([str(fake_runs), "--out", str(tmp_path / "default"), "--reps", "20"])
+    assert sorted(p.name for p in (tmp_path / "default").iterdir()) == ["curves.png", "curves.svg", "returns.md"]
