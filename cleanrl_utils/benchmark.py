@@ -42,9 +42,9 @@ import sys
 import time
 from collections import deque
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import Sequence
 
-from cleanrl_utils.cli import USAGE_ERROR, fail, log_tail, printed_run_dir, safe_name
+from cleanrl_utils.cli import OneLineParser, fail, log_tail, printed_run_dir, safe_name
 
 INTERRUPTED = 130
 """Exit status after Ctrl-C or SIGTERM (128 + SIGINT, as a shell reports it)."""
@@ -497,14 +497,6 @@ def slurm_script(
 # Command line
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with its errors as one line ``error: ...`` (exit 2), like the rest of the project."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"error: {message} (see --help)", file=sys.stderr)
-        raise SystemExit(USAGE_ERROR)
-
-
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     """Parse the launcher's flags; arguments after a ``--`` are passed to every run."""
     argv = list(argv)
@@ -512,7 +504,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     if "--" in argv:
         cut = argv.index("--")
         argv, passthrough = argv[:cut], argv[cut + 1 :]
-    parser = _Parser(
+    parser = OneLineParser(
         prog="python -m cleanrl_utils.benchmark",
         description="Run a command over every environment x seed: locally, N at a time, each run pinned to\n"
         "its own cores; or as a Slurm array job. Arguments after -- are passed to every run.",

@@ -6,6 +6,7 @@ Imports nothing heavy (no torch, no gymnasium), so that tools that only start ot
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 from collections import deque
@@ -85,3 +86,11 @@ def printed_run_dir(log: str | Path, cwd: str | Path) -> Path | None:
         return None
     printed = re.findall(r"^run directory: (.+?)(?: \(resumed at step \d+\))?$", text, flags=re.MULTILINE)
     return Path(cwd) / printed[-1].strip() if printed else None
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its errors as one line ``error: ... (see --help)`` (exit 2), like the rest of the project."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {message} (see --help)", file=sys.stderr)
+        raise SystemExit(USAGE_ERROR)

@@ -35,8 +35,8 @@ import threading
 from pathlib import Path
 from typing import Any, Sequence
 
-from cleanrl_utils.benchmark import _Parser, make_jobs
-from cleanrl_utils.cli import fail, require, safe_name
+from cleanrl_utils.benchmark import make_jobs
+from cleanrl_utils.cli import OneLineParser, fail, require, safe_name
 
 RUNS = Path("runs")
 """Run directories, relative to the working directory (the scripts' default)."""
@@ -129,7 +129,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     if "--" in argv:
         cut = argv.index("--")
         argv, command = argv[:cut], argv[cut + 1 :]
-    parser = _Parser(
+    parser = OneLineParser(
         prog="python -m cleanrl_utils.cloud_run",
         description="Run a script in a cloud job: resume its run from S3, sync it back, forward SIGTERM.",
     )

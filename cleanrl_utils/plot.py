@@ -65,8 +65,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cleanrl_utils.benchmark import _Parser
-from cleanrl_utils.cli import fail, require
+from cleanrl_utils.cli import OneLineParser, fail, require
 
 METRICS = ("IQM", "median", "mean", "optimality gap")
 """Names of the aggregate metrics, in the order of :func:`aggregate_metrics`' output."""
@@ -753,7 +752,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     Raises:
         SystemExit: (status 2, one line ``error: <flag>: ...``) bad values.
     """
-    parser = _Parser(
+    parser = OneLineParser(
         prog="python -m cleanrl_utils.plot",
         formatter_class=_Help,
         description="Learning curves, a table of final returns and (with --scores) rliable aggregate metrics "

@@ -50,8 +50,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from cleanrl_utils.benchmark import Job, _Parser, check_args, make_jobs, plural
-from cleanrl_utils.cli import fail, require, safe_name
+from cleanrl_utils.benchmark import Job, check_args, make_jobs, plural
+from cleanrl_utils.cli import OneLineParser, fail, require, safe_name
 
 QUEUE_KEYS = ("cpu_spot", "cpu_on_demand", "gpu_spot", "gpu_on_demand")
 """Keys of the Terraform output ``job_queues``."""
@@ -266,7 +266,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     if "--" in argv:
         cut = argv.index("--")
         argv, passthrough = argv[:cut], argv[cut + 1 :]
-    parser = _Parser(
+    parser = OneLineParser(
         prog="python -m cleanrl_utils.submit_exp",
         description="Submit every environment x seed of a command to AWS Batch (one job per run, or one array job).\n"
         "Arguments after -- are passed to every run.",

@@ -63,7 +63,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from cleanrl_utils.cli import USAGE_ERROR, fail, log_tail, printed_run_dir, require, safe_name
+from cleanrl_utils.cli import OneLineParser, fail, log_tail, printed_run_dir, require, safe_name
 
 AGGREGATIONS: dict[str, Callable[[Sequence[float]], float]] = {
     "average": lambda values: float(np.mean(values)),
@@ -492,14 +492,6 @@ class Tuner:
 # command line
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with the project's one-line errors (``error: <message>``, exit status 2)."""
-
-    def error(self, message: str):
-        print(f"error: {message}", file=sys.stderr)
-        raise SystemExit(USAGE_ERROR)
-
-
 def script_flags(python: str, script: Path) -> set[str]:
     """The flags (``learning-rate``, ...) that ``script --help`` lists.
 
@@ -532,7 +524,7 @@ def best_summary(study: Any, script: str, fixed: Mapping[str, Any]) -> str:
 
 def make_parser() -> argparse.ArgumentParser:
     """The command line's parser (``python -m cleanrl_utils.tuner --help``)."""
-    parser = _Parser(
+    parser = OneLineParser(
         prog="python -m cleanrl_utils.tuner",
         description="Tune a script's flags with Optuna: each trial runs the script per env and seed, "
         "reads a TensorBoard metric, normalises it per env and aggregates across envs; "

@@ -290,5 +290,5 @@ def test_cli_help_and_argparse_errors(tmp_path: Path):
     assert result.returncode == 0 and "NAME=float:LOW:HIGH[:log]" in result.stdout
     result = run_cli("--env-ids", "CartPole-v1", cwd=tmp_path)
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [
-        "error: the following arguments are required: --script"
+        "error: the following arguments are required: --script (see --help)"
     ]
