@@ -531,7 +531,7 @@ def test_a_read_only_working_directory_is_one_line(tmp_path):
 
 
 def test_output_piped_into_a_reader_that_stops_does_not_stop_the_run(tmp_path):
-    command = f"{sys.executable} {ROOT / 'cleanrl' / 'ppo.py'} --num-envs 1 --total-timesteps 40000 | head -1"
+    command = f"{sys.executable} {ROOT / 'cleanrl' / 'ppo.py'} --num-envs 1 --total-timesteps 5000 | head -1"
     result = subprocess.run(
         ["bash", "-c", command + "; exit ${PIPESTATUS[0]}"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True, text=True, timeout=300,
