@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import sys
 import threading
 import weakref
@@ -279,9 +280,6 @@ def time_limit(seconds: float, what: str):
     A ``SIGALRM`` timer: in the main thread only (elsewhere the block is not timed); the previous
     handler and timer are put back afterwards.
     """
-    import signal
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -298,8 +296,8 @@ def time_limit(seconds: float, what: str):
         signal.signal(signal.SIGALRM, previous)
 
 
-STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
-"""The signals that stop a run (Ctrl-C, a scheduler, a closed terminal), by name."""
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""The signals that stop a run: Ctrl-C, a scheduler, a closed terminal."""
 
 
 @contextmanager
@@ -309,12 +307,10 @@ def stop_signals_held():
     them through (:func:`ignore_stop_signals`), so a signal to the whole process group while it starts
     cannot kill it; one that arrives meanwhile reaches this process when the block ends. In the main
     thread only (elsewhere nothing changes)."""
-    import signal
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, [getattr(signal, name) for name in STOP_SIGNALS])
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         yield
     finally:
@@ -324,18 +320,13 @@ def stop_signals_held():
 def ignore_stop_signals() -> None:
     """In a child process: ignore the :data:`STOP_SIGNALS` (the main process stops the run and its children),
     then unblock them (see :func:`stop_signals_held`)."""
-    import signal
-
-    signums = [getattr(signal, name) for name in STOP_SIGNALS]
-    for signum in signums:
+    for signum in STOP_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, signums)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def describe_exit(exitcode: int | None) -> str:
     """``"exit code 3"``, ``"killed by SIGKILL"``, or ``"still running"`` for a process's ``exitcode``."""
-    import signal
-
     if exitcode is None:
         return "still running"
     if exitcode < 0:

@@ -51,7 +51,7 @@ import tyro
 
 from cleanrl_utils import checkpoint as checkpoints
 from cleanrl_utils.cli import USAGE_ERROR, fail, flag_name, require, require_positive, require_range, safe_name
-from cleanrl_utils.faults import check_parameters, one_line_faults, stop_now, time_limit
+from cleanrl_utils.faults import STOP_SIGNALS, check_parameters, one_line_faults, stop_now, time_limit
 from cleanrl_utils.files import MODEL_SUFFIX, checkpoint_path, script_name, untrusted_env_module, write_file
 from cleanrl_utils.files import checkpoints as checkpoint_files
 
@@ -697,9 +697,8 @@ def _stopped_by_signals(run: Run, what: str):
     def handler(signum, frame):
         raise _Stopped(signum)
 
-    signums = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP]
-    previous = {signum: signal.getsignal(signum) for signum in signums}
-    for signum in signums:
+    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    for signum in STOP_SIGNALS:
         if previous[signum] is not signal.SIG_IGN:
             signal.signal(signum, handler)
     try:

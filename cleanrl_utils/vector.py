@@ -33,7 +33,6 @@ import signal
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from copy import deepcopy
 from typing import Any, Callable, Sequence
 
@@ -344,13 +343,19 @@ class _Snapshots(gym.Wrapper):
     main process is replaced by an :class:`EnvError` with its type's name and message."""
 
     def reset(self, **kwargs):
-        with _sendable_errors():
+        try:
             obs, info = self.env.reset(**kwargs)
+        except Exception as error:
+            _raise_sendable(error)
+            raise
         return _snapshot(obs), info
 
     def step(self, action):
-        with _sendable_errors():
+        try:  # no cost per step: a try block is free until something raises
             obs, reward, terminated, truncated, info = self.env.step(action)
+        except Exception as error:
+            _raise_sendable(error)
+            raise
         return _snapshot(obs), reward, terminated, truncated, info
 
 
@@ -358,16 +363,13 @@ class EnvError(RuntimeError):
     """An env's exception that could not be sent from its worker process as it was; the message names its type."""
 
 
-@contextmanager
-def _sendable_errors():
+def _raise_sendable(error: Exception) -> None:
+    """Raise :class:`EnvError` in place of ``error`` if ``error`` cannot be pickled to the main process
+    (a class defined in a function, an ``__init__`` with other arguments, ...); else return."""
     try:
-        yield
-    except Exception as error:
-        try:
-            pickle.loads(pickle.dumps(error))
-        except Exception:  # a class defined in a function, an __init__ with other arguments, ...
-            raise EnvError(f"{type(error).__name__}: {error}") from None
-        raise
+        pickle.loads(pickle.dumps(error))
+    except Exception:
+        raise EnvError(f"{type(error).__name__}: {error}") from None
 
 
 def _snapshot(obs: Any) -> Any:
