@@ -32,7 +32,8 @@ Writes, into ``--out``:
   without saving it;
 - ``returns.md`` (also printed): ``| env | exp_name | mean ± std | seeds |``, the final return
   of a run being the mean of its last ``--last-episodes`` episodes (or last
-  ``--last-fraction`` of them), the mean and standard deviation (ddof 0) taken over seeds;
+  ``--last-fraction`` of them), the mean and standard deviation (ddof 0) taken over seeds; with
+  ``--reference``, a column ``published`` with the env's points;
 - with ``--scores``, ``aggregate.<format>`` and ``aggregate.md``: the IQM, median, mean and
   optimality gap of the normalised final returns of each ``exp_name`` across environments,
   with 95% stratified bootstrap confidence intervals. An ``exp_name`` without runs on some
@@ -320,15 +321,25 @@ def band(
 
 
 def returns_table(
-    groups: Mapping[tuple[str, str], Sequence[RunData]], last_episodes: int = 20, last_fraction: float | None = None
+    groups: Mapping[tuple[str, str], Sequence[RunData]],
+    last_episodes: int = 20,
+    last_fraction: float | None = None,
+    references: Mapping[str, Sequence[Reference]] | None = None,
 ) -> str:
     """Markdown table ``| env | exp_name | mean ± std | seeds |`` of the final returns
-    (:func:`final_return`), mean and standard deviation (ddof 0) over the group's runs."""
+    (:func:`final_return`), mean and standard deviation (ddof 0) over the group's runs; with
+    ``references`` (env_id -> points, :func:`load_references`) a last column ``published``
+    gives the env's points, ``<label>: <mean> ± <std> at <step>`` (``-`` for none)."""
     what = f"last {last_fraction:.0%} of episodes" if last_fraction is not None else f"last {last_episodes} episodes"
-    lines = [f"| env | exp_name | mean ± std ({what}) | seeds |", "|---|---|---|---|"]
+    columns = ["env", "exp_name", f"mean ± std ({what})", "seeds"] + ["published"] * (references is not None)
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for (env_id, exp_name), runs in groups.items():
         finals = np.array([final_return(r, last_episodes, last_fraction) for r in runs])
-        lines.append(f"| {env_id} | {exp_name} | {finals.mean():.2f} ± {finals.std():.2f} | {len(runs)} |")
+        line = f"| {env_id} | {exp_name} | {finals.mean():.2f} ± {finals.std():.2f} | {len(runs)} |"
+        if references is not None:
+            points = references.get(env_id, ())
+            line += " " + ("; ".join(f"{p.label}: {p.mean:g} ± {p.std:g} at {p.step:,.0f}" for p in points) or "-") + " |"
+        lines.append(line)
     return "\n".join(lines) + "\n"
 
 
@@ -577,6 +588,26 @@ def _seeds(counts: Sequence[int]) -> str:
     return f"{low} seed" if high == low == 1 else f"{low} seeds" if high == low else f"{low}-{high} seeds"
 
 
+def _legend_columns(labels: Sequence[str], width: float) -> int:
+    """The most legend columns (at most one per label) whose widest entries fit ``width`` inches:
+    each entry is its handle, its gap and its text at the legend's font size, measured with
+    matplotlib's Agg renderer."""
+    from matplotlib.backends.backend_agg import RendererAgg
+    from matplotlib.font_manager import FontProperties
+
+    if not labels:
+        return 1
+    size = FONT_SIZE - 1
+    renderer, font = RendererAgg(100, 100, 72), FontProperties(size=size)  # 72 dpi: pixels are points
+    texts = sorted((renderer.get_text_width_height_descent(t, font, ismath=False)[0] for t in labels), reverse=True)
+    # handlelength 2, handletextpad 0.8 and columnspacing 2.0 em (matplotlib's defaults), borders 1 em
+    entry = (2.0 + 0.8 + 2.0) * size
+    for columns in range(len(labels), 1, -1):
+        if sum(texts[:columns]) + columns * entry + size <= width * 72:
+            return columns
+    return 1
+
+
 def curves_figure(
     groups: Mapping[tuple[str, str], Sequence[RunData]],
     x: str = "steps",
@@ -598,7 +629,8 @@ def curves_figure(
     A subplot per env (3 columns at most), titled by the env id; in each, a line per exp_name
     (mean over seeds, :func:`curve_matrix`) with its band (:func:`band`), and the env's
     reference points as error bars (``ax.containers``). One legend for the figure, below the
-    subplots: an entry ``<label> (<n> seeds)`` per exp_name, then one per reference label.
+    subplots, in as many columns as fit the figure's width: an entry per exp_name (``<exp_name>
+    (<n> seeds)``, or its ``legend`` label as given), then one per reference label.
 
     Args:
         groups: runs by ``(env_id, exp_name)``, from :func:`group_runs`.
@@ -610,7 +642,8 @@ def curves_figure(
             column.
         title: the figure's title (default: what the line and band are, ``mean over seeds, 95%
             bootstrap CI``; ``""``: none).
-        legend: exp_name -> its legend label (others keep their exp_name).
+        legend: exp_name -> its legend label, used as given (the others read ``<exp_name> (<n>
+            seeds)``).
         figsize: the whole figure's (width, height) in inches (default :data:`PANEL_SIZE` per
             subplot plus room for the legend and title).
         references: env_id -> points drawn at their step (``x`` must be ``"steps"``); envs
@@ -631,10 +664,13 @@ def curves_figure(
     markers = dict(zip(reference_labels, "osD^vP*Xph<>" * (len(reference_labels) // 12 + 1)))
     cols = min(3, len(env_ids))
     rows = math.ceil(len(env_ids) / cols)
-    entries = len(names) + len(reference_labels)
-    legend_cols = max(1, min(entries, round(PANEL_SIZE[0] * cols / 1.65)))
+    seeds = {name: _seeds([len(runs) for (_, n), runs in groups.items() if n == name]) for name in names}
+    labels = {name: legend[name] if name in legend else f"{name} ({seeds[name]})" for name in names}
+    labels |= {f"reference {label}": label for label in reference_labels}
+    width = figsize[0] if figsize is not None else PANEL_SIZE[0] * cols
+    legend_cols = _legend_columns(list(labels.values()), width)
     if figsize is None:
-        figsize = (PANEL_SIZE[0] * cols, PANEL_SIZE[1] * rows + 0.17 * math.ceil(entries / legend_cols) + 0.3)
+        figsize = (width, PANEL_SIZE[1] * rows + 0.17 * math.ceil(len(labels) / legend_cols) + 0.3)
     fig = Figure(figsize=figsize, layout="constrained")
     axes = list(fig.subplots(rows, cols, squeeze=False).flat)
     if xlabel is None:
@@ -678,9 +714,7 @@ def curves_figure(
         ax.grid(alpha=0.25)
     for ax in axes[len(env_ids) :]:
         ax.set_visible(False)
-    seeds = {name: _seeds([len(runs) for (_, n), runs in groups.items() if n == name]) for name in names}
-    labels = {name: f"{legend.get(name, name)} ({seeds[name]})" for name in names if name in handles}
-    labels |= {f"reference {label}": label for label in reference_labels}
+    labels = {key: label for key, label in labels.items() if key in handles}
     if labels:
         fig.legend(
             [handles[key] for key in labels],
@@ -799,7 +833,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="append",
         default=[],
         metavar="EXP_NAME=LABEL",
-        help="legend label of an exp_name (repeatable)",
+        help="legend label of an exp_name, as given (default: '<exp_name> (<n> seeds)') (repeatable)",
     )
     style.add_argument(
         "--figsize",
@@ -907,7 +941,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         figsize=tuple(args.figsize) if args.figsize else None,
         references=references,
     )
-    table = returns_table(groups, args.last_episodes, args.last_fraction)
+    table = returns_table(groups, args.last_episodes, args.last_fraction, references)
     (args.out / "returns.md").write_text(table)
     written.append(args.out / "returns.md")
     print(table)

@@ -359,7 +359,7 @@ def test_curves_figure_options_change_it():
     assert ant.get_xlabel() == "steps (M)" and ant.get_ylabel() == "return" and hopper.get_ylabel() == ""  # left column only
     assert fig._suptitle.get_text() == "MuJoCo"
     assert tuple(fig.get_size_inches()) == (7.0, 2.4)
-    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["PPO (2 seeds)", "sac (2 seeds)", "CleanRL ppo_continuous"]
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["PPO", "sac (2 seeds)", "CleanRL ppo_continuous"]
     assert not ant.containers  # the reference is Hopper's only
     (bar,) = hopper.containers
     data, _, (segments,) = bar.lines[0], bar.lines[1], bar.lines[2]
@@ -418,6 +418,11 @@ def test_formats_are_written(fake_runs, tmp_path, capsys):
     plot.main([str(fake_runs), "--out", str(out), *argv])
     assert f"note: {reference} has points for Pong-v5, which has no runs here; they are not drawn" in capsys.readouterr().out
     check_svg(out / "curves.svg", "published ppo")
+    rows = (out / "returns.md").read_text().splitlines()
+    assert rows[0] == "| env | exp_name | mean ± std (last 20 episodes) | seeds | published |"
+    assert [r.rsplit("|", 2)[1].strip() for r in rows[2:]] == [
+        "published ppo: 150 ± 9 at 3,000" if "CartPole-v1" in r else "-" for r in rows[2:]
+    ]
     assert (out / "curves.pdf").read_bytes()[:5] == b"%PDF-"
     check_svg(out / "curves.svg", "CartPole-v1")
     check_png(out / "curves.png")
@@ -426,3 +431,18 @@ def test_formats_are_written(fake_runs, tmp_path, capsys):
     assert matplotlib.image.imread(out / "curves.png").shape[:2] == (600, 1200)  # 6 x 3 in at 200 dpi, not cropped
     plot.main([str(fake_runs), "--out", str(tmp_path / "default"), "--reps", "20"])
     assert sorted(p.name for p in (tmp_path / "default").iterdir()) == ["curves.png", "curves.svg", "returns.md"]
+
+
+@pytest.mark.parametrize("panels", [1, 3])
+def test_legend_fits_inside_the_figure(panels):
+    """Long labels take fewer legend columns, so that no entry is cut at the figure's edge."""
+    names = ["ppo_continuous.py", "ppo_continuous_with_a_long_name.py"]
+    envs = ["Hopper-v4", "Walker2d-v4", "HalfCheetah-v4"][:panels]
+    groups = plot.group_runs([synthetic(env, name, s) for env in envs for name in names for s in (1, 2)])
+    references = {env: [plot.Reference("CleanRL ppo_continuous_action (3 seeds)", 1_000_000, 2383, 272)] for env in envs}
+    fig = plot.curves_figure(groups, reps=20, references=references)
+    fig.canvas.draw()  # lays the figure out at its size
+    (legend,) = fig.legends
+    box, figure = legend.get_window_extent(), fig.bbox
+    assert figure.x0 <= box.x0 and box.x1 <= figure.x1 and figure.y0 <= box.y0, (box, figure)
+    assert len(legend.get_texts()) == 3
