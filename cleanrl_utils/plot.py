@@ -14,9 +14,12 @@ Which runs: the run directories given (or found below the folders given), plus, 
 ``--summary``, exactly the runs that a benchmark launcher grid lists in its ``summary.json``
 with status ``ok`` and a ``run_dir`` (other entries are skipped with a warning). A ``runs/``
 folder shared by several sweeps mixes them; ``--summary`` selects one. A run without the tag
-(crashed, unfinished), without event files or without a readable ``args.json`` is skipped
+(crashed before an episode ended), without event files, without a readable ``args.json``, or
+unfinished (its last event before 90% of its ``total_timesteps``: killed, crashed or still
+running; ``--keep-unfinished`` draws it), and a folder given without runs in it, are skipped
 with a line ``warning: skipped <dir>: <why>`` on stderr; a group whose runs' last steps differ
-by more than 2x, or that has two runs of one seed, gets a note.
+by more than 2x, or that has two runs of one seed, and runs with fewer episodes than
+``--last-episodes``, get a note.
 
 Writes, into ``--out``:
 
@@ -94,23 +97,30 @@ class RunData:
     minutes: np.ndarray
 
 
-def find_runs(paths: Sequence[str | Path]) -> list[Path]:
+def find_runs(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]:
     """The run directories in ``paths``: each path that holds an ``args.json``, else every folder
-    below it that does (``runs/`` finds all runs in it). Sorted, without duplicates.
+    below it that does (``runs/`` finds all runs in it).
+
+    Returns:
+        ``(directories, warnings)``: the directories, sorted, without duplicates; a line
+        ``warning: skipped <path>: no run directory ...`` per path without one (the launcher's
+        ``runs/benchmark_logs`` in ``runs/*``).
 
     Raises:
-        SystemExit: (status 2) a path does not exist, or no run directory is found.
+        SystemExit: (status 2, flag ``runs``) a path is not a directory, or none holds a run.
     """
     found: set[Path] = set()
+    empty = []
     for path in map(Path, paths):
         require(path.is_dir(), "runs", f"{str(path)!r} is not a directory")
         if (path / "args.json").is_file():
             found.add(path)
             continue
         inside = {p.parent for p in path.rglob("args.json")}
-        require(bool(inside), "runs", f"no run directory (a folder with args.json) in {str(path)!r}")
+        empty += [] if inside else [path]
         found |= inside
-    return sorted(found)
+    require(bool(found), "runs", f"no run directory (a folder with args.json) in {', '.join(repr(str(p)) for p in empty)}")
+    return sorted(found), [f"warning: skipped {p}: no run directory (a folder with args.json) in it" for p in empty]
 
 
 class RunSkipped(Exception):
@@ -118,12 +128,19 @@ class RunSkipped(Exception):
     scalar of the tag: a crashed or unfinished run); the message says why."""
 
 
-def read_run(directory: Path, tag: str = "charts/episodic_return") -> RunData:
+UNFINISHED = 0.9
+"""A run whose last event (of any scalar) is before this fraction of its ``total_timesteps``
+is unfinished (killed, crashed, or still running): the scripts log up to their last update,
+within a rollout or a logging interval of the end."""
+
+
+def read_run(directory: Path, tag: str = "charts/episodic_return", keep_unfinished: bool = False) -> RunData:
     """Read ``args.json`` and the scalars ``tag`` of one run directory (all its event files).
 
     Raises:
         RunSkipped: ``args.json`` unreadable or without ``env_id``/``exp_name``/``seed``, no
-            event files, or no scalar ``tag``.
+            event files, no scalar ``tag``, or (unless ``keep_unfinished``) an unfinished run:
+            its last event before :data:`UNFINISHED` of the ``total_timesteps`` in ``args.json``.
     """
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -140,6 +157,11 @@ def read_run(directory: Path, tag: str = "charts/episodic_return") -> RunData:
     if tag not in tags:
         raise RunSkipped(f"no scalar {tag!r} (crashed or unfinished?); it has {', '.join(sorted(tags)) or 'no scalars'}")
     events = accumulator.Scalars(tag)
+    total = config.get("total_timesteps")
+    if not keep_unfinished and isinstance(total, int) and total > 0:
+        last = max(event.step for name in tags for event in accumulator.Scalars(name))
+        if last < UNFINISHED * total:
+            raise RunSkipped(f"unfinished: its last event is at step {last:,} of {total:,} (--keep-unfinished draws it)")
     start = accumulator.FirstEventTimestamp()
     return RunData(
         directory=directory,
@@ -152,7 +174,9 @@ def read_run(directory: Path, tag: str = "charts/episodic_return") -> RunData:
     )
 
 
-def read_runs(directories: Sequence[Path], tag: str = "charts/episodic_return") -> tuple[list[RunData], list[str]]:
+def read_runs(
+    directories: Sequence[Path], tag: str = "charts/episodic_return", keep_unfinished: bool = False
+) -> tuple[list[RunData], list[str]]:
     """Read every run directory (:func:`read_run`), skipping those that cannot be plotted.
 
     Returns:
@@ -166,7 +190,7 @@ def read_runs(directories: Sequence[Path], tag: str = "charts/episodic_return") 
     runs, warnings, reasons = [], [], []
     for directory in directories:
         try:
-            runs.append(read_run(directory, tag))
+            runs.append(read_run(directory, tag, keep_unfinished))
         except RunSkipped as skipped:
             warnings.append(f"warning: skipped {directory}: {skipped}")
             reasons.append(str(skipped))
@@ -511,11 +535,15 @@ def _pyplot():
 
 def _save(fig, out: Path, name: str, formats: Sequence[str] = ("png", "svg"), tight: bool = True) -> list[Path]:
     """Save ``fig`` as ``out/name.<format>`` for each of ``formats``, without a date in the file
-    (the same input gives the same svg and pdf); ``tight``: crop to the drawn content."""
+    (the same input gives the same svg and pdf), PDF fonts embedded as TrueType; ``tight``: crop
+    to the drawn content."""
+    import matplotlib
+
     metadata = {"png": None, "pdf": {"CreationDate": None}, "svg": {"Date": None}}
     paths = [out / f"{name}.{fmt}" for fmt in formats]
-    for path, fmt in zip(paths, formats):
-        fig.savefig(path, dpi=200, bbox_inches="tight" if tight else None, metadata=metadata[fmt])
+    with matplotlib.rc_context({"pdf.fonttype": 42}):  # TrueType, not Type 3: what IEEE and ACM ask for
+        for path, fmt in zip(paths, formats):
+            fig.savefig(path, dpi=200, bbox_inches="tight" if tight else None, metadata=metadata[fmt])
     return paths
 
 
@@ -855,6 +883,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     style.add_argument(
         "--format", nargs="+", choices=FORMATS, default=["png", "svg"], help="image formats of the curves and the aggregate"
     )
+    parser.add_argument(
+        "--keep-unfinished",
+        action="store_true",
+        help=f"also draw runs whose last event is before {UNFINISHED * 100:.0f}%% of their total_timesteps (else skipped)",
+    )
     last = parser.add_mutually_exclusive_group()
     last.add_argument("--last-episodes", type=int, default=20, help="final return: mean of this many last episodes")
     last.add_argument(
@@ -906,14 +939,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     directories, warnings = summary_runs(args.summary)
     require(bool(directories or args.runs), "--summary", "no run with status ok and a run_dir in the summaries")
-    directories = sorted(set(directories) | set(find_runs(args.runs))) if args.runs else directories
-    runs, skipped = read_runs(directories, args.tag)
+    if args.runs:
+        found, empty = find_runs(args.runs)
+        directories, warnings = sorted(set(directories) | set(found)), warnings + empty
+    runs, skipped = read_runs(directories, args.tag, args.keep_unfinished)
     warnings += skipped
     groups = group_runs(runs)
     names = sorted({name for _, name in groups})
     unknown = sorted(set(args.legend) - set(names))
     require(not unknown, "--legend", f"no runs of exp_name {', '.join(unknown)}; the exp_names are {', '.join(names)}")
     notes = group_notes(groups)
+    short = [r for r in runs if args.last_fraction is None and len(r.values) < args.last_episodes]
+    if short:
+        notes.append(
+            f"note: {len(short)} runs have fewer than {args.last_episodes} episodes; their final return is the mean of all "
+            "of them: " + ", ".join(f"{r.directory} ({len(r.values)})" for r in short)
+        )
     references = load_references(args.reference) if args.reference is not None else None
     for env_id in sorted(set(references or ()) - {env_id for env_id, _ in groups}):
         notes.append(f"note: {args.reference} has points for {env_id}, which has no runs here; they are not drawn")

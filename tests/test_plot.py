@@ -28,12 +28,16 @@ def known_returns(env_id: str, exp_name: str, seed: int) -> list[float]:
     return [ENVS[env_id][exp_name] + 7.0 * seed + i + i % 3 for i in range(EPISODES)]
 
 
-def write_run(root: Path, env_id: str, exp_name: str, seed: int, values: list[float], tag="charts/episodic_return"):
+def write_run(
+    root: Path, env_id: str, exp_name: str, seed: int, values: list[float], tag="charts/episodic_return", total=None
+):
+    """A run directory whose episode i ends at step 100 (i + 1); ``total``: its args.json's total_timesteps."""
     from torch.utils.tensorboard import SummaryWriter
 
     directory = root / f"{env_id}__{exp_name}__{seed}__1000"
     directory.mkdir(parents=True)
-    (directory / "args.json").write_text(json.dumps({"env_id": env_id, "exp_name": exp_name, "seed": seed}))
+    config = {"env_id": env_id, "exp_name": exp_name, "seed": seed} | ({"total_timesteps": total} if total else {})
+    (directory / "args.json").write_text(json.dumps(config))
     writer = SummaryWriter(str(directory))
     for i, value in enumerate(values):
         writer.add_scalar(tag, value, 100 * (i + 1))  # episode i ends at step 100 (i + 1)
@@ -281,6 +285,33 @@ def test_crashed_and_empty_runs_are_skipped_with_a_warning(tmp_path, capsys):
     assert table_rows((out / "returns.md").read_text())[("CartPole-v1", "ppo")][2] == 2  # the two complete seeds
     check_png(out / "curves.png")
     check_svg(out / "curves.svg", "ppo (2 seeds)")
+
+
+def test_unfinished_runs_and_folders_without_runs_are_skipped_with_a_warning(tmp_path, capsys):
+    root = tmp_path / "runs"
+    done = [write_run(root, "CartPole-v1", "ppo", seed, [1.0] * 10, total=1024) for seed in (1, 2)]  # last event 1000
+    killed = write_run(root, "CartPole-v1", "ppo", 3, [1.0] * 5, total=1024)  # last event at 500: killed halfway
+    (root / "benchmark_logs").mkdir()  # the launcher's logs, in runs/* beside the runs
+    out = tmp_path / "out"
+    plot.main([*map(str, sorted(root.iterdir())), "--out", str(out), "--reps", "20"])
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines() == [
+        f"warning: skipped {root / 'benchmark_logs'}: no run directory (a folder with args.json) in it",
+        f"warning: skipped {killed}: unfinished: its last event is at step 500 of 1,024 (--keep-unfinished draws it)",
+    ]
+    assert table_rows((out / "returns.md").read_text())[("CartPole-v1", "ppo")][2] == 2
+    short = ", ".join(f"{d} (10)" for d in done)
+    assert f"note: 2 runs have fewer than 20 episodes; their final return is the mean of all of them: {short}" in captured.out
+    plot.main([str(root), "--out", str(out), "--reps", "20", "--keep-unfinished", "--last-episodes", "5"])
+    captured = capsys.readouterr()
+    assert captured.err == "" and "fewer than" not in captured.out
+    assert table_rows((out / "returns.md").read_text())[("CartPole-v1", "ppo")][2] == 3
+
+
+def test_pdf_fonts_are_truetype(fake_runs, tmp_path, capsys):
+    plot.main([str(fake_runs), "--out", str(tmp_path), "--reps", "20", "--format", "pdf"])
+    pdf = (tmp_path / "curves.pdf").read_bytes()
+    assert b"/FontFile2" in pdf and b"/Type3" not in pdf  # embedded TrueType; venues (IEEE, ACM) refuse Type 3 fonts
 
 
 def test_scores_leave_out_an_exp_name_missing_an_env(fake_runs, tmp_path, capsys):
