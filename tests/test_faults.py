@@ -31,7 +31,7 @@ SMALL = {
     "sac_continuous.py": ["--learning-starts", "100", "--batch-size", "32", "--total-timesteps", "700"],
 }
 BOX = {"sac_continuous.py"}
-PPO_RUN = ["--env-id", "CartPole-v1", "--num-envs", "2", "--num-steps", "128", "--total-timesteps", "20480"]
+PPO_RUN = ["--env-id", "CartPole-v1", "--num-envs", "2", "--num-steps", "128", "--total-timesteps", "10240"]
 PPO_RUN += ["--save-model", "--eval-episodes", "1"]
 
 
@@ -258,7 +258,7 @@ def test_a_write_that_fails_names_the_path_and_the_space_left_and_keeps_the_prev
 )
 def test_a_signal_to_the_process_group_leaves_a_checkpoint_the_run_resumes_exactly_from(signum, mode, tmp_path):
     flags = [*PPO_RUN, "--env-mode", mode]
-    whole, resumed = sigterm_then_resume("ppo.py", flags, 2048, 20480, tmp_path, signum=signum, group=True)
+    whole, resumed = sigterm_then_resume("ppo.py", flags, 2048, 10240, tmp_path, signum=signum, group=True)
     for name, tensor in whole["model"].items():
         assert torch.equal(tensor, resumed["model"][name]), name
     assert resumed["curves"] == whole["curves"]
