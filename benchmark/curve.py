@@ -11,7 +11,8 @@ a Box's bounds).
     python benchmark/curve.py runs/Hopper-v5__* --bin 25000 --json benchmark/mujoco_hopper.json
 
 Each run's line: steps trained, wall-clock minutes from the first to the last event, the mean
-return of the last 20 episodes, and the mean return per bin of ``--bin`` steps.
+return of the last 20 and of the last 100 episodes (the window of CleanRL's published tables,
+its docs/contribution.md), and the mean return per bin of ``--bin`` steps.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def main() -> None:
     summary = dict(bin=args.bin, runs=[])
     for directory, run in zip(args.runs, runs):
         curve = binned(run["steps"], run["returns"], args.bin, total)
-        last20 = float(np.mean(run["returns"][-20:]))
+        last20, last100 = float(np.mean(run["returns"][-20:])), float(np.mean(run["returns"][-100:]))
         summary["runs"].append(
             dict(
                 run=directory.name,
@@ -109,13 +110,14 @@ def main() -> None:
                 games=len(run["returns"]),
                 minutes=round(run["minutes"], 1),
                 last20=round(last20, 2),
+                last100=round(last100, 2),
                 curve=[None if v is None else round(v, 2) for v in curve],
             )
         )
         shown = " ".join("-" if v is None else f"{v:.1f}" for v in curve)
         print(
             f"{run['script']} seed {run['seed']}: {run['total_timesteps']} steps, {len(run['returns'])} episodes, "
-            f"{run['minutes']:.0f} min, last 20 episodes {last20:.1f}; per {args.bin} steps: {shown}"
+            f"{run['minutes']:.0f} min, last 20 episodes {last20:.1f}, last 100 {last100:.1f}; per {args.bin} steps: {shown}"
         )
     if args.random_games:
         env_id = runs[0]["env_id"]
