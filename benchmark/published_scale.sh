@@ -30,8 +30,9 @@ launch c51 c51.py CartPole-v1 Acrobot-v1 MountainCar-v0
 
 for name in ppo_continuous dqn c51; do
   python -m cleanrl_utils.plot --summary "runs/benchmark_logs/$name/summary.json" \
-    --reference "$ROOT/benchmark/published_$name.json" --last-episodes 100 --smooth 20 --figsize 7 2.7 \
-    --title "" --format png pdf svg --out "$ROOT/benchmark/published_scale/$name"
+    --reference "$ROOT/benchmark/published_$name.json" --last-episodes 100 --smooth 20 --band range \
+    --ylabel "return (20-episode moving mean)" --legend "$name=ours, $name.py (3 seeds)" --figsize 7 2.8 \
+    --format png pdf svg --out "$ROOT/benchmark/published_scale/$name"
 done
 for env in Hopper-v4 HalfCheetah-v4 Walker2d-v4; do
   python "$ROOT/benchmark/curve.py" runs/"$env"__ppo_continuous__* --bin 50000 --random-games 100 \

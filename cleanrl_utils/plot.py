@@ -326,7 +326,9 @@ def band(
 
     ``kind`` ``"ci"``: at each point, the percentile bootstrap confidence interval of the mean
     (``reps`` resamples of the seeds with replacement, by :func:`stratified_bootstrap`); ``"std"``: mean ±
-    standard deviation (ddof 0).
+    standard deviation (ddof 0); ``"range"``: the lowest and highest seed. With 3 seeds a 95%
+    bootstrap interval is the range (the all-lowest resample has probability 1/27 > 2.5%), and a
+    std band can leave the returns' range; ``"range"`` says what the band is.
     One seed gives a band of zero width.
 
     Returns:
@@ -336,8 +338,10 @@ def band(
     if kind == "std":
         std = matrix.std(axis=0)
         return mean, mean - std, mean + std
+    if kind == "range":
+        return mean, matrix.min(axis=0), matrix.max(axis=0)
     if kind != "ci":
-        raise ValueError(f"band kind must be 'ci' or 'std', got {kind!r}")
+        raise ValueError(f"band kind must be 'ci', 'std' or 'range', got {kind!r}")
     if len(matrix) == 1:
         return mean, mean.copy(), mean.copy()
     _, (lower, upper) = stratified_bootstrap(matrix, lambda m: m.mean(axis=0), reps, seed, confidence)
@@ -735,7 +739,7 @@ def curves_figure(
         if index % cols == 0:
             ax.set_ylabel(ylabel, fontsize=FONT_SIZE)
         if x == "steps":
-            ax.xaxis.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]))
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]))  # 500k: a tick at the end
             ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 200k, 1M
         ax.tick_params(labelsize=FONT_SIZE - 1)
         ax.yaxis.get_offset_text().set_fontsize(FONT_SIZE - 1)
@@ -753,7 +757,10 @@ def curves_figure(
             frameon=False,
         )
     if title is None:
-        title = "mean over seeds, " + ("95% bootstrap CI" if band_kind == "ci" else "± one std")
+        title = (
+            "mean over seeds, "
+            + {"ci": "95% bootstrap CI", "std": "± one std", "range": "band: lowest to highest seed"}[band_kind]
+        )
     if title:
         fig.suptitle(title, fontsize=FONT_SIZE + 1)
     return fig
@@ -844,7 +851,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--smooth", type=int, default=1, help="moving-average window in episodes (1: none)")
     parser.add_argument("--points", type=int, default=100, help="points of the common x grid of the curves")
     parser.add_argument(
-        "--band", choices=("ci", "std"), default="ci", help="band around the mean over seeds: 95%% bootstrap CI, or ± one std"
+        "--band",
+        choices=("ci", "std", "range"),
+        default="ci",
+        help="band around the mean over seeds: 95%% bootstrap CI, ± one std, or the range (lowest to highest seed)",
     )
     style = parser.add_argument_group("curves figure")
     style.add_argument("--xlabel", default=None, help="x label (default: environment steps / wall-clock minutes)")
