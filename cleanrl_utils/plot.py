@@ -838,7 +838,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="extend",
         default=[],
         metavar="PATH",
-        help="summary.json of a benchmark launcher grid (repeatable): plot exactly the runs it lists with status ok",
+        help="summary.json files of benchmark launcher grids (one or more; the flag repeatable): "
+        "plot exactly the runs they list with status ok",
     )
     parser.add_argument("--out", type=Path, default=Path("plots"), help="output folder (created)")
     parser.add_argument("--tag", default="charts/episodic_return", help="scalar tag to read")
@@ -864,7 +865,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     style.add_argument(
         "--title",
         default=None,
-        help='figure title (default: "mean over seeds, 95%% bootstrap CI" or "... ± one std"; "" for none)',
+        help='figure title (default: what the band is: "mean over seeds, 95%% bootstrap CI", "... ± one std" or '
+        '"... band: lowest to highest seed"; "" for none)',
     )
     style.add_argument(
         "--legend",
