@@ -119,8 +119,9 @@ def find_runs(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]:
         inside = {p.parent for p in path.rglob("args.json")}
         empty += [] if inside else [path]
         found |= inside
-    require(bool(found), "runs", f"no run directory (a folder with args.json) in {', '.join(repr(str(p)) for p in empty)}")
-    return sorted(found), [f"warning: skipped {p}: no run directory (a folder with args.json) in it" for p in empty]
+    none = "no run directory (a folder with args.json)"
+    require(bool(found), "runs", f"{none} in {', '.join(repr(str(p)) for p in empty)}")
+    return sorted(found), [f"warning: skipped {p}: {none} in it" for p in empty]
 
 
 class RunSkipped(Exception):
@@ -319,6 +320,10 @@ def curve_matrix(
     return grid, np.stack([np.interp(grid, v, smooth(r.values, window)) for v, r in zip(xs, runs)])
 
 
+BANDS = {"ci": "95% bootstrap CI", "std": "± one std", "range": "band: lowest to highest seed"}
+"""The bands of :func:`band` (``--band``), each with how the figure's default title names it."""
+
+
 def band(
     matrix: np.ndarray, kind: str = "ci", reps: int = 2000, seed: int = 0, confidence: float = 0.95
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -341,7 +346,7 @@ def band(
     if kind == "range":
         return mean, matrix.min(axis=0), matrix.max(axis=0)
     if kind != "ci":
-        raise ValueError(f"band kind must be 'ci', 'std' or 'range', got {kind!r}")
+        raise ValueError(f"band kind must be one of {', '.join(BANDS)}, got {kind!r}")
     if len(matrix) == 1:
         return mean, mean.copy(), mean.copy()
     _, (lower, upper) = stratified_bootstrap(matrix, lambda m: m.mean(axis=0), reps, seed, confidence)
@@ -757,10 +762,7 @@ def curves_figure(
             frameon=False,
         )
     if title is None:
-        title = (
-            "mean over seeds, "
-            + {"ci": "95% bootstrap CI", "std": "± one std", "range": "band: lowest to highest seed"}[band_kind]
-        )
+        title = "mean over seeds, " + BANDS[band_kind]
     if title:
         fig.suptitle(title, fontsize=FONT_SIZE + 1)
     return fig
@@ -853,7 +855,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--points", type=int, default=100, help="points of the common x grid of the curves")
     parser.add_argument(
         "--band",
-        choices=("ci", "std", "range"),
+        choices=tuple(BANDS),
         default="ci",
         help="band around the mean over seeds: 95%% bootstrap CI, ± one std, or the range (lowest to highest seed)",
     )
@@ -961,7 +963,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     unknown = sorted(set(args.legend) - set(names))
     require(not unknown, "--legend", f"no runs of exp_name {', '.join(unknown)}; the exp_names are {', '.join(names)}")
     notes = group_notes(groups)
-    short = [r for r in runs if args.last_fraction is None and len(r.values) < args.last_episodes]
+    short = [r for r in runs if len(r.values) < args.last_episodes] if args.last_fraction is None else []
     if short:
         notes.append(
             f"note: {len(short)} runs have fewer than {args.last_episodes} episodes; their final return is the mean of all "
