@@ -30,7 +30,6 @@ import contextlib
 import math
 import multiprocessing as mp
 import os
-from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -39,6 +38,7 @@ import torch
 
 from cleanrl_utils.namedarraytuple import (
     buffer_from_example,
+    conform,
     example_from_space,
     is_namedarraytuple,
     namedarraytuple,
@@ -241,15 +241,6 @@ def _copy_into(target: Any, saved: Any, name: str) -> None:
     items = [saved[field] for field in target._fields] if is_namedarraytuple(target) else saved
     for index, (part, item) in enumerate(zip(target, items, strict=True)):
         _copy_into(part, item, f"{name}[{index}]")
-
-
-def _conform(value: Any, template: Any) -> Any:
-    """``value`` (dicts / tuples of arrays, nested) as the namedarraytuple classes of ``template``."""
-    if not is_namedarraytuple(template) or is_namedarraytuple(value):
-        return value
-    if isinstance(value, Mapping):
-        return type(template)(**{name: _conform(value[name], field) for name, field in template.items()})
-    return type(template)(*(_conform(v, field) for v, field in zip(value, template)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -521,7 +512,7 @@ class ReplayBuffer(_Storage):
 
     def _as_observation(self, obs: Any) -> Any:
         """A vector env's dict / tuple observation as the namedarraytuple the storage uses."""
-        return _conform(obs, self.observations)
+        return conform(obs, self.observations)
 
     def _add(self, obs, actions, rewards, terminations, truncations, next_obs) -> None:
         # One environment at a time, in plain Python: for the few envs of an off-policy run this

@@ -76,6 +76,10 @@ class Evaluation:
         make_envs: instead of ``make_env``, for a script whose envs are one vector env of their own
             (EnvPool's): ``make_envs(env_id, seed, capture_video, video_dir, training=False,
             video_episodes=...)`` returns the evaluation vector env, seeded when made.
+        env_args: names of the model's recorded arguments that ``make_env`` also takes, passed as
+            keywords, so that the evaluation env is built as the training envs were (for one,
+            ``("action_mask",)``: where the action mask comes from). Their values are plain
+            strings, numbers or booleans; ``make_env`` checks them.
 
     Attributes:
         model: the file's content (:func:`cleanrl_utils.files.read_file`).
@@ -98,6 +102,7 @@ class Evaluation:
         seed: Optional[int] = None,
         device: str = "cpu",
         make_envs: Optional[Callable] = None,
+        env_args: tuple[str, ...] = (),
     ):
         self.model = read_file(model_path, "model", script_name(script_file))
         self.eval_episodes = eval_episodes
@@ -113,7 +118,13 @@ class Evaluation:
         if make_envs is not None:  # EnvPool's envs: one vector env, seeded when made
             self.envs = make_envs(env_id, self.seed, capture_video, video_dir, training=False, video_episodes=video_episodes)
         else:
-            env_fn = make_env(env_id, 0, capture_video, video_dir, training=False, video_episodes=video_episodes)
+            recorded_args = {name: self.model["args"].get(name) for name in env_args}
+            for name, value in recorded_args.items():
+                if not isinstance(value, (str, int, float, bool)):
+                    raise FileRefused(f"{self.model['path']} records {name} = {value!r}, not a plain value")
+            env_fn = make_env(
+                env_id, 0, capture_video, video_dir, training=False, video_episodes=video_episodes, **recorded_args
+            )
             self.envs: gym.vector.VectorEnv = vector_env([env_fn], "sync", SAME_STEP)
 
     def load(self, module: torch.nn.Module, name: str) -> torch.nn.Module:

@@ -234,7 +234,7 @@ def buffer_from_example(example: Any, leading_dims: tuple[int, ...] | int, share
             ) from error
         return torch.zeros(lead + array.shape, dtype=dtype).share_memory_().numpy()
 
-    return _map_leaves(allocate, example)
+    return map_leaves(allocate, example)
 
 
 def np_to_torch(x: Any) -> Any:
@@ -264,7 +264,7 @@ def np_to_torch(x: Any) -> Any:
             return torch.as_tensor(leaf)
         raise TypeError(f"np_to_torch expects numpy arrays, tensors, None or namedarraytuples, got {type(leaf).__name__}")
 
-    return _map_leaves(convert, x)
+    return map_leaves(convert, x)
 
 
 def torch_to_np(x: Any) -> Any:
@@ -294,7 +294,7 @@ def torch_to_np(x: Any) -> Any:
             raise ValueError(f"torch_to_np needs CPU tensors, got one on {leaf.device}; move it to the CPU first")
         return leaf.detach().numpy()
 
-    return _map_leaves(convert, x)
+    return map_leaves(convert, x)
 
 
 def to_device(x: Any, device: torch.device | str, non_blocking: bool = False) -> Any:
@@ -314,7 +314,32 @@ def to_device(x: Any, device: torch.device | str, non_blocking: bool = False) ->
 
     Source: rlpyt (Stooke & Abbeel 2019, arXiv:1909.01500), ``to_device`` of its buffer utilities.
     """
-    return _map_leaves(lambda leaf: np_to_torch(leaf).to(device, non_blocking=non_blocking), x)
+    return map_leaves(lambda leaf: np_to_torch(leaf).to(device, non_blocking=non_blocking), x)
+
+
+def conform(value: Any, template: Any) -> Any:
+    """A gymnasium observation batch as the structure of ``template``, ready to write into it or to read like it.
+
+    Args:
+        value: an array, or the dict / tuple of arrays (nested) a vector env returns for Dict /
+            Tuple spaces, or already a namedarraytuple.
+        template: a buffer of the space (:func:`buffer_from_space`), numpy or torch.
+
+    Returns:
+        Dicts and tuples as the namedarraytuple classes of ``template`` (by key, by position),
+        recursively; a numpy array whose template is a tensor as a tensor on its device; other
+        values as they are. ``buffer[t] = conform(obs, buffer)`` then writes any observation.
+
+    Raises:
+        KeyError: a dict without one of the template's fields.
+    """
+    if isinstance(template, torch.Tensor) and isinstance(value, np.ndarray):
+        return torch.as_tensor(value, device=template.device)
+    if not is_namedarraytuple(template) or is_namedarraytuple(value):
+        return value
+    if isinstance(value, Mapping):
+        return type(template)(**{name: conform(value[name], field) for name, field in template.items()})
+    return type(template)(*(conform(item, field) for item, field in zip(value, template)))
 
 
 def example_from_space(space: gym.spaces.Space) -> Any:
@@ -391,12 +416,20 @@ def _rebuild(typename: str, fields: tuple[str, ...], values: tuple) -> Any:
     return _cached_class(typename, fields)._make(values)
 
 
-def _map_leaves(fn: Callable[[Any], Any], x: Any) -> Any:
-    """Apply ``fn`` to every leaf of ``x``, keeping ``None`` and rebuilding namedarraytuples."""
+def map_leaves(fn: Callable[[Any], Any], x: Any) -> Any:
+    """``fn`` applied to every leaf of ``x``, the structure kept: namedarraytuples rebuilt, ``None`` kept.
+
+    E.g. ``map_leaves(lambda t: t.flatten(0, 1), rollout)`` turns fields ``[T, B, ...]`` into
+    ``[T * B, ...]``, nested namedarraytuples included.
+
+    Args:
+        fn: called on each leaf (an array, tensor or scalar).
+        x: a leaf, ``None``, or a namedarraytuple (nested allowed).
+    """
     if x is None:
         return None
     if is_namedarraytuple(x):
-        return x._make(_map_leaves(fn, value) for value in x)
+        return x._make(map_leaves(fn, value) for value in x)
     return fn(x)
 
 

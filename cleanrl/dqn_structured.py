@@ -1,0 +1,432 @@
+"""DQN for structured spaces: Dict and Tuple observations and action masks, Discrete actions.
+
+Deep Q-Network with experience replay, a target network and linearly decayed ε-greedy
+exploration (Mnih et al. 2015, "Human-level control through deep reinforcement learning",
+Nature 518:529-533, Algorithm 1), with the option --double-q (van Hasselt, Guez, Silver 2016,
+arXiv:1509.06461, eq. 4), as dqn.py, and for structured spaces:
+    - observations: each leaf of a Dict or Tuple observation (nested or not) has an encoder of
+      its own, the encoders of ppo_structured.py, and their features are concatenated; the
+      replay buffer stores the observation as a namedarraytuple of its leaves (rlpyt, Stooke &
+      Abbeel 2019, arXiv:1909.01500), never flattened into one array.
+    - action masks (from the observation key ``action_mask`` or ``info["action_mask"]``,
+      --action-mask): the greedy action is the argmax over allowed actions only, ε-greedy
+      exploration draws uniformly among the allowed actions, and the TD target's max (and
+      double-Q's argmax) at s' runs over the actions allowed at s', with the mask stored with s'
+      in the replay (as in the masked Q-learning of Huang & Ontañón 2022, arXiv:2006.14171, and
+      of game-playing agents such as AlphaStar's action-type masks). A masked action's Q-value
+      is never a target and never chosen.
+
+What this file changes against them: a time-limit truncation is not a termination (as dqn.py:
+the replay stores the real final observation and the target bootstraps from it).
+
+Run:
+    python cleanrl/dqn_structured.py --env-id cleanrl_utils.envs:CombinationLock-v0
+    python cleanrl/dqn_structured.py --env-id cleanrl_utils.envs:CombinationLockInfoMask-v0 --action-mask info
+    pip install -e '.[minigrid]'; python cleanrl/dqn_structured.py --env-id MiniGrid-DoorKey-5x5-v0 --total-timesteps 500000
+"""
+
+import signal
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.optim as optim
+
+from cleanrl_utils.buffers import ReplayBuffer
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.namedarraytuple import buffer_from_space, conform, to_device
+from cleanrl_utils.run import RunArgs, check_env, fail, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.spaces import (
+    ACTION_MASK,
+    ActionMaskFromInfo,
+    OneHot,
+    check_action_masks,
+    check_structured_env,
+    image_layout,
+    leaf,
+    mask_space,
+    observation_leaves,
+)
+from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+
+try:  # the MiniGrid ids come with the minigrid extra; without it, --env-id says so
+    import minigrid
+
+    gym.register_envs(minigrid)
+except ImportError:
+    minigrid = None
+
+
+@dataclass
+class Args(RunArgs):
+    """DQN's hyperparameters; the flags every script takes (--seed, --track, --save-model, --resume ...) come from RunArgs."""
+
+    checkpoint_buffer: bool = False
+    """if toggled, checkpoints hold the replay buffer too (its size is printed) and --resume continues exactly"""
+    env_id: str = "cleanrl_utils.envs:CombinationLock-v0"
+    """gymnasium id of the environment (Discrete actions; Dict, Tuple or leaf observations)"""
+    env_mode: Literal["sync", "async"] = "sync"
+    """step the envs in this process (sync) or in one subprocess each (async)"""
+    action_mask: Literal["auto", "info", "off"] = "auto"
+    """where the action mask comes from: the observation key action_mask if there is one (auto), info["action_mask"]
+    (info), or nowhere: the agent acts and learns without a mask (off)"""
+    total_timesteps: int = 50000
+    """total environment steps, summed over envs"""
+    learning_rate: float = 2.5e-4
+    """Adam learning rate"""
+    num_envs: int = 1
+    """number of parallel environments"""
+    buffer_size: int = 10000
+    """replay capacity in transitions (the real final observation of each episode takes one more)"""
+    gamma: float = 0.99
+    """discount factor γ"""
+    tau: float = 1.0
+    """target network update rate (1.0: hard copy)"""
+    target_network_frequency: int = 500
+    """vector steps between target network updates"""
+    batch_size: int = 128
+    """transitions per gradient step"""
+    start_e: float = 1.0
+    """ε at the start of exploration"""
+    end_e: float = 0.05
+    """ε at the end of exploration"""
+    exploration_fraction: float = 0.5
+    """fraction of total_timesteps over which ε decays linearly from start_e to end_e"""
+    learning_starts: int = 1000
+    """environment steps of data collection before training starts (also the refill after resuming without a buffer)"""
+    train_frequency: int = 4
+    """vector steps between gradient steps"""
+    double_q: bool = False
+    """if toggled, use the double-Q target (van Hasselt et al. 2016)"""
+
+
+def make_env(
+    env_id: str,
+    idx: int,
+    capture_video: bool,
+    video_dir: str,
+    training: bool = True,
+    video_episodes=None,
+    action_mask: str = "auto",
+):
+    """A thunk creating env ``idx``: the gymnasium env, its mask from the info (``action_mask="info"``), its
+    episode statistics, and (training) its replay log.
+
+    Env 0 records videos into ``video_dir`` if asked, of the episodes ``video_episodes(index)``
+    picks (gymnasium's schedule by default). ``training=False``: an evaluation env, without replay log.
+    """
+
+    def thunk():
+        if capture_video and idx == 0:
+            env = gym.make(env_id, render_mode="rgb_array")
+            env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes)
+        else:
+            env = gym.make(env_id)
+        if env_id.startswith("MiniGrid-"):  # the mission is text, and the same sentence in every DoorKey episode
+            env = gym.wrappers.FilterObservation(env, [key for key in env.observation_space.spaces if key != "mission"])
+        if action_mask == "info":  # info["action_mask"] becomes the observation key "action_mask"
+            env = ActionMaskFromInfo(env)
+        env = gym.wrappers.RecordEpisodeStatistics(env)  # return and length in the info of the episode's last step
+        return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
+
+    return thunk
+
+
+def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
+    """Orthogonal weights with gain ``std`` and constant bias (Huang et al. 2022, detail 2)."""
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Encoder(nn.Module):
+    """One encoder per leaf of the observation, features concatenated: ``obs`` -> ``[B, out_features]``.
+
+    - images (3-D Box, :func:`cleanrl_utils.spaces.image_layout`): smaller than 36 pixels a
+      side, the CNN of rl-starter-files for MiniGrid's symbolic grids (conv 2x2 16, max-pool 2,
+      conv 2x2 32, conv 2x2 64, ReLU; values as they are); larger, the Nature CNN (Mnih et al.
+      2015; uint8 pixels scaled by 1/255); flattened;
+    - other Box leaves: flattened, linear to 64, tanh;
+    - Discrete and MultiDiscrete: one-hot (:class:`cleanrl_utils.spaces.OneHot`); MultiBinary: 0/1 floats.
+
+    The top-level ``action_mask`` key is not an input. Leaves are read by path from the
+    namedarraytuple, in :func:`cleanrl_utils.spaces.observation_leaves`' order.
+    """
+
+    def __init__(self, observation_space: gym.Space):
+        super().__init__()
+        self.paths, self.encoders, self.layouts, self.scales, self.out_features = [], nn.ModuleList(), [], [], 0
+        for path, space in observation_leaves(observation_space):
+            layout, scale = image_layout(space), 1.0
+            if layout is not None and min(layout[1:3]) < 36:
+                encoder = nn.Sequential(
+                    nn.Conv2d(layout[0], 16, 2), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 32, 2), nn.ReLU(),
+                    nn.Conv2d(32, 64, 2), nn.ReLU(), nn.Flatten(),
+                )  # fmt: skip
+            elif layout is not None:
+                scale = 1 / 255 if space.dtype == np.uint8 else 1.0
+                encoder = nn.Sequential(
+                    layer_init(nn.Conv2d(layout[0], 32, 8, stride=4)), nn.ReLU(), layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+                    nn.ReLU(), layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten(),
+                )  # fmt: skip
+            elif isinstance(space, gym.spaces.Box):
+                encoder = nn.Sequential(nn.Flatten(), layer_init(nn.Linear(int(np.prod(space.shape)), 64)), nn.Tanh())
+            elif isinstance(space, gym.spaces.MultiBinary):
+                encoder = nn.Flatten()
+            else:  # Discrete, MultiDiscrete
+                encoder = OneHot(space)
+            self.paths.append(path)
+            self.encoders.append(encoder)
+            self.layouts.append(layout)
+            self.scales.append(scale)
+            with torch.no_grad():  # the size of this leaf's features
+                self.out_features += self.encode(
+                    encoder, layout, scale, torch.zeros((1, *space.shape), dtype=torch.long)
+                ).shape[1]
+
+    @staticmethod
+    def encode(encoder: nn.Module, layout, scale: float, x: torch.Tensor) -> torch.Tensor:
+        """One leaf ``[B, *shape]`` -> its features ``[B, size]``."""
+        if isinstance(encoder, OneHot):
+            return encoder(x)
+        x = x.float() * scale
+        return encoder(x.permute(0, 3, 1, 2) if layout is not None and layout[3] else x)
+
+    def forward(self, obs) -> torch.Tensor:
+        """``obs``: a namedarraytuple of tensors ``[B, ...]`` (or one tensor for a leaf space) -> ``[B, out_features]``."""
+        leaves = zip(self.paths, self.encoders, self.layouts, self.scales)
+        return torch.cat([self.encode(encoder, layout, scale, leaf(obs, path)) for path, encoder, layout, scale in leaves], -1)
+
+
+class QNetwork(nn.Module):
+    """An :class:`Encoder`, then an MLP 120-84 ReLU estimating Q(s, ·) for Discrete actions."""
+
+    def __init__(self, observation_space: gym.Space, num_actions: int):
+        super().__init__()
+        self.encoder = Encoder(observation_space)
+        self.q = nn.Sequential(
+            nn.Linear(self.encoder.out_features, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, num_actions)
+        )
+
+    def forward(self, obs) -> torch.Tensor:
+        """Observations ``[B, ...]`` (a namedarraytuple of tensors) -> Q-values ``[B, num_actions]``."""
+        return self.q(self.encoder(obs))
+
+
+def linear_schedule(start: float, end: float, duration: float, t: int) -> float:
+    """Linear from ``start`` at t = 0 to ``end`` at t = ``duration``, then constant (ε decay)."""
+    return start + (end - start) * min(t / duration, 1.0)
+
+
+def masked_argmax(q_values: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
+    """argmax over the allowed actions: q_values ``[B, A]``, mask bool ``[B, A]`` or None -> int64 ``[B]``."""
+    return (q_values if mask is None else q_values.masked_fill(~mask, -torch.inf)).argmax(dim=1)
+
+
+def masked_epsilon_greedy(
+    greedy: np.ndarray, mask: Optional[np.ndarray], epsilon: float, num_actions: int, rng: np.random.Generator
+) -> np.ndarray:
+    """ε-greedy among the allowed actions: with probability ε a uniform allowed action, else ``greedy``.
+
+    Args:
+        greedy: int64 ``[N]``, the greedy (masked argmax) actions.
+        mask: bool ``[N, A]``, true where allowed, each row with one at least; None: all allowed.
+        epsilon: ε in [0, 1].
+        num_actions: A.
+        rng: numpy generator of the draws.
+
+    Returns:
+        int64 ``[N]``. The uniform draw is the argmax of uniform noise over the allowed entries.
+    """
+    noise = rng.random((len(greedy), num_actions))
+    random_actions = (noise if mask is None else np.where(mask, noise, -1.0)).argmax(axis=1)
+    return np.where(rng.random(len(greedy)) < epsilon, random_actions, greedy)
+
+
+def compute_td_target(
+    returns: torch.Tensor,
+    discounts: torch.Tensor,
+    next_q_target: torch.Tensor,
+    next_mask: Optional[torch.Tensor] = None,
+    next_q_online: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """TD target y = r + γ Q_target(s', a') over the actions allowed at s', with γ = 0 after a termination.
+
+    DQN (Mnih et al. 2015): a' = argmax over allowed a of Q_target(s', a); double DQN (van
+    Hasselt et al. 2016, eq. 4): a' = argmax over allowed a of Q_online(s', a). s' is the real
+    next state, so a truncated transition bootstraps. Where s' allows no action (possible at an
+    episode's end) or the discount is 0, the bootstrap term is 0.
+
+    Args:
+        returns: r, ``[B]``.
+        discounts: γ, or 0 where the episode terminated, ``[B]``.
+        next_q_target: Q_target(s', ·), ``[B, A]``.
+        next_mask: bool ``[B, A]``, the actions allowed at s'; None: all.
+        next_q_online: Q_online(s', ·), ``[B, A]``; given, the target is double-Q.
+
+    Returns:
+        TD targets ``[B]``.
+    """
+    next_action = masked_argmax(next_q_target if next_q_online is None else next_q_online, next_mask)
+    next_value = next_q_target.gather(1, next_action.unsqueeze(1)).squeeze(1)
+    if next_mask is not None:
+        next_value = torch.where(next_mask.any(dim=1), next_value, 0.0)
+    return returns + torch.where(discounts > 0, discounts * next_value, 0.0)
+
+
+# ---- plumbing a reader may skip: argument checks and the evaluation of a saved model
+
+
+def check_args(args: Args) -> None:
+    """Stop with one line naming the flag on bad input."""
+    require_positive(args, "total_timesteps num_envs buffer_size batch_size learning_rate target_network_frequency")
+    require_positive(args, "train_frequency")
+    require_range(args, gamma=(0, 1), start_e=(0, 1), end_e=(0, 1))
+    require(0 < args.tau <= 1, "--tau", f"must be in (0, 1], got {args.tau}")
+    require(
+        0 < args.exploration_fraction <= 1, "--exploration-fraction", f"must be in (0, 1], got {args.exploration_fraction}"
+    )
+    require(0 <= args.learning_starts < args.total_timesteps, "--learning-starts", "leaves no training")
+    require(args.start_e >= args.end_e, "--end-e", f"{args.end_e} is above --start-e {args.start_e}")
+    require(args.buffer_size >= args.batch_size, "--buffer-size", f"smaller than --batch-size {args.batch_size}")
+    require(args.buffer_size // args.num_envs >= 3, "--buffer-size", f"{args.buffer_size // args.num_envs} steps per env")
+    if args.env_id.startswith("MiniGrid-") and minigrid is None:
+        fail("--env-id", f"{args.env_id} needs the minigrid extra: pip install -e '.[minigrid]'")
+    leaves = (gym.spaces.Dict, gym.spaces.Tuple, gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete)
+    check_env(args, gym.spaces.Discrete, leaves + (gym.spaces.MultiBinary,))
+    check_structured_env(args, make_env, args.seed)
+
+
+def evaluate(model_path: str, eval_episodes: int, epsilon: float = 0.0, **options) -> np.ndarray:
+    """Episodic returns ``[eval_episodes]`` of a model saved by this script, ε-greedy among the allowed actions
+    (greedy at ε = 0). ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
+    evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, env_args=("action_mask",), **options)
+    envs, device = evaluation.envs, evaluation.device
+    q_network = evaluation.load(QNetwork(envs.single_observation_space, int(envs.single_action_space.n)), "q_network")
+    masked = evaluation.model["args"]["action_mask"] != "off" and mask_space(envs.single_observation_space) is not None
+    batch = to_device(buffer_from_space(envs.single_observation_space, envs.num_envs), device)
+    rng = np.random.default_rng(evaluation.seed)
+
+    def policy(obs) -> np.ndarray:
+        batch[:] = conform(obs, batch)
+        mask = batch.get(ACTION_MASK).bool() if masked else None
+        greedy = masked_argmax(q_network(batch), mask).cpu().numpy()
+        num_actions = int(envs.single_action_space.n)
+        return masked_epsilon_greedy(greedy, None if mask is None else mask.cpu().numpy(), epsilon, num_actions, rng)
+
+    return evaluation.run(policy)
+
+
+if __name__ == "__main__":
+    # ---- plumbing: flags and --resume (bad input stops here), run directory, trackers, seeding, signals
+    args, resumed = parse_args(Args, __file__, check_args)
+    observation_space, action_space = check_structured_env(args, make_env)
+    N = args.num_envs
+    try:  # Replay: transitions in [buffer_size / N, N] rows, each observation a namedarraytuple of its leaves
+        rb = ReplayBuffer(args.buffer_size // N, N, observation_space, action_space, gamma=args.gamma, seed=args.seed)
+    except MemoryError as error:
+        fail("--buffer-size", str(error))
+    run = start_run(args, resumed)
+    writer, device = run.writer, run.device
+    rb.device = device
+    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint after this step, exit 143
+    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+
+    # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
+    # that ended the episode is in infos["final_obs"].
+    envs = vector_env(
+        [make_env(args.env_id, i, args.capture_video, run.video_dir, action_mask=args.action_mask) for i in range(N)],
+        args.env_mode,
+        timeout=args.env_timeout,
+        autoreset_mode=SAME_STEP,
+    )
+    num_actions = int(action_space.n)
+    q_network = QNetwork(observation_space, num_actions).to(device)
+    optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, fused=True)
+    target_network = QNetwork(observation_space, num_actions).to(device)
+    target_network.load_state_dict(q_network.state_dict())
+    masked = args.action_mask != "off" and mask_space(observation_space) is not None
+    batch = to_device(buffer_from_space(observation_space, N), device)  # the observation the envs act on
+    rng = np.random.default_rng(args.seed)
+    exploration_steps = args.exploration_fraction * args.total_timesteps
+
+    # what a checkpoint holds, besides the global random generators
+    state = dict(
+        q_network=q_network, target_network=target_network, optimizer=optimizer, rng=rng, envs=envs, replay_rng=rb.rng
+    )
+    if args.checkpoint_buffer:
+        state["replay_buffer"] = rb
+        print(f"each checkpoint holds the replay buffer ({rb.nbytes / 2**20:.1f} MiB)")
+    global_step, updates_start = 0, args.learning_starts  # updates once global_step > updates_start
+    if run.resumed:  # the checkpoint's networks, optimiser, generators, envs (replayed) and buffer, in place
+        saved = run.restore({**state, "replay_buffer": rb})
+        global_step, updates_start, obs = saved["global_step"], saved["updates_start"], saved["obs"]
+        if "replay_buffer" in saved["missing"]:  # an empty buffer: refill it before updating again
+            updates_start = global_step + args.learning_starts
+            print(f"the checkpoint has no replay buffer: refilling it until step {updates_start} before updating")
+    else:
+        obs, _ = envs.reset(seed=args.seed)
+
+    for iteration in range(global_step // N, args.total_timesteps // N):
+        # ε-greedy among the allowed actions: the network is only run when some env acts greedily.
+        mask = np.asarray(obs[ACTION_MASK], dtype=bool) if masked else None
+        if masked:  # every env must allow an action: one line naming the env otherwise
+            check_action_masks(mask, [num_actions], global_step // N)
+        global_step += N
+        epsilon = linear_schedule(args.start_e, args.end_e, exploration_steps, global_step)
+        greedy = np.zeros(N, dtype=np.int64)
+        if epsilon < 1.0:
+            with torch.inference_mode():
+                batch[:] = conform(obs, batch)
+                q_values = q_network(batch)
+                greedy = masked_argmax(q_values, batch.get(ACTION_MASK).bool() if masked else None).cpu().numpy()
+        actions = masked_epsilon_greedy(greedy, mask, epsilon, num_actions, rng)
+
+        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+        run.log_episodes(global_step, infos)
+        # s' is the real next observation (its action mask included): where an episode ended, its final observation.
+        rb.add(obs, actions, rewards, terminations, truncations, real_next_obs(next_obs, infos))
+        obs = next_obs
+
+        if global_step > updates_start and len(rb) > 0:
+            if iteration % args.train_frequency == 0:
+                data = rb.sample(args.batch_size)
+                next_mask = data.next_obs.get(ACTION_MASK).bool() if masked else None
+                with torch.no_grad():
+                    next_q_target = target_network(data.next_obs)
+                    next_q_online = q_network(data.next_obs) if args.double_q else None
+                    td_target = compute_td_target(data.rewards, data.discounts, next_q_target, next_mask, next_q_online)
+                old_val = q_network(data.obs).gather(1, data.actions.unsqueeze(1)).squeeze(1)
+                loss = F.mse_loss(old_val, td_target)
+
+                optimizer.zero_grad()
+                loss.backward()
+                check_finite(iteration // args.train_frequency, global_step, td_loss=loss)  # stops a diverging run here
+                optimizer.step()
+
+                if iteration % (100 * args.train_frequency) == 0:
+                    writer.add_scalar("losses/td_loss", loss.item(), global_step)
+                    writer.add_scalar("losses/q_values", old_val.mean().item(), global_step)
+                    writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+                    writer.add_scalar("charts/epsilon", epsilon, global_step)
+                    writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+
+            # Target network: θ' ← τ θ + (1 - τ) θ'
+            if iteration % args.target_network_frequency == 0:
+                with torch.no_grad():
+                    for target_param, param in zip(target_network.parameters(), q_network.parameters()):
+                        target_param.lerp_(param, args.tau)
+        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+            run.save_checkpoint(state, global_step, updates_start=updates_start)
+        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+            run.exit(envs)
+
+    if args.save_model:
+        run.save_model({"q_network": q_network}, evaluate)
+    envs.close()
+    run.close()
