@@ -203,9 +203,8 @@ class Encoder(nn.Module):
             self.layouts.append(layout)
             self.scales.append(scale)
             with torch.no_grad():  # the size of this leaf's features
-                self.out_features += self.encode(
-                    encoder, layout, scale, torch.zeros((1, *space.shape), dtype=torch.long)
-                ).shape[1]
+                example = torch.as_tensor(np.zeros((1, *space.shape), np.int64) + getattr(space, "start", 0))
+                self.out_features += self.encode(encoder, layout, scale, example).shape[1]
 
     @staticmethod
     def encode(encoder: nn.Module, layout, scale: float, x: torch.Tensor) -> torch.Tensor:

@@ -192,3 +192,50 @@ for _fault in ("nan_reward", "nan_obs", "die", "hang", "hang_init", "mutate", "a
                 max_episode_steps=20,
                 kwargs={"fault": _fault, "continuous": _continuous},
             )
+
+
+class EmptyMaskEnv(gym.Env):
+    """Dict observation ``{"t": [t], "action_mask": MultiBinary(3)}``, reward 0, Discrete(3) actions.
+
+    An env first reset with an even seed allows no action from step 5 on (its mask is all
+    false); one reset with an odd seed always allows all. With ``--seed 1`` and two envs, env 1
+    (seed 2) has an all-false mask at vector step 5.
+    """
+
+    metadata = {"render_modes": []}
+    observation_space = gym.spaces.Dict(
+        {"t": gym.spaces.Box(0.0, 1000.0, shape=(1,), dtype=np.float32), "action_mask": gym.spaces.MultiBinary(3)}
+    )
+    action_space = gym.spaces.Discrete(3)
+    empty_from = None
+
+    def _obs(self):
+        mask = np.zeros(3, np.int8) if self.empty_from is not None and self.t >= self.empty_from else np.ones(3, np.int8)
+        return {"t": np.array([self.t], dtype=np.float32), "action_mask": mask}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.empty_from = 5 if seed % 2 == 0 else None
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self._obs(), 0.0, False, False, {}
+
+
+if "EmptyMask-v0" not in gym.registry:
+    gym.register("EmptyMask-v0", entry_point=EmptyMaskEnv, max_episode_steps=50)
+
+
+class TextObservationEnv(EmptyMaskEnv):
+    """Like EmptyMaskEnv, with a text leaf ``note`` in its observation (the structured-space scripts refuse it)."""
+
+    observation_space = gym.spaces.Dict(
+        {"t": gym.spaces.Box(0.0, 1000.0, shape=(1,), dtype=np.float32), "note": gym.spaces.Text(5)}
+    )
+
+
+if "TextObservation-v0" not in gym.registry:
+    gym.register("TextObservation-v0", entry_point=TextObservationEnv, max_episode_steps=50)

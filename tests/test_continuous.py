@@ -393,7 +393,12 @@ def test_resume_without_the_buffer_refills_it_then_updates_on(tmp_path):
 
 @pytest.mark.learning
 @pytest.mark.parametrize(
-    "script,steps", [("sac_continuous.py", 12000), ("td3_continuous.py", 12000), ("ddpg_continuous.py", 12000)]
+    "script,steps",
+    [
+        pytest.param("sac_continuous.py", 12000, marks=pytest.mark.long),
+        ("td3_continuous.py", 12000),
+        ("ddpg_continuous.py", 12000),
+    ],
 )
 def test_learns_pendulum(script, steps, tmp_path):
     run_script(

@@ -370,6 +370,7 @@ def test_bad_input_stops_every_rank_under_torchrun(tmp_path):
 
 
 @pytest.mark.learning
+@pytest.mark.long
 def test_two_ranks_solve_cartpole_at_ppo_global_batch(tmp_path):
     """2 ranks x 2 envs x 128 steps (ppo.py's global batch of 4 x 128, its hyperparameters)
     reach tests/test_learning.py's threshold for ppo.py within its 500k steps."""
