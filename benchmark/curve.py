@@ -53,7 +53,8 @@ def is_atari(env_id: str) -> bool:
 
 
 def random_policy_returns(env_id: str, games: int, seed: int) -> list[float]:
-    """Episodic returns of uniformly random actions: on Atari full games through dqn_atari.py's preprocessing."""
+    """Episodic returns of uniformly random actions (all actions, masked or not): on Atari full games through
+    dqn_atari.py's preprocessing, on MiniGrid through ppo_structured.py's ``make_env``."""
     import gymnasium as gym
 
     from cleanrl_utils.evals import run_episodes
@@ -63,14 +64,21 @@ def random_policy_returns(env_id: str, games: int, seed: int) -> list[float]:
         from cleanrl.dqn_atari import make_env
 
         envs = vector_env([make_env(env_id, 0, False, "", training=False)])
+    elif env_id.startswith("MiniGrid-"):
+        from cleanrl.ppo_structured import make_env  # registers MiniGrid's ids, leaves out the text mission
+
+        envs = vector_env([make_env(env_id, 0, False, "", training=False)])
     else:
         envs = vector_env([lambda: gym.wrappers.RecordEpisodeStatistics(gym.make(env_id))])
     rng = np.random.default_rng(seed)
     space = envs.single_action_space
+    n = envs.num_envs
     if isinstance(space, gym.spaces.Discrete):
-        policy = lambda obs: rng.integers(space.n, size=len(obs))  # noqa: E731
+        policy = lambda obs: rng.integers(space.n, size=n)  # noqa: E731
+    elif isinstance(space, gym.spaces.MultiDiscrete):
+        policy = lambda obs: rng.integers(space.nvec, size=(n, *space.shape))  # noqa: E731
     else:
-        policy = lambda obs: rng.uniform(space.low, space.high, (len(obs), *space.shape))  # noqa: E731
+        policy = lambda obs: rng.uniform(space.low, space.high, (n, *space.shape))  # noqa: E731
     returns = run_episodes(envs, policy, games, seed=seed)
     envs.close()
     return [float(r) for r in returns]
