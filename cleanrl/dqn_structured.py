@@ -12,12 +12,14 @@ arXiv:1509.06461, eq. 4), as dqn.py, and for structured spaces:
       --action-mask): the greedy action is the argmax over allowed actions only, ε-greedy
       exploration draws uniformly among the allowed actions, and the TD target's max (and
       double-Q's argmax) at s' runs over the actions allowed at s', with the mask stored with s'
-      in the replay (as in the masked Q-learning of Huang & Ontañón 2022, arXiv:2006.14171, and
-      of game-playing agents such as AlphaStar's action-type masks). A masked action's Q-value
-      is never a target and never chosen.
+      in the replay. A masked action's Q-value is never a target and never chosen: the masking
+      of Huang & Ontañón 2022 (arXiv:2006.14171, for policy gradients) carried over to the max
+      and argmax of Q-learning.
 
 What this file changes against them: a time-limit truncation is not a termination (as dqn.py:
-the replay stores the real final observation and the target bootstraps from it).
+the replay stores the real final observation and the target bootstraps from it). A MiniGrid
+``mission`` that never changes (DoorKey's) is left out of the observation; a varying mission and
+other text leaves are refused, as no encoder here reads text.
 
 Run:
     python cleanrl/dqn_structured.py --env-id cleanrl_utils.envs:CombinationLock-v0
@@ -47,6 +49,7 @@ from cleanrl_utils.spaces import (
     OneHot,
     check_action_masks,
     check_structured_env,
+    fixed_mission,
     image_layout,
     leaf,
     mask_space,
@@ -127,7 +130,7 @@ def make_env(
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes)
         else:
             env = gym.make(env_id)
-        if env_id.startswith("MiniGrid-"):  # the mission is text, and the same sentence in every DoorKey episode
+        if fixed_mission(env.observation_space) is not None:  # a MiniGrid mission that never changes (DoorKey's): no news
             env = gym.wrappers.FilterObservation(env, [key for key in env.observation_space.spaces if key != "mission"])
         if action_mask == "info":  # info["action_mask"] becomes the observation key "action_mask"
             env = ActionMaskFromInfo(env)
@@ -147,11 +150,11 @@ def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.
 class Encoder(nn.Module):
     """One encoder per leaf of the observation, features concatenated: ``obs`` -> ``[B, out_features]``.
 
-    - images (3-D Box, :func:`cleanrl_utils.spaces.image_layout`): smaller than 36 pixels a
-      side, the CNN of rl-starter-files for MiniGrid's symbolic grids (conv 2x2 16, max-pool 2,
-      conv 2x2 32, conv 2x2 64, ReLU; values as they are); larger, the Nature CNN (Mnih et al.
+    - images (3-D Box, :func:`cleanrl_utils.spaces.image_layout`) of 7 to 35 pixels a side: the
+      CNN of rl-starter-files for MiniGrid's symbolic grids (conv 2x2 16, max-pool 2, conv 2x2
+      32, conv 2x2 64, ReLU; values as they are); of 36 or more: the Nature CNN (Mnih et al.
       2015; uint8 pixels scaled by 1/255); flattened;
-    - other Box leaves: flattened, linear to 64, tanh;
+    - other Box leaves (smaller images included): flattened, linear to 64, tanh;
     - Discrete and MultiDiscrete: one-hot (:class:`cleanrl_utils.spaces.OneHot`); MultiBinary: 0/1 floats.
 
     The top-level ``action_mask`` key is not an input. Leaves are read by path from the
@@ -163,21 +166,21 @@ class Encoder(nn.Module):
         self.paths, self.encoders, self.layouts, self.scales, self.out_features = [], nn.ModuleList(), [], [], 0
         for path, space in observation_leaves(observation_space):
             layout, scale = image_layout(space), 1.0
-            if layout is not None and min(layout[1:3]) < 36:
+            if layout is not None and 7 <= min(layout[1:3]) < 36:
                 encoder = nn.Sequential(
                     nn.Conv2d(layout[0], 16, 2), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 32, 2), nn.ReLU(),
                     nn.Conv2d(32, 64, 2), nn.ReLU(), nn.Flatten(),
                 )  # fmt: skip
-            elif layout is not None:
+            elif layout is not None and min(layout[1:3]) >= 36:
                 scale = 1 / 255 if space.dtype == np.uint8 else 1.0
                 encoder = nn.Sequential(
                     layer_init(nn.Conv2d(layout[0], 32, 8, stride=4)), nn.ReLU(), layer_init(nn.Conv2d(32, 64, 4, stride=2)),
                     nn.ReLU(), layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten(),
                 )  # fmt: skip
             elif isinstance(space, gym.spaces.Box):
-                encoder = nn.Sequential(nn.Flatten(), layer_init(nn.Linear(int(np.prod(space.shape)), 64)), nn.Tanh())
+                layout, encoder = None, nn.Sequential(layer_init(nn.Linear(int(np.prod(space.shape)), 64)), nn.Tanh())
             elif isinstance(space, gym.spaces.MultiBinary):
-                encoder = nn.Flatten()
+                encoder = nn.Identity()
             else:  # Discrete, MultiDiscrete
                 encoder = OneHot(space)
             self.paths.append(path)
@@ -190,11 +193,13 @@ class Encoder(nn.Module):
 
     @staticmethod
     def encode(encoder: nn.Module, layout, scale: float, x: torch.Tensor) -> torch.Tensor:
-        """One leaf ``[B, *shape]`` -> its features ``[B, size]``."""
+        """One leaf ``[B, *shape]`` -> its features ``[B, size]``: images ``[B, C, H, W]`` to a CNN, the rest flattened."""
         if isinstance(encoder, OneHot):
             return encoder(x)
         x = x.float() * scale
-        return encoder(x.permute(0, 3, 1, 2) if layout is not None and layout[3] else x)
+        if layout is None:
+            return encoder(x.reshape(x.shape[0], -1))
+        return encoder(x.permute(0, 3, 1, 2) if layout[3] else x)
 
     def forward(self, obs) -> torch.Tensor:
         """``obs``: a namedarraytuple of tensors ``[B, ...]`` (or one tensor for a leaf space) -> ``[B, out_features]``."""
@@ -298,7 +303,6 @@ def check_args(args: Args) -> None:
         fail("--env-id", f"{args.env_id} needs the minigrid extra: pip install -e '.[minigrid]'")
     leaves = (gym.spaces.Dict, gym.spaces.Tuple, gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete)
     check_env(args, gym.spaces.Discrete, leaves + (gym.spaces.MultiBinary,))
-    check_structured_env(args, make_env, args.seed)
 
 
 def evaluate(model_path: str, eval_episodes: int, epsilon: float = 0.0, **options) -> np.ndarray:
@@ -324,7 +328,11 @@ def evaluate(model_path: str, eval_episodes: int, epsilon: float = 0.0, **option
 if __name__ == "__main__":
     # ---- plumbing: flags and --resume (bad input stops here), run directory, trackers, seeding, signals
     args, resumed = parse_args(Args, __file__, check_args)
-    observation_space, action_space = check_structured_env(args, make_env)
+    observation_space, action_space = check_structured_env(args, make_env, args.seed)  # one line on what it cannot read
+    try:  # the encoders read each leaf once when they are built
+        QNetwork(observation_space, int(action_space.n))
+    except (ValueError, RuntimeError) as error:
+        fail("--env-id", f"{args.env_id}: the encoders cannot read its observation ({str(error).splitlines()[0]})")
     N = args.num_envs
     try:  # Replay: transitions in [buffer_size / N, N] rows, each observation a namedarraytuple of its leaves
         rb = ReplayBuffer(args.buffer_size // N, N, observation_space, action_space, gamma=args.gamma, seed=args.seed)

@@ -7,24 +7,27 @@ with the implementation details of ppo.py (Huang et al. 2022, "The 37 Implementa
 of Proximal Policy Optimization"), and for structured spaces:
     - observations: each leaf of a Dict or Tuple observation (nested or not) has an encoder of
       its own, and their features are concatenated (the "multi-input" networks of
-      Stable-Baselines3's ``CombinedExtractor``): images (3-D Box) through a small CNN, other
-      Box leaves through a linear layer, Discrete and MultiDiscrete leaves one-hot,
-      MultiBinary leaves as 0/1 floats. The rollout is stored as a namedarraytuple of those
-      leaves (rlpyt, Stooke & Abbeel 2019, arXiv:1909.01500), never flattened into one array.
-    - actions: Discrete, or MultiDiscrete as one categorical per dimension, whose
-      log-probabilities and entropies are summed (the factored policy of Vinyals et al. 2017,
-      "StarCraft II: A New Challenge for Reinforcement Learning", arXiv:1708.04782, sec. 4.1;
-      OpenAI Five, arXiv:1912.06680).
+      Stable-Baselines3's ``CombinedExtractor``): images (3-D Box) through a CNN (rl-starter-files'
+      small one for grids, the Nature CNN from 36 pixels a side), other Box leaves through a
+      linear layer, Discrete and MultiDiscrete leaves one-hot, MultiBinary leaves as 0/1 floats.
+      The rollout is stored as a namedarraytuple of those leaves (rlpyt, Stooke & Abbeel 2019,
+      arXiv:1909.01500), never flattened into one array.
+    - actions: Discrete, or MultiDiscrete as one categorical per dimension, independent given
+      the observation, whose log-probabilities and entropies are summed (as the action
+      arguments of Vinyals et al. 2017, "StarCraft II: A New Challenge for Reinforcement
+      Learning", arXiv:1708.04782).
     - action masks: invalid action masking (Huang & Ontañón 2022, "A Closer Look at Invalid
-      Action Masking in Policy Gradient Algorithms", arXiv:2006.14171, sec. 3): the logits of
+      Action Masking in Policy Gradient Algorithms", FLAIRS-35, arXiv:2006.14171): the logits of
       masked actions are replaced by the lowest float before the softmax, so masked actions have
       zero probability when sampling, in the log-probabilities, in the entropy and in evaluation,
       and receive no gradient. The mask comes from the observation key ``action_mask`` or from
       ``info["action_mask"]`` (--action-mask).
 
 What this file changes against them: a time-limit truncation is not a termination (as ppo.py:
-GAE bootstraps from V(real final observation)). MiniGrid's ``mission`` (a text space; the same
-sentence in every DoorKey episode) is left out of the observation; other text leaves are refused.
+GAE bootstraps from V(real final observation)). A MiniGrid ``mission`` that never changes (text:
+DoorKey's is one fixed sentence) is left out of the observation; a varying mission and other
+text leaves are refused, as no encoder here reads text. A MultiDiscrete mask masks each
+dimension on its own: it cannot make one dimension's allowed values depend on another's choice.
 
 Run:
     pip install -e '.[minigrid]'
@@ -55,6 +58,7 @@ from cleanrl_utils.spaces import (
     action_dims,
     check_action_masks,
     check_structured_env,
+    fixed_mission,
     image_layout,
     leaf,
     mask_space,
@@ -145,7 +149,7 @@ def make_env(
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes)
         else:
             env = gym.make(env_id)
-        if env_id.startswith("MiniGrid-"):  # the mission is text, and the same sentence in every DoorKey episode
+        if fixed_mission(env.observation_space) is not None:  # a MiniGrid mission that never changes (DoorKey's): no news
             env = gym.wrappers.FilterObservation(env, [key for key in env.observation_space.spaces if key != "mission"])
         if action_mask == "info":  # info["action_mask"] becomes the observation key "action_mask"
             env = ActionMaskFromInfo(env)
@@ -165,11 +169,11 @@ def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.
 class Encoder(nn.Module):
     """One encoder per leaf of the observation, features concatenated: ``obs`` -> ``[B, out_features]``.
 
-    - images (3-D Box, :func:`cleanrl_utils.spaces.image_layout`): smaller than 36 pixels a
-      side, the CNN of rl-starter-files for MiniGrid's symbolic grids (conv 2x2 16, max-pool 2,
-      conv 2x2 32, conv 2x2 64, ReLU; values as they are); larger, the Nature CNN (Mnih et al.
+    - images (3-D Box, :func:`cleanrl_utils.spaces.image_layout`) of 7 to 35 pixels a side: the
+      CNN of rl-starter-files for MiniGrid's symbolic grids (conv 2x2 16, max-pool 2, conv 2x2
+      32, conv 2x2 64, ReLU; values as they are); of 36 or more: the Nature CNN (Mnih et al.
       2015; uint8 pixels scaled by 1/255); flattened;
-    - other Box leaves: flattened, linear to 64, tanh;
+    - other Box leaves (smaller images included): flattened, linear to 64, tanh;
     - Discrete and MultiDiscrete: one-hot (:class:`cleanrl_utils.spaces.OneHot`); MultiBinary: 0/1 floats.
 
     The top-level ``action_mask`` key is not an input. Leaves are read by path from the
@@ -181,21 +185,21 @@ class Encoder(nn.Module):
         self.paths, self.encoders, self.layouts, self.scales, self.out_features = [], nn.ModuleList(), [], [], 0
         for path, space in observation_leaves(observation_space):
             layout, scale = image_layout(space), 1.0
-            if layout is not None and min(layout[1:3]) < 36:
+            if layout is not None and 7 <= min(layout[1:3]) < 36:
                 encoder = nn.Sequential(
                     nn.Conv2d(layout[0], 16, 2), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 32, 2), nn.ReLU(),
                     nn.Conv2d(32, 64, 2), nn.ReLU(), nn.Flatten(),
                 )  # fmt: skip
-            elif layout is not None:
+            elif layout is not None and min(layout[1:3]) >= 36:
                 scale = 1 / 255 if space.dtype == np.uint8 else 1.0
                 encoder = nn.Sequential(
                     layer_init(nn.Conv2d(layout[0], 32, 8, stride=4)), nn.ReLU(), layer_init(nn.Conv2d(32, 64, 4, stride=2)),
                     nn.ReLU(), layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten(),
                 )  # fmt: skip
             elif isinstance(space, gym.spaces.Box):
-                encoder = nn.Sequential(nn.Flatten(), layer_init(nn.Linear(int(np.prod(space.shape)), 64)), nn.Tanh())
+                layout, encoder = None, nn.Sequential(layer_init(nn.Linear(int(np.prod(space.shape)), 64)), nn.Tanh())
             elif isinstance(space, gym.spaces.MultiBinary):
-                encoder = nn.Flatten()
+                encoder = nn.Identity()
             else:  # Discrete, MultiDiscrete
                 encoder = OneHot(space)
             self.paths.append(path)
@@ -208,11 +212,13 @@ class Encoder(nn.Module):
 
     @staticmethod
     def encode(encoder: nn.Module, layout, scale: float, x: torch.Tensor) -> torch.Tensor:
-        """One leaf ``[B, *shape]`` -> its features ``[B, size]``."""
+        """One leaf ``[B, *shape]`` -> its features ``[B, size]``: images ``[B, C, H, W]`` to a CNN, the rest flattened."""
         if isinstance(encoder, OneHot):
             return encoder(x)
         x = x.float() * scale
-        return encoder(x.permute(0, 3, 1, 2) if layout is not None and layout[3] else x)
+        if layout is None:
+            return encoder(x.reshape(x.shape[0], -1))
+        return encoder(x.permute(0, 3, 1, 2) if layout[3] else x)
 
     def forward(self, obs) -> torch.Tensor:
         """``obs``: a namedarraytuple of tensors ``[B, ...]`` (or one tensor for a leaf space) -> ``[B, out_features]``."""
@@ -236,6 +242,10 @@ class Agent(nn.Module):
     def get_value(self, obs) -> torch.Tensor:
         """V(obs): observations ``[B, ...]`` -> values ``[B]``."""
         return self.critic(self.encoder(obs)).squeeze(-1)
+
+    def get_action(self, obs, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Sample actions int64 ``[B, len(action_dims)]`` from π(·|obs) among the allowed ones (the actor only)."""
+        return masked_categorical(self.actor(self.encoder(obs)), self.action_dims, mask)[0]
 
     def get_action_and_value(self, obs, mask: Optional[torch.Tensor] = None, action: Optional[torch.Tensor] = None):
         """Sample actions (when ``action`` is None) or score ``action``, and evaluate V.
@@ -265,9 +275,9 @@ def masked_categorical(
 
     Dimension j has the logits ``logits[:, o_j : o_j + dims[j]]`` (o_j = sum of the sizes before
     it). A masked logit is replaced by the lowest float, so its probability is exactly 0 (Huang &
-    Ontañón 2022, arXiv:2006.14171, sec. 3) and it gets no gradient. For a MultiDiscrete action the
+    Ontañón 2022, arXiv:2006.14171) and it gets no gradient. For a MultiDiscrete action the
     dimensions are independent: log π(a) = sum_j log π_j(a_j), H = sum_j H_j (Vinyals et al. 2017,
-    arXiv:1708.04782, sec. 4.1).
+    arXiv:1708.04782).
 
     Args:
         logits: ``[B, sum(dims)]``.
@@ -361,7 +371,11 @@ def check_args(args: Args) -> None:
         fail("--env-id", f"{args.env_id} needs the minigrid extra: pip install -e '.[minigrid]'")
     leaves = (gym.spaces.Dict, gym.spaces.Tuple, gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete)
     check_env(args, (gym.spaces.Discrete, gym.spaces.MultiDiscrete), leaves + (gym.spaces.MultiBinary,))
-    check_structured_env(args, make_env, args.seed)
+    observation_space, action_space = check_structured_env(args, make_env, args.seed)
+    try:  # the encoders read each leaf once when they are built
+        Agent(observation_space, action_space)
+    except (ValueError, RuntimeError) as error:
+        fail("--env-id", f"{args.env_id}: the encoders cannot read its observation ({str(error).splitlines()[0]})")
 
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, **options) -> np.ndarray:
@@ -440,7 +454,7 @@ if __name__ == "__main__":
             obs[step] = conform(next_obs, obs)  # the vector env's dict / tuple of arrays, leaf by leaf
             with torch.inference_mode():
                 mask = obs[step].get(ACTION_MASK).bool() if masked else None
-                action, _, _, _ = agent.get_action_and_value(obs[step], mask)
+                action = agent.get_action(obs[step], mask)
             actions[step] = action
 
             env_action = action.cpu().numpy().reshape((N, *action_space.shape))  # [N] Discrete, [N, *nvec.shape] Multi

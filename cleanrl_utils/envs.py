@@ -135,12 +135,19 @@ class CombinationLock(gym.Env):
         allowed: valid actions per stage (at least 1, at most ``num_actions``).
         layout_seed: seed of the fixed valid sets and opening actions.
         mask_in_info: put the mask in the info, not in the observation.
+        render_mode: ``"rgb_array"`` (a row of dials: open green, current yellow, closed grey) or None.
     """
 
-    metadata = {"render_modes": []}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 4}
 
     def __init__(
-        self, stages: int = 8, num_actions: int = 8, allowed: int = 3, layout_seed: int = 0, mask_in_info: bool = False
+        self,
+        stages: int = 8,
+        num_actions: int = 8,
+        allowed: int = 3,
+        layout_seed: int = 0,
+        mask_in_info: bool = False,
+        render_mode: str | None = None,
     ):
         if stages < 1 or not 1 <= allowed <= num_actions:
             raise ValueError(f"need stages >= 1 and 1 <= allowed <= num_actions, got {stages}, {allowed}, {num_actions}")
@@ -151,7 +158,7 @@ class CombinationLock(gym.Env):
             valid = layout.choice(num_actions, size=allowed, replace=False)
             self.masks[stage, valid] = 1
             self.opening[stage] = valid[0]
-        self.stages, self.mask_in_info = stages, mask_in_info
+        self.stages, self.mask_in_info, self.render_mode = stages, mask_in_info, render_mode
         self.action_space = gym.spaces.Discrete(num_actions)
         stage_space = gym.spaces.Discrete(stages)
         if mask_in_info:
@@ -161,6 +168,11 @@ class CombinationLock(gym.Env):
                 {"stage": stage_space, "action_mask": gym.spaces.MultiBinary(num_actions)}
             )
         self.stage = 0
+
+    def render(self) -> np.ndarray:
+        """A frame ``[32, 32 * stages, 3]`` (uint8): the dials opened so far green, the current one yellow."""
+        colors = np.array([[0, 160, 0]] * self.stage + [[220, 200, 0]] + [[90, 90, 90]] * (self.stages - self.stage - 1))
+        return np.repeat(np.repeat(colors[None].astype(np.uint8), 32, axis=0), 32, axis=1)
 
     def _observe(self) -> tuple[Any, dict]:
         mask = self.masks[self.stage].copy()
@@ -203,16 +215,24 @@ class MultiDiscreteIdentity(gym.Env):
     Args:
         dims: action (and observation) dimensions.
         values: values per dimension.
+        render_mode: ``"rgb_array"`` (one row per dimension, the observed value white) or None.
     """
 
-    metadata = {"render_modes": []}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 4}
 
-    def __init__(self, dims: int = 3, values: int = 4):
+    def __init__(self, dims: int = 3, values: int = 4, render_mode: str | None = None):
         if dims < 1 or values < 2:
             raise ValueError(f"need dims >= 1 and values >= 2, got {dims}, {values}")
         self.observation_space = gym.spaces.MultiDiscrete([values] * dims)
         self.action_space = gym.spaces.MultiDiscrete([values] * dims)
         self.state = np.zeros(dims, dtype=np.int64)
+        self.render_mode = render_mode
+
+    def render(self) -> np.ndarray:
+        """A frame ``[16 * dims, 16 * values, 3]`` (uint8): in row d, the observed value's cell is white."""
+        cells = np.zeros((len(self.state), int(self.observation_space.nvec[0])), dtype=np.uint8)
+        cells[np.arange(len(self.state)), self.state] = 255
+        return np.repeat(np.repeat(cells, 16, axis=0), 16, axis=1)[..., None].repeat(3, axis=2)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)

@@ -73,13 +73,37 @@ def observation_leaves(space: gym.Space, with_mask: bool = False) -> list[tuple[
             leaves.append((path, sub))
         else:
             where = "/".join(path) or "the observation space"
+            mission = type(sub).__name__ == "MissionSpace"
+            varies = " (a MiniGrid mission whose sentence varies between episodes)" if mission else ""
             raise ValueError(
-                f"{where} is a {type(sub).__name__} space ({sub}), which no encoder reads: "
+                f"{where} is a {type(sub).__name__} space{varies}, which no encoder reads: "
                 "Box, Discrete, MultiDiscrete and MultiBinary leaves (in Dict or Tuple spaces) only"
             )
 
     walk(space, ())
     return leaves
+
+
+def fixed_mission(space: gym.Space) -> str | None:
+    """The sentence of a MiniGrid ``mission`` key that is always the same, None otherwise.
+
+    MiniGrid observations are ``Dict(direction, image, mission)``; ``mission`` is a
+    ``MissionSpace`` (text). Without placeholders its sentence is fixed (DoorKey's "use the key
+    to open the door and then get to the goal"), so it carries no information and a script may
+    leave it out; with placeholders (Fetch: "go get a blue key", ...) it varies, and leaving
+    it out would hide the goal: no encoder here reads text, so such tasks are refused.
+
+    Args:
+        space: an observation space.
+
+    Returns:
+        The sentence, or None when ``space`` has no top-level ``mission`` key of a
+        ``MissionSpace`` without placeholders.
+    """
+    mission = space.spaces.get("mission") if isinstance(space, gym.spaces.Dict) else None
+    if type(mission).__name__ != "MissionSpace" or getattr(mission, "ordered_placeholders", 0) is not None:
+        return None
+    return str(mission.mission_func())
 
 
 def leaf(obs: Any, path: tuple[str, ...]) -> Any:
@@ -240,20 +264,25 @@ def check_action_masks(masks: np.ndarray, dims: list[int], step: int) -> None:
 
 
 def check_structured_env(args: Any, make_env: Callable, seed: int | None = None) -> tuple[gym.Space, gym.Space]:
-    """Build one env with the script's ``make_env`` as the run will, and check what its encoders and masks need.
+    """Build one env with the script's ``make_env`` as the run will, check what its encoders and masks need, and say
+    where the masks come from.
+
+    Resets the env once (seeded with ``seed``) to see whether its info holds a mask.
 
     Args:
-        args: the run's ``Args`` (``env_id``, ``action_mask``).
+        args: the run's ``Args`` (``env_id``, ``action_mask``, ``capture_video``).
         make_env: the script's ``make_env(env_id, idx, capture_video, video_dir, training=False, action_mask=...)``.
-        seed: with ``--action-mask info``, the env is reset once with it to see that its info holds a mask.
+        seed: the seed of that reset.
 
     Returns:
         ``(observation_space, action_space)`` of one env, after the script's wrappers.
 
     Raises:
-        SystemExit: (status 2, one line naming ``--env-id`` or ``--action-mask``) a leaf no encoder
-            reads, an action space other than Discrete / MultiDiscrete, a mask that does not fit,
-            ``--action-mask info`` on an env that has no mask in its info or one in its observation.
+        SystemExit: (status 2, one line naming ``--env-id``, ``--action-mask`` or ``--capture-video``)
+            a leaf no encoder reads, an action space other than Discrete / MultiDiscrete, a mask
+            that does not fit; ``--action-mask info`` on an env with no mask in its info or one in
+            its observation; ``--action-mask auto`` on an env whose mask is in its info only; a
+            video asked of an env that cannot render ``rgb_array`` frames.
     """
     try:
         env = make_env(args.env_id, 0, False, "", training=False, action_mask=args.action_mask)()
@@ -263,12 +292,26 @@ def check_structured_env(args: Any, make_env: Callable, seed: int | None = None)
         observation_leaves(env.observation_space)
         action_dims(env.action_space)
         check_mask_space(env.observation_space, env.action_space)
-        if args.action_mask == "info":
-            env.reset(seed=seed)
+        _, info = env.reset(seed=seed)
     except ValueError as error:
         fail("--env-id", f"{args.env_id}: {error}")
-    except EnvFault as error:  # the info holds no mask
+    except EnvFault as error:  # --action-mask info: the info holds no mask
         fail("--action-mask", f"{args.env_id}: {error}")
     finally:
         env.close()
+    in_observation = mask_space(env.observation_space) is not None
+    if args.action_mask == "auto" and not in_observation and ACTION_MASK in info:
+        fail("--action-mask", f"{args.env_id} gives its mask in info[{ACTION_MASK!r}]: use --action-mask info (or off)")
+    if args.capture_video and "rgb_array" not in (env.metadata.get("render_modes") or []):
+        fail("--capture-video", f"{args.env_id} cannot render rgb_array frames for a video")
+    sentence = fixed_mission(env.unwrapped.observation_space)
+    if sentence is not None and "mission" not in env.observation_space.spaces:
+        print(f"observation: the mission is always {sentence!r}: left out")
+    if args.action_mask == "off":
+        print("action masks: off (the agent acts and learns without them)")
+    elif in_observation:
+        source = "info['action_mask']" if args.action_mask == "info" else f"the observation key {ACTION_MASK!r}"
+        print(f"action masks: from {source}")
+    else:
+        print(f"action masks: none (no {ACTION_MASK!r} key in the observation, none in the info)")
     return env.observation_space, env.action_space

@@ -239,3 +239,30 @@ class TextObservationEnv(EmptyMaskEnv):
 
 if "TextObservation-v0" not in gym.registry:
     gym.register("TextObservation-v0", entry_point=TextObservationEnv, max_episode_steps=50)
+
+
+class OddShapesEnv(EmptyMaskEnv):
+    """Like EmptyMaskEnv (all actions allowed with odd seeds), with leaves of odd shapes: a scalar Box ``()``, an image
+    smaller than the grid CNN reads ``(5, 5, 3)``, and a 3-D Box of features ``(8, 2, 16)``."""
+
+    observation_space = gym.spaces.Dict(
+        {
+            "scalar": gym.spaces.Box(0.0, 1000.0, shape=(), dtype=np.float32),
+            "tiny_image": gym.spaces.Box(0, 255, shape=(5, 5, 3), dtype=np.uint8),
+            "features": gym.spaces.Box(-1.0, 1.0, shape=(8, 2, 16), dtype=np.float32),
+            "action_mask": gym.spaces.MultiBinary(3),
+        }
+    )
+
+    def _obs(self):
+        space = self.observation_space
+        return {
+            "scalar": np.float32(self.t),
+            "tiny_image": np.full(space["tiny_image"].shape, self.t % 256, np.uint8),
+            "features": np.zeros(space["features"].shape, np.float32),
+            "action_mask": np.ones(3, np.int8),
+        }
+
+
+if "OddShapes-v0" not in gym.registry:
+    gym.register("OddShapes-v0", entry_point=OddShapesEnv, max_episode_steps=10)

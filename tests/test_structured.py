@@ -241,6 +241,25 @@ def test_masked_epsilon_greedy_explores_allowed_actions_uniformly():
         ),
         ("ppo_structured.py", ["--action-mask", "sometimes"], "--action-mask", "sometimes"),
         ("dqn_structured.py", ["--env-id", "MiniGrid-DoorKey-5x5-v9"], "--env-id", "MiniGrid-DoorKey-5x5-v0"),
+        (
+            "ppo_structured.py",
+            ["--env-id", LOCK_INFO],
+            "--action-mask",
+            "gives its mask in info['action_mask']: use --action-mask info",
+        ),
+        (
+            "dqn_structured.py",
+            ["--env-id", LOCK_INFO],
+            "--action-mask",
+            "gives its mask in info['action_mask']: use --action-mask info",
+        ),
+        (
+            "ppo_structured.py",
+            ["--env-id", "MiniGrid-Fetch-5x5-N2-v0"],
+            "--env-id",
+            "mission is a MissionSpace space (a MiniGrid",
+        ),
+        ("ppo_structured.py", ["--env-id", "tests.envs:EmptyMask-v0", "--capture-video"], "--capture-video", "cannot render"),
     ],
 )
 def test_bad_input_stops_with_one_line(script, flags, flag, message, tmp_path):
@@ -312,6 +331,24 @@ def test_ppo_structured_smoke_minigrid_video_model_and_evaluation(tmp_path):
     assert {"charts/episodic_return", "charts/SPS", "losses/policy_loss", "losses/entropy", "eval/episodic_return"} <= tags
     assert list((directory / "videos").glob("*.mp4")) and len(list((directory / "videos-eval").glob("*.mp4"))) == 2
     assert "evaluation over 2 episodes" in result.stdout
+    said = "the mission is always 'use the key to open the door and then get to the goal': left out"
+    assert said in result.stdout and "action masks: none" in result.stdout
+
+
+@pytest.mark.parametrize("script", ["ppo_structured.py", "dqn_structured.py"])
+def test_odd_leaf_shapes_train_and_the_bundled_tasks_record_videos(script, tmp_path):
+    """A scalar Box, an image too small for the grid CNN and a 3-D Box of features are flattened into the linear
+    encoder; CombinationLock renders rgb_array frames for --capture-video."""
+    flags = ["--num-envs", "2", "--num-steps", "32"] if script.startswith("ppo") else ["--learning-starts", "100"]
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "video").mkdir()
+    run_script(script, "--env-id", "tests.envs:OddShapes-v0", "--total-timesteps", "512", *flags, cwd=tmp_path / "odd")
+    assert episodic_returns(run_dir(tmp_path / "odd"))
+    result = run_script(
+        script, "--env-id", LOCK, "--total-timesteps", "512", *flags, "--capture-video", cwd=tmp_path / "video"
+    )
+    assert "action masks: from the observation key 'action_mask'" in result.stdout
+    assert [video for video in (run_dir(tmp_path / "video") / "videos").glob("*.mp4") if video.stat().st_size > 500]
 
 
 @pytest.mark.parametrize(
