@@ -24,7 +24,7 @@ other text leaves are refused, as no encoder here reads text.
 Run:
     python cleanrl/dqn_structured.py --env-id cleanrl_utils.envs:CombinationLock-v0
     python cleanrl/dqn_structured.py --env-id cleanrl_utils.envs:CombinationLockInfoMask-v0 --action-mask info
-    pip install -e '.[minigrid]'; python cleanrl/dqn_structured.py --env-id MiniGrid-DoorKey-5x5-v0 --total-timesteps 500000
+    python cleanrl/dqn_structured.py --env-id cleanrl_utils.envs:CombinationLock-v0 --action-mask off   # without masks
 """
 
 import signal

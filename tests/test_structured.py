@@ -349,6 +349,9 @@ def test_odd_leaf_shapes_train_and_the_bundled_tasks_record_videos(script, tmp_p
     )
     assert "action masks: from the observation key 'action_mask'" in result.stdout
     assert [video for video in (run_dir(tmp_path / "video") / "videos").glob("*.mp4") if video.stat().st_size > 500]
+    (tmp_path / "minigrid").mkdir()  # MiniGrid's Dict observation (image and direction), PPO and DQN alike
+    run_script(script, "--env-id", DOORKEY, "--total-timesteps", "512", *flags, cwd=tmp_path / "minigrid")
+    assert run_dir(tmp_path / "minigrid").name.startswith(f"{DOORKEY}__{script[:-3]}__1__")
 
 
 @pytest.mark.parametrize(
