@@ -5,9 +5,10 @@ exploration (Mnih et al. 2015, "Human-level control through deep reinforcement l
 Nature 518:529-533, Algorithm 1), with the option --double-q (van Hasselt, Guez, Silver 2016,
 arXiv:1509.06461, eq. 4), as dqn.py, and for structured spaces:
     - observations: each leaf of a Dict or Tuple observation (nested or not) has an encoder of
-      its own, the encoders of ppo_structured.py, and their features are concatenated; the
-      replay buffer stores the observation as a namedarraytuple of its leaves (rlpyt, Stooke &
-      Abbeel 2019, arXiv:1909.01500), never flattened into one array.
+      its own, the encoders of ppo_structured.py (copied here, so that this file reads alone),
+      and their features are concatenated; the replay buffer stores the observation as a
+      namedarraytuple of its leaves (rlpyt, Stooke & Abbeel 2019, arXiv:1909.01500), never
+      flattened into one array.
     - action masks (from the observation key ``action_mask`` or ``info["action_mask"]``,
       --action-mask): the greedy action is the argmax over allowed actions only, ε-greedy
       exploration draws uniformly among the allowed actions, and the TD target's max (and
@@ -287,7 +288,8 @@ def compute_td_target(
 
 
 def check_args(args: Args) -> None:
-    """Stop with one line naming the flag on bad input."""
+    """Stop with one line naming the flag on bad input (the env's spaces, masks and encoders are checked next, in the
+    run's set-up, before the replay buffer is made)."""
     require_positive(args, "total_timesteps num_envs buffer_size batch_size learning_rate target_network_frequency")
     require_positive(args, "train_frequency")
     require_range(args, gamma=(0, 1), start_e=(0, 1), end_e=(0, 1))

@@ -8,8 +8,9 @@ of Proximal Policy Optimization"), and for structured spaces:
     - observations: each leaf of a Dict or Tuple observation (nested or not) has an encoder of
       its own, and their features are concatenated (the "multi-input" networks of
       Stable-Baselines3's ``CombinedExtractor``): images (3-D Box) through a CNN (rl-starter-files'
-      small one for grids, the Nature CNN from 36 pixels a side), other Box leaves through a
-      linear layer, Discrete and MultiDiscrete leaves one-hot, MultiBinary leaves as 0/1 floats.
+      small one for grids, the Nature CNN from 36 pixels a side), other Box leaves (images under
+      7 pixels a side included) through a linear layer, Discrete and MultiDiscrete leaves
+      one-hot, MultiBinary leaves as 0/1 floats.
       The rollout is stored as a namedarraytuple of those leaves (rlpyt, Stooke & Abbeel 2019,
       arXiv:1909.01500), never flattened into one array.
     - actions: Discrete, or MultiDiscrete as one categorical per dimension, independent given
@@ -33,7 +34,7 @@ Run:
     pip install -e '.[minigrid]'
     python cleanrl/ppo_structured.py --env-id MiniGrid-DoorKey-5x5-v0
     python cleanrl/ppo_structured.py --env-id cleanrl_utils.envs:CombinationLock-v0 --total-timesteps 100000
-    python cleanrl/ppo_structured.py --env-id cleanrl_utils.envs:MultiDiscreteIdentity-v0 --total-timesteps 100000
+    python cleanrl/ppo_structured.py --env-id cleanrl_utils.envs:MultiDiscreteIdentity-v0 --num-envs 8 --total-timesteps 100000
 """
 
 import signal

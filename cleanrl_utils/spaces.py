@@ -10,6 +10,8 @@
 - :func:`action_dims`: the categorical dimensions of a Discrete or MultiDiscrete action space;
 - :class:`ActionMaskFromInfo`: an env wrapper that moves ``info["action_mask"]`` into the
   observation, so that masks travel with observations through storage, replay and checkpoints;
+- :func:`mask_space` and :func:`check_mask_space`: the ``action_mask`` key's space, checked against the actions;
+- :func:`fixed_mission`: a MiniGrid mission that is always the same sentence (a script leaves it out);
 - :func:`check_action_masks`: the all-false mask check, as a fault naming the env and step;
 - :func:`check_structured_env`: the one-line refusals of a script for structured spaces.
 
