@@ -53,8 +53,8 @@ from cleanrl_utils.spaces import (
     fixed_mission,
     image_layout,
     leaf,
-    mask_space,
     observation_leaves,
+    uses_masks,
 )
 from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
@@ -63,7 +63,7 @@ try:  # the MiniGrid ids come with the minigrid extra; without it, --env-id says
 
     gym.register_envs(minigrid)
 except ImportError:
-    minigrid = None
+    pass
 
 
 @dataclass
@@ -301,10 +301,7 @@ def check_args(args: Args) -> None:
     require(args.start_e >= args.end_e, "--end-e", f"{args.end_e} is above --start-e {args.start_e}")
     require(args.buffer_size >= args.batch_size, "--buffer-size", f"smaller than --batch-size {args.batch_size}")
     require(args.buffer_size // args.num_envs >= 3, "--buffer-size", f"{args.buffer_size // args.num_envs} steps per env")
-    if args.env_id.startswith("MiniGrid-") and minigrid is None:
-        fail("--env-id", f"{args.env_id} needs the minigrid extra: pip install -e '.[minigrid]'")
-    leaves = (gym.spaces.Dict, gym.spaces.Tuple, gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete)
-    check_env(args, gym.spaces.Discrete, leaves + (gym.spaces.MultiBinary,))
+    check_env(args, gym.spaces.Discrete, gym.spaces.Space)  # observations: check_structured_env, in the set-up
 
 
 def evaluate(model_path: str, eval_episodes: int, epsilon: float = 0.0, **options) -> np.ndarray:
@@ -313,7 +310,7 @@ def evaluate(model_path: str, eval_episodes: int, epsilon: float = 0.0, **option
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, env_args=("action_mask",), **options)
     envs, device = evaluation.envs, evaluation.device
     q_network = evaluation.load(QNetwork(envs.single_observation_space, int(envs.single_action_space.n)), "q_network")
-    masked = evaluation.model["args"]["action_mask"] != "off" and mask_space(envs.single_observation_space) is not None
+    masked = uses_masks(evaluation.model["args"]["action_mask"], envs.single_observation_space)
     batch = to_device(buffer_from_space(envs.single_observation_space, envs.num_envs), device)
     rng = np.random.default_rng(evaluation.seed)
 
@@ -359,7 +356,7 @@ if __name__ == "__main__":
     optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, fused=True)
     target_network = QNetwork(observation_space, num_actions).to(device)
     target_network.load_state_dict(q_network.state_dict())
-    masked = args.action_mask != "off" and mask_space(observation_space) is not None
+    masked = uses_masks(args.action_mask, observation_space)
     batch = to_device(buffer_from_space(observation_space, N), device)  # the observation the envs act on
     rng = np.random.default_rng(args.seed)
     exploration_steps = args.exploration_fraction * args.total_timesteps

@@ -62,8 +62,8 @@ from cleanrl_utils.spaces import (
     fixed_mission,
     image_layout,
     leaf,
-    mask_space,
     observation_leaves,
+    uses_masks,
 )
 from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
@@ -72,7 +72,7 @@ try:  # the MiniGrid ids come with the minigrid extra; without it, --env-id says
 
     gym.register_envs(minigrid)
 except ImportError:
-    minigrid = None
+    pass
 
 
 @dataclass
@@ -368,10 +368,7 @@ def check_args(args: Args) -> None:
     if args.num_iterations * args.batch_size != args.total_timesteps:
         total = args.num_iterations * args.batch_size
         print(f"training {total} steps: --total-timesteps rounded down to whole rollouts of {args.batch_size}")
-    if args.env_id.startswith("MiniGrid-") and minigrid is None:
-        fail("--env-id", f"{args.env_id} needs the minigrid extra: pip install -e '.[minigrid]'")
-    leaves = (gym.spaces.Dict, gym.spaces.Tuple, gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete)
-    check_env(args, (gym.spaces.Discrete, gym.spaces.MultiDiscrete), leaves + (gym.spaces.MultiBinary,))
+    check_env(args, (gym.spaces.Discrete, gym.spaces.MultiDiscrete), gym.spaces.Space)  # observations: below
     observation_space, action_space = check_structured_env(args, make_env, args.seed)
     try:  # the encoders read each leaf once when they are built
         Agent(observation_space, action_space)
@@ -385,7 +382,7 @@ def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, **
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, env_args=("action_mask",), **options)
     envs, device = evaluation.envs, evaluation.device
     agent = evaluation.load(Agent(envs.single_observation_space, envs.single_action_space), "agent")
-    masked = evaluation.model["args"]["action_mask"] != "off" and mask_space(envs.single_observation_space) is not None
+    masked = uses_masks(evaluation.model["args"]["action_mask"], envs.single_observation_space)
     batch = to_device(buffer_from_space(envs.single_observation_space, envs.num_envs), device)
     generator = torch.Generator(device).manual_seed(evaluation.seed)
 
@@ -422,7 +419,7 @@ if __name__ == "__main__":
     agent = Agent(observation_space, action_space).to(device)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
     dims = agent.action_dims
-    masked = args.action_mask != "off" and mask_space(observation_space) is not None
+    masked = uses_masks(args.action_mask, observation_space)
 
     # Rollout storage [num_steps, num_envs]: observations as a namedarraytuple of tensors, one per leaf
     # (obs.image [T, N, 7, 7, 3], obs.direction [T, N], ...), written from the vector env's dicts as
@@ -473,7 +470,7 @@ if __name__ == "__main__":
         b_masks = b_obs.get(ACTION_MASK).bool() if masked else None
         b_actions = actions.flatten(0, 1)
         with torch.no_grad():
-            _, logprobs, _, values = agent.get_action_and_value(b_obs, b_masks, b_actions)
+            _, b_logprobs, _, b_values = agent.get_action_and_value(b_obs, b_masks, b_actions)
             next_batch[:] = conform(next_obs, next_batch)
             last_values = agent.get_value(next_batch).cpu().numpy()
             final_values = np.zeros((T, N), dtype=np.float32)
@@ -481,7 +478,7 @@ if __name__ == "__main__":
                 final_values[truncated] = agent.get_value(final_obs[torch.from_numpy(truncated).to(device)]).cpu().numpy()
         advantages, returns = compute_gae(
             rewards,
-            values.view(T, N).cpu().numpy(),
+            b_values.view(T, N).cpu().numpy(),
             last_values,
             final_values,
             terminations,
@@ -489,7 +486,6 @@ if __name__ == "__main__":
             args.gamma,
             args.gae_lambda,
         )
-        b_logprobs, b_values = logprobs, values
         b_advantages = torch.as_tensor(advantages.reshape(-1), dtype=torch.float32, device=device)
         b_returns = torch.as_tensor(returns.reshape(-1), dtype=torch.float32, device=device)
 

@@ -245,6 +245,7 @@ def check_env(
     action_spaces = action_spaces if isinstance(action_spaces, tuple) else (action_spaces,)
     observation_spaces = observation_spaces if isinstance(observation_spaces, tuple) else (observation_spaces,)
     import importlib
+    import importlib.util
 
     module, _, name = env_id.rpartition(":")
     if name not in gym.registry and not module:
@@ -269,6 +270,8 @@ def check_env(
         suggestion = f"; did you mean {', '.join(close)}?" if close else ""
         if name.startswith("ALE/") or "NoFrameskip" in name:
             suggestion += " (Atari ids need the atari extra: pip install -e '.[atari]')"
+        if name.startswith(("MiniGrid-", "BabyAI-")) and importlib.util.find_spec("minigrid") is None:
+            suggestion += " (MiniGrid ids need the minigrid extra: pip install -e '.[minigrid]')"
         fail("--env-id", f"unknown environment {env_id!r}{suggestion}")
     try:
         with time_limit(args.env_timeout, f"creating {env_id}"):

@@ -10,7 +10,8 @@
 - :func:`action_dims`: the categorical dimensions of a Discrete or MultiDiscrete action space;
 - :class:`ActionMaskFromInfo`: an env wrapper that moves ``info["action_mask"]`` into the
   observation, so that masks travel with observations through storage, replay and checkpoints;
-- :func:`mask_space` and :func:`check_mask_space`: the ``action_mask`` key's space, checked against the actions;
+- :func:`mask_space`, :func:`uses_masks` and :func:`check_mask_space`: the ``action_mask`` key's space, whether a run
+  masks, the space checked against the actions;
 - :func:`fixed_mission`: a MiniGrid mission that is always the same sentence (a script leaves it out);
 - :func:`check_action_masks`: the all-false mask check, as a fault naming the env and step;
 - :func:`check_structured_env`: the one-line refusals of a script for structured spaces.
@@ -40,7 +41,7 @@ LEAF_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gy
 """Leaf spaces an encoder reads: Box (images, vectors), Discrete and MultiDiscrete (one-hot), MultiBinary."""
 
 
-def observation_leaves(space: gym.Space, with_mask: bool = False) -> list[tuple[tuple[str, ...], gym.Space]]:
+def observation_leaves(space: gym.Space) -> list[tuple[tuple[str, ...], gym.Space]]:
     """The leaves of an observation space, as ``(path, space)`` in a fixed order.
 
     A path is the field names from the top to the leaf, as the namedarraytuples of
@@ -49,8 +50,8 @@ def observation_leaves(space: gym.Space, with_mask: bool = False) -> list[tuple[
     itself a leaf has the path ``()``.
 
     Args:
-        space: the single-env observation space: a leaf space, or a Dict / Tuple of them (nested).
-        with_mask: also list the top-level ``action_mask`` key (an encoder leaves it out).
+        space: the single-env observation space: a leaf space, or a Dict / Tuple of them (nested);
+            its top-level ``action_mask`` key is not listed (an encoder leaves it out).
 
     Returns:
         ``[(path, leaf space), ...]``; empty when the only key is ``action_mask``.
@@ -64,7 +65,7 @@ def observation_leaves(space: gym.Space, with_mask: bool = False) -> list[tuple[
     def walk(sub: gym.Space, path: tuple[str, ...]) -> None:
         if isinstance(sub, gym.spaces.Dict):
             for key, child in sub.spaces.items():
-                if path or key != ACTION_MASK or with_mask:
+                if path or key != ACTION_MASK:
                     walk(child, path + (str(key),))
         elif isinstance(sub, gym.spaces.Tuple):
             for index, child in enumerate(sub.spaces):
@@ -174,6 +175,12 @@ def mask_space(observation_space: gym.Space) -> gym.Space | None:
     if isinstance(observation_space, gym.spaces.Dict):
         return observation_space.spaces.get(ACTION_MASK)
     return None
+
+
+def uses_masks(action_mask: str, observation_space: gym.Space) -> bool:
+    """Whether a run masks its actions: ``--action-mask`` is not ``"off"`` and the observation has an ``action_mask``
+    key (``--action-mask info`` put it there, see :class:`ActionMaskFromInfo`)."""
+    return action_mask != "off" and mask_space(observation_space) is not None
 
 
 def check_mask_space(observation_space: gym.Space, action_space: gym.Space) -> None:

@@ -39,6 +39,21 @@ def run_script(
     return result
 
 
+def enjoy(*flags: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    """Run the evaluation tool, ``python -m cleanrl_utils.enjoy <flags>``, in ``cwd`` (exit 0 checked with ``check``)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "cleanrl_utils.enjoy", *flags],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
 def run_dir(cwd: Path) -> Path:
     """The only run directory under ``cwd/runs``."""
     dirs = list((cwd / "runs").iterdir())

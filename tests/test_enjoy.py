@@ -2,28 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import ROOT, run_dir, run_script, scalars
-
-
-def enjoy(*flags, cwd, check=True):
-    result = subprocess.run(
-        [sys.executable, "-m", "cleanrl_utils.enjoy", *flags],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    if check:
-        assert result.returncode == 0, result.stderr
-    return result
+from tests.conftest import enjoy, run_dir, run_script, scalars
 
 
 @pytest.mark.parametrize(

@@ -12,9 +12,6 @@ the same agent with masking off, PPO on the MultiDiscrete identity task.
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 
 import gymnasium as gym
 import numpy as np
@@ -27,9 +24,9 @@ from cleanrl_utils.faults import EnvFault
 from cleanrl_utils.namedarraytuple import buffer_from_space, conform, to_device
 from cleanrl_utils.spaces import ActionMaskFromInfo, OneHot, action_dims, check_action_masks, observation_leaves
 from tests.conftest import (
-    ROOT,
     assert_buffered_resume_is_exact,
     assert_stops_with_one_line,
+    enjoy,
     episodic_returns,
     run_dir,
     run_script,
@@ -371,15 +368,8 @@ def test_enjoy_evaluates_a_saved_model_as_training_did(script, flags, tmp_path):
     run_script(f"{script}.py", *flags, "--save-model", "--eval-episodes", "4", cwd=tmp_path)
     run = run_dir(tmp_path)
     trained = scalars(run)["eval/episodic_return"][-1][1]
-    result = subprocess.run(
-        [sys.executable, "-m", "cleanrl_utils.enjoy", str(run), "--eval-episodes", "4"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert result.returncode == 0 and result.stdout.startswith(f"{script}.py, "), result.stderr
+    result = enjoy(str(run), "--eval-episodes", "4", cwd=tmp_path)
+    assert result.stdout.startswith(f"{script}.py, ")
     assert float(result.stdout.split("return ")[1].split(" ±")[0]) == pytest.approx(trained, abs=0.005)
 
 
