@@ -255,7 +255,10 @@ def a2c_loss(
 def check_args(args: Args) -> None:
     """Fill in the computed fields; stop with one line naming the flag on bad input."""
     require_positive(args, "total_timesteps num_envs num_steps learning_rate max_grad_norm rms_prop_eps log_interval")
+    require_range(args, num_envs=(1, 2**16), num_steps=(1, 2**20))  # each by its own flag, before their product
     require_range(args, gamma=(0, 1), gae_lambda=(0, 1))
+    require(args.ent_coef >= 0, "--ent-coef", f"must be >= 0, got {args.ent_coef}")
+    require(args.vf_coef >= 0, "--vf-coef", f"must be >= 0, got {args.vf_coef}")
     require(0 <= args.rms_prop_alpha < 1, "--rms-prop-alpha", f"must be in [0, 1), got {args.rms_prop_alpha}")
     args.batch_size = args.num_envs * args.num_steps
     args.num_iterations = args.total_timesteps // args.batch_size

@@ -185,17 +185,27 @@ def check_args(args: Args) -> None:
     """Stop with one line naming the flag on bad input."""
     require_positive(args, "total_timesteps num_envs buffer_size batch_size learning_rate target_network_frequency")
     require_positive(args, "train_frequency n_step")
+    # each size by its own flag, before any product or quotient of them is checked
+    require_range(args, num_envs=(1, 2**16), batch_size=(1, 2**20), buffer_size=(1, 2**40), n_step=(1, 2**16))
     require_range(args, gamma=(0, 1), start_e=(0, 1), end_e=(0, 1))
     require(args.n_atoms >= 2, "--n-atoms", f"must be at least 2, got {args.n_atoms}")
+    require_range(args, n_atoms=(2, 2**16))
     require(args.v_min < args.v_max, "--v-max", f"{args.v_max} is not above --v-min {args.v_min}")
+    largest = float(torch.finfo(torch.float32).max)  # the support's atoms and their spacing are float32
+    require(args.v_min >= -largest, "--v-min", f"must be at least {-largest:.4g} (float32), got {args.v_min}")
+    width = f"the support's width --v-max - --v-min = {args.v_max - args.v_min:g} is beyond float32's {largest:.4g}"
+    require(args.v_max - args.v_min <= largest, "--v-max", width)
     require(
         0 < args.exploration_fraction <= 1, "--exploration-fraction", f"must be in (0, 1], got {args.exploration_fraction}"
     )
-    require(0 <= args.learning_starts < args.total_timesteps, "--learning-starts", "leaves no training")
+    require(args.learning_starts >= 0, "--learning-starts", f"must be >= 0, got {args.learning_starts}")
+    no_training = f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}"
+    require(args.learning_starts < args.total_timesteps, "--learning-starts", no_training)
     require(args.start_e >= args.end_e, "--end-e", f"{args.end_e} is above --start-e {args.start_e}")
     require(args.buffer_size >= args.batch_size, "--buffer-size", f"smaller than --batch-size {args.batch_size}")
     steps = args.buffer_size // args.num_envs
-    require(steps >= args.n_step + 2, "--buffer-size", f"{steps} steps per env; --n-step needs at least {args.n_step + 2}")
+    per_env = f"{steps} steps per env with --num-envs {args.num_envs}"
+    require(steps >= args.n_step + 2, "--buffer-size", f"{per_env}; --n-step {args.n_step} needs at least {args.n_step + 2}")
 
 
 def evaluate(model_path: str, eval_episodes: int, epsilon: float = 0.0, **options) -> np.ndarray:

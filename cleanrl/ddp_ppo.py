@@ -381,7 +381,10 @@ def check_args(args: Args) -> None:
     """Fill in the computed fields for torchrun's world size; stop with one line naming the flag on bad input."""
     require_positive(args, "total_timesteps num_envs num_steps num_minibatches update_epochs learning_rate clip_coef")
     require_positive(args, "max_grad_norm")
+    require_range(args, num_envs=(1, 2**16), num_steps=(1, 2**20))  # each by its own flag, before their product
     require_range(args, gamma=(0, 1), gae_lambda=(0, 1))
+    require(args.ent_coef >= 0, "--ent-coef", f"must be >= 0, got {args.ent_coef}")
+    require(args.vf_coef >= 0, "--vf-coef", f"must be >= 0, got {args.vf_coef}")
     require(args.check_params_every >= 0, "--check-params-every", f"must be >= 0, got {args.check_params_every}")
     require(args.target_kl is None or args.target_kl > 0, "--target-kl", f"must be positive, got {args.target_kl}")
     world_size = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's; plain python is one rank
@@ -394,7 +397,8 @@ def check_args(args: Args) -> None:
     require(args.local_batch_size % args.num_minibatches == 0, "--num-minibatches", batch)
     small = "too small to normalise advantages"
     require(not args.norm_adv or world_size * args.minibatch_size >= 2, "--num-minibatches", f"global minibatches {small}")
-    require(args.num_iterations > 0, "--total-timesteps", f"less than one global rollout of {args.batch_size} steps")
+    ranks = f"{world_size} ranks x --num-envs {args.num_envs} x --num-steps {args.num_steps}"
+    require(args.num_iterations > 0, "--total-timesteps", f"less than one global rollout of {args.batch_size} steps ({ranks})")
     observation_space, _ = check_env(args, gym.spaces.Discrete, gym.spaces.Box)
     if len(observation_space.shape) != 1:
         why = f"{args.env_id} has observations of shape {observation_space.shape}; ddp_ppo takes 1-D Box observations"

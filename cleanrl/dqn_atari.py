@@ -104,7 +104,7 @@ class Args(RunArgs):
     prioritized_replay: bool = False
     """if toggled, sample transitions by priority (Schaul et al. 2016)"""
     prioritized_replay_alpha: float = 0.6
-    """priority exponent α (0: uniform)"""
+    """priority exponent α, in [0, 1] (0: uniform)"""
     prioritized_replay_beta: float = 0.4
     """importance-sampling exponent β at the start, annealed linearly to 1 at the end"""
     prioritized_replay_eps: float = 1e-6
@@ -221,17 +221,22 @@ def check_args(args: Args) -> None:
     """Stop with one line naming the flag on bad input (an unknown id, a game that skips frames itself)."""
     require_positive(args, "total_timesteps num_envs buffer_size batch_size learning_rate target_network_frequency")
     require_positive(args, "train_frequency n_step prioritized_replay_eps")
-    require_range(args, gamma=(0, 1), start_e=(0, 1), end_e=(0, 1), prioritized_replay_beta=(0, 1))
-    require_range(args, prioritized_replay_alpha=(0, float("inf")))
+    # each size by its own flag, before any product or quotient of them is checked
+    require_range(args, num_envs=(1, 2**16), batch_size=(1, 2**20), buffer_size=(1, 2**40), n_step=(1, 2**16))
+    require_range(args, gamma=(0, 1), start_e=(0, 1), end_e=(0, 1))
+    require_range(args, prioritized_replay_alpha=(0, 1), prioritized_replay_beta=(0, 1))
     require(0 < args.tau <= 1, "--tau", f"must be in (0, 1], got {args.tau}")
     require(
         0 < args.exploration_fraction <= 1, "--exploration-fraction", f"must be in (0, 1], got {args.exploration_fraction}"
     )
-    require(0 <= args.learning_starts < args.total_timesteps, "--learning-starts", "leaves no training")
+    require(args.learning_starts >= 0, "--learning-starts", f"must be >= 0, got {args.learning_starts}")
+    no_training = f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}"
+    require(args.learning_starts < args.total_timesteps, "--learning-starts", no_training)
     require(args.start_e >= args.end_e, "--end-e", f"{args.end_e} is above --start-e {args.start_e}")
     require(args.buffer_size >= args.batch_size, "--buffer-size", f"smaller than --batch-size {args.batch_size}")
     steps = args.buffer_size // args.num_envs
-    require(steps >= args.n_step + 2, "--buffer-size", f"{steps} steps per env; --n-step needs at least {args.n_step + 2}")
+    per_env = f"{steps} steps per env with --num-envs {args.num_envs}"
+    require(steps >= args.n_step + 2, "--buffer-size", f"{per_env}; --n-step {args.n_step} needs at least {args.n_step + 2}")
     check_env(args, gym.spaces.Discrete, gym.spaces.Box, id_suffix="NoFrameskip-v4")
     with gym.make(args.env_id) as game:
         example = "NoFrameskip-v4 id such as BreakoutNoFrameskip-v4"

@@ -292,15 +292,20 @@ def check_args(args: Args) -> None:
     run's set-up, before the replay buffer is made)."""
     require_positive(args, "total_timesteps num_envs buffer_size batch_size learning_rate target_network_frequency")
     require_positive(args, "train_frequency")
+    # each size by its own flag, before any product or quotient of them is checked
+    require_range(args, num_envs=(1, 2**16), batch_size=(1, 2**20), buffer_size=(1, 2**40))
     require_range(args, gamma=(0, 1), start_e=(0, 1), end_e=(0, 1))
     require(0 < args.tau <= 1, "--tau", f"must be in (0, 1], got {args.tau}")
     require(
         0 < args.exploration_fraction <= 1, "--exploration-fraction", f"must be in (0, 1], got {args.exploration_fraction}"
     )
-    require(0 <= args.learning_starts < args.total_timesteps, "--learning-starts", "leaves no training")
+    require(args.learning_starts >= 0, "--learning-starts", f"must be >= 0, got {args.learning_starts}")
+    no_training = f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}"
+    require(args.learning_starts < args.total_timesteps, "--learning-starts", no_training)
     require(args.start_e >= args.end_e, "--end-e", f"{args.end_e} is above --start-e {args.start_e}")
     require(args.buffer_size >= args.batch_size, "--buffer-size", f"smaller than --batch-size {args.batch_size}")
-    require(args.buffer_size // args.num_envs >= 3, "--buffer-size", f"{args.buffer_size // args.num_envs} steps per env")
+    per_env = f"{args.buffer_size // args.num_envs} steps per env with --num-envs {args.num_envs}; at least 3 needed"
+    require(args.buffer_size // args.num_envs >= 3, "--buffer-size", per_env)
     check_env(args, gym.spaces.Discrete, gym.spaces.Space)  # observations: check_structured_env, in the set-up
 
 

@@ -290,14 +290,20 @@ def check_args(args: Args) -> None:
     """Fill in the computed fields; stop with one line naming the flag on bad input."""
     require_positive(args, "total_timesteps num_envs num_steps num_minibatches update_epochs learning_rate clip_coef")
     require_positive(args, "max_grad_norm lstm_size")
+    require_range(args, num_envs=(1, 2**16), num_steps=(1, 2**20))  # each by its own flag, before their product
+    require_range(args, lstm_size=(1, 2**16))
     require_range(args, gamma=(0, 1), gae_lambda=(0, 1))
+    require(args.ent_coef >= 0, "--ent-coef", f"must be >= 0, got {args.ent_coef}")
+    require(args.vf_coef >= 0, "--vf-coef", f"must be >= 0, got {args.vf_coef}")
+    require(args.target_kl is None or args.target_kl > 0, "--target-kl", f"must be positive, got {args.target_kl}")
     sequences = f"{args.num_minibatches} does not divide --num-envs {args.num_envs}: a minibatch is made of whole"
     require(args.num_envs % args.num_minibatches == 0, "--num-minibatches", f"{sequences} environment sequences")
     args.batch_size = args.num_envs * args.num_steps
     args.minibatch_size = args.batch_size // args.num_minibatches
     args.num_iterations = args.total_timesteps // args.batch_size
     require(not args.norm_adv or args.minibatch_size >= 2, "--num-minibatches", "too small to normalise advantages")
-    require(args.num_iterations > 0, "--total-timesteps", f"less than one rollout of {args.batch_size} steps")
+    rollout = f"{args.batch_size} steps (--num-envs {args.num_envs} x --num-steps {args.num_steps})"
+    require(args.num_iterations > 0, "--total-timesteps", f"less than one rollout of {rollout}")
     if args.num_iterations * args.batch_size != args.total_timesteps:
         total = args.num_iterations * args.batch_size
         print(f"training {total} steps: --total-timesteps rounded down to whole rollouts of {args.batch_size}")

@@ -100,6 +100,7 @@ from cleanrl_utils.faults import EnvFault, Fault, check_finite, describe_exit, i
 from cleanrl_utils.files import read_file, script_name
 from cleanrl_utils.run import RunArgs, check_env, parse_args, start_run
 from cleanrl_utils.vector import SAME_STEP, real_next_obs, vector_env
+from cleanrl_utils.writes import write_atomic
 
 try:  # the Atari games come with the atari extra; without it, --env-id says so
     import ale_py
@@ -159,7 +160,7 @@ class Args(RunArgs):
     epsilon_alpha: float = 7.0
     """α of the Ape-X ε ladder"""
     priority_exponent: float = 0.9
-    """prioritized replay α (R2D2: 0.9)"""
+    """prioritized replay α, in [0, 1] (R2D2: 0.9)"""
     importance_beta: float = 0.6
     """importance-sampling exponent β (R2D2: 0.6)"""
     priority_eta: float = 0.9
@@ -171,7 +172,7 @@ class Args(RunArgs):
     publish_interval: int = 1
     """gradient steps between parameter publications to the actors"""
     debug_learner_sleep: float = 0.0
-    """testing only: seconds the learner sleeps after each gradient step (a slow learner)"""
+    """testing only: seconds the learner sleeps after each gradient step (a slow learner), at most 3600"""
 
 
 def actor_lead(args: Args) -> float:
@@ -374,7 +375,7 @@ class Shared:
     - ``hold`` int64 ``[1]``: set by the learner when ``--total-timesteps`` are collected: the
       actors wait (stepping no more) while it finishes the gradient steps the ratio owes.
     - ``episodes``: queue of (actor, env, return, length) of finished episodes.
-    - ``errors``: queue of (actor, traceback text) of failed actors.
+    - ``errors``: queue of (actor, traceback text, its exception's lines joined) of failed actors.
     """
 
     def __init__(self, num_params: int, num_actors: int):
@@ -427,7 +428,8 @@ def actor_main(
     try:
         run_actor(actor_id, args, atari, shared, rb, parent_pid, video_dir)
     except BaseException as error:
-        shared.errors.put((actor_id, str(error) if isinstance(error, Fault) else traceback.format_exc()))
+        summary = " ".join(line.strip() for line in traceback.format_exception_only(error))  # with its notes
+        shared.errors.put((actor_id, str(error) if isinstance(error, Fault) else traceback.format_exc(), summary))
         sys.exit(1)  # a normal exit: multiprocessing's finalizers unlink this process's semaphores
 
 
@@ -596,23 +598,22 @@ def check_actors(actors: list, shared: Shared, run_dir) -> None:
     ``{run_dir}/actor_{i}_traceback.txt`` (named in the line).
     """
     try:
-        actor_id, text = shared.errors.get_nowait()
+        actor_id, text, summary = shared.errors.get_nowait()
         exitcode = None
     except queue.Empty:
         dead = [(actor_id, process.exitcode) for actor_id, process in enumerate(actors) if not process.is_alive()]
         if not dead:
             return
         try:  # its report may still be on its way
-            (actor_id, text), exitcode = shared.errors.get(timeout=2.0), dead[0][1]
+            (actor_id, text, summary), exitcode = shared.errors.get(timeout=2.0), dead[0][1]
         except queue.Empty:
             (actor_id, exitcode), text = dead[0], ""
     if not text:
         raise ActorFailed(f"actor {actor_id} died ({describe_exit(exitcode)}) without a word")
     if "\n" not in text.strip():  # a Fault: one line already
         raise ActorFailed(f"actor {actor_id}: {text.strip()}")
-    path = Path(run_dir) / f"actor_{actor_id}_traceback.txt"
-    path.write_text(text)
-    raise ActorFailed(f"actor {actor_id} failed with {text.strip().splitlines()[-1]} (its traceback: {path})")
+    path = write_atomic(Path(run_dir) / f"actor_{actor_id}_traceback.txt", text)
+    raise ActorFailed(f"actor {actor_id} failed with {summary} (its traceback: {path})")
 
 
 class ActorFailed(Fault):
@@ -630,11 +631,17 @@ def check_args(args: Args) -> None:
     for name in "burn_in learning_starts eval_interval actor_lead debug_learner_sleep epsilon_alpha priority_exponent".split():
         require(getattr(args, name) >= 0, flag_name(name), f"must be >= 0, got {getattr(args, name)}")
     require(args.value_rescale_eps >= 0, "--value-rescale-eps", f"must be >= 0, got {args.value_rescale_eps}")
-    require_range(args, gamma=(0, 1), epsilon=(0, 1), priority_eta=(0, 1), importance_beta=(0, 1))
+    # each size by its own flag, before any product of them (the replay's memory, the ε ladder) is computed or checked
+    require_range(args, num_actors=(1, 2**10), num_envs=(2, 2**16), buffer_size=(1, 2**40), batch_size=(1, 2**20))
+    require_range(args, burn_in=(0, 2**16), learn_length=(1, 2**16), n_step=(1, 2**16), frame_stack=(1, 2**8))
+    require_range(args, lstm_size=(1, 2**16), hidden_size=(1, 2**16), debug_learner_sleep=(0, 3600))
+    require_range(args, gamma=(0, 1), epsilon=(0, 1), priority_eta=(0, 1), importance_beta=(0, 1), priority_exponent=(0, 1))
     require(args.buffer_size >= args.batch_size, "--buffer-size", f"{args.buffer_size} sequences is fewer than --batch-size")
     no_training = f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}"
     require(args.total_timesteps > args.learning_starts, "--learning-starts", no_training)
     per_update = args.batch_size * args.learn_length / args.replay_ratio
+    finite = f"{args.replay_ratio} is too small: batch_size x learn_length / replay_ratio = {per_update} env steps per update"
+    require(per_update < float("inf"), "--replay-ratio", finite)
     wait = f"must exceed batch_size x learn_length / replay_ratio = {per_update:g} env steps (or actors and learner wait)"
     require(args.actor_lead == 0 or args.actor_lead > per_update, "--actor-lead", f"{args.actor_lead} {wait}")
     require(not args.eval_interval or args.eval_episodes > 0, "--eval-episodes", "must be positive with --eval-interval")

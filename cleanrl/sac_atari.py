@@ -294,13 +294,18 @@ def check_args(args: Args) -> None:
     """Stop with one line naming the flag on bad input."""
     require_positive(args, "total_timesteps num_envs buffer_size batch_size policy_lr q_lr adam_eps update_frequency")
     require_positive(args, "target_network_frequency")
+    # each size by its own flag, before any product or quotient of them is checked
+    require_range(args, num_envs=(1, 2**16), batch_size=(1, 2**20), buffer_size=(1, 2**40))
     require_range(args, gamma=(0, 1), target_entropy_scale=(0, 1))
     require(0 < args.tau <= 1, "--tau", f"must be in (0, 1], got {args.tau}")
     require(args.alpha >= 0, "--alpha", f"must be >= 0, got {args.alpha}")
-    require(0 <= args.learning_starts < args.total_timesteps, "--learning-starts", "leaves no training")
+    require(args.learning_starts >= 0, "--learning-starts", f"must be >= 0, got {args.learning_starts}")
+    no_training = f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}"
+    require(args.learning_starts < args.total_timesteps, "--learning-starts", no_training)
     require(args.buffer_size >= args.batch_size, "--buffer-size", f"smaller than --batch-size {args.batch_size}")
     steps = args.buffer_size // args.num_envs
-    require(steps >= 6, "--buffer-size", f"{steps} steps per env; the frame-stacked replay needs at least 6")
+    per_env = f"{steps} steps per env with --num-envs {args.num_envs}"
+    require(steps >= 6, "--buffer-size", f"{per_env}; the frame-stacked replay needs at least 6")
 
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, epsilon: float = 0.0, **options) -> np.ndarray:

@@ -237,13 +237,18 @@ def clipped_double_q_target(rewards: torch.Tensor, discounts: torch.Tensor, next
 def check_args(args: Args) -> None:
     """Stop with one line naming the flag on bad input."""
     require_positive(args, "total_timesteps num_envs buffer_size batch_size learning_rate gradient_steps policy_frequency")
+    # each size by its own flag, before any product or quotient of them is checked
+    require_range(args, num_envs=(1, 2**16), batch_size=(1, 2**20), buffer_size=(1, 2**40))
     require_range(args, gamma=(0, 1))
     require(0 < args.tau <= 1, "--tau", f"must be in (0, 1], got {args.tau}")
     for name in ("exploration_noise", "policy_noise", "noise_clip"):
         require(getattr(args, name) >= 0, "--" + name.replace("_", "-"), f"must be >= 0, got {getattr(args, name)}")
-    require(0 <= args.learning_starts < args.total_timesteps, "--learning-starts", "leaves no training")
+    require(args.learning_starts >= 0, "--learning-starts", f"must be >= 0, got {args.learning_starts}")
+    no_training = f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}"
+    require(args.learning_starts < args.total_timesteps, "--learning-starts", no_training)
     require(args.buffer_size >= args.batch_size, "--buffer-size", f"smaller than --batch-size {args.batch_size}")
-    require(args.buffer_size // args.num_envs >= 3, "--buffer-size", "holds fewer than 3 steps per env")
+    per_env = f"holds fewer than 3 steps per env with --num-envs {args.num_envs}"
+    require(args.buffer_size // args.num_envs >= 3, "--buffer-size", per_env)
 
 
 def evaluate(model_path: str, eval_episodes: int, exploration_noise: float = 0.0, **options) -> np.ndarray:

@@ -23,8 +23,15 @@ Run:
         --command "python cleanrl/ppo.py" --num-seeds 3 --workers 2 -- --total-timesteps 50000
 
 Bad input (no env ids, ``--num-seeds`` < 1, a script file that does not exist, more workers
-than cores, ...) stops before any run starts with one line ``error: <flag>: <message>`` on
+than cores, a control character such as a newline in any value that reaches a file name or the
+sbatch script, ...) stops before any run starts with one line ``error: <flag>: <message>`` on
 stderr, exit status 2.
+
+The log folder is data, not a path map: folders below ``runs/`` are made with
+:func:`cleanrl_utils.writes.make_folder`, each log is a new file (never opened through a link or
+over an existing file), and ``summary.json`` and the sbatch script are written whole through a
+new file renamed over the old one; a link, folder or FIFO at one of those names stops the
+launcher before any run starts.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from pathlib import Path
 from typing import Sequence
 
 from cleanrl_utils.cli import OneLineParser, fail, log_tail, printed_run_dir, safe_name
+from cleanrl_utils.writes import check_name, check_text, create_new, make_folder, refuse_non_regular, write_atomic
 
 INTERRUPTED = 130
 """Exit status after Ctrl-C or SIGTERM (128 + SIGINT, as a shell reports it)."""
@@ -233,6 +241,14 @@ def run_local(
     def on_sigterm(signum, frame):
         raise KeyboardInterrupt
 
+    def not_started(outcome: Outcome, slot: int, why: str) -> None:
+        """A run that could not start (exit status 127): counted as finished and failed, its slot freed."""
+        nonlocal finished
+        outcome.status, outcome.returncode, outcome.seconds = "failed", 127, 0.0
+        finished += 1
+        free.appendleft(slot)
+        print(f"[{finished}/{len(jobs)}] FAILED ({why}) {outcome.job.env_id} seed {outcome.job.seed}", file=out, flush=True)
+
     previous_handlers = {
         signal.SIGTERM: signal.signal(signal.SIGTERM, on_sigterm),
         # Ctrl-C even where SIGINT was ignored when the launcher started (`cmd &` in a script)
@@ -252,7 +268,12 @@ def run_local(
                     "OPENBLAS_NUM_THREADS": threads,
                     "PYTHONUNBUFFERED": "1",
                 }
-                with open(outcome.log, "w") as log:
+                try:  # a new file: never a link or a file planted at the log's name since the start
+                    log = create_new(outcome.log, "w")
+                except OSError as error:
+                    not_started(outcome, slot, f"cannot write its log: {error}")
+                    continue
+                with log:
                     log.write(
                         f"# benchmark launcher: {shlex.join(argv)}\n"
                         f"# cores {cores if pin else 'not pinned'}, OMP_NUM_THREADS={threads}\n"
@@ -270,15 +291,7 @@ def run_local(
                         )
                     except OSError as error:  # e.g. the program vanished after the checks
                         log.write(f"cannot start: {error}\n")
-                        outcome.status, outcome.returncode, outcome.seconds = "failed", 127, 0.0
-                        finished += 1
-                        free.appendleft(slot)
-                        print(
-                            f"[{finished}/{len(jobs)}] FAILED (cannot start: {error}) "
-                            f"{outcome.job.env_id} seed {outcome.job.seed}",
-                            file=out,
-                            flush=True,
-                        )
+                        not_started(outcome, slot, f"cannot start: {error}")
                         continue
                 outcome.cores, outcome.argv = cores, argv
                 running[process.pid] = (process, outcome, time.monotonic(), slot)
@@ -306,7 +319,7 @@ def run_local(
         for process, outcome, started, slot in running.values():
             outcome.status, outcome.returncode = "interrupted", process.returncode
             outcome.seconds = time.monotonic() - started
-        write_summary(log_dir, outcomes)
+        save_summary(log_dir, outcomes, err)
         stopped = ", ".join(f"{o.job.env_id} seed {o.job.seed}" for _, o, _, _ in running.values()) or "none"
         print(
             f"interrupted after {format_seconds(time.monotonic() - start_all)}: {finished} of {len(jobs)} runs "
@@ -318,8 +331,9 @@ def run_local(
     finally:
         for signum, handler in previous_handlers.items():
             signal.signal(signum, handler)
-    write_summary(log_dir, outcomes)
-    return report(outcomes, log_dir, time.monotonic() - start_all, out, err)
+    saved = save_summary(log_dir, outcomes, err)
+    status = report(outcomes, log_dir, time.monotonic() - start_all, out, err)
+    return status if saved else max(status, 1)
 
 
 def _stop(running: dict, grace: float = 5.0) -> None:
@@ -366,7 +380,18 @@ def write_summary(log_dir: Path, outcomes: Sequence[Outcome], cwd: Path | None =
         }
         for o, run_dir in zip(outcomes, run_dirs)
     ]
-    (log_dir / "summary.json").write_text(json.dumps(entries, indent=2) + "\n")
+    write_atomic(log_dir / "summary.json", json.dumps(entries, indent=2) + "\n")
+
+
+def save_summary(log_dir: Path, outcomes: Sequence[Outcome], err) -> bool:
+    """:func:`write_summary`; a write that fails (a link or folder put at ``summary.json`` during the
+    grid, a full disk) prints one line ``error: ...`` on ``err`` and returns False."""
+    try:
+        write_summary(log_dir, outcomes)
+    except OSError as error:
+        print(f"error: --log-dir: cannot write {log_dir / 'summary.json'}: {error}", file=err, flush=True)
+        return False
+    return True
 
 
 def report(outcomes: Sequence[Outcome], log_dir: Path, seconds: float, out, err) -> int:
@@ -399,6 +424,24 @@ def report(outcomes: Sequence[Outcome], log_dir: Path, seconds: float, out, err)
 # ---------------------------------------------------------------------------------------------
 # Slurm mode
 
+SLURM_SPECIAL = re.compile(r"[ !\"#$&'()*;<>?\[\\\]^`{|}~]")
+"""ASCII characters that sbatch (in a ``#SBATCH`` line: quotes, ``\\``, ``#`` and blanks) or bash
+(unquoted) would read as more than themselves."""
+
+
+def slurm_word(value: str) -> str:
+    """``value`` as one word of a ``#SBATCH`` line that reads the same to bash unquoted: every
+    character of :data:`SLURM_SPECIAL` escaped with a backslash (sbatch and bash both read ``\\x``
+    as ``x``), so that ``--job-name=my job #1`` cannot add an option or a comment.
+
+    Raises:
+        ValueError: ``value`` holds a control character (a newline would end the line).
+    """
+    if not str(value).isprintable():
+        raise ValueError(f"{value!r} holds a control character (a newline, a tab, ...)")
+    return SLURM_SPECIAL.sub(lambda match: "\\" + match.group(), str(value))
+
+
 SLURM_TEMPLATE = """\
 #!/usr/bin/env bash
 # Written by python -m cleanrl_utils.benchmark: {{num_runs}} runs, array index i = run i below.
@@ -424,6 +467,9 @@ fi
 export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-{{cpus_per_task}}}"
 export MKL_NUM_THREADS="$OMP_NUM_THREADS" OPENBLAS_NUM_THREADS="$OMP_NUM_THREADS" PYTHONUNBUFFERED=1
 echo "run $i: ${commands[$i]}  (log ${logs[$i]})"
+# a new log: what is at its name (an earlier attempt's log, a planted link) is removed, never written through
+rm -f -- "${logs[$i]}"
+set -o noclobber
 eval "${commands[$i]}" > "${logs[$i]}" 2>&1
 status=$?
 if (( status != 0 )); then
@@ -463,19 +509,27 @@ def slurm_script(
         torch_threads_flag: append ``--torch-threads {cpus_per_task}`` to each command.
         template: the script with ``{{name}}`` placeholders (see :data:`SLURM_TEMPLATE`).
 
+    The values of ``#SBATCH`` lines (``job_name``, ``time``, ``log_dir``, partition, memory) are
+    escaped by :func:`slurm_word` (``%`` in ``log_dir`` doubled: Slurm reads ``%A`` in a file
+    name as the job id); the commands, logs and ``workdir`` are quoted for bash (``shlex.quote``).
+
     Raises:
-        ValueError: the template names a placeholder this function does not fill.
+        ValueError: the template names a placeholder this function does not fill, or a value
+            holds a control character.
     """
+    for value in (workdir, log_dir, *(job.log_name for job in jobs), *(token for job in jobs for token in job.argv)):
+        if not str(value).isprintable():
+            raise ValueError(f"{str(value)!r} holds a control character (a newline, a tab, ...)")
     extra = ["--torch-threads", str(cpus_per_task)] if torch_threads_flag else []
-    directives = [f"#SBATCH --partition={partition}"] if partition else []
-    directives += [f"#SBATCH --mem={mem}"] if mem else []
+    directives = [f"#SBATCH --partition={slurm_word(partition)}"] if partition else []
+    directives += [f"#SBATCH --mem={slurm_word(mem)}"] if mem else []
     values = {
         "num_runs": str(len(jobs)),
-        "job_name": job_name,
+        "job_name": slurm_word(job_name),
         "array": f"0-{len(jobs) - 1}" + (f"%{max_parallel}" if max_parallel else ""),
         "cpus_per_task": str(cpus_per_task),
-        "time": time_limit,
-        "log_dir": str(log_dir),
+        "time": slurm_word(time_limit),
+        "log_dir": slurm_word(str(log_dir).replace("%", "%%")),
         "optional_directives": "\n".join(directives),
         "workdir": shlex.quote(str(workdir)),
         "commands": "\n".join(f"  {shlex.quote(shlex.join([*job.argv, *extra]))}" for job in jobs),
@@ -568,6 +622,9 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     """
     if not args.env_ids:
         fail("--env-ids", "give at least one environment id, e.g. --env-ids CartPole-v1")
+    for env_id in args.env_ids:  # each names a log file and reaches the sbatch script or a job definition
+        check_text(env_id, "--env-ids")
+        check_name(f"{safe_name(env_id)}__seed{args.start_seed + args.num_seeds - 1}.log", "--env-ids")
     duplicates = sorted({e for e in args.env_ids if args.env_ids.count(e) > 1})
     if duplicates:
         fail("--env-ids", f"{', '.join(duplicates)} given more than once")
@@ -585,6 +642,9 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], list[str]]:
             fail(flag, f"cannot split {text!r} into arguments: {error}")
     command = shlex.split(args.command)
     extra = shlex.split(args.extra) + args.passthrough
+    for flag, tokens in (("--command", command), ("--extra", extra)):
+        for token in tokens:
+            check_text(token, flag)
     if not command:
         fail("--command", 'give the command to run, e.g. --command "python cleanrl/ppo.py"')
     if shutil.which(command[0]) is None and not Path(command[0]).is_file():
@@ -598,11 +658,19 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], list[str]]:
                 fail(name, f"{flag} is set by the launcher for each run; remove it")
     if args.workers is not None and args.workers < 1:
         fail("--workers", f"must be at least 1, got {args.workers}")
+    if getattr(args, "log_dir", None) is not None:  # (submit_exp's grid has none)
+        check_text(args.log_dir, "--log-dir")
     if args.slurm:
         if args.slurm_cpus_per_task < 1:
             fail("--slurm-cpus-per-task", f"must be at least 1, got {args.slurm_cpus_per_task}")
         if args.slurm_template is not None and not Path(args.slurm_template).is_file():
             fail("--slurm-template", f"{args.slurm_template!r} does not exist")
+        for flag in ("--slurm-time", "--slurm-partition", "--slurm-mem", "--slurm-job-name", "--slurm-script"):
+            value = getattr(args, flag[2:].replace("-", "_"))
+            if value is not None:
+                check_text(value, flag)
+        if not os.getcwd().isprintable():
+            fail("--slurm", f"the working directory {os.getcwd()!r} holds a control character; the sbatch script cds there")
     elif args.slurm_dry_run:
         fail("--slurm-dry-run", "only with --slurm")
     return command, extra
@@ -615,17 +683,31 @@ def available_cores() -> list[int]:
     return list(range(os.cpu_count() or 1))
 
 
-def make_log_dir(log_dir: str | None, jobs: Sequence[Job]) -> Path:
+def make_log_dir(log_dir: str | None, jobs: Sequence[Job], keep: Sequence[str] = ("summary.json",)) -> Path:
     """Create the log folder (default ``runs/benchmark_logs/<YYYYmmdd-HHMMSS>``, a new one each time).
+
+    A given ``--log-dir`` is used as given (it may be a link the user made); ``runs/`` likewise,
+    but ``runs/benchmark_logs`` must be a real folder.
+
+    Args:
+        log_dir: the ``--log-dir`` flag, or None.
+        jobs: the grid; none of its logs may be in the folder yet.
+        keep: names of files the launcher rewrites in the folder (``summary.json``): a regular
+            file there is replaced later, anything else (a link, a folder, a FIFO) refused.
 
     Raises:
         SystemExit: (status 2) a given ``--log-dir`` already holds a log of this grid (it is
-            never overwritten) or cannot be created.
+            never overwritten), something other than a regular file at a name of ``keep``, or a
+            folder that cannot be created.
     """
     if log_dir is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         base = Path("runs") / "benchmark_logs"
-        base.mkdir(parents=True, exist_ok=True)
+        try:
+            base.parent.mkdir(exist_ok=True)
+            make_folder(base, base.parent)
+        except OSError as error:
+            fail("--log-dir", f"cannot create {base}: {error}")
         for suffix in [""] + [f"-{i}" for i in range(1, 1000)]:
             try:
                 (base / (stamp + suffix)).mkdir()
@@ -634,9 +716,11 @@ def make_log_dir(log_dir: str | None, jobs: Sequence[Job]) -> Path:
                 continue
         fail("--log-dir", f"cannot find a free folder name under {base}")
     path = Path(log_dir)
-    clash = [job.log_name for job in jobs if (path / job.log_name).exists()]
+    clash = [job.log_name for job in jobs if os.path.lexists(path / job.log_name)]  # a dangling link too
     if clash:
         fail("--log-dir", f"{path} already holds logs of this grid ({clash[0]}, ...); choose another folder")
+    for name in keep:
+        refuse_non_regular(path / name, "--log-dir")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -652,8 +736,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     jobs = make_jobs(command, args.env_ids, seeds, extra)
 
     if args.slurm:
-        template = Path(args.slurm_template).read_text() if args.slurm_template else SLURM_TEMPLATE
-        log_dir = make_log_dir(args.log_dir, jobs)
+        template = SLURM_TEMPLATE
+        if args.slurm_template:
+            try:
+                template = Path(args.slurm_template).read_text(encoding="utf-8")
+            except (OSError, ValueError) as error:
+                fail("--slurm-template", f"cannot read {args.slurm_template!r}: {error}")
+        if args.slurm_script:
+            refuse_non_regular(Path(args.slurm_script), "--slurm-script")
+        log_dir = make_log_dir(args.log_dir, jobs, keep=() if args.slurm_script else ("benchmark.sbatch",))
+        check_text(str(log_dir), "--log-dir")
         try:
             text = slurm_script(
                 jobs,
@@ -671,9 +763,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as error:
             fail("--slurm-template", str(error))
         path = Path(args.slurm_script) if args.slurm_script else log_dir / "benchmark.sbatch"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        path.chmod(0o755)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, text, permissions=0o755)
+        except OSError as error:
+            fail("--slurm-script", f"cannot write {path}: {error}")
         grid = f"{plural(len(args.env_ids), 'env')} x {plural(len(seeds), 'seed')}"
         print(f"{len(jobs)} runs ({grid}) as a Slurm array job: {path}")
         if args.slurm_dry_run or shutil.which("sbatch") is None:

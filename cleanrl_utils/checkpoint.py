@@ -35,7 +35,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from cleanrl_utils.cli import fail, flag_name
+from cleanrl_utils.cli import check_saved_types, fail, flag_name
 from cleanrl_utils.files import FileDamaged, FileRefused, read_file, untrusted_env_module
 from cleanrl_utils.files import checkpoints as checkpoint_files
 from cleanrl_utils.vector import envs_state, restore_envs
@@ -204,6 +204,11 @@ RESUMABLE_WITH_OTHER_VALUES = (
 checkpoint's values); every other flag comes from the checkpoint."""
 
 
+REQUIRED_ARGS = ("env_id", "exp_name", "seed", "total_timesteps")
+"""Saved arguments a checkpoint or model must hold: what names and seeds its run (a missing one would be
+replaced by the flag's default, silently another run)."""
+
+
 def given_flags(argv: Sequence[str], fields: Sequence[str]) -> set[str]:
     """The ``Args`` fields whose flag appears in ``argv`` (``--name``, ``--name=value`` or ``--no-name``)."""
     tokens = {token.split("=", 1)[0] for token in argv if token.startswith("--")}
@@ -253,7 +258,8 @@ def load_checkpoint(path: str, script: str) -> dict:
     recorded = recorded if isinstance(recorded, dict) else {}
     differ = [key for key in ("env_id", "exp_name", "seed") if recorded.get(key) != saved.get(key)]
     if differ:  # a checkpoint copied or linked into another run's folder
-        raise FileRefused(f"{path} belongs to another run than {run} (its {', '.join(differ)} differ from args.json)")
+        verb = "differ" if len(differ) > 1 else "differs"
+        raise FileRefused(f"{path} belongs to another run than {run} (its {', '.join(differ)} {verb} from args.json)")
     return content
 
 
@@ -281,9 +287,10 @@ def resume_args(args: Any, script: str, argv: Sequence[str] | None = None) -> tu
         checkpoint = load_checkpoint(args.resume, script)
     except FileRefused as error:
         fail("--resume", str(error))
-    saved = checkpoint["args"]
     fields = [field.name for field in dataclasses.fields(args)]
-    unknown = sorted(set(saved) - set(fields))
+    # each saved value of the type of its flag (a damaged or forged file: one line naming the field)
+    saved = check_saved_types(type(args), checkpoint.get("args"), checkpoint["path"], required=REQUIRED_ARGS)
+    unknown = sorted(set(checkpoint["args"]) - set(fields))
     if unknown:
         fail("--resume", f"the checkpoint has arguments this {script}.py does not know: {', '.join(unknown)}")
     given = given_flags(sys.argv[1:] if argv is None else argv, fields)

@@ -7,11 +7,14 @@ Imports nothing heavy (no torch, no gymnasium), so that tools that only start ot
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import sys
+import typing
 from collections import deque
+from contextlib import contextmanager
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, Iterator, Literal, NoReturn, Union
 
 USAGE_ERROR = 2
 """Exit status of a run stopped by bad input (the same as argparse's)."""
@@ -21,10 +24,105 @@ def fail(flag: str, message: str) -> NoReturn:
     """Stop the program with one line on stderr, ``error: <flag>: <message>``, exit status 2.
 
     Used for bad input before any work starts, so the user sees what to change rather than
-    a traceback from deep inside the run.
+    a traceback from deep inside the run. Within :func:`saved_arguments`, a flag whose value was
+    read from a file is named as that file's field: ``error: <file>: its saved <field> ...``.
     """
+    if _saved and flag.startswith("--"):
+        path, given = _saved[-1]
+        field = flag[2:].replace("-", "_")
+        if field not in given:
+            print(f"error: {path}: its saved {field} {message}", file=sys.stderr)
+            raise SystemExit(USAGE_ERROR)
     print(f"error: {flag}: {message}", file=sys.stderr)
     raise SystemExit(USAGE_ERROR)
+
+
+_saved: list[tuple[str, frozenset]] = []
+"""The files whose saved arguments are being checked (:func:`saved_arguments`), innermost last."""
+
+
+@contextmanager
+def saved_arguments(path: str, given: typing.Iterable[str] = ()) -> Iterator[None]:
+    """Within the block, :func:`fail` names a flag as the field of ``path`` it was read from, unless its field
+    is in ``given`` (given on the command line): the checks of flags then check a file's saved arguments."""
+    _saved.append((str(path), frozenset(given)))
+    try:
+        yield
+    finally:
+        _saved.pop()
+
+
+def _fits(value: Any, kind: Any) -> bool:
+    """Whether ``value`` is of the annotated type ``kind`` (int, float, bool, str, Optional, Literal; others pass).
+    ``bool`` is not an ``int``, an ``int`` is a ``float``."""
+    origin = typing.get_origin(kind)
+    if origin is Union or type(kind).__name__ == "UnionType":  # Optional[X], X | None
+        return any(_fits(value, option) for option in typing.get_args(kind))
+    if origin is Literal:
+        return any(value == option and type(value) is type(option) for option in typing.get_args(kind))
+    if kind is type(None):
+        return value is None
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is str:
+        return isinstance(value, str)
+    return True
+
+
+def _describe(kind: Any) -> str:
+    """``float``, ``float or None``, ``one of 'sync', 'async'`` for an annotated type."""
+    if typing.get_origin(kind) is Union or type(kind).__name__ == "UnionType":
+        return " or ".join(_describe(option) for option in typing.get_args(kind))
+    if typing.get_origin(kind) is Literal:
+        return "one of " + ", ".join(repr(option) for option in typing.get_args(kind))
+    return "None" if kind is type(None) else getattr(kind, "__name__", str(kind))
+
+
+def check_saved_types(args_class: type, saved: Any, path: str, required: typing.Iterable[str] = ()) -> dict:
+    """The arguments ``saved`` in the file ``path``, checked against the fields of ``args_class``.
+
+    Each value must be of its field's annotated type (an ``int`` where the flag is an int, a
+    string or None where it is ``Optional[str]``, one of a ``Literal``'s choices); ints saved for
+    float fields become floats. Fields the class does not have are left out.
+
+    Args:
+        args_class: the script's ``Args`` dataclass.
+        saved: the file's ``args`` entry (a dict).
+        path: the file, for the message.
+        required: fields the file must hold.
+
+    Returns:
+        ``{field: value}`` for the fields of ``args_class`` that ``saved`` holds.
+
+    Raises:
+        SystemExit: (status 2, one line ``error: <path>: its saved <field> is ..., not ...``) a value of another
+            type, a missing required field, or ``saved`` not a dict.
+    """
+    if not isinstance(saved, dict):
+        print(f"error: {path}: its saved arguments are not a dict", file=sys.stderr)
+        raise SystemExit(USAGE_ERROR)
+    hints = typing.get_type_hints(args_class)
+    values = {}
+    for field in dataclasses.fields(args_class):
+        if field.name not in saved:
+            if field.name in required:
+                print(f"error: {path}: its saved arguments lack {field.name}", file=sys.stderr)
+                raise SystemExit(USAGE_ERROR)
+            continue
+        value, kind = saved[field.name], hints.get(field.name, Any)
+        if not _fits(value, kind):
+            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+            expected = _describe(kind)
+            print(
+                f"error: {path}: its saved {field.name} is {shown} ({type(value).__name__}), not {expected}", file=sys.stderr
+            )
+            raise SystemExit(USAGE_ERROR)
+        values[field.name] = float(value) if kind is float else value
+    return values
 
 
 def require(condition: bool, flag: str, message: str) -> None:

@@ -19,7 +19,11 @@
    upload failed after a successful run.
 
 Only boto3 is needed (the ``cloud`` extra); ``AWS_ENDPOINT_URL`` points it elsewhere (tests).
-Bad input stops with one line ``error: <flag>: <message>``, exit status 2, before anything runs.
+Bad input (a grid whose entries are not lists of strings and integers, a control character in
+one of them, ...) stops with one line ``error: <flag>: <message>``, exit status 2, before
+anything runs. An object whose key would not lie inside ``./runs`` (``..``, an absolute path) is
+skipped with a warning, and folders below ``./runs`` are made with
+:func:`cleanrl_utils.writes.make_folder` (never through a link).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from typing import Any, Sequence
 
 from cleanrl_utils.benchmark import make_jobs
 from cleanrl_utils.cli import OneLineParser, fail, require, safe_name
+from cleanrl_utils.writes import make_folder
 
 RUNS = Path("runs")
 """Run directories, relative to the working directory (the scripts' default)."""
@@ -81,15 +86,25 @@ class S3Sync:
         self.lock = threading.Lock()
 
     def download(self) -> int:
-        """Download every object under the prefix into ``runs``; returns how many files."""
+        """Download every object under the prefix into ``runs``; returns how many files.
+
+        An object whose key is not a relative path inside ``runs`` (``..`` or an empty part, an
+        absolute path, a folder marker ending in ``/``, a control character) is skipped with a
+        line on stderr.
+        """
         count = 0
+        self.runs.mkdir(exist_ok=True)
         for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.base):
             for item in page.get("Contents", []):
                 relative = item["Key"][len(self.base) :]
-                target = self.runs / relative
-                if not relative or ".." in Path(relative).parts:
+                parts = relative.split("/")
+                if not relative:  # the prefix itself (a folder marker)
                     continue
-                target.parent.mkdir(parents=True, exist_ok=True)
+                if not relative.isprintable() or any(part in ("", ".", "..") for part in parts):
+                    print(f"cloud_run: skipped s3 key {item['Key']!r}: not a file inside runs/", file=sys.stderr, flush=True)
+                    continue
+                target = self.runs.joinpath(*parts)
+                make_folder(target.parent, self.runs)
                 self.client.download_file(self.bucket, item["Key"], str(target))
                 stat = target.stat()
                 self.sent[target] = (stat.st_size, stat.st_mtime_ns)
@@ -158,9 +173,16 @@ def pick_command(args: argparse.Namespace, command: list[str]) -> tuple[list[str
     require(not command, "--grid-json", "give either a grid or a command after --, not both")
     try:
         grid = json.loads(args.grid_json)
-        jobs = make_jobs(grid["command"], grid["env_ids"], [int(s) for s in grid["seeds"]], grid.get("extra", []))
-    except (ValueError, KeyError, TypeError) as error:
-        fail("--grid-json", f"not a grid {{command, env_ids, seeds, extra}}: {error}")
+        words = {key: grid[key] for key in ("command", "env_ids")} | {"extra": grid.get("extra", [])}
+        for key, value in words.items():  # lists of one-line strings: they become the run's argv and S3 prefix
+            if not (isinstance(value, list) and all(isinstance(v, str) and v.isprintable() for v in value)):
+                raise TypeError(f"{key} must be a list of strings without control characters, got {value!r}"[:200])
+        if not (isinstance(grid["seeds"], list) and all(type(s) is int for s in grid["seeds"])):
+            raise TypeError(f"seeds must be a list of integers, got {grid['seeds']!r}"[:200])
+        require(bool(words["command"]), "--grid-json", "the grid's command is empty")
+        jobs = make_jobs(words["command"], words["env_ids"], grid["seeds"], words["extra"])
+    except (ValueError, KeyError, TypeError, RecursionError) as error:
+        fail("--grid-json", f"not a grid {{command, env_ids, seeds, extra}}: {error!r}"[:300])
     index = args.array_index
     if index is None:
         raw = os.environ.get("AWS_BATCH_JOB_ARRAY_INDEX")
@@ -193,7 +215,10 @@ def main(argv: Sequence[str] | None = None, s3_client: Any = None) -> int:
     sync = None
     if args.bucket:
         sync = S3Sync(args.bucket, prefix, s3_client)
-        count = sync.download()
+        try:
+            count = sync.download()
+        except OSError as error:  # UnsafePath: a link in ./runs where a downloaded folder goes
+            fail("--prefix", f"cannot download s3://{args.bucket}/{sync.base} into {RUNS}/: {error}")
         print(f"cloud_run: {count} files from s3://{args.bucket}/{sync.base}", flush=True)
         if (RUNS / FINISHED).exists():
             print(

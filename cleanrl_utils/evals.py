@@ -8,14 +8,16 @@ loads the weights into its own networks and hands its evaluation policy to
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Optional
 
 import gymnasium as gym
 import numpy as np
 import torch
 
+from cleanrl_utils.cli import check_saved_types, saved_arguments
 from cleanrl_utils.files import FileRefused, check_module, read_file, script_name, untrusted_env_module
-from cleanrl_utils.run import episode_returns
+from cleanrl_utils.run import RunArgs, check_run_args, episode_returns
 from cleanrl_utils.vector import SAME_STEP, vector_env
 
 
@@ -57,6 +59,11 @@ def run_episodes(
     return np.asarray(returns[:num_episodes], dtype=np.float64)
 
 
+def _init_fields(args_class: type) -> set[str]:
+    """The fields of a dataclass its constructor takes."""
+    return {field.name for field in dataclasses.fields(args_class) if field.init}
+
+
 class Evaluation:
     """A model file opened for evaluation by the script that wrote it.
 
@@ -88,6 +95,8 @@ class Evaluation:
 
     Raises:
         cleanrl_utils.files.FileRefused: (one line) not a model file of this script.
+        SystemExit: (status 2, one line naming the file and the field) a saved argument of the wrong type
+            or out of its range (checked as the flag is: :meth:`_checked_args`).
     """
 
     def __init__(
@@ -105,10 +114,11 @@ class Evaluation:
         env_args: tuple[str, ...] = (),
     ):
         self.model = read_file(model_path, "model", script_name(script_file))
+        self.model["args"] = self._checked_args(make_env or make_envs, script_name(script_file))
         self.eval_episodes = eval_episodes
         self.seed = self.model["args"]["seed"] + 100_000 if seed is None else seed
         self.device = torch.device(device)
-        recorded = str(self.model["env_id"])
+        recorded = self.model["env_id"] = self.model["args"]["env_id"]
         if env_id is None and untrusted_env_module(recorded):  # "module:Env-v0" would import module
             raise FileRefused(
                 f"{self.model['path']} records the env id {recorded!r}, which imports the module "
@@ -126,6 +136,24 @@ class Evaluation:
                 env_id, 0, capture_video, video_dir, training=False, video_episodes=video_episodes, **recorded_args
             )
             self.envs: gym.vector.VectorEnv = vector_env([env_fn], "sync", SAME_STEP)
+
+    def _checked_args(self, make_env: Callable, script: str) -> dict:
+        """The model's saved arguments, checked as flags are: each of its field's type in the script's ``Args``
+        (found beside ``make_env``), and the checks every script's flags get (:func:`cleanrl_utils.run.check_run_args`).
+
+        Raises:
+            SystemExit: (status 2, one line ``error: <file>: its saved <field> ...``) a value of another type or
+                out of its range, or a missing ``env_id`` or ``seed`` (all evaluation needs of the run's names).
+        """
+        path, saved = self.model["path"], self.model.get("args")
+        args_class = getattr(make_env, "__globals__", {}).get("Args")  # the Args of the script that defines make_env
+        if args_class is None or not dataclasses.is_dataclass(args_class):  # a script without Args: the run's own checks
+            args_class = RunArgs
+        values = check_saved_types(args_class, saved, path, required=("env_id", "seed"))
+        known = {"exp_name": script, **{name: value for name, value in values.items() if name in _init_fields(args_class)}}
+        with saved_arguments(path):
+            check_run_args(args_class(**known))
+        return {**saved, **values}
 
     def load(self, module: torch.nn.Module, name: str) -> torch.nn.Module:
         """``module`` with the file's weights ``name`` (checked to be this network's), on the device, in eval mode."""

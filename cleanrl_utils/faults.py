@@ -9,6 +9,7 @@ fault: the last good checkpoint is the one the line names.
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
 import signal
@@ -16,6 +17,7 @@ import sys
 import threading
 import weakref
 from contextlib import contextmanager
+from multiprocessing import resource_tracker
 from typing import Any, Callable
 
 import numpy as np
@@ -26,8 +28,20 @@ _to_close: weakref.WeakSet = weakref.WeakSet()
 
 
 def close_on_fault(closable: Any) -> None:
-    """Have :func:`one_line_faults` call ``closable.close(terminate=True)`` when a fault ends the run."""
+    """Have ``closable.close(terminate=True)`` called when an uncaught exception (a fault, or any other error)
+    ends the run (:func:`one_line_faults`), and at the process's exit if it is still open.
+
+    At exit, before multiprocessing's own exit handler, which would wait forever for env workers that
+    ignore SIGTERM and sit waiting for their next command.
+    """
+    global _exit_registered
     _to_close.add(closable)
+    if not _exit_registered:  # registered after multiprocessing's (children exist now): runs before it
+        atexit.register(_kill_workers)
+        _exit_registered = True
+
+
+_exit_registered = False
 
 
 class Fault(RuntimeError):
@@ -156,7 +170,10 @@ def one_line_faults(
     SIGTERM), calls ``close`` (the run's logs are flushed); the process then exits with status 1.
     A collective of a distributed run that fails (``all_reduce`` raises when another rank died),
     and TensorBoard events that cannot be written (a full disk), are one line too; the events
-    writer's thread says nothing itself. Other exceptions keep Python's traceback.
+    writer's thread says nothing itself. Other exceptions keep Python's traceback, and the env
+    workers are killed after it, so the process exits rather than wait for them.
+
+    Installed once; a later call updates what the line names and what is closed.
 
     Args:
         script: the script's name (``"ppo"``).
@@ -165,27 +182,33 @@ def one_line_faults(
         close: flushes and closes what the run writes (TensorBoard events).
         rank: this process's rank in a distributed run, named in the line (``ddp_ppo.py, rank 1: ...``).
     """
-    default = sys.excepthook
     _ending.update(name=f"{script}.py" + (f", rank {rank}" if rank is not None else ""), last_checkpoint=last_checkpoint)
+    _ending["close"] = close
+    if getattr(sys.excepthook, "one_line_faults", False):  # installed already (set-up, then the started run)
+        return
+    default = sys.excepthook
 
     def hook(kind, error, traceback):
         collective, events = _failed_collective(kind, error, traceback), _from_tensorboard(kind, traceback)
         if not issubclass(kind, Fault) and not collective and not events:
-            return default(kind, error, traceback)
+            default(kind, error, traceback)
+            _kill_workers()
+            return
         if collective:
-            what = f"{collective} failed: another rank died or hung ({_first_line(error)})"
+            what = f"{collective} failed: another rank died or hung ({first_line(error)})"
         elif events:
             where = os.fsdecode(getattr(error, "filename", None) or ".")
-            what = f"cannot write the TensorBoard events ({_first_line(error)}; {free_space(where)})"
+            what = f"cannot write the TensorBoard events ({first_line(error)}; {free_space(where)})"
         else:
             what = str(error)
         print(_line(what), file=sys.stderr, flush=True)
         _kill_workers()
         try:
-            close()
+            _ending["close"]()
         except Exception:  # the events cannot be written: the line above said so
             pass
 
+    hook.one_line_faults = True
     sys.excepthook = hook
     threading_hook = threading.excepthook
 
@@ -196,8 +219,9 @@ def one_line_faults(
     threading.excepthook = thread_hook
 
 
-_ending: dict = {"name": "this script", "last_checkpoint": None}
-"""What :func:`one_line_faults` and :func:`stop_now` name: the script and where its last checkpoint is."""
+_ending: dict = {"name": "this script", "last_checkpoint": None, "close": lambda: None}
+"""What :func:`one_line_faults` and :func:`stop_now` name (the script, where its last checkpoint is) and what the
+hook closes."""
 
 
 def _line(what: str) -> str:
@@ -205,7 +229,8 @@ def _line(what: str) -> str:
     return f"{_ending['name']}: {what}" + (f"; last checkpoint: {last() or 'none'}" if last is not None else "")
 
 
-def _first_line(error: BaseException) -> str:
+def first_line(error: BaseException) -> str:
+    """The first line of ``error``'s message (its type's name when it has none), at most 200 characters."""
     return (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
 
 
@@ -240,6 +265,8 @@ def _failed_collective(kind: type, error: BaseException, traceback: Any) -> str 
 def _kill_workers() -> None:
     """Close the vector envs given to :func:`close_on_fault` and kill every child process left."""
     for closable in list(_to_close):
+        if getattr(closable, "closed", False):
+            continue
         try:
             closable.close(terminate=True)
         except Exception:  # already closed or broken: its processes are killed below
@@ -248,6 +275,7 @@ def _kill_workers() -> None:
 
     for child in multiprocessing.active_children():
         child.kill()
+        child.join(1.0)
 
 
 being_written: set = set()
@@ -312,6 +340,10 @@ def stop_signals_held():
         return
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
+        # multiprocessing's resource tracker (shared memory, the forkserver's) starts here if it has not: it
+        # keeps SIGHUP held and ignores the others, but its start unblocks SIGINT and SIGTERM as it ends
+        resource_tracker.ensure_running()
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)

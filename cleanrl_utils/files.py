@@ -13,8 +13,9 @@ never runs code. Every file carries a header:
   whose network differs (another activation, another width) is told so in one line;
 - ``env_id``, ``args`` (the run's arguments as a dict) and ``global_step``.
 
-Writes are atomic: the content goes to ``<file>.tmp``, is flushed to disk (``fsync``), then
-renamed over ``<file>``; an interrupted write leaves the previous file whole. The names of
+Writes are atomic: the content goes to ``<file>.tmp``, created new (never opened through a link
+planted at that name), is flushed to disk (``fsync``), then renamed over ``<file>``; an interrupted
+write leaves the previous file whole, and a write never goes through a link. The names of
 checkpoint files, ``{run_dir}/checkpoints/step_{global_step}.pt``, are made and read here only.
 """
 
@@ -30,6 +31,7 @@ from typing import Any
 import torch
 
 from cleanrl_utils.faults import WriteFailed, being_written, free_space
+from cleanrl_utils.writes import create_new, make_folder, replace, temporary_for
 
 FORMAT = 2
 """Version of the file layout; a file of another version is refused."""
@@ -78,7 +80,6 @@ def write_file(
         OSError: the file could not be written (the previous one, if any, is left whole).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     header = {
         "format": FORMAT,
         "kind": kind,
@@ -88,19 +89,25 @@ def write_file(
         "modules": {name: repr(m) for name, m in (modules or {}).items()},
     }
     temporary = path.with_name(path.name + ".tmp")
-    being_written.add(temporary)  # a second Ctrl-C meanwhile removes it (cleanrl_utils.faults.stop_now)
+    created = False
     try:
-        with open(temporary, "wb") as file:
+        make_folder(path.parent)  # a real folder, never a link to one elsewhere
+        temporary = temporary_for(path)  # one left by a killed process (or a link planted there) is removed
+        with create_new(temporary, "wb") as file:  # created here, never opened through a link
+            created = True
+            being_written.add(temporary)  # a second Ctrl-C meanwhile removes it (cleanrl_utils.faults.stop_now)
             torch.save({**header, **content}, file)
             file.flush()
             os.fsync(file.fileno())
-        os.replace(temporary, path)
+        replace(temporary, path)  # a folder or FIFO at path is refused, a link replaced (not written through)
     except (OSError, RuntimeError) as error:  # disk full (torch says "unexpected pos"), read-only folder: no partial file
-        temporary.unlink(missing_ok=True)
+        if created:
+            temporary.unlink(missing_ok=True)
         reason = (error.strerror if isinstance(error, OSError) else None) or str(error).strip().splitlines()[0][:200]
         raise WriteFailed(f"cannot write {path}: {reason} ({free_space(path.parent)})") from None
     except BaseException:
-        temporary.unlink(missing_ok=True)
+        if created:
+            temporary.unlink(missing_ok=True)
         raise
     finally:
         being_written.discard(temporary)

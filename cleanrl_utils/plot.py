@@ -50,6 +50,14 @@ bootstrap (``rliable.library.get_interval_estimates``: runs resampled with repla
 each environment, percentile interval). rliable 1.2 needs ``arch<8``, which does not import
 with pandas 3: the ``plot`` extra pins ``pandas<3``.
 
+Names read from files (env ids, exp names, reference labels) and the tag are drawn and written
+literally: ``$`` is escaped for matplotlib (no math text) and Markdown, ``|`` and other Markdown
+syntax for the tables, and control characters appear as escapes (``\\n``). The texts of
+``--title``, ``--xlabel``, ``--ylabel`` and ``--legend`` are drawn as given (``$\\alpha$`` is
+math text); one that matplotlib cannot draw is refused. Every file is written whole through a new
+file renamed over the old one, never through a link: a link, folder or FIFO at an output name
+(``curves.png``, ``returns.md`` ...) stops the tool before anything is written.
+
 Bad input (no run directory, no run left to plot, a summary, scores or reference file that
 does not fit, a bad option value, no exp_name with runs on every environment for the
 aggregate) stops before anything is written, with one line ``error: <flag>: ...`` and exit
@@ -60,8 +68,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import io
 import json
 import math
+import re
 import sys
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -70,9 +80,49 @@ from pathlib import Path
 import numpy as np
 
 from cleanrl_utils.cli import OneLineParser, fail, require
+from cleanrl_utils.writes import refuse_non_regular, write_atomic
 
 METRICS = ("IQM", "median", "mean", "optimality gap")
 """Names of the aggregate metrics, in the order of :func:`aggregate_metrics`' output."""
+
+
+def visible(text: str) -> str:
+    """``text`` with each character that is not printable (a newline, an escape, a lone surrogate)
+    written as its Python escape: ``"a\\nb"`` -> ``a\\nb``, so that a name stays one line and every
+    font can draw it."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(text))
+
+
+def plain_text(text: str) -> str:
+    """``text`` as matplotlib draws it literally: :func:`visible`, every ``$`` escaped (``\\$``), so
+    that ``a$x^2$b`` or ``$\\foo$`` is never read as math text."""
+    return visible(text).replace("$", r"\$")
+
+
+MARKDOWN_SPECIAL = re.compile(r"[\\`*$|<>\[\]~&]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+"""Characters Markdown (and GitHub's math) would read as syntax in a table cell; ``_`` only where it
+could start or end emphasis (``ppo_continuous`` stays as it is)."""
+
+
+def markdown_text(text: str) -> str:
+    """``text`` as a literal Markdown table cell: :func:`visible`, each of :data:`MARKDOWN_SPECIAL`
+    escaped with a backslash (``a|b`` -> ``a\\|b``)."""
+    return MARKDOWN_SPECIAL.sub(lambda match: "\\" + match.group(), visible(text))
+
+
+def check_math(text: str, flag: str) -> None:
+    """Fail (one line naming ``flag``) when matplotlib cannot draw ``text``: math text (between
+    ``$`` signs) that does not parse, or a character that is not printable."""
+    from matplotlib import cbook
+    from matplotlib.mathtext import MathTextParser
+
+    require(text.isprintable(), flag, f"{text!r} holds a control character (a newline, a tab, ...)")
+    if cbook.is_math_text(text):
+        try:
+            MathTextParser("path").parse(text, dpi=72)
+        except ValueError as error:
+            reason = [line.strip() for line in str(error).splitlines() if line.strip()][-1]
+            fail(flag, f"cannot draw {text!r} as math text: {reason} (write \\$ for a literal $)")
 
 
 @dataclasses.dataclass
@@ -145,11 +195,17 @@ def read_run(directory: Path, tag: str = "charts/episodic_return", keep_unfinish
     """
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    if not (directory / "args.json").is_file():  # a FIFO there would block the read
+        raise RunSkipped("args.json is not a file")
     try:
         config = json.loads((directory / "args.json").read_text())
         env_id, exp_name, seed = config["env_id"], config["exp_name"], int(config["seed"])
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise RunSkipped(f"args.json: cannot read env_id, exp_name and seed ({type(error).__name__}: {error})") from None
+        if not (isinstance(env_id, str) and isinstance(exp_name, str)):
+            raise TypeError(f"env_id and exp_name must be strings, got {env_id!r} and {exp_name!r}")
+    except (OSError, ValueError, KeyError, TypeError, OverflowError, RecursionError) as error:
+        message = visible(f"{type(error).__name__}: {error}")[:300]
+        raise RunSkipped(f"args.json: cannot read env_id, exp_name and seed ({message})") from None
+    env_id, exp_name = visible(env_id), visible(exp_name)  # names stay one line in notes, tables and figures
     if not any(directory.glob("events.out.tfevents.*")):
         raise RunSkipped("no TensorBoard event files")
     accumulator = EventAccumulator(str(directory), size_guidance={"scalars": 0})
@@ -219,20 +275,22 @@ def summary_runs(paths: Sequence[str | Path]) -> tuple[list[Path], list[str]]:
     for path in map(Path, paths):
         try:
             entries = json.loads(path.read_text())
-        except (OSError, ValueError) as error:
-            fail("--summary", f"cannot read {str(path)!r}: {error}")
+        except (OSError, ValueError, RecursionError) as error:
+            fail("--summary", f"cannot read {str(path)!r}: {visible(error)}")
         require(
             isinstance(entries, list) and all(isinstance(e, dict) and {"env_id", "seed"} <= e.keys() for e in entries),
             "--summary",
             f"{str(path)!r} is not a launcher summary (a JSON list of runs with env_id, seed, status, run_dir)",
         )
         for entry in entries:
-            where = f"{path}: {entry['env_id']} seed {entry['seed']}"
+            where = visible(f"{path}: {entry['env_id']} seed {entry['seed']}")
             run_dir = entry.get("run_dir")
             if entry.get("status") != "ok":
                 warnings.append(f"warning: skipped {where}: status {entry.get('status')!r}")
             elif not run_dir:
                 warnings.append(f"warning: skipped {where}: no run_dir (a summary of an older launcher?)")
+            elif not isinstance(run_dir, str) or "\0" in run_dir:
+                warnings.append(f"warning: skipped {where}: run_dir {run_dir!r} is not a path")
             elif not Path(run_dir).is_dir():
                 warnings.append(f"warning: skipped {where}: run_dir {run_dir} is not a directory")
             else:
@@ -362,16 +420,19 @@ def returns_table(
     """Markdown table ``| env | exp_name | mean ± std | seeds |`` of the final returns
     (:func:`final_return`), mean and standard deviation (ddof 0) over the group's runs; with
     ``references`` (env_id -> points, :func:`load_references`) a last column ``published``
-    gives the env's points, ``<label>: <mean> ± <std> at <step>`` (``-`` for none)."""
+    gives the env's points, ``<label>: <mean> ± <std> at <step>`` (``-`` for none). Names are
+    written literally (:func:`markdown_text`)."""
     what = f"last {last_fraction:.0%} of episodes" if last_fraction is not None else f"last {last_episodes} episodes"
     columns = ["env", "exp_name", f"mean ± std ({what})", "seeds"] + ["published"] * (references is not None)
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for (env_id, exp_name), runs in groups.items():
         finals = np.array([final_return(r, last_episodes, last_fraction) for r in runs])
-        line = f"| {env_id} | {exp_name} | {finals.mean():.2f} ± {finals.std():.2f} | {len(runs)} |"
+        names = f"{markdown_text(env_id)} | {markdown_text(exp_name)}"
+        line = f"| {names} | {finals.mean():.2f} ± {finals.std():.2f} | {len(runs)} |"
         if references is not None:
             points = references.get(env_id, ())
-            line += " " + ("; ".join(f"{p.label}: {p.mean:g} ± {p.std:g} at {p.step:,.0f}" for p in points) or "-") + " |"
+            cell = "; ".join(f"{markdown_text(p.label)}: {p.mean:g} ± {p.std:g} at {p.step:,.0f}" for p in points)
+            line += " " + (cell or "-") + " |"
         lines.append(line)
     return "\n".join(lines) + "\n"
 
@@ -386,8 +447,8 @@ def load_scores(path: Path, env_ids: Sequence[str]) -> dict[str, tuple[float, fl
     """
     try:
         content = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as error:
-        fail("--scores", f"cannot read {str(path)!r}: {error}")
+    except (OSError, ValueError, RecursionError) as error:
+        fail("--scores", f"cannot read {str(path)!r}: {visible(error)}")
     require(
         isinstance(content, dict),
         "--scores",
@@ -401,8 +462,8 @@ def load_scores(path: Path, env_ids: Sequence[str]) -> dict[str, tuple[float, fl
         )
         try:
             random, reference = float(entry["random"]), float(entry["reference"])
-        except (KeyError, TypeError, ValueError):
-            fail("--scores", f"{env_id}: needs numbers 'random' and 'reference', got {entry}")
+        except (KeyError, TypeError, ValueError, OverflowError):
+            fail("--scores", visible(f"{env_id}: needs numbers 'random' and 'reference', got {entry}")[:300])
         require(
             math.isfinite(random) and math.isfinite(reference) and random != reference,
             "--scores",
@@ -519,7 +580,7 @@ def aggregate_table(
     for name, point in points.items():
         cells = [f"{p:.3f} [{lo:.3f}, {hi:.3f}]" for p, lo, hi in zip(point, *intervals[name])]
         runs, envs = matrices[name].shape
-        lines.append(f"| {name} | {runs} × {envs} | " + " | ".join(cells) + " |")
+        lines.append(f"| {markdown_text(name)} | {runs} × {envs} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -545,14 +606,16 @@ def _pyplot():
 def _save(fig, out: Path, name: str, formats: Sequence[str] = ("png", "svg"), tight: bool = True) -> list[Path]:
     """Save ``fig`` as ``out/name.<format>`` for each of ``formats``, without a date in the file
     (the same input gives the same svg and pdf), PDF fonts embedded as TrueType; ``tight``: crop
-    to the drawn content."""
+    to the drawn content. Each file is written whole (:func:`cleanrl_utils.writes.write_atomic`)."""
     import matplotlib
 
     metadata = {"png": None, "pdf": {"CreationDate": None}, "svg": {"Date": None}}
     paths = [out / f"{name}.{fmt}" for fmt in formats]
     with matplotlib.rc_context({"pdf.fonttype": 42}):  # TrueType, not Type 3: what IEEE and ACM ask for
         for path, fmt in zip(paths, formats):
-            fig.savefig(path, dpi=200, bbox_inches="tight" if tight else None, metadata=metadata[fmt])
+            image = io.BytesIO()
+            fig.savefig(image, format=fmt, dpi=200, bbox_inches="tight" if tight else None, metadata=metadata[fmt])
+            write_atomic(path, image.getvalue())  # a link at path is replaced, never written through
     return paths
 
 
@@ -597,23 +660,23 @@ def load_references(path: Path) -> dict[str, list[Reference]]:
     """
     try:
         content = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as error:
-        fail("--reference", f"cannot read {str(path)!r}: {error}")
+    except (OSError, ValueError, RecursionError) as error:
+        fail("--reference", f"cannot read {str(path)!r}: {visible(error)}")
     form = '{"<env_id>": [{"label": ..., "step": ..., "mean": ..., "std": ...}]}'
     require(isinstance(content, dict), "--reference", f"{str(path)!r} must hold a JSON object {form}")
     references = {}
     for env_id, entries in content.items():
-        require(isinstance(entries, list), "--reference", f"{env_id}: needs a list of points {form}")
+        require(isinstance(entries, list), "--reference", visible(f"{env_id}: needs a list of points {form}"))
         references[env_id] = []
         for entry in entries:
             try:
                 point = Reference(str(entry["label"]), float(entry["step"]), float(entry["mean"]), float(entry.get("std", 0)))
-            except (KeyError, TypeError, ValueError, AttributeError):
-                fail("--reference", f"{env_id}: a point needs label, step, mean (and std), got {entry}")
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
+                fail("--reference", visible(f"{env_id}: a point needs label, step, mean (and std), got {entry}")[:300])
             require(
                 all(math.isfinite(v) for v in (point.step, point.mean, point.std)) and point.std >= 0,
                 "--reference",
-                f"{env_id}: step, mean and std must be finite and std >= 0, got {entry}",
+                visible(f"{env_id}: step, mean and std must be finite and std >= 0, got {entry}")[:300],
             )
             references[env_id].append(point)
     return references
@@ -667,7 +730,9 @@ def curves_figure(
     (mean over seeds, :func:`curve_matrix`) with its band (:func:`band`), and the env's
     reference points as error bars (``ax.containers``). One legend for the figure, below the
     subplots, in as many columns as fit the figure's width: an entry per exp_name (``<exp_name>
-    (<n> seeds)``, or its ``legend`` label as given), then one per reference label.
+    (<n> seeds)``, or its ``legend`` label as given), then one per reference label. Env ids,
+    exp_names, reference labels and the tag are drawn literally (:func:`plain_text`); ``xlabel``,
+    ``ylabel``, ``title`` and ``legend`` labels as given (math text between ``$`` signs).
 
     Args:
         groups: runs by ``(env_id, exp_name)``, from :func:`group_runs`.
@@ -702,8 +767,8 @@ def curves_figure(
     cols = min(3, len(env_ids))
     rows = math.ceil(len(env_ids) / cols)
     seeds = {name: _seeds([len(runs) for (_, n), runs in groups.items() if n == name]) for name in names}
-    labels = {name: legend[name] if name in legend else f"{name} ({seeds[name]})" for name in names}
-    labels |= {f"reference {label}": label for label in reference_labels}
+    labels = {name: legend[name] if name in legend else f"{plain_text(name)} ({seeds[name]})" for name in names}
+    labels |= {f"reference {label}": plain_text(label) for label in reference_labels}
     width = figsize[0] if figsize is not None else PANEL_SIZE[0] * cols
     legend_cols = _legend_columns(list(labels.values()), width)
     if figsize is None:
@@ -713,7 +778,7 @@ def curves_figure(
     if xlabel is None:
         xlabel = "environment steps" if x == "steps" else "wall-clock minutes"
     if ylabel is None:
-        ylabel = READABLE_TAGS.get(tag, tag) + (f" (mean of {window})" if window > 1 else "")
+        ylabel = READABLE_TAGS.get(tag, plain_text(tag)) + (f" (mean of {window})" if window > 1 else "")
     handles: dict[str, object] = {}
     for index, (ax, env_id) in enumerate(zip(axes, env_ids)):
         for name in names:
@@ -724,7 +789,7 @@ def curves_figure(
             if grid.size == 0:
                 continue
             mean, lower, upper = band(matrix, band_kind, reps, seed)
-            (handles[name],) = ax.plot(grid, mean, color=colors[name], linewidth=1.2, label=legend.get(name, name))
+            (handles[name],) = ax.plot(grid, mean, color=colors[name], linewidth=1.2, label=labels[name])
             ax.fill_between(grid, lower, upper, color=colors[name], alpha=0.25, linewidth=0)
         for point in references.get(env_id, ()):
             handles["reference " + point.label] = ax.errorbar(
@@ -736,9 +801,9 @@ def curves_figure(
                 markersize=4,
                 capsize=2.5,
                 elinewidth=0.8,
-                label=point.label,
+                label=plain_text(point.label),
             )
-        ax.set_title(env_id, fontsize=FONT_SIZE + 1)
+        ax.set_title(plain_text(env_id), fontsize=FONT_SIZE + 1)
         if index + cols >= len(env_ids):
             ax.set_xlabel(xlabel, fontsize=FONT_SIZE)
         if index % cols == 0:
@@ -792,11 +857,12 @@ def plot_aggregate(
     plt = _pyplot()
     from rliable import plot_utils
 
-    names = list(points)
+    shown = {plain_text(name): name for name in points}  # exp_names drawn literally
+    names = list(shown)
     height = max(0.37 * len(names), 1.5)  # inches
     fig, _ = plot_utils.plot_interval_estimates(
-        points,
-        intervals,
+        {label: points[name] for label, name in shown.items()},
+        {label: intervals[name] for label, name in shown.items()},
         metric_names=list(METRICS),
         algorithms=names,
         xlabel="normalised score",
@@ -938,6 +1004,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     for entry in args.legend:
         require("=" in entry and not entry.startswith("="), "--legend", f"expected EXP_NAME=LABEL, got {entry!r}")
     args.legend = dict(entry.split("=", 1) for entry in args.legend)
+    for flag, text in [("--title", args.title), ("--xlabel", args.xlabel), ("--ylabel", args.ylabel)] + [
+        ("--legend", label) for label in args.legend.values()
+    ]:
+        if text:
+            check_math(text, flag)
     args.format = list(dict.fromkeys(args.format))
     require(not args.out.exists() or args.out.is_dir(), "--out", f"{str(args.out)!r} exists and is not a directory")
     return args
@@ -977,46 +1048,56 @@ def main(argv: Sequence[str] | None = None) -> None:
         scores = load_scores(args.scores, sorted({env_id for env_id, _ in groups}))
         matrices, env_ids, more = score_matrices(groups, scores, args.last_episodes, args.last_fraction)
         notes += more
-    args.out.mkdir(parents=True, exist_ok=True)
+    outputs = [f"curves.{fmt}" for fmt in args.format] + ["returns.md"]
+    if matrices is not None:
+        outputs += [f"aggregate.{fmt}" for fmt in args.format] + ["aggregate.md"]
+    for name in outputs:
+        refuse_non_regular(args.out / name, "--out")
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        fail("--out", f"cannot create {str(args.out)!r}: {error}")
 
     for warning in warnings:
         print(warning, file=sys.stderr)
     for note in notes:
         print(note)
     curve_args = (args.x, args.smooth, args.points, args.band, args.reps, args.seed, args.tag)
-    written = plot_curves(
-        groups,
-        args.out,
-        args.format,
-        *curve_args,
-        xlabel=args.xlabel,
-        ylabel=args.ylabel,
-        title=args.title,
-        legend=args.legend,
-        figsize=tuple(args.figsize) if args.figsize else None,
-        references=references,
-    )
-    table = returns_table(groups, args.last_episodes, args.last_fraction, references)
-    (args.out / "returns.md").write_text(table)
-    written.append(args.out / "returns.md")
-    print(table)
-    if matrices is None:
-        print(
-            "note: no --scores file, so no aggregate metrics (they need normalised scores: "
-            '--scores scores.json with {"<env_id>": {"random": r, "reference": s}})'
+    try:  # each file written whole, never through a link; a failure (a link put there meanwhile, a full disk): one line
+        written = plot_curves(
+            groups,
+            args.out,
+            args.format,
+            *curve_args,
+            xlabel=args.xlabel,
+            ylabel=args.ylabel,
+            title=args.title,
+            legend=args.legend,
+            figsize=tuple(args.figsize) if args.figsize else None,
+            references=references,
         )
-    else:
-        points, intervals = {}, {}
-        for name, matrix in matrices.items():
-            points[name], intervals[name] = stratified_bootstrap(matrix, aggregate_metrics, args.reps, args.seed)
-        written += plot_aggregate(points, intervals, args.out, args.format)
-        aggregate = aggregate_table(points, intervals, matrices)
-        header = (
-            f"Normalised final returns over {', '.join(env_ids)}; 95% stratified bootstrap CIs ({args.reps} resamples).\n\n"
-        )
-        (args.out / "aggregate.md").write_text(header + aggregate)
-        written.append(args.out / "aggregate.md")
-        print(header + aggregate)
+        table = returns_table(groups, args.last_episodes, args.last_fraction, references)
+        written.append(write_atomic(args.out / "returns.md", table))
+        print(table)
+        if matrices is None:
+            print(
+                "note: no --scores file, so no aggregate metrics (they need normalised scores: "
+                '--scores scores.json with {"<env_id>": {"random": r, "reference": s}})'
+            )
+        else:
+            points, intervals = {}, {}
+            for name, matrix in matrices.items():
+                points[name], intervals[name] = stratified_bootstrap(matrix, aggregate_metrics, args.reps, args.seed)
+            written += plot_aggregate(points, intervals, args.out, args.format)
+            aggregate = aggregate_table(points, intervals, matrices)
+            header = (
+                f"Normalised final returns over {', '.join(map(markdown_text, env_ids))}; "
+                f"95% stratified bootstrap CIs ({args.reps} resamples).\n\n"
+            )
+            written.append(write_atomic(args.out / "aggregate.md", header + aggregate))
+            print(header + aggregate)
+    except OSError as error:
+        fail("--out", f"cannot write: {error}")
     print("wrote " + ", ".join(str(p) for p in written))
 
 

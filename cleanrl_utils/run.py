@@ -35,12 +35,14 @@ import json
 import os
 import random
 import re
+import secrets
+import shutil
 import signal
 import sys
 import threading
 import time
 from collections import deque
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Optional
 
@@ -50,10 +52,29 @@ import torch
 import tyro
 
 from cleanrl_utils import checkpoint as checkpoints
-from cleanrl_utils.cli import USAGE_ERROR, fail, flag_name, require, require_positive, require_range, safe_name
-from cleanrl_utils.faults import STOP_SIGNALS, check_parameters, one_line_faults, stop_now, time_limit
+from cleanrl_utils.cli import (
+    USAGE_ERROR,
+    fail,
+    flag_name,
+    require,
+    require_positive,
+    require_range,
+    safe_name,
+    saved_arguments,
+)
+from cleanrl_utils.faults import (
+    STOP_SIGNALS,
+    EnvFault,
+    check_parameters,
+    first_line,
+    free_space,
+    one_line_faults,
+    stop_now,
+    time_limit,
+)
 from cleanrl_utils.files import MODEL_SUFFIX, checkpoint_path, script_name, untrusted_env_module, write_file
 from cleanrl_utils.files import checkpoints as checkpoint_files
+from cleanrl_utils.writes import UnsafePath, check_tree, open_regular, write_atomic
 
 
 @dataclasses.dataclass
@@ -118,6 +139,25 @@ def parse_args(
     args.exp_name = args.exp_name or args.script
     args, resumed = checkpoints.resume_args(args, args.script, argv)
     args.script = script_name(script_file)
+    given = checkpoints.given_flags(argv, [field.name for field in dataclasses.fields(args)])
+    # resumed: a value read from the checkpoint is refused naming the file and its field, not a flag
+    with saved_arguments(resumed["path"], given) if resumed is not None else nullcontext():
+        check_run_args(args)
+        if check is not None:
+            check(args)
+    return args, resumed
+
+
+def check_run_args(args: Any) -> None:
+    """The checks of the flags every script takes (:class:`RunArgs`), and that no float flag is NaN or infinite.
+
+    Used on the command line's flags (:func:`parse_args`) and on the arguments saved in a
+    checkpoint or model (with :func:`cleanrl_utils.cli.saved_arguments`, whose messages name the
+    file and the field).
+
+    Raises:
+        SystemExit: status 2 with one line on stderr naming the flag (or the file's field).
+    """
     require(
         "/" not in args.exp_name and args.exp_name.strip() == args.exp_name != "" and args.exp_name.isprintable(),
         "--exp-name",
@@ -138,9 +178,6 @@ def parse_args(
         if isinstance(value, float) and not np.isfinite(value):
             fail(flag_name(field.name), f"must be a finite number, got {value}")
     require(not args.save_model or args.eval_episodes > 0, "--eval-episodes", "must be positive with --save-model")
-    if check is not None:
-        check(args)
-    return args, resumed
 
 
 class _Unbroken:
@@ -286,6 +323,13 @@ def check_env(
         "--env-id",
         f"{env_id} has action space {action_space}; {script} supports {accepted} only",
     )
+    starts = np.asarray(getattr(action_space, "start", 0))  # Discrete(n, start=1): the scripts' actions are 0..n-1
+    require(
+        not isinstance(action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)) or not starts.any(),
+        "--env-id",
+        f"{env_id} has action space {action_space}, whose actions start at {starts.tolist()}; {script} acts with "
+        f"actions from 0 (wrap the env to shift them: gymnasium.wrappers.TransformAction)",
+    )
     accepted = " or ".join(space.__name__ for space in observation_spaces)
     require(
         isinstance(observation_space, observation_spaces),
@@ -352,10 +396,15 @@ def start_run(args: Any, resumed: dict | None = None, runs_dir: str | os.PathLik
         one_line_faults(args.script, None, lambda: None, rank)  # a Fault: one line (rank 0 names the checkpoint)
         return _stop_on_hangup(run)
     config = dataclasses.asdict(args)
+    one_line_faults(args.script, lambda: None, lambda: None)  # from here: TensorBoard's thread says nothing itself
     if resumed is not None:  # continue the checkpoint's run, in its directory
-        directory = Path(resumed["path"]).parent.parent
-        lock = _lock_run(directory, "--resume")
+        directory, flag, created = Path(resumed["path"]).parent.parent, "--resume", False
+        try:  # a link planted in it (as the lock file, a temporary file, a video) would redirect a write
+            check_tree(directory)
+        except OSError as error:
+            fail(flag, str(error) if isinstance(error, UnsafePath) else f"cannot read {directory}: {error.strerror or error}")
     else:
+        flag, created = "runs", True
         try:
             Path(runs_dir).mkdir(parents=True, exist_ok=True)
             stamp = int(time.time())
@@ -368,8 +417,10 @@ def start_run(args: Any, resumed: dict | None = None, runs_dir: str | os.PathLik
                     stamp += 1
         except OSError as error:  # a read-only or full working directory
             fail("runs", f"cannot create a run directory in {Path(runs_dir).resolve()}: {error.strerror or error}")
-        lock = _lock_run(directory, "runs")
-        (directory / "args.json").write_text(json.dumps(config, indent=2) + "\n")
+    with _set_up_in(directory, flag, created):  # a full disk: one line; a new run directory is removed
+        lock = _lock_run(directory, flag)
+        if created:
+            write_atomic(directory / "args.json", json.dumps(config, indent=2) + "\n")
     if args.track:
         import wandb
 
@@ -383,9 +434,15 @@ def start_run(args: Any, resumed: dict | None = None, runs_dir: str | os.PathLik
             save_code=True,
             **({"id": wandb_id, "resume": "allow"} if wandb_id else {}),
         )
-    writer = SummaryWriter(str(directory), purge_step=resumed["global_step"] + 1 if resumed is not None else None)
-    table = "\n".join(f"|{key}|{value}|" for key, value in config.items())
-    writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
+    with _set_up_in(directory, flag, created):
+        writer = SummaryWriter(  # the events file's name ends in a random suffix: no link can be planted at it
+            str(directory),
+            purge_step=resumed["global_step"] + 1 if resumed is not None else None,
+            filename_suffix=f".{secrets.token_hex(4)}",
+        )
+        table = "\n".join(f"|{key}|{value}|" for key, value in config.items())
+        writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
+        writer.flush()  # the first write reaches the disk now, or fails here
     print(f"run directory: {directory}" + (f" (resumed at step {resumed['global_step']})" if resumed else ""), flush=True)
     run = Run(args, directory, writer, _seed_and_device(args), resumed)
     run.lock = lock  # held while this process lives
@@ -393,19 +450,32 @@ def start_run(args: Any, resumed: dict | None = None, runs_dir: str | os.PathLik
     return _stop_on_hangup(run)
 
 
+@contextmanager
+def _set_up_in(directory: Path, flag: str, created: bool):
+    """Stop with one line naming ``flag`` (exit 2) where setting up ``directory`` fails to write (a full or
+    read-only disk, a link in the way); a directory this process ``created`` is removed first."""
+    try:
+        yield
+    except OSError as error:
+        if created:
+            shutil.rmtree(directory, ignore_errors=True)
+        reason = str(error) if isinstance(error, UnsafePath) else error.strerror or str(error)
+        fail(flag, f"cannot write in {directory}: {reason} ({free_space(directory)})")
+
+
 def _lock_run(directory: Path, flag: str):
     """Lock ``{directory}/run.lock`` for this process (released when it ends): two processes never write one run.
 
+    The lock file is opened only as a regular file, never through a link (:func:`cleanrl_utils.writes.open_regular`).
+
     Raises:
-        SystemExit: (status 2, one line naming ``flag``) another live process holds it, or the
-            directory cannot be written (read-only, full).
+        SystemExit: (status 2, one line naming ``flag``) another live process holds it.
+        OSError: the directory cannot be written (read-only, full; :class:`~cleanrl_utils.writes.UnsafePath`:
+            a link or another kind of file is at ``run.lock``).
     """
     import fcntl
 
-    try:
-        lock = open(directory / "run.lock", "a+")
-    except OSError as error:
-        fail(flag, f"cannot write in {directory}: {error.strerror or error}")
+    lock = open_regular(directory / "run.lock", "a+")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -715,13 +785,31 @@ def _stopped_by_signals(run: Run, what: str):
             signal.signal(signum, handler_before)
 
 
-def _ended_episodes(infos: dict):
-    """``(returns, lengths)`` lists of the episodes that ended in a vector step, from wherever they are."""
+def _ended_episodes(infos: dict) -> list[tuple[list[float], list[int]]]:
+    """``(returns, lengths)`` lists of the episodes that ended in a vector step, from wherever they are.
+
+    Raises:
+        EnvFault: the statistics are not those of ``RecordEpisodeStatistics`` (an env's own ``episode`` info,
+            of other types), naming the env and what is there.
+    """
+    ended_episodes = []
     for source in (infos, infos.get("final_info")):
-        if source and "_episode" in source:
-            ended = source["_episode"].nonzero()[0]
+        if not source or "_episode" not in source:
+            continue
+        ended = np.zeros(0, dtype=np.int64)
+        try:
+            ended = np.asarray(source["_episode"]).nonzero()[0]
             if len(ended):
-                yield source["episode"]["r"][ended].tolist(), source["episode"]["l"][ended].tolist()
+                returns, lengths = np.asarray(source["episode"]["r"])[ended], np.asarray(source["episode"]["l"])[ended]
+                if returns.dtype.kind not in "iuf" or lengths.dtype.kind not in "iu":
+                    raise TypeError(f"returns {returns.tolist()!r:.80}, lengths {lengths.tolist()!r:.80}")
+                ended_episodes.append((returns.tolist(), lengths.tolist()))
+        except (TypeError, KeyError, IndexError, ValueError) as error:
+            raise EnvFault(
+                f"env {int(ended[0]) if len(ended) else 0}'s episode statistics (info 'episode') are not the "
+                f"numbers of gymnasium's RecordEpisodeStatistics: {first_line(error)}"
+            ) from None
+    return ended_episodes
 
 
 def episode_returns(infos: dict) -> list[float]:
@@ -817,6 +905,7 @@ class Progress:
 __all__ = [
     "RunArgs",
     "parse_args",
+    "check_run_args",
     "check_env",
     "seed_everything",
     "start_run",

@@ -32,8 +32,10 @@ Run:
         --checkpoint-interval 50000
 
 Bad input (no env ids, a script that does not exist, a missing or malformed outputs file,
-numbers out of range, a secret that is not an ARN, ...) stops before anything is submitted with
-one line ``error: <flag>: <message>`` on stderr, exit status 2.
+numbers out of range, a secret that is not an ARN, a control character in any value that reaches
+a job definition or a job, a name that is not a queue, definition, region or log group name, ...)
+stops before anything is submitted with one line ``error: <flag>: <message>`` on stderr, exit
+status 2. The ``aws`` commands printed to watch the jobs are quoted for the shell.
 
 Source: the request shapes are those of the AWS Batch API reference (RegisterJobDefinition,
 SubmitJob, RetryStrategy/EvaluateOnExit, ArrayProperties, JobTimeout), as boto3 takes them.
@@ -65,6 +67,18 @@ MAX_ATTEMPTS = 10
 """AWS Batch allows 1 to 10 attempts."""
 MAX_ARRAY = 10_000
 """AWS Batch array jobs have 2 to 10,000 children."""
+REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d{1,2}")
+"""An AWS region name: ``us-east-1``, ``eu-central-2``, ``us-gov-west-1``."""
+BATCH_NAME = re.compile(r"(arn:aws[a-z-]*:batch:[a-z0-9-]+:\d{12}:[a-z-]+/)?[A-Za-z0-9_-]{1,128}(:\d+)?")
+"""A job queue or job definition: a name (a definition may add ``:revision``) or its ARN."""
+BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+"""An S3 bucket name."""
+BUCKET_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+"""One segment of an S3 key, the part of the bucket the jobs write."""
+LOG_GROUP = re.compile(r"[A-Za-z0-9_./#-]{1,512}")
+"""A CloudWatch Logs group name."""
+ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:role/[A-Za-z0-9+=,.@_/-]{1,512}")
+"""An IAM role ARN."""
 
 
 def read_outputs(path: str) -> dict[str, Any]:
@@ -77,7 +91,7 @@ def read_outputs(path: str) -> dict[str, Any]:
         raw = json.loads(Path(path).read_text())
     except FileNotFoundError:
         fail("--terraform-outputs", f"{path} does not exist; write it with: terraform -chdir=terraform output -json > {path}")
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, RecursionError) as error:
         fail("--terraform-outputs", f"cannot read {path} as JSON: {error}")
     if not isinstance(raw, dict) or not all(isinstance(v, dict) and "value" in v for v in raw.values()):
         fail(
@@ -85,6 +99,28 @@ def read_outputs(path: str) -> dict[str, Any]:
             f'{path} is not the output of \'terraform output -json\' (expected {{"name": {{"value": ...}}, ...}})',
         )
     return {name: entry["value"] for name, entry in raw.items()}
+
+
+def output_text(outputs: dict[str, Any], key: str, pattern: re.Pattern, what: str, subkey: str | None = None) -> str | None:
+    """The text output ``key`` (``outputs[key][subkey]`` with ``subkey``), or None when absent.
+
+    Raises:
+        SystemExit: (status 2, flag ``--terraform-outputs``) it is not a string matching ``pattern``
+            (a list where a name belongs, a control character, ...).
+    """
+    value = outputs.get(key)
+    name = key
+    if subkey is not None:
+        require(value is None or isinstance(value, dict), "--terraform-outputs", f"{key} must be an object, got {value!r}")
+        value, name = (value or {}).get(subkey), f"{key}.{subkey}"
+    if value is None:
+        return None
+    require(
+        isinstance(value, str) and value.isprintable() and pattern.fullmatch(value) is not None,
+        "--terraform-outputs",
+        f"{name} must be {what}, got {value!r}",
+    )
+    return value
 
 
 def run_name(job: Job) -> str:
@@ -417,40 +453,54 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
         f"{args.sweep_id!r}: letters, digits, '-' and '_' only, at most 80 characters",
     )
 
+    # every value below reaches an AWS call, a job definition or a printed shell command: checked by form
     outputs = read_outputs(args.terraform_outputs) if args.terraform_outputs else {}
     kind = "gpu" if (args.gpus or 0) > 0 else "cpu"
-    region = args.region or outputs.get("region")
+    region = args.region or output_text(outputs, "region", REGION, "an AWS region name")
     require(bool(region), "--region", "give --region or --terraform-outputs (with a 'region' output)")
+    require(REGION.fullmatch(region) is not None, "--region", f"{region!r} is not an AWS region name (e.g. us-east-1)")
     queue = args.job_queue
     if queue is None:
         key = f"{kind}_{'spot' if args.spot else 'on_demand'}"
-        queue = (outputs.get("job_queues") or {}).get(key)
+        queue = output_text(outputs, "job_queues", BATCH_NAME, "a job queue name or ARN", key)
         require(bool(queue), "--job-queue", f"give --job-queue or --terraform-outputs with job_queues.{key}")
+    require(BATCH_NAME.fullmatch(queue) is not None, "--job-queue", f"{queue!r} is not a job queue name or ARN")
     definition = args.job_definition
     if definition is None:
-        definition = (outputs.get("job_definitions") or {}).get(kind)
+        definition = output_text(outputs, "job_definitions", BATCH_NAME, "a job definition name or ARN", kind)
         require(
             bool(definition), "--job-definition", f"give --job-definition or --terraform-outputs with job_definitions.{kind}"
         )
-    bucket = args.bucket if args.bucket is not None else (outputs.get("checkpoint_bucket") or "")
     require(
-        bucket == "" or re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", bucket) is not None,
+        BATCH_NAME.fullmatch(definition) is not None, "--job-definition", f"{definition!r} is not a job definition name or ARN"
+    )
+    if args.bucket is None:
+        bucket = output_text(outputs, "checkpoint_bucket", BUCKET, "an S3 bucket name") or ""
+    else:
+        bucket = args.bucket
+    require(
+        bucket == "" or BUCKET.fullmatch(bucket) is not None,
         "--bucket",
         f"{bucket!r} is not an S3 bucket name (give the name, not an s3:// URL)",
     )
     # the jobs' IAM role may write only s3://bucket/<checkpoint_prefix>/* (terraform/iam.tf)
-    bucket_prefix = args.bucket_prefix if args.bucket_prefix is not None else outputs.get("checkpoint_prefix", "")
+    if args.bucket_prefix is None:
+        bucket_prefix = output_text(outputs, "checkpoint_prefix", BUCKET_PREFIX, "one S3 key segment") or ""
+    else:
+        bucket_prefix = args.bucket_prefix
     require(
-        bucket_prefix == "" or re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", bucket_prefix) is not None,
+        bucket_prefix == "" or BUCKET_PREFIX.fullmatch(bucket_prefix) is not None,
         "--bucket-prefix",
         f"{bucket_prefix!r}: one path segment (letters, digits, '.', '_', '-')",
     )
-    secret_arn = args.wandb_secret_arn or outputs.get("wandb_secret_arn")
+    log_group = output_text(outputs, "log_group", LOG_GROUP, "a CloudWatch Logs group name")
+    roles = [output_text(outputs, key, ROLE_ARN, "an IAM role ARN") for key in ("job_role_arn", "execution_role_arn")]
+    secret_arn = args.wandb_secret_arn or output_text(outputs, "wandb_secret_arn", SECRET_ARN, "a secret's ARN")
     if args.wandb_secret_arn is not None:
         require(args.image is not None, "--wandb-secret-arn", "only with --image (a new job definition revision)")
     if secret_arn is not None:
         require(
-            SECRET_ARN.fullmatch(secret_arn) is not None,
+            SECRET_ARN.fullmatch(secret_arn) is not None and secret_arn.isprintable(),
             "--wandb-secret-arn",
             "must be the ARN of a Secrets Manager secret or SSM parameter (arn:aws:secretsmanager:... or "
             "arn:aws:ssm:...); a key in plain text is never accepted",
@@ -472,7 +522,9 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
     spec = None
     if args.image is not None:
         require(
-            args.image.strip() == args.image != "" and " " not in args.image, "--image", f"{args.image!r} is not an image URI"
+            args.image.strip() == args.image != "" and " " not in args.image and args.image.isprintable(),
+            "--image",
+            f"{args.image!r} is not an image URI",
         )
 
         def spec(base: dict[str, Any]) -> dict[str, Any]:  # the new definition, from the one it copies
@@ -486,10 +538,9 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
                 args.attempts,
                 args.timeout,
                 secret_arn,
-                outputs.get("log_group"),
+                log_group,
                 region,
-                outputs.get("job_role_arn"),
-                outputs.get("execution_role_arn"),
+                *roles,
             )
 
     submits = submit_specs(
@@ -515,7 +566,7 @@ def resolve(args: argparse.Namespace) -> dict[str, Any]:
         "bucket": bucket,
         "definition_spec": spec,
         "submits": submits,
-        "log_group": outputs.get("log_group"),
+        "log_group": log_group,
         "s3_root": s3_root if bucket else None,
     }
 
@@ -591,12 +642,10 @@ def main(argv: Sequence[str] | None = None, client: Any = None) -> int:
         return 1
     print(summary)
     print("watch:")
-    print(
-        f"  aws batch describe-jobs --region {plan['region']} --jobs {' '.join(ids[:100])}"
-        + (" ..." if len(ids) > 100 else "")
-    )
+    region = shlex.quote(plan["region"])
+    print(f"  aws batch describe-jobs --region {region} --jobs {shlex.join(ids[:100])}" + (" ..." if len(ids) > 100 else ""))
     if plan["log_group"]:
-        print(f"  aws logs tail {shlex.quote(plan['log_group'])} --region {plan['region']} --follow")
+        print(f"  aws logs tail {shlex.quote(plan['log_group'])} --region {region} --follow")
     return 0
 
 

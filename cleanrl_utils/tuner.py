@@ -25,7 +25,10 @@ A run that exits non-zero, or whose events lack the metric, fails its trial (sta
 the end of its log printed) and the study goes on with the next trial.
 
 Files: ``{runs_dir}/{study_name}/trial_{number:04d}/`` holds each run's log
-``{env}__{seed}.log`` and its run directory under ``runs/``. Each trial records
+``{env}__{seed}.log`` and its run directory under ``runs/``. The study's name (``/`` and ``:``
+read as ``-``) must be one folder name, never ``..``; the study and trial folders are real
+folders (a link there is refused) and each log a new file (a link at its name is refused, never
+written through). Each trial records
 ``flags`` (of its runs, less ``--env-id`` and ``--seed``), ``scores`` (raw, per env),
 ``normalized_scores`` and ``run_dirs`` as Optuna user attributes.
 
@@ -55,6 +58,7 @@ import difflib
 import math
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -64,6 +68,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from cleanrl_utils.cli import OneLineParser, fail, log_tail, printed_run_dir, require, safe_name
+from cleanrl_utils.writes import check_name, check_text, create_new, make_folder
 
 AGGREGATIONS: dict[str, Callable[[Sequence[float]], float]] = {
     "average": lambda values: float(np.mean(values)),
@@ -245,6 +250,35 @@ def aggregate(normalized: Sequence[float], aggregation: str) -> float:
 # the tuner
 
 
+def default_study_name(script: str | os.PathLike, env_ids: Sequence[str]) -> str:
+    """``<script stem>__<env ids>``: ``ppo__CartPole-v1_Acrobot-v1``."""
+    return f"{Path(script).stem}__{'_'.join(safe_name(e) for e in env_ids)}"
+
+
+def study_folder(study_name: str) -> str:
+    """The folder name of a study: ``study_name`` with ``/`` and ``:`` as ``-``.
+
+    Raises:
+        ValueError: it is not one folder name (empty, ``.``, ``..``, a control character, over 200 bytes).
+    """
+    folder = safe_name(study_name)
+    if folder in ("", ".", "..") or not folder.isprintable() or len(folder.encode("utf-8", "surrogateescape")) > 200:
+        raise ValueError(f"study name {study_name!r} is not a folder name (empty, '.', '..', a control character, long)")
+    return folder
+
+
+def new_log(path: Path) -> Any:
+    """Open a run's log ``path`` as a new text file. A regular file there (a log an earlier study
+    with this name and runs folder left) is removed first; a link, folder or FIFO is refused.
+
+    Raises:
+        UnsafePath: something other than a regular file is at ``path``.
+    """
+    if os.path.isfile(path) and not os.path.islink(path):
+        os.unlink(path)
+    return create_new(path, "w")
+
+
 class Tuner:
     """An Optuna study over the flags of ``script`` on one or more environments.
 
@@ -274,7 +308,8 @@ class Tuner:
 
     Raises:
         ValueError: an empty ``target_scores``, a target with ``low >= high``, raw scores on
-            several environments, an unknown direction or aggregation, or ``metric_last_n < 1``.
+            several environments, an unknown direction or aggregation, ``metric_last_n < 1``, or
+            a study name that is not a folder name (:func:`study_folder`).
         FileNotFoundError: ``script`` is not a file.
     """
 
@@ -326,8 +361,9 @@ class Tuner:
         self.pruner = pruner
         self.sampler = sampler
         self.storage = storage
-        self.study_name = study_name or f"{self.script.stem}__{'_'.join(safe_name(e) for e in self.target_scores)}"
+        self.study_name = study_name or default_study_name(self.script, self.target_scores)
         self.runs_dir = Path(runs_dir)
+        self.study_dir = self.runs_dir / study_folder(self.study_name)
         self.max_consecutive_failures = max_consecutive_failures
         self.python = python
         self.stream = stream if stream is not None else sys.stdout
@@ -353,14 +389,17 @@ class Tuner:
     def run_once(self, trial_dir: Path, flags: list[str], env_id: str, seed: int) -> tuple[float, Path]:
         """Run the script once in ``trial_dir``; return its metric score and run directory.
 
-        The subprocess's stdout and stderr go to ``trial_dir/{env}__{seed}.log``. The run
-        directory is the one the script prints (``run directory: ...``), else the only
+        The subprocess's stdout and stderr go to ``trial_dir/{env}__{seed}.log`` (:func:`new_log`).
+        The run directory is the one the script prints (``run directory: ...``), else the only
         new folder under ``trial_dir/runs``.
 
         Raises:
             RunFailed: a non-zero exit status, no run directory, or no metric in it.
+            UnsafePath: a folder below ``runs_dir`` is a link, or something other than a regular
+                file is at the log's name.
         """
-        trial_dir.mkdir(parents=True, exist_ok=True)
+        self.runs_dir.mkdir(parents=True, exist_ok=True)  # as given: it may be a link the user made
+        make_folder(trial_dir, self.runs_dir)
         runs = trial_dir / "runs"
         before = set(runs.iterdir()) if runs.is_dir() else set()
         log = trial_dir / f"{safe_name(env_id)}__{seed}.log"
@@ -369,7 +408,7 @@ class Tuner:
         # (custom "package.module:Env-v0" ids) although its working directory is the trial's
         paths = [str(Path(__file__).resolve().parent.parent), os.getcwd(), os.environ.get("PYTHONPATH", "")]
         environ = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-        with open(log, "w") as output:
+        with new_log(log) as output:
             output.write("$ " + " ".join(command) + "\n")
             output.flush()
             status = subprocess.run(
@@ -400,7 +439,7 @@ class Tuner:
 
         values = {flag_key(name): value for name, value in self.params_fn(trial).items()}
         flags = to_flags({**self.fixed, **values})
-        trial_dir = self.runs_dir / safe_name(self.study_name) / f"trial_{trial.number:04d}"
+        trial_dir = self.study_dir / f"trial_{trial.number:04d}"
         envs = list(self.target_scores)
         scores: dict[str, list[float]] = {}
         normalized: dict[str, float] = {}
@@ -447,6 +486,7 @@ class Tuner:
         Raises:
             ValueError: ``num_trials`` or ``num_seeds`` below 1.
             RuntimeError: ``max_consecutive_failures`` trials failed in a row.
+            OSError: a log or trial folder cannot be written (``UnsafePath``: a link in the way).
         """
         import optuna
         from optuna.trial import TrialState
@@ -475,8 +515,7 @@ class Tuner:
                 failures += 1
                 if self.max_consecutive_failures is not None and failures >= self.max_consecutive_failures:
                     raise RuntimeError(
-                        f"{failures} trials failed in a row; stopping the study "
-                        f"(the logs are in {self.runs_dir / safe_name(self.study_name)})"
+                        f"{failures} trials failed in a row; stopping the study (the logs are in {self.study_dir})"
                     ) from None
                 continue
             except BaseException:  # Ctrl-C or a bug: the trial is not left running in the storage
@@ -518,7 +557,7 @@ def best_summary(study: Any, script: str, fixed: Mapping[str, Any]) -> str:
     if trial.user_attrs.get("scores"):
         lines.append("  scores: " + ", ".join(f"{e} {s:.4g}" for e, s in trial.user_attrs["scores"].items()))
     flags = trial.user_attrs.get("flags") or to_flags({**fixed, **trial.params})
-    lines.append("  command: python " + " ".join([script, *flags]))
+    lines.append("  command: " + shlex.join(["python", script, *flags]))
     return "\n".join(lines)
 
 
@@ -594,6 +633,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     script = Path(args.script)
     require(script.is_file(), "--script", f"no file {args.script!r}")
     require(len(set(args.env_ids)) == len(args.env_ids), "--env-ids", "an env is given twice")
+    for env_id in args.env_ids:  # each names its runs' logs
+        check_text(env_id, "--env-ids")
+        check_name(f"{safe_name(env_id)}__{args.num_seeds}.log", "--env-ids")
+    check_name(safe_name(args.study_name or default_study_name(script, args.env_ids)), "--study-name")
+    check_text(args.runs_dir, "--runs-dir")
+    for flag, entries in (("--search", args.search), ("--fixed", args.fixed)):
+        for text in entries:  # each reaches the runs' command lines and the printed best command
+            check_text(text, flag)
     for name in ("num_trials", "num_seeds", "metric_last_n"):
         value = getattr(args, name)
         require(value >= 1, "--" + name.replace("_", "-"), f"must be at least 1, got {value}")
@@ -608,9 +655,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         except ValueError:
             low = high = None
         require(
-            low is not None and low < high,
+            low is not None and low < high and math.isfinite(low) and math.isfinite(high),
             "--target-scores",
-            f"{text!r} is not ENV=LOW:HIGH with LOW < HIGH; e.g. CartPole-v1=0:500",
+            f"{text!r} is not ENV=LOW:HIGH with finite LOW < HIGH; e.g. CartPole-v1=0:500",
         )
         require(env_id in targets, "--target-scores", f"{env_id!r} is not one of --env-ids {' '.join(args.env_ids)}")
         targets[env_id] = (low, high)
@@ -680,10 +727,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}",
         )
     try:
+        tuner.runs_dir.mkdir(parents=True, exist_ok=True)
+        make_folder(tuner.study_dir, tuner.runs_dir)
         study = tuner.tune(num_trials=args.num_trials, num_seeds=args.num_seeds)
     except RuntimeError as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(1)
+    except OSError as error:  # a link planted in the study folder, a full disk: one line, no traceback
+        fail("--runs-dir", f"cannot write the trials' files: {error}")
     states = [trial.state.name for trial in study.trials]
     print(f"study {tuner.study_name!r}: " + ", ".join(f"{states.count(s)} {s.lower()}" for s in sorted(set(states))))
     try:

@@ -39,13 +39,16 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 import numpy as np
 import torch
+from gymnasium.vector.async_vector_env import AsyncState
 
 from cleanrl_utils.faults import (
+    STOP_SIGNALS,
     EnvFault,
     check_env_step,
     close_on_fault,
     describe_exit,
     ignore_stop_signals,
+    stop_now,
     stop_signals_held,
     time_limit,
 )
@@ -75,7 +78,11 @@ def vector_env(
     ``MUJOCO_GL=egl``; variables already set are kept).
 
     Every step is checked: a non-finite reward, or a non-finite value in a floating
-    observation, raises :class:`cleanrl_utils.faults.EnvFault` naming the env. In async mode a
+    observation, raises :class:`cleanrl_utils.faults.EnvFault` naming the env. Each env's first
+    ``reset`` and ``step`` are checked against the API and its declared spaces (a 5-tuple; the
+    observation's structure, shape and dtype; a real-number reward; bool flags; a dict info
+    without the keys the vector env and episode statistics write), and every step's types
+    cheaply: a wrong one is an ``EnvFault`` naming the env, the step and the value. In async mode a
     worker that dies, or that does not answer a ``reset``/``step`` within ``timeout`` seconds,
     raises it too (naming the env, and the worker's exit code or signal); observations are
     copied out of each worker's env as it returns them, so an env that reuses its arrays
@@ -95,13 +102,195 @@ def vector_env(
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # headless rgb_array rendering, no SDL noise
         os.environ.setdefault("MUJOCO_GL", "egl")  # MuJoCo renders off-screen through EGL (no X server)
     if env_mode == "sync":
+        env_fns = [_FirstCallsChecked(env_fn, index) for index, env_fn in enumerate(env_fns)]
         if autoreset_mode == SAME_STEP:
             return SyncVectorEnv(env_fns, timeout)
         return gym.vector.SyncVectorEnv(env_fns, autoreset_mode=autoreset_mode)
     if env_mode == "async":
         with stop_signals_held():  # the forkserver and the workers start with the signals held back
-            return AsyncVectorEnv(env_fns, autoreset_mode, timeout)
+            try:
+                return AsyncVectorEnv(env_fns, autoreset_mode, timeout)
+            except BaseException as error:
+                _stopped_while_starting(error)
+                raise
     raise ValueError(f"env_mode must be 'sync' or 'async', got {env_mode!r}")
+
+
+def _stopped_while_starting(error: BaseException) -> None:
+    """Where a stop signal (held back, see :func:`cleanrl_utils.faults.stop_signals_held`) arrived while the env
+    workers were starting and the start failed (a worker or the forkserver killed by it), end the process with
+    one line and 128 + the signal, as a stop does: no training step was made, so there is nothing to checkpoint."""
+    pending = signal.sigpending() & set(STOP_SIGNALS)
+    if not pending:
+        return
+    signum = min(pending)
+    stop_now(
+        f"{signal.Signals(signum).name} while the env workers were starting ({type(error).__name__}); "
+        "stopped before the first step",
+        128 + signum,
+    )
+
+
+# ---- checks of what envs return
+
+
+REWARD_TYPES = frozenset({float, int, np.float64, np.float32, np.float16, np.int64, np.int32, np.int16, np.int8})
+"""Types of a reward accepted without a closer look (the per-step fast path; see :func:`step_problem`)."""
+FLAG_TYPES = frozenset({bool, np.bool_})
+"""Types of ``terminated`` and ``truncated`` accepted without a closer look."""
+PLUMBING_KEYS = frozenset({"final_obs", "_final_obs", "final_info", "_final_info"})
+"""Info keys the vector env writes itself (same-step autoreset): an env's own would be taken for them."""
+_BASE_ENV_KEYS = PLUMBING_KEYS | {"episode", "_episode"}
+"""Info keys a base env must not return: the vector env's, and those of the episode statistics."""
+
+
+def _show(value: Any) -> str:
+    """A short description of ``value`` for a message: ``None``, ``'up' (str)``, ``array of shape (2,) (float64)``."""
+    if value is None:
+        return "None"
+    if isinstance(value, np.ndarray):
+        return f"an array of shape {value.shape} ({value.dtype})"
+    text = repr(value)
+    return f"{text[:60]}{'...' if len(text) > 60 else ''} ({type(value).__name__})"
+
+
+def space_problem(space: gym.Space, value: Any, what: str = "observation") -> str | None:
+    """What is wrong with ``value`` as an element of ``space`` (its structure, shape and dtype), or None.
+
+    Bounds are not checked (many envs leave them loosely declared); a dtype of another kind (text,
+    objects, floats for an integer space) is refused, a wider one of the same kind is not.
+
+    Args:
+        space: a ``gymnasium.spaces`` Box, Discrete, MultiDiscrete, MultiBinary, Dict or Tuple (others pass).
+        value: what the env returned.
+        what: its name in the message (``"observation"``, ``"observation['image']"``).
+
+    Returns:
+        A phrase to follow "returned a": ``"observation of shape (5,) where Box(...) has shape (4,)"``.
+    """
+    if isinstance(space, gym.spaces.Dict):
+        if not isinstance(value, dict) or set(value) != set(space.spaces):
+            found = f"with keys {sorted(map(str, value))}" if isinstance(value, dict) else _show(value)
+            return f"{what} {found}, not a dict with keys {sorted(space.spaces)}"
+        problems = (space_problem(sub, value[key], f"{what}[{key!r}]") for key, sub in space.spaces.items())
+        return next((problem for problem in problems if problem is not None), None)
+    if isinstance(space, gym.spaces.Tuple):
+        if not isinstance(value, (tuple, list)) or len(value) != len(space.spaces):
+            return f"{what} {_show(value)}, not a tuple of {len(space.spaces)}"
+        problems = (space_problem(sub, value[i], f"{what}[{i}]") for i, sub in enumerate(space.spaces))
+        return next((problem for problem in problems if problem is not None), None)
+    if not isinstance(space, (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
+        return None
+    if not isinstance(value, (np.ndarray, np.generic, int, float, bool, list, tuple)):
+        return f"{what} {_show(value)}, not an array of {space}"
+    try:
+        array = np.asarray(value)
+    except ValueError:  # ragged nested lists
+        return f"{what} {_show(value)}, not an array of {space}"
+    integers = space.dtype is not None and space.dtype.kind in "iub"
+    if array.dtype.kind not in ("iub" if integers else "iubf"):
+        return f"{what} {_show(value)}, whose dtype does not fit {space}"
+    if array.shape != space.shape:
+        return f"{what} of shape {array.shape} where {space} has shape {space.shape}"
+    return None
+
+
+def step_problem(result: Any, space: gym.Space | None = None, base: bool = False) -> str | None:
+    """What is wrong with a ``step`` result, or None: the API (a 5-tuple), the reward (a real number),
+    ``terminated`` and ``truncated`` (bools), the info (a dict without the vector env's keys) and, given
+    ``space``, the observation (:func:`space_problem`). ``base``: the result of the innermost env, whose
+    info must not hold the episode statistics' keys either."""
+    if not isinstance(result, tuple) or len(result) != 5:
+        if isinstance(result, tuple) and len(result) == 4:
+            return (
+                "returned 4 values from step (gym's old API: obs, reward, done, info); gymnasium's step returns 5 "
+                "(obs, reward, terminated, truncated, info)"
+            )
+        return f"returned {_show(result)} from step, not (obs, reward, terminated, truncated, info)"
+    obs, reward, terminated, truncated, info = result
+    number = isinstance(reward, (int, float, np.integer, np.floating)) and not isinstance(reward, (bool, np.bool_))
+    if not number and not (isinstance(reward, np.ndarray) and reward.shape == () and reward.dtype.kind in "iuf"):
+        return f"returned a reward of {_show(reward)}, not a real number"
+    for name, flag in (("terminated", terminated), ("truncated", truncated)):
+        if not isinstance(flag, (bool, np.bool_)):
+            return f"returned {name} = {_show(flag)}, not a bool"
+    problem = info_problem(info, base)
+    if problem is None and space is not None:
+        problem = space_problem(space, obs)
+        problem = None if problem is None else f"returned an {problem}"
+    return problem
+
+
+def info_problem(info: Any, base: bool = False) -> str | None:
+    """What is wrong with an env's info, or None: not a dict, or a key the vector env writes (``final_obs``,
+    ``final_info``, their ``_`` masks) or, with ``base``, the episode statistics (``episode``, ``_episode``)."""
+    if not isinstance(info, dict):
+        return f"returned an info of {_show(info)}, not a dict"
+    clash = sorted(set(info) & (_BASE_ENV_KEYS if base else PLUMBING_KEYS))
+    if clash:
+        writer = "the episode statistics write" if "episode" in clash[0] else "the vector env writes"
+        return f"returned an info with the key {clash[0]!r}, which {writer}"
+    return None
+
+
+def reset_problem(result: Any, space: gym.Space | None = None) -> str | None:
+    """What is wrong with a ``reset`` result, or None: an ``(obs, info)`` pair whose obs fits ``space``."""
+    if not isinstance(result, tuple) or len(result) != 2:
+        return f"returned {_show(result)} from reset, not (obs, info)"
+    problem = info_problem(result[1], base=True)
+    if problem is None and space is not None:
+        problem = space_problem(space, result[0])
+        problem = None if problem is None else f"returned an {problem}"
+    return problem
+
+
+def check_final_observations(space: gym.Space, infos: dict, step: int) -> None:
+    """Raise :class:`EnvFault` naming the first env whose final observation (``infos["final_obs"]``, where an
+    episode ended) does not fit ``space`` (:func:`space_problem`); ``step``: the vector step, for the message."""
+    for index in np.flatnonzero(infos["_final_obs"]):
+        problem = space_problem(space, infos["final_obs"][index], "final observation")
+        if problem is not None:
+            raise EnvFault(f"env {index} returned a {problem} at vector step {step}")
+
+
+class _FirstCallsChecked:
+    """``env_fn`` whose env's base env (``env.unwrapped``) has its first ``reset`` and first ``step`` checked
+    (:func:`reset_problem`, :func:`step_problem` against the base env's own declared spaces), before any wrapper
+    reads them; then the checks step aside (nothing is added to later calls).
+
+    Raises (from the checked call):
+        EnvFault: ``env <index> returned ... at its first step`` (or ``reset``).
+    """
+
+    def __init__(self, env_fn: Callable[[], gym.Env], index: int):
+        self.env_fn, self.index = env_fn, index
+
+    def __call__(self) -> gym.Env:
+        env = self.env_fn()
+        base = env.unwrapped
+        for name in ("reset", "step"):
+            self._check_first(base, name)
+        return env
+
+    def _check_first(self, base: gym.Env, name: str) -> None:
+        shadowed = name in vars(base)  # ReplayableEnv observes reset through an instance attribute
+        original, index = getattr(base, name), self.index
+
+        def checked(*args, **kwargs):
+            result = original(*args, **kwargs)
+            if shadowed:
+                setattr(base, name, original)
+            else:
+                delattr(base, name)
+            if name == "reset":
+                problem = reset_problem(result, base.observation_space)
+            else:
+                problem = step_problem(result, base.observation_space, base=True)
+            if problem is not None:
+                raise EnvFault(f"env {index} {problem} at its first {name}")
+            return result
+
+        setattr(base, name, checked)
 
 
 class SyncVectorEnv(gym.vector.SyncVectorEnv):
@@ -133,7 +322,20 @@ class SyncVectorEnv(gym.vector.SyncVectorEnv):
         flat = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
         self._index_actions = isinstance(self.single_action_space, flat)
         self._stack_obs = isinstance(self.single_observation_space, gym.spaces.Box)
-        self._obs_dtype = self.single_observation_space.dtype
+        self._obs_dtype, self._obs_shape = self.single_observation_space.dtype, self.single_observation_space.shape
+
+    def _check_step(self, result: tuple, index: int) -> None:
+        """Raise :class:`EnvFault` naming env ``index``, this step and what is wrong with its ``result``, if anything."""
+        problem = step_problem(result)
+        if problem is not None:
+            raise EnvFault(f"env {index} {problem} at vector step {self.steps + 1}")
+
+    def _check_observations(self) -> None:
+        """Raise :class:`EnvFault` naming the first env whose observation does not fit the observation space."""
+        for index, obs in enumerate(self._env_obs):
+            problem = space_problem(self.single_observation_space, obs)
+            if problem is not None:
+                raise EnvFault(f"env {index} returned an {problem} at vector step {self.steps + 1}")
 
     def _timer(self, armed: bool) -> bool:
         """Arm (or disarm) the timeout for this vector env; only in the main thread, where signals are delivered
@@ -176,26 +378,46 @@ class SyncVectorEnv(gym.vector.SyncVectorEnv):
         try:
             for i, env in enumerate(self.envs):
                 self._current = i
-                obs, self._rewards[i], terminated, truncated, env_info = env.step(actions_iter[i])
-                self._terminations[i], self._truncations[i] = terminated, truncated
+                result = env.step(actions_iter[i])
+                try:
+                    obs, reward, terminated, truncated, env_info = result
+                except (TypeError, ValueError):
+                    raise EnvFault(f"env {i} {step_problem(result)} at vector step {self.steps + 1}") from None
+                if type(reward) not in REWARD_TYPES or type(terminated) not in FLAG_TYPES or type(truncated) not in FLAG_TYPES:
+                    self._check_step(result, i)  # a closer look: refused, or a subclass of a number or bool
+                self._rewards[i], self._terminations[i], self._truncations[i] = reward, terminated, truncated
                 if terminated or truncated:
                     final_obs = _snapshot(obs)
                     infos = self._add_info(infos, {"final_obs": final_obs, "final_info": env_info}, i)
                     obs, env_info = env.reset()
                 if env_info:
+                    if not PLUMBING_KEYS.isdisjoint(env_info):
+                        self._check_step((obs, 0.0, False, False, env_info), i)
                     infos = self._add_info(infos, env_info, i)
                 self._env_obs[i] = obs
         except (SystemExit, KeyboardInterrupt) as error:  # env code that would end the process (a pygame quit)
             if isinstance(error, KeyboardInterrupt) and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
                 raise  # a Ctrl-C where no run handles it (an evaluation)
-            raise EnvFault(f"env {self._current} raised {error!r} in step") from None
+            raise EnvFault(f"env {self._current} raised {error!r} in step at vector step {self.steps + 1}") from None
+        except EnvFault:
+            raise
+        except Exception as error:  # the env's own code: its traceback shows where, the note which env and when
+            error.add_note(f"(raised by env {self._current} at vector step {self.steps + 1})")
+            raise
         if self._stack_obs:  # in the space's dtype, as gymnasium's (float64 1e300 in a float32 space: inf, caught below)
-            observations = np.stack(self._env_obs, dtype=self._obs_dtype, casting="unsafe")
+            try:
+                observations = np.stack(self._env_obs, dtype=self._obs_dtype, casting="unsafe")
+            except (TypeError, ValueError):  # text, or arrays of different shapes
+                observations = None
+            if observations is None or observations.shape[1:] != self._obs_shape:
+                self._check_observations()
         else:
             self._observations = gym.vector.utils.concatenate(self.single_observation_space, self._env_obs, self._observations)
             observations = deepcopy(self._observations)
         self._autoreset_envs = np.logical_or(self._terminations, self._truncations)
         self.steps += 1
+        if "final_obs" in infos:
+            check_final_observations(self.single_observation_space, infos, self.steps)
         check_env_step(self._rewards, observations, infos, self.steps)
         return observations, self._rewards.copy(), self._terminations.copy(), self._truncations.copy(), infos
 
@@ -227,7 +449,8 @@ class AsyncVectorEnv(gym.vector.AsyncVectorEnv):
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], autoreset_mode: gym.vector.AutoresetMode, timeout: float):
         self.timeout, self.steps = timeout, 0
-        super().__init__([_Worker(env_fn) for env_fn in env_fns], autoreset_mode=autoreset_mode, context="forkserver")
+        workers = [_Worker(_FirstCallsChecked(env_fn, index), index) for index, env_fn in enumerate(env_fns)]
+        super().__init__(workers, autoreset_mode=autoreset_mode, context="forkserver")
         close_on_fault(self)
 
     def _fault(self, index: int | None, what: str) -> EnvFault:
@@ -274,8 +497,13 @@ class AsyncVectorEnv(gym.vector.AsyncVectorEnv):
         return self._call_worker(super().step_async, actions)
 
     def step_wait(self, timeout: float | None = None):
-        result = self._call_worker(super().step_wait, timeout)
+        try:
+            result = self._call_worker(super().step_wait, timeout)
+        except (TypeError, ValueError) as error:  # gymnasium's batching of what the workers sent (checked there first)
+            raise self._fault(None, f"returned what cannot be batched at vector step {self.steps + 1}: {error}") from None
         self.steps += 1
+        if "final_obs" in result[4]:
+            check_final_observations(self.single_observation_space, result[4], self.steps)
         check_env_step(result[1], result[0], result[4], self.steps)
         return result
 
@@ -288,7 +516,12 @@ class AsyncVectorEnv(gym.vector.AsyncVectorEnv):
             index = next((i for i, ok in enumerate(successes) if not ok), None)
             raise self._fault(index, "its env raised an exception that cannot be sent between processes") from None
         message = (str(value).strip().splitlines() or [""])[0][:300]
-        raise self._fault(index, f"its env raised {kind.__name__}" + (f": {message}" if message else ""))
+        states = {AsyncState.WAITING_STEP: f"at vector step {self.steps + 1}", AsyncState.WAITING_RESET: "in reset"}
+        when = states.get(self._state, f"in {self._state.value}")
+        if issubclass(kind, EnvFault):  # the worker's own checks (_Snapshots, _FirstCallsChecked): said as they are
+            self._fault(index, "")  # kills the workers
+            raise EnvFault(message if "at its first" in message else f"{message} {when}")
+        raise self._fault(index, f"its env raised {kind.__name__}" + (f": {message}" if message else "") + f" ({when})")
 
     def close_extras(self, timeout: float | None = None, terminate: bool = False):
         """Ask the workers to close their envs; kill those that have not ended within 10 s (or at once with ``terminate``)."""
@@ -319,28 +552,36 @@ class AsyncVectorEnv(gym.vector.AsyncVectorEnv):
 
 
 class _Worker:
-    """``env_fn`` as an async worker runs it: signals ignored, the defining module imported first."""
+    """``env_fn`` as an async worker runs it: signals ignored, the defining module imported first, every
+    step's types checked (:class:`_Snapshots`)."""
 
-    def __init__(self, env_fn: Callable[[], gym.Env]):
-        self.env_fn = env_fn
+    def __init__(self, env_fn: Callable[[], gym.Env], index: int = 0):
+        self.env_fn, self.index = env_fn, index
 
     def __call__(self) -> gym.Env:
         if multiprocessing.parent_process() is not None:  # in a worker (the parent also calls it, for the spaces)
             ignore_stop_signals()
-        module = getattr(self.env_fn, "__module__", None)
+        inner = getattr(self.env_fn, "env_fn", self.env_fn)  # inside _FirstCallsChecked
+        module = getattr(inner, "__module__", None)
         if module and module != "__main__" and module not in sys.modules:
             try:
                 importlib.import_module(module)
             except ImportError:  # a script loaded from a file under another name: nothing to redo
                 pass
-        return _Snapshots(self.env_fn())
+        return _Snapshots(self.env_fn(), self.index)
 
 
 class _Snapshots(gym.Wrapper):
     """Copies of the observations an env returns, so that an env that reuses its arrays in place
     (Gymnasium#1132) cannot change an observation already handed on (a worker's final
     observation is sent after the env has reset). An exception that cannot be pickled to the
-    main process is replaced by an :class:`EnvError` with its type's name and message."""
+    main process is replaced by an :class:`EnvError` with its type's name and message. Each
+    step's types are checked as :class:`SyncVectorEnv` checks them (an :class:`EnvFault` the main
+    process names the step of)."""
+
+    def __init__(self, env: gym.Env, index: int = 0):
+        super().__init__(env)
+        self.index = index
 
     def reset(self, **kwargs):
         try:
@@ -352,10 +593,19 @@ class _Snapshots(gym.Wrapper):
 
     def step(self, action):
         try:  # no cost per step: a try block is free until something raises
-            obs, reward, terminated, truncated, info = self.env.step(action)
+            result = self.env.step(action)
         except Exception as error:
             _raise_sendable(error)
             raise
+        try:
+            obs, reward, terminated, truncated, info = result
+        except (TypeError, ValueError):
+            raise EnvFault(f"env {self.index} {step_problem(result)}") from None
+        types_ok = type(reward) in REWARD_TYPES and type(terminated) in FLAG_TYPES and type(truncated) in FLAG_TYPES
+        if not types_ok or (info and not PLUMBING_KEYS.isdisjoint(info)):
+            problem = step_problem(result)
+            if problem is not None:
+                raise EnvFault(f"env {self.index} {problem}")
         return _snapshot(obs), reward, terminated, truncated, info
 
 
@@ -365,7 +615,13 @@ class EnvError(RuntimeError):
 
 def _raise_sendable(error: Exception) -> None:
     """Raise :class:`EnvError` in place of ``error`` if ``error`` cannot be pickled to the main process
-    (a class defined in a function, an ``__init__`` with other arguments, ...); else return."""
+    (a class defined in a function, an ``__init__`` with other arguments, ...); else return. An exception
+    without a message (a bare ``assert``) is given one: where it was raised, and that line of code."""
+    if not str(error) and error.__traceback__ is not None:
+        import traceback
+
+        frame = traceback.extract_tb(error.__traceback__)[-1]
+        error.args = (f"at {frame.filename}:{frame.lineno}: {frame.line}",)
     try:
         pickle.loads(pickle.dumps(error))
     except Exception:

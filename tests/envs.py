@@ -127,6 +127,11 @@ class FaultyEnv(gym.Env):
     - ``"assert"``: an exception without a message; ``"exit"``: ``SystemExit(0)`` from ``step``;
       ``"unpicklable"``: an exception of a class defined in a function; ``"huge_obs"``: a float64
       observation of 1e300;
+    - wrong-typed output: ``"array_reward"`` (an array of two), ``"none_reward"``, ``"str_reward"`` ("1.0"),
+      ``"str_obs"``, ``"shape_obs"`` (5 floats for a space of 4), ``"old_api"`` (gym's old 4-tuple),
+      ``"bool_terminated"`` (the string "no"), ``"info_collision"`` (info keys ``final_obs`` and ``episode``,
+      which the vector env and the episode statistics use), ``"broken_episode"`` (a terminating step whose
+      info carries an ``episode`` entry of the wrong types);
     - ``"mutate"``: no fault in the numbers, but one observation array is returned by every
       ``reset`` and ``step`` and overwritten in place (Gymnasium#1132): a stored observation that
       is not a copy changes afterwards.
@@ -179,11 +184,36 @@ class FaultyEnv(gym.Env):
                 raise LocalError("from a local class")
             elif self.fault == "huge_obs":
                 obs = np.full(4, 1e300)  # float64, finite; infinite as the float32 of the space
+            elif self.fault == "array_reward":
+                reward = np.array([1.0, 2.0])
+            elif self.fault == "none_reward":
+                reward = None
+            elif self.fault == "str_reward":
+                reward = "1.0"
+            elif self.fault == "str_obs":
+                obs = "up"
+            elif self.fault == "shape_obs":
+                obs = np.zeros(5, dtype=np.float32)
+            elif self.fault == "old_api":
+                return obs, reward, False, {}  # gym's old 4-tuple: done, no truncated
+            elif self.fault == "bool_terminated":
+                return obs, reward, "no", False, {}
+            elif self.fault == "info_collision":
+                return obs, reward, False, False, {"final_obs": 3, "episode": "over"}
+            elif self.fault == "broken_episode":  # an env recording episode statistics of its own, broken
+                return obs, reward, True, False, {"episode": {"r": "high", "l": None}}
         return obs, reward, False, False, {}
 
 
-for _fault in ("nan_reward", "nan_obs", "die", "hang", "hang_init", "mutate", "assert", "exit", "unpicklable", "huge_obs"):
+_FAULTS = ("nan_reward", "nan_obs", "die", "hang", "hang_init", "mutate", "assert", "exit", "unpicklable", "huge_obs")
+_FAULTS += ("array_reward", "none_reward", "str_reward", "str_obs", "shape_obs", "old_api", "bool_terminated")
+_FAULTS += ("info_collision", "broken_episode")
+for _fault in _FAULTS:
     _name = "".join(part.title() for part in _fault.split("_"))  # NanReward, NanObs, Die, Hang, HangInit, Mutate
+    if _fault in _FAULTS[10:] and f"Faulty{_name}First-v0" not in gym.registry:  # the fault at the first step
+        gym.register(
+            f"Faulty{_name}First-v0", entry_point=FaultyEnv, max_episode_steps=20, kwargs={"fault": _fault, "after": 1}
+        )
     for _suffix, _continuous in (("", False), ("Box", True)):
         if f"Faulty{_name}{_suffix}-v0" not in gym.registry:
             gym.register(
@@ -266,3 +296,13 @@ class OddShapesEnv(EmptyMaskEnv):
 
 if "OddShapes-v0" not in gym.registry:
     gym.register("OddShapes-v0", entry_point=OddShapesEnv, max_episode_steps=10)
+
+
+class StartsAtOneEnv(CounterEnv):
+    """Like CounterEnv, with actions ``Discrete(2, start=1)`` (1 and 2): the scripts, whose actions are 0-based, refuse it."""
+
+    action_space = gym.spaces.Discrete(2, start=1)
+
+
+if "StartsAtOne-v0" not in gym.registry:
+    gym.register("StartsAtOne-v0", entry_point=StartsAtOneEnv, max_episode_steps=3)

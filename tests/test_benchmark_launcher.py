@@ -443,3 +443,208 @@ def test_slurm_template_placeholders_are_checked():
     assert slurm_script(jobs, Path("/l"), Path("/w"), 1, "1:00", template="#{{array}} {{cpus_per_task}}") == "#0-0 1"
     with pytest.raises(ValueError, match="unknown placeholder"):
         slurm_script(jobs, Path("/l"), Path("/w"), 1, "1:00", template="{{nope}}")
+
+
+# --- hostile values and planted links --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "flags, flag",
+    [
+        (["--slurm-time", "01:00:00\ntouch pwned"], "--slurm-time"),
+        (["--slurm-job-name", "x\ntouch pwned"], "--slurm-job-name"),
+        (["--slurm-partition", "cpu\n#SBATCH --uid=0"], "--slurm-partition"),
+        (["--slurm-mem", "8G\r"], "--slurm-mem"),
+        (["--slurm-script", "job\n.sbatch"], "--slurm-script"),
+        (["--log-dir", "logs\ntouch pwned"], "--log-dir"),
+        (["--env-ids", "A-v0\ntouch pwned"], "--env-ids"),
+        (["--extra", "--note 'a\ntouch pwned'"], "--extra"),
+        (["--", "--note", "a\x1b[2J"], "--extra"),
+    ],
+)
+def test_control_characters_in_slurm_values_are_refused_before_anything_is_written(tmp_path, flags, flag):
+    (tmp_path / "probe.py").write_text(PROBE)
+    base = ["--env-ids", "A-v0", "--command", f"{sys.executable} probe.py", "--slurm", "--slurm-dry-run"]
+    if flags[0] == "--env-ids":
+        base = base[2:]
+    result = launch(*base, *flags, cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {flag}: ") and "control character" in lines[0], lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["probe.py"]  # no runs/, no log folder, no script
+
+
+@pytest.mark.parametrize(
+    "flags, flag, message",
+    [
+        (["--command", f"{sys.executable} 'probe.py\ntouch pwned'"], "--command", "control character"),
+        (["--env-ids", "A" * 300], "--env-ids", "longer than 200 bytes"),
+    ],
+)
+def test_bad_names_are_refused_in_local_mode(tmp_path, flags, flag, message):
+    (tmp_path / "probe.py").write_text(PROBE)
+    base = ["--env-ids", "A-v0", "--command", f"{sys.executable} probe.py"]
+    result = launch(*(base[2:] if flags[0] == "--env-ids" else base[:2]), *flags, cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {flag}: ") and message in lines[0], lines
+    assert not (tmp_path / "runs").exists()
+
+
+def sbatch_arguments(line: str) -> list[str]:
+    """The arguments sbatch reads from a ``#SBATCH`` line (Slurm's src/sbatch/opt.c, _get_argument):
+    blanks split them, quotes group, a backslash escapes the next character, an unquoted ``#`` starts
+    a comment."""
+    arguments, current, quote, escaped, started = [], "", None, False, False
+    for char in line.removeprefix("#SBATCH"):
+        if escaped:
+            current, escaped = current + char, False
+        elif char == "\\":
+            escaped = started = True
+        elif quote:
+            current, quote = (current, None) if char == quote else (current + char, quote)
+        elif char in "\"'":
+            quote, started = char, True
+        elif char == "#":
+            break
+        elif char.isspace():
+            if started:
+                arguments.append(current)
+            current, started = "", False
+        else:
+            current, started = current + char, True
+    return arguments + ([current] if started else [])
+
+
+def test_slurm_directive_values_are_one_argument_each(tmp_path):
+    (tmp_path / "probe.py").write_text(PROBE)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_program(bin_dir, "python", 'printf "%s\\n" "$@"\n')
+    log_dir = tmp_path / "logs dir #1 %A $(touch pwned)"
+    values = {
+        "job-name": "my job #1 --uid=0",
+        "time": "1:00 --wrap='touch pwned'",
+        "partition": 'cpu "x" \\',
+        "mem": "8G;touch pwned",
+    }
+    flags = [item for name, value in values.items() for item in (f"--slurm-{name}", value)]
+    result = launch(
+        *["--env-ids", "A-v0", "--command", "python probe.py", "--num-seeds", "1", "--slurm", "--slurm-dry-run"],
+        *flags,
+        "--log-dir",
+        str(log_dir),
+        cwd=tmp_path,
+        env={"PATH": f"{bin_dir}:{os.environ['PATH']}"},
+    )
+    assert result.returncode == 0, result.stderr
+    text = (log_dir / "benchmark.sbatch").read_text()
+    directives = {}
+    for line in text.splitlines():
+        if line.startswith("#SBATCH"):
+            (argument,) = sbatch_arguments(line)  # one argument: no option or comment added
+            name, _, value = argument.removeprefix("--").partition("=")
+            directives[name] = value
+    assert {name: directives[name] for name in values} == values
+    assert directives["output"] == str(log_dir).replace("%", "%%") + "/slurm-%A_%a.out"  # %% is Slurm's literal %
+    task = subprocess.run(
+        ["bash", str(log_dir / "benchmark.sbatch")],
+        cwd="/",
+        env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_ARRAY_TASK_ID": "0"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert task.returncode == 0, task.stderr
+    assert (log_dir / "A-v0__seed1.log").read_text().splitlines()[:3] == ["probe.py", "--env-id", "A-v0"]
+    assert not (tmp_path / "pwned").exists() and not Path("/pwned").exists()
+
+
+def test_slurm_task_replaces_a_link_at_its_log_name(tmp_path):
+    (tmp_path / "probe.py").write_text(PROBE)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_program(bin_dir, "python", 'echo "run output"\n')
+    path = f"{bin_dir}:{os.environ['PATH']}"
+    result = launch(
+        *["--env-ids", "A-v0", "--command", "python probe.py", "--num-seeds", "1", "--slurm", "--slurm-dry-run"],
+        *["--log-dir", "logs"],
+        cwd=tmp_path,
+        env={"PATH": path},
+    )
+    assert result.returncode == 0, result.stderr
+    outside = tmp_path / "outside"
+    outside.write_text("keep\n")
+    (tmp_path / "logs" / "A-v0__seed1.log").symlink_to(outside)  # planted after the script was written
+    task = subprocess.run(
+        ["bash", str(tmp_path / "logs" / "benchmark.sbatch")],
+        env={**os.environ, "PATH": path, "SLURM_ARRAY_TASK_ID": "0"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert task.returncode == 0, task.stderr
+    assert outside.read_text() == "keep\n"
+    log = tmp_path / "logs" / "A-v0__seed1.log"
+    assert not log.is_symlink() and log.read_text() == "run output\n"
+
+
+@pytest.mark.parametrize(
+    "slurm, name",
+    [(False, "log"), (False, "summary.json"), (False, "benchmark_logs"), (True, "benchmark.sbatch"), (True, "benchmark_logs")],
+)
+def test_links_planted_in_the_log_folder_stop_the_launcher(tmp_path, slurm, name):
+    (tmp_path / "probe.py").write_text(PROBE)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "file").write_text("keep\n")
+    flags = ["--env-ids", "A-v0", "--command", f"{sys.executable} probe.py", "--num-seeds", "1"]
+    flags += ["--slurm", "--slurm-dry-run"] if slurm else []
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    if name == "benchmark_logs":  # the default log folder's parent, under runs/
+        (tmp_path / "runs").mkdir()
+        (tmp_path / "runs" / "benchmark_logs").symlink_to(outside)
+        flag, message = "--log-dir", "not a folder this project made"
+    else:
+        flags += ["--log-dir", "logs"]
+        planted = {"log": "A-v0__seed1.log"}.get(name, name)
+        (logs / planted).symlink_to(outside / ("missing" if name == "log" else "file"))  # dangling for the log
+        flag, message = "--log-dir", "already holds logs" if name == "log" else "is a symbolic link"
+    result = launch(*flags, cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {flag}: ") and message in lines[0], lines
+    assert sorted(p.name for p in outside.iterdir()) == ["file"] and (outside / "file").read_text() == "keep\n"
+
+
+def test_run_local_never_opens_a_log_through_a_link(tmp_path):
+    """A link put at a log's name after the launcher's checks: that run fails, nothing is written through it."""
+    from io import StringIO
+
+    from cleanrl_utils.benchmark import run_local
+
+    outside = tmp_path / "outside"
+    outside.write_text("keep\n")
+    (tmp_path / "logs").mkdir()
+    (job,) = make_jobs([sys.executable, "-c", "print('ran')"], ["A-v0"], [1])
+    (tmp_path / "logs" / job.log_name).symlink_to(outside)
+    out, err = StringIO(), StringIO()
+    status = run_local([job], [CORES[:1]], tmp_path / "logs", False, pin=False, out=out, err=err, poll=0.01)
+    assert status == 1 and "FAILED (cannot write its log" in out.getvalue(), out.getvalue() + err.getvalue()
+    assert outside.read_text() == "keep\n"
+    summary = json.loads((tmp_path / "logs" / "summary.json").read_text())
+    assert [(e["status"], e["returncode"]) for e in summary] == [("failed", 127)]
+
+
+def test_slurm_template_that_is_not_text_is_one_line(tmp_path):
+    (tmp_path / "probe.py").write_text(PROBE)
+    (tmp_path / "template.sh").write_bytes(b"#!/bin/bash\n\xff\xfe {{array}}\n")
+    result = launch(
+        *["--env-ids", "A-v0", "--command", f"{sys.executable} probe.py", "--slurm", "--slurm-dry-run"],
+        *["--slurm-template", "template.sh"],
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --slurm-template: cannot read 'template.sh'"), lines

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -244,6 +245,14 @@ def test_bad_input(fake_runs, tmp_path, capsys):
         [str(fake_runs), "--out", out, "--reference", str(reference), "--x", "wall_time"], "--reference", "--x steps", capsys
     )
     stops(["--summary", str(scores), "--out", out], "--summary", "is not a launcher summary", capsys)
+    stops([str(fake_runs), "--out", out, "--title", "$\\foo$"], "--title", "cannot draw '$\\\\foo$' as math text", capsys)
+    stops([str(fake_runs), "--out", out, "--legend", "ppo=a$x^$"], "--legend", "cannot draw", capsys)
+    stops([str(fake_runs), "--out", out, "--ylabel", "a\nb"], "--ylabel", "control character", capsys)
+    huge = "1" + "0" * 400  # a JSON integer too large for a float
+    scores.write_text(json.dumps({**SCORES, "CartPole-v1": {"random": 0}})[:-2] + f', "reference": {huge}}}}}')
+    stops([str(fake_runs), "--out", out, "--scores", str(scores)], "--scores", "needs numbers", capsys)
+    reference.write_text("[" * 100_000)  # nested deeper than the JSON reader recurses
+    stops([str(fake_runs), "--out", out, "--reference", str(reference)], "--reference", "cannot read", capsys)
     assert not Path(out).exists()  # every check comes before anything is written
 
 
@@ -487,3 +496,89 @@ def test_legend_fits_inside_the_figure(panels):
     box, figure = legend.get_window_extent(), fig.bbox
     assert figure.x0 <= box.x0 and box.x1 <= figure.x1 and figure.y0 <= box.y0, (box, figure)
     assert len(legend.get_texts()) == 3
+
+
+MATH_NAMES = {"$\\bar$|v0": ["a$x^2$b", "$\\foo$", "c|d*_e_", "new\nline"], "CartPole-v1": ["a$x^2$b", "$\\foo$"]}
+
+
+def markdown_cells(line: str) -> list[str]:
+    """The cells of a Markdown table row, backslash escapes undone."""
+    cells = re.split(r"(?<!\\)\|", line.strip())[1:-1]
+    return [re.sub(r"\\(.)", r"\1", cell.strip()) for cell in cells]
+
+
+def test_run_names_with_math_text_are_drawn_literally(tmp_path, capsys):
+    """exp names and env ids with $...$, |, * or a newline (read from args.json) are drawn and tabled as they are."""
+    root = tmp_path / "runs"
+    for env_id, names in MATH_NAMES.items():
+        for exp_name in names:
+            for seed in (1, 2):
+                write_run(root, env_id, exp_name, seed, [10.0 * seed + i for i in range(5)])
+    scores = tmp_path / "scores.json"
+    scores.write_text(json.dumps({env_id: {"random": 0, "reference": 100} for env_id in MATH_NAMES}))
+    out = tmp_path / "out"
+    plot.main([str(root), "--out", str(out), "--scores", str(scores), "--reps", "20"])
+    printed = capsys.readouterr().out
+    shown = {name: name.replace("\n", "\\n") for names in MATH_NAMES.values() for name in names}
+    check_svg(out / "curves.svg", "$\\bar$|v0", "CartPole-v1", *(f"{shown[n]} (2 seeds)" for n in MATH_NAMES["$\\bar$|v0"]))
+    check_svg(out / "aggregate.svg", "a$x^2$b", "$\\foo$")  # the two exp_names with runs on both envs
+    check_png(out / "curves.png")
+    rows = [markdown_cells(line) for line in (out / "returns.md").read_text().splitlines()[2:]]
+    assert sorted(tuple(row[:2]) for row in rows) == sorted(
+        (env_id, shown[name]) for env_id, names in MATH_NAMES.items() for name in names
+    )
+    assert all(row[3] == "2" for row in rows)
+    aggregate = (out / "aggregate.md").read_text()
+    assert sorted(markdown_cells(line)[0] for line in aggregate.splitlines()[4:]) == ["$\\foo$", "a$x^2$b"]
+    assert "Normalised final returns over \\$\\\\bar\\$\\|v0, CartPole-v1;" in aggregate and aggregate in printed
+
+
+def test_odd_args_json_values_skip_the_run(tmp_path, capsys):
+    root = tmp_path / "runs"
+    write_run(root, "CartPole-v1", "ppo", 1, [1.0] * 5)
+    odd = {
+        "number": '{"env_id": "CartPole-v1", "exp_name": 5, "seed": 2}',
+        "infinite": '{"env_id": "CartPole-v1", "exp_name": "ppo", "seed": Infinity}',
+        "list": '{"env_id": ["CartPole-v1"], "exp_name": "ppo", "seed": 4}',
+    }
+    for seed, (kind, text) in enumerate(odd.items(), start=2):
+        directory = write_run(root / kind, "CartPole-v1", "ppo", seed, [1.0] * 5)
+        (directory / "args.json").write_text(text)
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps([{"env_id": "CartPole-v1", "seed": 9, "status": "ok", "run_dir": 5}]))
+    plot.main([str(root), "--summary", str(summary), "--out", str(tmp_path / "out"), "--reps", "20"])
+    warnings = capsys.readouterr().err.strip().splitlines()
+    assert warnings[0] == f"warning: skipped {summary}: CartPole-v1 seed 9: run_dir 5 is not a path"
+    assert len(warnings) == 4 and all("args.json: cannot read env_id, exp_name and seed" in w for w in warnings[1:])
+    assert table_rows((tmp_path / "out" / "returns.md").read_text()) == {("CartPole-v1", "ppo"): (1.0, 0.0, 1)}
+
+
+@pytest.mark.parametrize("name", ["curves.png", "curves.svg", "returns.md", "dangling"])
+def test_links_at_output_names_stop_the_tool(fake_runs, tmp_path, capsys, name):
+    out = tmp_path / "out"
+    out.mkdir()
+    outside = tmp_path / "outside"
+    outside.write_text("keep\n")
+    link = out / ("returns.md" if name == "dangling" else name)
+    link.symlink_to(tmp_path / "missing" if name == "dangling" else outside)
+    stops([str(fake_runs), "--out", str(out), "--reps", "20"], "--out", f"{link} is a symbolic link", capsys)
+    assert outside.read_text() == "keep\n" and not (tmp_path / "missing").exists()
+    assert [p.name for p in out.iterdir()] == [link.name]  # nothing written
+
+
+def test_a_folder_at_an_output_name_stops_the_tool_before_anything_is_written(fake_runs, tmp_path, capsys):
+    out = tmp_path / "out"
+    (out / "returns.md").mkdir(parents=True)
+    stops([str(fake_runs), "--out", str(out), "--reps", "20"], "--out", "returns.md is a folder", capsys)
+    assert [p.name for p in out.iterdir()] == ["returns.md"]
+
+
+def test_outputs_replace_regular_files_whole(fake_runs, tmp_path, capsys):
+    """A rerun into the same folder replaces its files (a hard link to another file is not written through)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    other = tmp_path / "other.md"
+    other.write_text("keep\n")
+    os.link(other, out / "returns.md")
+    plot.main([str(fake_runs), "--out", str(out), "--reps", "20"])
+    assert other.read_text() == "keep\n" and (out / "returns.md").read_text().startswith("| env | exp_name |")

@@ -281,6 +281,13 @@ def test_dry_run_submits_nothing(batch, capsys):
         (["--bucket", "no-such-bucket-here"], "--bucket: cannot reach bucket 'no-such-bucket-here'"),
         (["--bucket", "s3://bucket"], "--bucket: 's3://bucket' is not an S3 bucket name"),
         (["--env-ids", "CartPole-v1", "--num-seeds", "1", "--array"], "--array: an array job has 2-10000 children"),
+        (["--env-ids", "CartPole-v1\ntouch pwned"], "--env-ids: 'CartPole-v1\\ntouch pwned' holds a control character"),
+        (["--extra", "--note 'a\rb'"], "--extra: 'a\\rb' holds a control character"),
+        (["--", "--note", "a\x1b[2J"], "--extra: 'a\\x1b[2J' holds a control character"),
+        (["--image", "repo/cleanrl:cpu\x1b[2J"], "--image: 'repo/cleanrl:cpu\\x1b[2J' is not an image URI"),
+        (["--region", "us-east-1; touch pwned"], "--region: 'us-east-1; touch pwned' is not an AWS region name"),
+        (["--job-queue", "cleanrl-cpu-spot\n"], "--job-queue: 'cleanrl-cpu-spot\\n' is not a job queue name"),
+        (["--job-definition", "cleanrl-cpu x"], "--job-definition: 'cleanrl-cpu x' is not a job definition name"),
     ],
 )
 def test_bad_input(batch, capsys, flags, message):
@@ -514,3 +521,83 @@ def test_job_definition_values_apply_unless_given(batch, capsys):
         {"type": "MEMORY", "value": "16384"},
     ]
     assert spec["timeout"] == {"attemptDurationSeconds": 7200} and spec["retryStrategy"]["attempts"] == 5
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("job_queues", ["cleanrl-cpu-spot"], "job_queues must be an object"),
+        ("job_queues", {"cpu_spot": "q\ntouch pwned"}, "job_queues.cpu_spot must be a job queue name or ARN"),
+        ("job_definitions", {"cpu": 5}, "job_definitions.cpu must be a job definition name or ARN"),
+        ("region", 5, "region must be an AWS region name"),
+        ("checkpoint_bucket", ["b"], "checkpoint_bucket must be an S3 bucket name"),
+        ("checkpoint_prefix", "../runs", "checkpoint_prefix must be one S3 key segment"),
+        ("log_group", "/aws/batch/cleanrl\nx", "log_group must be a CloudWatch Logs group name"),
+        ("job_role_arn", "arn:aws:iam::123456789012:role/x y", "job_role_arn must be an IAM role ARN"),
+        ("wandb_secret_arn", SECRET + "\x1b", "wandb_secret_arn must be a secret's ARN"),
+    ],
+)
+def test_outputs_values_are_checked(batch, tmp_path, capsys, key, value, message):
+    """A value of the outputs file that reaches a job definition, an AWS call or a printed command is
+    checked by form: one line naming the file's flag, never a traceback, nothing sent."""
+    outputs = json.loads(Path(batch["outputs"]).read_text())
+    outputs[key]["value"] = value
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps(outputs))
+    with pytest.raises(SystemExit) as stop:
+        submit_exp.main([*GRID, "--terraform-outputs", str(path), "--image", "repo/cleanrl:cpu"], client=batch["client"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --terraform-outputs: {message}") and err.count("\n") == 1, err
+    assert batch["sent"] == []
+
+
+def test_cloud_run_refuses_odd_grids(capsys):
+    command = '"command": ["python", "x.py"]'
+    cases = [
+        f'{{{command}, "env_ids": [5], "seeds": [1]}}',  # an env id that is not a string
+        f'{{{command}, "env_ids": ["A-v0\\ntouch pwned"], "seeds": [1]}}',
+        f'{{{command}, "env_ids": ["A-v0"], "seeds": [1e400]}}',  # infinite
+        f'{{{command}, "env_ids": ["A-v0"], "seeds": [true]}}',
+        '{"command": "python x.py", "env_ids": ["A-v0"], "seeds": [1]}',  # a string, not a list
+        f'{{{command}, "env_ids": ["A-v0"], "seeds": [1], "extra": {{"a": 1}}}}',
+        "[" * 100_000,  # nested deeper than the JSON reader recurses
+        "[]",
+    ]
+    for grid in cases:
+        with pytest.raises(SystemExit) as stop:
+            cloud_run.main(["--grid-json", grid, "--array-index", "0"])
+        assert stop.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: --grid-json: not a grid") and err.count("\n") == 1, (grid[:80], err)
+
+
+def test_cloud_run_downloads_only_into_runs(aws, tmp_path, monkeypatch, capsys):
+    """S3 keys are data: one that names a path outside ./runs is skipped, and a link in ./runs stops the job."""
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.create_bucket(Bucket="cleanrl-runs-test")
+    outside = tmp_path / "outside"
+    keys = ["p/runs/r/ok.txt", "p/runs/" + str(outside / "abs.txt"), "p/runs/r/../../up.txt", "p/runs/r//x", "p/runs/a\nb"]
+    for key in keys:
+        s3.put_object(Bucket="cleanrl-runs-test", Key=key, Body=b"data")
+    job = tmp_path / "job"
+    job.mkdir()
+    monkeypatch.chdir(job)
+    assert cloud_run.S3Sync("cleanrl-runs-test", "p", s3).download() == 1
+    assert (job / "runs" / "r" / "ok.txt").read_bytes() == b"data"
+    assert not outside.exists() and not (tmp_path / "up.txt").exists()
+    assert sorted(p.relative_to(job).as_posix() for p in job.rglob("*")) == ["runs", "runs/r", "runs/r/ok.txt"]
+    assert capsys.readouterr().err.count("not a file inside runs/") == 4
+
+    second = tmp_path / "job2"  # a link where a downloaded folder goes: one line, nothing written through it
+    (second / "runs").mkdir(parents=True)
+    outside.mkdir()
+    (second / "runs" / "r").symlink_to(outside)
+    monkeypatch.chdir(second)
+    with pytest.raises(SystemExit) as stop:
+        cloud_run.main(["--bucket", "cleanrl-runs-test", "--prefix", "p", "--", "true"], s3_client=s3)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert [line for line in err if not line.startswith("cloud_run: skipped")] == err[-1:], err  # the skips, one error
+    assert err[-1].startswith("error: --prefix: cannot download") and "runs/r is a symbolic link" in err[-1], err
+    assert list(outside.iterdir()) == []

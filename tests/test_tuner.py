@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import io
 import os
+import shlex
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import optuna
@@ -126,6 +128,10 @@ def test_tuner_rejects_bad_arguments(stub: Path):
         Tuner(stub, target_scores={})
     with pytest.raises(FileNotFoundError):
         Tuner(stub.parent / "missing.py", target_scores={"A-v0": None})
+    for name in ("..", ".", "a\nb", "x" * 201):  # the study's folder would not be one folder under runs_dir
+        with pytest.raises(ValueError, match="not a folder name"):
+            Tuner(stub, target_scores={"A-v0": None}, study_name=name)
+    assert Tuner(stub, target_scores={"A-v0": None}, study_name="../a", runs_dir="r").study_dir == Path("r/..-a")
 
 
 def stub_tuner(tmp_path: Path, stub: Path, pruner, **kwargs) -> Tuner:
@@ -274,6 +280,13 @@ def test_real_study_resumes(tmp_path: Path):
         (["--env-ids", "A-v0", "--search", "quality=float:0:1", "--fixed", "quality=1"], "--search", "given more than once"),
         (["--env-ids", "A-v0", "--storage", "sqlite:///missing/s.db"], "--storage", "no folder"),
         (["--env-ids", "A-v0", "--storage", "nosuchdb://x"], "--storage", "cannot open study"),
+        (["--env-ids", "A-v0", "--study-name", ".."], "--study-name", "is not a file name"),
+        (["--env-ids", "A-v0", "--study-name", "a\nb"], "--study-name", "control character"),
+        (["--env-ids", "A-v0\ntouch pwned"], "--env-ids", "control character"),
+        (["--env-ids", "A" * 250], "--env-ids", "longer than 200 bytes"),
+        (["--env-ids", "A-v0", "--fixed", "quality=1\n2"], "--fixed", "control character"),
+        (["--env-ids", "A-v0", "--search", "quality=categorical:1,\x1b[2J"], "--search", "control character"),
+        (["--env-ids", "A-v0", "--target-scores", "A-v0=-inf:0"], "--target-scores", "finite LOW < HIGH"),
     ],
 )
 def test_cli_bad_input(tmp_path: Path, stub: Path, capsys, flags, flag, message):
@@ -292,3 +305,32 @@ def test_cli_help_and_argparse_errors(tmp_path: Path):
     assert result.returncode == 2 and result.stderr.strip().splitlines() == [
         "error: the following arguments are required: --script (see --help)"
     ]
+
+
+@pytest.mark.parametrize("planted", ["study", "trial", "log"])
+def test_links_in_the_study_folder_are_never_followed(tmp_path: Path, stub: Path, capsys, planted):
+    """A link where the tuner puts the study's folder, a trial's folder or a run's log stops it with
+    one line; nothing is written through the link."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "file").write_text("keep\n")
+    study = tmp_path / "runs" / "stub"
+    link = {"study": study, "trial": study / "trial_0000", "log": study / "trial_0000" / "A-v0__1.log"}[planted]
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(outside / "file" if planted == "log" else outside)
+    argv = ["--script", str(stub), "--env-ids", "A-v0", "--search", "quality=float:0:1", "--num-trials", "1"]
+    argv += ["--study-name", "stub", "--runs-dir", str(tmp_path / "runs"), "--storage", f"sqlite:///{tmp_path / 's.db'}"]
+    with pytest.raises(SystemExit) as stop:
+        tuner.main(argv)
+    assert stop.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --runs-dir: ") and str(link) in lines[0], lines
+    assert sorted(p.name for p in outside.iterdir()) == ["file"] and (outside / "file").read_text() == "keep\n"
+    assert not (tmp_path / "calls.txt").exists()  # no run started
+
+
+def test_best_command_is_quoted_for_the_shell():
+    trial = types.SimpleNamespace(number=3, value=0.5, params={"note": "a b; touch pwned"}, user_attrs={})
+    text = tuner.best_summary(types.SimpleNamespace(best_trial=trial), "my script.py", {"tag": "$(touch pwned)"})
+    command = text.splitlines()[-1].removeprefix("  command: ")
+    assert shlex.split(command) == ["python", "my script.py", "--tag", "$(touch pwned)", "--note", "a b; touch pwned"]

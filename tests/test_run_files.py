@@ -1,0 +1,229 @@
+"""A run directory is data: links planted in it redirect no write, its saved arguments are checked as flags, and a
+full disk at any moment is one line.
+
+From the third hostile review (issue 29): a symlink planted in a run directory as the lock file, a
+checkpoint's temporary file or the model's temporary file made a resumed run write through it into
+a file elsewhere; a checkpoint or model whose saved arguments had the wrong type (a string learning
+rate, a float env count, a list gamma, a None timeout, a string or missing seed, a None or list env
+id) gave a traceback on resume or evaluation; a full disk before the first checkpoint was a traceback.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from cleanrl_utils import files
+from cleanrl_utils.run import parse_args
+from cleanrl_utils.writes import UnsafePath, check_tree, create_new, make_folder, open_regular, write_atomic
+from tests.conftest import ROOT, run_dir, run_script
+
+FLAGS = ["--num-envs", "1", "--num-steps", "128", "--total-timesteps", "1024", "--checkpoint-interval", "512"]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    """A ppo.py run with checkpoints at steps 512 and 1024 and a saved model."""
+    cwd = tmp_path_factory.mktemp("template")
+    run_script("ppo.py", *FLAGS, "--save-model", "--eval-episodes", "1", cwd=cwd)
+    return run_dir(cwd)
+
+
+def copy_run(finished_run: Path, tmp_path: Path) -> Path:
+    run = tmp_path / "runs" / finished_run.name
+    shutil.copytree(finished_run, run)
+    return run
+
+
+# ---- links planted in a run directory
+
+
+@pytest.mark.parametrize(
+    "planted",
+    ["run.lock", "checkpoints/step_1024.pt.tmp", "ppo.cleanrl_model.tmp", "checkpoints/step_1024.pt", "videos"],
+)
+def test_a_link_planted_in_a_run_directory_stops_the_resumed_run_and_writes_nothing_through_it(
+    planted, finished_run, tmp_path
+):
+    run = copy_run(finished_run, tmp_path)
+    (run / "checkpoints" / "step_1024.pt").unlink()  # the resumed run would write step_1024 again
+    outside = tmp_path / "outside"
+    outside.write_text("not yours")
+    (run / planted).unlink(missing_ok=True)
+    (run / planted).symlink_to(outside)
+    flags = ["--resume", str(run / "checkpoints" / "step_512.pt"), "--save-model", "--eval-episodes", "1"]
+    result = run_script("ppo.py", *flags, cwd=tmp_path, check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert (
+        result.stderr.strip()
+        == f"error: --resume: {run / planted} is a symbolic link; a run folder holds only files and folders"
+    )
+    assert outside.read_text() == "not yours"
+
+
+def test_a_planted_checkpoints_folder_link_is_refused(finished_run, tmp_path):
+    run = copy_run(finished_run, tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(run / "checkpoints", elsewhere)
+    (run / "checkpoints").symlink_to(elsewhere)
+    result = run_script("ppo.py", "--resume", str(run / "checkpoints" / "step_512.pt"), cwd=tmp_path, check=False)
+    assert result.returncode == 2 and "checkpoints is a symbolic link" in result.stderr, result.stderr[-2000:]
+
+
+def test_write_file_never_writes_through_a_link_at_its_temporary_or_final_name(tmp_path):
+    """Below the run directory's check: the writer itself creates its temporary file new, without following links."""
+    from dataclasses import dataclass
+
+    @dataclass
+    class Args:
+        env_id: str = "CartPole-v1"
+        seed: int = 1
+
+    outside = tmp_path / "outside"
+    outside.write_text("not yours")
+    target = tmp_path / "run" / "checkpoints" / "step_1.pt"
+    target.parent.mkdir(parents=True)
+    (target.parent / "step_1.pt.tmp").symlink_to(outside)
+    files.write_file(target, "checkpoint", "ppo", Args(), {"global_step": 1})
+    assert outside.read_text() == "not yours" and target.is_file() and not target.is_symlink()
+    target.unlink()
+    target.symlink_to(outside)  # a link at the final name is replaced, not written through
+    files.write_file(target, "checkpoint", "ppo", Args(), {"global_step": 1})
+    assert outside.read_text() == "not yours" and not target.is_symlink()
+    files.read_file(target, "checkpoint", "ppo")
+    (tmp_path / "run" / "m.cleanrl_model").mkdir()  # a folder where the file goes: refused, in one line
+    with pytest.raises(files.WriteFailed, match="m.cleanrl_model is a folder: refusing to replace it"):
+        files.write_file(tmp_path / "run" / "m.cleanrl_model", "model", "ppo", Args(), {})
+    assert not list((tmp_path / "run").glob("*.tmp"))
+
+
+def test_the_writes_module_refuses_links_fifos_and_folders(tmp_path):
+    outside = tmp_path / "outside"
+    outside.write_text("x")
+    (tmp_path / "link").symlink_to(outside)
+    with pytest.raises(UnsafePath, match="link is a symbolic link"):
+        open_regular(tmp_path / "link")
+    with pytest.raises(UnsafePath, match="link is a symbolic link"):
+        create_new(tmp_path / "link")
+    import os
+
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(UnsafePath, match="fifo is a FIFO"):
+        open_regular(tmp_path / "fifo")
+    with pytest.raises(UnsafePath, match="fifo is a FIFO"):
+        check_tree(tmp_path)
+    (tmp_path / "sub").symlink_to(tmp_path)
+    with pytest.raises(UnsafePath, match="sub is a symbolic link, not a folder"):
+        make_folder(tmp_path / "sub" / "deeper", base=tmp_path)
+    write_atomic(tmp_path / "link", "new")  # replaces the link itself
+    assert outside.read_text() == "x" and (tmp_path / "link").read_text() == "new"
+
+
+# ---- saved arguments are checked as flags are
+
+FORGED = [
+    ("learning_rate", "3e-4", "its saved learning_rate is '3e-4' (str), not float"),
+    ("num_envs", 1.0, "its saved num_envs is 1.0 (float), not int"),
+    ("gamma", [0.99], "its saved gamma is [0.99] (list), not float"),
+    ("env_timeout", None, "its saved env_timeout is None (NoneType), not float"),
+    ("seed", "1", "its saved seed is '1' (str), not int"),
+    ("seed", "DELETE", "its saved arguments lack seed"),
+    ("env_id", None, "its saved env_id is None (NoneType), not str"),
+    ("env_id", ["CartPole-v1"], "its saved env_id is ['CartPole-v1'] (list), not str"),
+    ("env_mode", "fast", "its saved env_mode is 'fast' (str), not one of 'sync', 'async'"),
+    ("num_minibatches", 3, "its saved num_minibatches does not divide the batch of 128"),  # a range: the flag's check
+    ("vf_coef", -1.0, "its saved vf_coef must be >= 0, got -1.0"),
+]
+
+
+def forge(path: Path, field: str, value) -> None:
+    """Rewrite the file at ``path`` with its saved argument ``field`` set to ``value`` ("DELETE": removed)."""
+    content = torch.load(path, weights_only=True)
+    if value == "DELETE":
+        del content["args"][field]
+    else:
+        content["args"][field] = value
+    if field in ("env_id", "seed"):
+        content[field] = value  # the header's copy too (env_id)
+    torch.save(content, path)
+
+
+@pytest.mark.parametrize("field,value,message", FORGED)
+def test_a_checkpoint_with_a_saved_argument_of_the_wrong_type_or_range_is_one_line(
+    field, value, message, finished_run, tmp_path, capsys
+):
+    from cleanrl.ppo import Args, check_args
+
+    run = copy_run(finished_run, tmp_path)
+    checkpoint = run / "checkpoints" / "step_512.pt"
+    forge(checkpoint, field, value)
+    if field in ("env_id", "seed"):  # as args.json says: the checkpoint belongs to this run
+        import json
+
+        recorded = json.loads((run / "args.json").read_text())
+        recorded.pop(field) if value == "DELETE" else recorded.update({field: value})
+        (run / "args.json").write_text(json.dumps(recorded))
+    with pytest.raises(SystemExit) as stopped:
+        parse_args(Args, str(ROOT / "cleanrl" / "ppo.py"), check_args, argv=["--resume", str(checkpoint)])
+    err = capsys.readouterr().err.strip()
+    assert stopped.value.code == 2 and err == f"error: {checkpoint}: {message}" or message in err, err
+    assert err.startswith(f"error: {checkpoint}: "), err
+
+
+@pytest.mark.parametrize("field,value,message", [case for case in FORGED if case[0] not in ("num_minibatches", "vf_coef")])
+def test_a_model_with_a_saved_argument_of_the_wrong_type_is_one_line_in_evaluation(
+    field, value, message, finished_run, tmp_path, capsys
+):
+    from cleanrl.ppo import evaluate
+
+    model = tmp_path / "ppo.cleanrl_model"
+    shutil.copy(finished_run / "ppo.cleanrl_model", model)
+    forge(model, field, value)
+    with pytest.raises(SystemExit) as stopped:
+        evaluate(str(model), 1)
+    err = capsys.readouterr().err.strip()
+    assert stopped.value.code == 2 and err == f"error: {model}: {message}", err
+
+
+def test_a_given_flag_is_still_named_as_the_flag_on_resume(finished_run, tmp_path, capsys):
+    from cleanrl.ppo import Args, check_args
+
+    run = copy_run(finished_run, tmp_path)
+    argv = ["--resume", str(run / "checkpoints" / "step_512.pt"), "--env-timeout", "-1"]
+    with pytest.raises(SystemExit):
+        parse_args(Args, str(ROOT / "cleanrl" / "ppo.py"), check_args, argv=argv)
+    assert capsys.readouterr().err.strip() == "error: --env-timeout: must be positive, got -1.0"
+
+
+# ---- a full disk at any moment
+
+
+@pytest.mark.parametrize("left", [0, 4096, 8192, 24576])
+def test_a_full_disk_before_the_first_checkpoint_is_one_line_and_leaves_nothing_half_written(left, tmp_path):
+    """A small tmpfs (root only; skipped elsewhere) filled to leave ``left`` bytes: the run directory, the lock
+    file and args.json (0, 4 KiB), the TensorBoard events (8 KiB), the first checkpoint (24 KiB)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        free = shutil.disk_usage(disk).free
+        (disk / "filler").write_bytes(b"\0" * max(free - left - 4096, 0))
+        result = run_script("ppo.py", *FLAGS, cwd=disk, check=False, timeout=300)
+        assert result.returncode in (1, 2) and "Traceback" not in result.stderr, result.stderr[-3000:]
+        line = result.stderr.strip().splitlines()
+        assert len(line) == 1 and ("No space left on device" in line[0] or "the disk is full" in line[0]), line
+        for run in (disk / "runs").glob("*"):  # what is left is whole
+            assert not list(run.rglob("*.tmp")), list(run.rglob("*"))
+            if (run / "args.json").exists():
+                import json
+
+                json.loads((run / "args.json").read_text())
+            for checkpoint in run.glob("checkpoints/*.pt"):
+                files.read_file(checkpoint, "checkpoint", "ppo")
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
