@@ -225,6 +225,8 @@ def check_args(args: Args) -> None:
     require(args.v_min >= -largest, "--v-min", f"must be at least {-largest:.4g} (float32), got {args.v_min}")
     width = f"the support's width --v-max - --v-min = {args.v_max - args.v_min:g} is beyond float32's {largest:.4g}"
     require(args.v_max - args.v_min <= largest, "--v-max", width)
+    with np.errstate(over="ignore"):  # the atoms are float32: two values that round to one are no support
+        require(np.float32(args.v_min) < np.float32(args.v_max), "--v-max", "is not above --v-min in float32")
     require(
         0 < args.exploration_fraction <= 1, "--exploration-fraction", f"must be in (0, 1], got {args.exploration_fraction}"
     )

@@ -223,7 +223,8 @@ def check_args(args: Args) -> None:
     require_range(args, num_envs=(1, 2**16), batch_size=(1, 2**20), buffer_size=(1, 2**40))
     require_range(args, gamma=(0, 1))
     require(0 < args.tau <= 1, "--tau", f"must be in (0, 1], got {args.tau}")
-    require(args.exploration_noise >= 0, "--exploration-noise", f"must be >= 0, got {args.exploration_noise}")
+    noise = f"must be in [0, 1e6] (units of the action scale), got {args.exploration_noise}"
+    require(0 <= args.exploration_noise <= 1e6, "--exploration-noise", noise)
     require(args.learning_starts >= 0, "--learning-starts", f"must be >= 0, got {args.learning_starts}")
     no_training = f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}"
     require(args.learning_starts < args.total_timesteps, "--learning-starts", no_training)

@@ -296,10 +296,10 @@ if __name__ == "__main__":
         uniform = rng.random((2, N))  # one draw for ε, one for the random action
         greedy = uniform[0] >= epsilon
         actions = (uniform[1] * num_actions).astype(np.int64)
-        if greedy.any():
+        if greedy.any():  # Q of every env in one batch (no boolean gather and scatter), the greedy ones taken
             with torch.inference_mode():
-                q_values = q_network(torch.as_tensor(obs[greedy], dtype=torch.float32, device=device))
-            actions[greedy] = q_values.argmax(dim=1).cpu().numpy()
+                q_values = q_network(torch.as_tensor(obs, dtype=torch.float32, device=device))
+            actions = np.where(greedy, q_values.argmax(dim=1).cpu().numpy(), actions)
 
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
         run.log_episodes(global_step, infos)

@@ -272,10 +272,11 @@ if __name__ == "__main__":
     agent = Agent(envs).to(device)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
 
-    # Rollout storage [num_steps, num_envs]: what the networks read in torch, the rest in numpy for GAE
+    # Rollout storage [num_steps, num_envs] in numpy (a few numbers a step cost less there than in torch);
+    # the rollout goes to the device once, after it
     T, N = args.num_steps, args.num_envs
-    obs = torch.zeros((T, N) + envs.single_observation_space.shape, device=device)
-    actions = torch.zeros((T, N), dtype=torch.long, device=device)
+    obs = np.zeros((T, N) + envs.single_observation_space.shape, dtype=np.float32)
+    actions = np.zeros((T, N), dtype=np.int64)
     rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
     truncated = np.zeros((T, N), dtype=bool)  # episode ended by truncation, not termination
     final_obs = np.zeros((T, N) + envs.single_observation_space.shape, dtype=np.float32)  # its real final observation
@@ -293,25 +294,27 @@ if __name__ == "__main__":
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
-        for step in range(T):
-            global_step += N
-            obs[step] = torch.as_tensor(next_obs, dtype=torch.float32)
-            with torch.inference_mode():
-                action = agent.get_action(obs[step])
-            actions[step] = action
+        with torch.inference_mode():  # acting records nothing for autograd; one context for the whole rollout
+            for step in range(T):
+                global_step += N
+                obs[step] = next_obs
+                action = agent.get_action(torch.as_tensor(next_obs, dtype=torch.float32, device=device)).cpu().numpy()
+                actions[step] = action
 
-            next_obs, reward, termination, truncation, infos = envs.step(action.cpu().numpy())
-            rewards[step], terminations[step], dones[step] = reward, termination, termination | truncation
-            # Truncated (not terminated) envs will bootstrap from their real final observation.
-            truncated[step] = truncation & ~termination
-            if truncated[step].any():
-                final_obs[step, truncated[step]] = real_next_obs(next_obs, infos)[truncated[step]]
-            run.log_episodes(global_step, infos)
+                next_obs, reward, termination, truncation, infos = envs.step(action)
+                rewards[step], terminations[step], dones[step] = reward, termination, termination | truncation
+                # Truncated (not terminated) envs will bootstrap from their real final observation.
+                truncated[step] = truncation & ~termination
+                if truncated[step].any():
+                    final_obs[step, truncated[step]] = real_next_obs(next_obs, infos)[truncated[step]]
+                run.log_episodes(global_step, infos)
 
         # The rollout's log π(a|s) and V(s), in one batch with the weights that acted; then bootstrap
         # values: V(final obs) at truncations and V(obs after the rollout); then GAE
+        b_obs = torch.from_numpy(obs.reshape((T * N,) + envs.single_observation_space.shape)).to(device)
+        b_actions = torch.from_numpy(actions.reshape(-1)).to(device)
         with torch.no_grad():
-            _, logprobs, _, values = agent.get_action_and_value(obs.flatten(0, 1), actions.flatten())
+            _, logprobs, _, values = agent.get_action_and_value(b_obs, b_actions)
             logprobs, values = logprobs.view(T, N), values.view(T, N)
             last_values = agent.get_value(torch.as_tensor(next_obs, dtype=torch.float32, device=device)).cpu().numpy()
             final_values = np.zeros((T, N), dtype=np.float32)
@@ -322,8 +325,7 @@ if __name__ == "__main__":
         )
 
         # flatten the batch
-        b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)
-        b_logprobs, b_actions, b_values = logprobs.reshape(-1), actions.reshape(-1), values.reshape(-1)
+        b_logprobs, b_values = logprobs.reshape(-1), values.reshape(-1)
         b_advantages = torch.as_tensor(advantages.reshape(-1), dtype=torch.float32, device=device)
         b_returns = torch.as_tensor(returns.reshape(-1), dtype=torch.float32, device=device)
 

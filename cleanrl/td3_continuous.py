@@ -242,7 +242,8 @@ def check_args(args: Args) -> None:
     require_range(args, gamma=(0, 1))
     require(0 < args.tau <= 1, "--tau", f"must be in (0, 1], got {args.tau}")
     for name in ("exploration_noise", "policy_noise", "noise_clip"):
-        require(getattr(args, name) >= 0, "--" + name.replace("_", "-"), f"must be >= 0, got {getattr(args, name)}")
+        value = getattr(args, name)  # in units of the action scale: beyond 1e6 overflows float32
+        require(0 <= value <= 1e6, "--" + name.replace("_", "-"), f"must be in [0, 1e6], got {value}")
     require(args.learning_starts >= 0, "--learning-starts", f"must be >= 0, got {args.learning_starts}")
     no_training = f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}"
     require(args.learning_starts < args.total_timesteps, "--learning-starts", no_training)

@@ -631,8 +631,8 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     names = [safe_name(e) for e in args.env_ids]
     if len(set(names)) != len(names):
         fail("--env-ids", "two ids map to the same log file name ('/' and ':' become '-')")
-    if args.num_seeds < 1:
-        fail("--num-seeds", f"must be at least 1, got {args.num_seeds}")
+    if not 1 <= args.num_seeds <= 100_000:
+        fail("--num-seeds", f"must be in [1, 100000], got {args.num_seeds}")
     if args.start_seed < 0:
         fail("--start-seed", f"must be >= 0, got {args.start_seed}")
     for flag, text in (("--command", args.command), ("--extra", args.extra)):

@@ -252,7 +252,7 @@ def load_checkpoint(path: str, script: str) -> dict:
         )
     try:
         recorded = json.loads((path.parent.parent / "args.json").read_text())
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, RecursionError) as error:  # RecursionError: nested too deep
         raise FileRefused(f"{path.parent.parent / 'args.json'} cannot be read: {error}") from None
     saved, run = content.get("args", {}), path.parent.parent
     recorded = recorded if isinstance(recorded, dict) else {}

@@ -77,6 +77,18 @@ def check_finite(update: int | str, global_step: int, **quantities: torch.Tensor
     Raises:
         NonFinite: ``non-finite value_loss (nan) at update 37, global step 18944``.
     """
+    # CPU scalars (the common case) as Python floats: NaN and infinity carry through the sum, and a sum that
+    # merely overflows only leads to the exact check below
+    total = 0.0
+    for value in quantities.values():
+        if isinstance(value, torch.Tensor):
+            if value.device.type != "cpu" or value.numel() != 1:
+                total = math.nan  # on a GPU, or not a scalar: the check below, one read per update
+                break
+            value = value.item()
+        total += value
+    if math.isfinite(total):
+        return
     tensors = [torch.as_tensor(value).detach() for value in quantities.values()]
     if bool(torch.stack([torch.isfinite(t).all() for t in tensors]).all()):
         return
@@ -121,12 +133,15 @@ def check_env_step(rewards: np.ndarray, observations: Any, infos: dict, step: in
         infos: the step's infos; the final observations of ended episodes (``"final_obs"``) are checked too.
         step: the vector env's step count, for the message.
     """
-    if (
-        (np.abs(rewards) <= _FLOAT32_MAX).all()  # false for NaN, infinity, and beyond float32 (1e300)
-        and "final_obs" not in infos
-        and (not isinstance(observations, np.ndarray) or observations.dtype.kind != "f" or np.isfinite(observations).all())
-    ):
-        return  # the common case, in a few microseconds: all finite, no episode ended
+    # The common case (all finite, no episode ended) in two sums: NaN and infinity carry through a sum, a
+    # reward beyond float32's range is infinite once summed in float32; a sum that merely overflows only
+    # sends the step to the exact checks below, which find nothing and return.
+    if "final_obs" not in infos:
+        total = float(np.add.reduce(rewards, dtype=np.float32))
+        if isinstance(observations, np.ndarray) and observations.dtype.kind == "f":
+            total += float(np.add.reduce(observations, axis=None))
+        if math.isfinite(total) and (isinstance(observations, np.ndarray) or _non_finite_row(observations) is None):
+            return
     if not np.isfinite(rewards).all():
         index = int(np.flatnonzero(~np.isfinite(rewards))[0])
         raise EnvFault(f"env {index} returned a non-finite reward ({rewards[index]}) at vector step {step}")

@@ -186,12 +186,14 @@ def check_module(module: torch.nn.Module, name: str, content: dict) -> None:
     Raises:
         FileRefused: (one line) the file has no such network, it was saved from another
             architecture (the first differing line of the two ``repr`` is quoted), or its
-            tensors do not fit.
+            tensors do not fit (not tensors, another dtype, non-finite values, other names or shapes).
     """
     path = content.get("path", "the file")
     if name not in content:
         raise FileRefused(f"{path} holds no network {name!r}")
     saved_repr = content.get("modules", {}).get(name)
+    if saved_repr is not None and not isinstance(saved_repr, str):
+        raise FileRefused(f"{path} is damaged or forged: its record of {name} is not text")
     if saved_repr is not None and saved_repr != repr(module):
         ours, theirs = repr(module).splitlines(), saved_repr.splitlines()
         line = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
@@ -200,8 +202,13 @@ def check_module(module: torch.nn.Module, name: str, content: dict) -> None:
     state = content[name]
     if not isinstance(state, dict):
         raise FileRefused(f"{path}: its {name} is not a state dict")
+    ours = module.state_dict()
     for key, tensor in state.items():
-        if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+        if not isinstance(key, str) or not isinstance(tensor, torch.Tensor):
+            raise FileRefused(f"{path} is damaged or forged: its {name} holds {key!r}: {type(tensor).__name__}")
+        if key in ours and tensor.dtype != ours[key].dtype:  # no silent cast (float64 1e300 -> inf, complex, int)
+            raise FileRefused(f"{path}: its {name}.{key} is {tensor.dtype}, this script's {ours[key].dtype}")
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             raise FileRefused(f"{path}: its {name}.{key} holds non-finite values")
     try:
         module.load_state_dict(state)

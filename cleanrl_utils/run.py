@@ -647,10 +647,13 @@ class Run:
             obs, missing = checkpoints.restore(state, {**saved["state"], "path": saved["path"], "modules": modules})
         except ValueError as error:  # another network (one line already)
             fail("--resume", str(error))
-        except (KeyError, TypeError, RuntimeError) as error:  # a damaged or forged file
+        except Exception as error:  # a damaged or forged file: its generators, tensors or env logs do not fit
             reason = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
             fail("--resume", f"{saved['path']} does not fit this run ({reason})")
-        return {"global_step": saved["global_step"], **saved.get("counters", {}), "obs": obs, "missing": missing}
+        counters = _Counters(saved["path"], {"global_step": saved["global_step"], **saved.get("counters", {})})
+        counters.check(self.args.total_timesteps)
+        counters.update(obs=obs, missing=missing)
+        return counters
 
     # ---- logging
 
@@ -662,11 +665,12 @@ class Run:
         ``RecordEpisodeStatistics``, in ``infos["episode"]``; tags ``charts/episodic_return`` and
         ``charts/episodic_length``.
         """
-        for returns, lengths in _ended_episodes(infos):
-            for episodic_return, episodic_length in zip(returns, lengths):
-                self.writer.add_scalar("charts/episodic_return", episodic_return, global_step)
-                self.writer.add_scalar("charts/episodic_length", episodic_length, global_step)
-            self.progress.episodes(returns)
+        if infos:  # most steps have no info at all: nothing ended
+            for returns, lengths in _ended_episodes(infos):
+                for episodic_return, episodic_length in zip(returns, lengths):
+                    self.writer.add_scalar("charts/episodic_return", episodic_return, global_step)
+                    self.writer.add_scalar("charts/episodic_length", episodic_length, global_step)
+                self.progress.episodes(returns)
         self.progress.update(global_step)
 
     def sps(self, global_step: int) -> int:
@@ -919,3 +923,30 @@ __all__ = [
     "require_positive",
     "require_range",
 ]
+
+
+class _Counters(dict):
+    """A checkpoint's counters (:meth:`Run.restore`), checked like flags: a missing or mistyped one is one line."""
+
+    def __init__(self, path: str, counters: dict) -> None:
+        super().__init__(counters)
+        self.path = path
+
+    def __missing__(self, key: str) -> Any:
+        fail("--resume", f"{self.path} is damaged or forged: it has no {key!r} counter")
+
+    def check(self, total_timesteps: int) -> None:
+        """Refuse counters that are not numbers, tensors or tuples of them, a ``global_step`` outside
+        ``[0, total_timesteps]``, a negative integer, and an ``iteration`` beyond ``global_step``."""
+        step = self["global_step"]
+        for key, value in self.items():
+            values = value if isinstance(value, (tuple, list)) else (value,)
+            if not all(isinstance(v, (int, float, torch.Tensor)) for v in values):
+                fail("--resume", f"{self.path} is damaged or forged: its {key!r} counter is {type(value).__name__}")
+            if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+                fail("--resume", f"{self.path} is damaged or forged: its {key!r} counter is {value}")
+        if not isinstance(step, int) or step > total_timesteps:
+            fail("--resume", f"{self.path} is damaged or forged: its global_step {step} is beyond --total-timesteps")
+        iteration = self.get("iteration", 0)
+        if not isinstance(iteration, int) or iteration > step:
+            fail("--resume", f"{self.path} is damaged or forged: its iteration {iteration} is beyond its step {step}")

@@ -682,6 +682,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     names = [param.name for param in params]
     repeated = sorted({name for name in names if names.count(name) > 1} | (set(names) & set(fixed)))
     require(not repeated, "--search", f"{', '.join(repeated)} given more than once (in --search or --fixed)")
+    seed = args.sampler_seed
+    require(seed is None or 0 <= seed < 2**32, "--sampler-seed", f"must be in [0, 2**32), got {seed}")
     known = script_flags(sys.executable, script)
     for option, given in (("--search", names), ("--fixed", list(fixed))):
         for name in given:

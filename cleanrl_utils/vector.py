@@ -324,6 +324,11 @@ class SyncVectorEnv(gym.vector.SyncVectorEnv):
         self._stack_obs = isinstance(self.single_observation_space, gym.spaces.Box)
         self._obs_dtype, self._obs_shape = self.single_observation_space.dtype, self.single_observation_space.shape
 
+    def close_extras(self, **kwargs: Any) -> None:
+        """Close the envs, within ``timeout`` seconds (an env whose ``close`` hangs is an ``EnvFault``)."""
+        with time_limit(self.timeout, "closing the envs"):
+            super().close_extras(**kwargs)
+
     def _check_step(self, result: tuple, index: int) -> None:
         """Raise :class:`EnvFault` naming env ``index``, this step and what is wrong with its ``result``, if anything."""
         problem = step_problem(result)
@@ -405,8 +410,8 @@ class SyncVectorEnv(gym.vector.SyncVectorEnv):
             error.add_note(f"(raised by env {self._current} at vector step {self.steps + 1})")
             raise
         if self._stack_obs:  # in the space's dtype, as gymnasium's (float64 1e300 in a float32 space: inf, caught below)
-            try:
-                observations = np.stack(self._env_obs, dtype=self._obs_dtype, casting="unsafe")
+            try:  # np.array of the list: np.stack's result in one C call (np.stack is Python: ~3x the cost)
+                observations = np.array(self._env_obs, dtype=self._obs_dtype)
             except (TypeError, ValueError):  # text, or arrays of different shapes
                 observations = None
             if observations is None or observations.shape[1:] != self._obs_shape:

@@ -306,3 +306,22 @@ class StartsAtOneEnv(CounterEnv):
 
 if "StartsAtOne-v0" not in gym.registry:
     gym.register("StartsAtOne-v0", entry_point=StartsAtOneEnv, max_episode_steps=3)
+
+
+class HangingCloseEnv(CounterEnv):
+    """Like CounterEnv, but once it has stepped 8 times its ``close`` never returns (a sync run must still end,
+    within --env-timeout; the start-up checks' env steps less and closes)."""
+
+    steps = 0
+
+    def step(self, action):
+        self.steps += 1
+        return super().step(action)
+
+    def close(self):
+        if self.steps > 8:
+            time.sleep(3600)
+
+
+if "HangingClose-v0" not in gym.registry:
+    gym.register("HangingClose-v0", entry_point=HangingCloseEnv, max_episode_steps=3)

@@ -308,7 +308,12 @@ def alive(pid: int, wait: float = 5.0) -> bool:
         (
             ["--env-ids", "A", "--command", f"{sys.executable} probe.py", "--num-seeds", "0"],
             "--num-seeds",
-            "must be at least 1",
+            "must be in [1, 100000], got 0",
+        ),
+        (
+            ["--env-ids", "A", "--command", f"{sys.executable} probe.py", "--num-seeds", str(10**9)],
+            "--num-seeds",
+            "must be in [1, 100000]",
         ),
         (["--env-ids", "A", "--command", f"{sys.executable} missing.py"], "--command", "'missing.py' does not exist"),
         (["--env-ids", "A", "--command", "no-such-program-xyz"], "--command", "not found"),

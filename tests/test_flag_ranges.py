@@ -55,12 +55,15 @@ CASES = [
     ("c51.py", ["--num-envs", INT64ISH], "--num-envs", "must be in [1, 65536]"),
     ("c51.py", ["--v-min", "-1e39"], "--v-min", "(float32)"),
     ("c51.py", ["--v-max", "1e39"], "--v-max", "beyond float32's"),
+    ("c51.py", ["--v-min", "-1e-320", "--v-max", "1e-320"], "--v-max", "is not above --v-min"),  # both 0 in float32
     ("c51_atari.py", ["--buffer-size", HUGE], "--buffer-size", "must be in [1, 1099511627776]"),
     ("rainbow_atari.py", ["--prioritized-replay-alpha", "1.5"], "--prioritized-replay-alpha", "must be in [0, 1]"),
     ("rainbow_atari.py", ["--num-envs", HUGE], "--num-envs", "must be in [1, 65536]"),
     # DDPG, TD3, SAC: the replay's sizes
     ("ddpg_continuous.py", ["--batch-size", HUGE], "--batch-size", "must be in [1, 1048576]"),
     ("td3_continuous.py", ["--num-envs", HUGE], "--num-envs", "must be in [1, 65536]"),
+    ("td3_continuous.py", ["--policy-noise", "1e300"], "--policy-noise", "must be in [0, 1e6]"),
+    ("ddpg_continuous.py", ["--exploration-noise", "1e300"], "--exploration-noise", "must be in [0, 1e6]"),
     ("sac_continuous.py", ["--buffer-size", HUGE], "--buffer-size", "must be in [1, 1099511627776]"),
     ("sac_atari.py", ["--num-envs", HUGE], "--num-envs", "must be in [1, 65536]"),
     # R2D2: PER's α, the actors' sizes

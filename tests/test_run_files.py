@@ -20,7 +20,7 @@ import torch
 from cleanrl_utils import files
 from cleanrl_utils.run import parse_args
 from cleanrl_utils.writes import UnsafePath, check_tree, create_new, make_folder, open_regular, write_atomic
-from tests.conftest import ROOT, run_dir, run_script
+from tests.conftest import ROOT, enjoy, run_dir, run_script
 
 FLAGS = ["--num-envs", "1", "--num-steps", "128", "--total-timesteps", "1024", "--checkpoint-interval", "512"]
 
@@ -227,3 +227,77 @@ def test_a_full_disk_before_the_first_checkpoint_is_one_line_and_leaves_nothing_
                 files.read_file(checkpoint, "checkpoint", "ppo")
     finally:
         subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+# ---- forged checkpoint and model contents (issue 29's fresh attack): one line and exit 2, never a traceback
+
+
+def forge_content(path: Path, edit) -> None:
+    """Rewrite the file at ``path`` after ``edit(content)``, as an attacker with torch would (checksums valid)."""
+    content = torch.load(path, weights_only=True)
+    edit(content)
+    torch.save(content, path)
+
+
+def networks(content: dict) -> dict:
+    """Where a file keeps its networks' state dicts: a checkpoint's ``state``, a model's top level."""
+    return content["state"] if content["kind"] == "checkpoint" else content
+
+
+def big_weight(content: dict) -> None:
+    networks(content)["agent"]["actor.4.weight"] = torch.full((2, 64), 1e300, dtype=torch.float64)
+
+
+FORGED_CONTENTS = {
+    "no iteration counter": (lambda c: c["counters"].pop("iteration"), "has no 'iteration' counter"),
+    "a text counter": (lambda c: c["counters"].update(iteration="1"), "its 'iteration' counter is str"),
+    "an iteration beyond its step": (lambda c: c["counters"].update(iteration=10**9), "iteration 1000000000"),
+    "a step beyond the run": (lambda c: c.update(global_step=10**18), "beyond --total-timesteps"),
+    "a generator state of the wrong type": (lambda c: c["rng"]["numpy"].update(keys=[1, 2, 3]), "does not fit"),
+    "an env log with a step out of the space": (
+        lambda c: c["state"]["envs"]["logs"][0]["events"].append(["step", 7]),
+        "does not fit",
+    ),
+    "a network record that is not text": (lambda c: c["modules"].update(agent=5), "record of agent is not text"),
+    "a float64 weight beyond float32": (big_weight, "is torch.float64, this script's torch.float32"),
+    "an infinite weight": (lambda c: networks(c)["agent"]["actor.4.weight"].fill_(float("inf")), "non-finite values"),
+}
+
+
+@pytest.mark.parametrize("forged", list(FORGED_CONTENTS))
+def test_a_checkpoint_with_forged_counters_generators_env_logs_or_weights_is_one_line(forged, finished_run, tmp_path):
+    edit, message = FORGED_CONTENTS[forged]
+    run = copy_run(finished_run, tmp_path)
+    checkpoint = run / "checkpoints" / "step_512.pt"
+    forge_content(checkpoint, edit)
+    result = run_script("ppo.py", "--resume", str(checkpoint), cwd=tmp_path, check=False)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and message in lines[0], result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("forged", ["a network record that is not text", "a float64 weight beyond float32"])
+def test_a_model_with_a_forged_network_is_one_line_in_evaluation(forged, finished_run, tmp_path):
+    edit, message = FORGED_CONTENTS[forged]
+    model = tmp_path / "ppo.cleanrl_model"
+    shutil.copy(finished_run / "ppo.cleanrl_model", model)
+    forge_content(model, edit)
+    result = enjoy(str(model), "--eval-episodes", "1", cwd=tmp_path, check=False)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and message in lines[0], result.stderr[-2000:]
+
+
+def test_a_deeply_nested_args_json_is_one_line_on_resume(finished_run, tmp_path):
+    run = copy_run(finished_run, tmp_path)
+    (run / "args.json").write_text("[" * 100_000 + "]" * 100_000)
+    result = run_script("ppo.py", "--resume", str(run), cwd=tmp_path, check=False)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr[-2000:]
+
+
+def test_a_sync_env_whose_close_hangs_ends_within_the_env_timeout(tmp_path):
+    import time
+
+    start = time.perf_counter()
+    flags = ["--num-envs", "1", "--num-steps", "16", "--total-timesteps", "32", "--env-timeout", "3"]
+    result = run_script("ppo.py", *flags, "--env-id", "tests.envs:HangingClose-v0", cwd=tmp_path, check=False)
+    assert result.returncode != 0 and "closing the envs: no answer within --env-timeout 3 s" in result.stderr
+    assert "Traceback" not in result.stderr and time.perf_counter() - start < 60, result.stderr[-2000:]

@@ -287,6 +287,7 @@ def test_real_study_resumes(tmp_path: Path):
         (["--env-ids", "A-v0", "--fixed", "quality=1\n2"], "--fixed", "control character"),
         (["--env-ids", "A-v0", "--search", "quality=categorical:1,\x1b[2J"], "--search", "control character"),
         (["--env-ids", "A-v0", "--target-scores", "A-v0=-inf:0"], "--target-scores", "finite LOW < HIGH"),
+        (["--env-ids", "A-v0", "--sampler-seed", "-5"], "--sampler-seed", "must be in [0, 2**32)"),
     ],
 )
 def test_cli_bad_input(tmp_path: Path, stub: Path, capsys, flags, flag, message):
