@@ -18,7 +18,7 @@ import torch
 from tests.conftest import ROOT, assert_stops_with_one_line, enjoy, run_dir, run_script, scalars, sigterm_then_resume
 
 EDITS = {  # script: [(old, new, expected count)] turning it into a variant with other networks
-    "ppo.py": [("nn.Tanh()", "nn.GELU()", 4), ("64", "48", 6)],
+    "ppo.py": [("nn.Tanh()", "nn.GELU()", 4), ("nn.Linear(64", "nn.Linear(48", 4), (", 64)", ", 48)", 4)],
     "dqn.py": [("nn.ReLU()", "nn.GELU()", 2), ("120", "96", 2)],
 }
 FLAGS = {

@@ -274,7 +274,7 @@ def test_dry_run_submits_nothing(batch, capsys):
         (["--memory", "64"], "--memory: must be at least 128"),
         (["--attempts", "11"], "--attempts: must be 1-10"),
         (["--timeout", "30"], "--timeout: must be at least 60"),
-        (["--num-seeds", "0"], "--num-seeds: must be at least 1"),
+        (["--num-seeds", "0"], "--num-seeds: must be in [1, 100000], got 0"),
         (["--image", "img", "--wandb-secret-arn", PLAIN_KEY], "--wandb-secret-arn: must be the ARN"),
         (["--extra", f"WANDB_API_KEY={PLAIN_KEY}"], "--extra: WANDB_API_KEY must not be given"),
         (["--extra", f"--wandb-api-key {PLAIN_KEY}"], "--extra: WANDB_API_KEY must not be given"),
