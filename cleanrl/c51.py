@@ -38,6 +38,7 @@ import torch.nn as nn
 import torch.optim as optim
 
 from cleanrl_utils.buffers import ReplayBuffer
+from cleanrl_utils.cli import require_support
 from cleanrl_utils.evals import Evaluation
 from cleanrl_utils.faults import check_finite
 from cleanrl_utils.run import RunArgs, check_env, fail, parse_args, require, require_positive, require_range, start_run
@@ -190,13 +191,7 @@ def check_args(args: Args) -> None:
     require_range(args, gamma=(0, 1), start_e=(0, 1), end_e=(0, 1))
     require(args.n_atoms >= 2, "--n-atoms", f"must be at least 2, got {args.n_atoms}")
     require_range(args, n_atoms=(2, 2**16))
-    require(args.v_min < args.v_max, "--v-max", f"{args.v_max} is not above --v-min {args.v_min}")
-    largest = float(torch.finfo(torch.float32).max)  # the support's atoms and their spacing are float32
-    require(args.v_min >= -largest, "--v-min", f"must be at least {-largest:.4g} (float32), got {args.v_min}")
-    width = f"the support's width --v-max - --v-min = {args.v_max - args.v_min:g} is beyond float32's {largest:.4g}"
-    require(args.v_max - args.v_min <= largest, "--v-max", width)
-    with np.errstate(over="ignore"):  # the atoms are float32: two values that round to one are no support
-        require(np.float32(args.v_min) < np.float32(args.v_max), "--v-max", "is not above --v-min in float32")
+    require_support(args)  # --v-min < --v-max, both float32 atoms apart
     require(
         0 < args.exploration_fraction <= 1, "--exploration-fraction", f"must be in (0, 1], got {args.exploration_fraction}"
     )

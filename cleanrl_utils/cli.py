@@ -31,8 +31,7 @@ def fail(flag: str, message: str) -> NoReturn:
         path, given = _saved[-1]
         field = flag[2:].replace("-", "_")
         if field not in given:
-            print(f"error: {path}: its saved {field} {message}", file=sys.stderr)
-            raise SystemExit(USAGE_ERROR)
+            flag, message = path, f"its saved {field} {message}"
     print(f"error: {flag}: {message}", file=sys.stderr)
     raise SystemExit(USAGE_ERROR)
 
@@ -103,24 +102,18 @@ def check_saved_types(args_class: type, saved: Any, path: str, required: typing.
             type, a missing required field, or ``saved`` not a dict.
     """
     if not isinstance(saved, dict):
-        print(f"error: {path}: its saved arguments are not a dict", file=sys.stderr)
-        raise SystemExit(USAGE_ERROR)
+        fail(path, "its saved arguments are not a dict")
     hints = typing.get_type_hints(args_class)
     values = {}
     for field in dataclasses.fields(args_class):
         if field.name not in saved:
             if field.name in required:
-                print(f"error: {path}: its saved arguments lack {field.name}", file=sys.stderr)
-                raise SystemExit(USAGE_ERROR)
+                fail(path, f"its saved arguments lack {field.name}")
             continue
         value, kind = saved[field.name], hints.get(field.name, Any)
         if not _fits(value, kind):
             shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-            expected = _describe(kind)
-            print(
-                f"error: {path}: its saved {field.name} is {shown} ({type(value).__name__}), not {expected}", file=sys.stderr
-            )
-            raise SystemExit(USAGE_ERROR)
+            fail(path, f"its saved {field.name} is {shown} ({type(value).__name__}), not {_describe(kind)}")
         values[field.name] = float(value) if kind is float else value
     return values
 
@@ -156,6 +149,25 @@ def require_range(args, **bounds: tuple[float, float]) -> None:
     for name, (low, high) in bounds.items():
         value = getattr(args, name)
         require(low <= value <= high, flag_name(name), f"must be in [{low}, {high}], got {value}")
+
+
+def require_support(args) -> None:
+    """Check the support ``[--v-min, --v-max]`` of a categorical return distribution (C51 and Rainbow; Bellemare
+    et al. 2017, section 4), whose atoms and their spacing are float32: ``v_min < v_max``, both within float32's
+    range and its width too, and still apart once rounded to float32 (``1e-320`` and ``-1e-320`` are both 0).
+
+    Raises:
+        SystemExit: status 2, one line naming ``--v-min`` or ``--v-max``.
+    """
+    import numpy as np  # here: this module imports nothing heavy
+
+    require(args.v_min < args.v_max, "--v-max", f"{args.v_max} is not above --v-min {args.v_min}")
+    largest = float(np.finfo(np.float32).max)
+    require(args.v_min >= -largest, "--v-min", f"must be at least {-largest:.4g} (float32), got {args.v_min}")
+    width = f"the support's width --v-max - --v-min = {args.v_max - args.v_min:g} is beyond float32's {largest:.4g}"
+    require(args.v_max - args.v_min <= largest, "--v-max", width)
+    with np.errstate(over="ignore"):
+        require(np.float32(args.v_min) < np.float32(args.v_max), "--v-max", "is not above --v-min in float32")
 
 
 def safe_name(env_id: str) -> str:

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from cleanrl_utils.faults import WriteFailed, being_written, free_space
-from cleanrl_utils.writes import create_new, make_folder, replace, temporary_for
+from cleanrl_utils.writes import atomic_file, make_folder
 
 FORMAT = 2
 """Version of the file layout; a file of another version is refused."""
@@ -88,29 +88,13 @@ def write_file(
         "args": dataclasses.asdict(args),
         "modules": {name: repr(m) for name, m in (modules or {}).items()},
     }
-    temporary = path.with_name(path.name + ".tmp")
-    created = False
     try:
         make_folder(path.parent)  # a real folder, never a link to one elsewhere
-        temporary = temporary_for(path)  # one left by a killed process (or a link planted there) is removed
-        with create_new(temporary, "wb") as file:  # created here, never opened through a link
-            created = True
-            being_written.add(temporary)  # a second Ctrl-C meanwhile removes it (cleanrl_utils.faults.stop_now)
+        with atomic_file(path, registry=being_written) as file:  # a second Ctrl-C meanwhile removes the temporary
             torch.save({**header, **content}, file)
-            file.flush()
-            os.fsync(file.fileno())
-        replace(temporary, path)  # a folder or FIFO at path is refused, a link replaced (not written through)
     except (OSError, RuntimeError) as error:  # disk full (torch says "unexpected pos"), read-only folder: no partial file
-        if created:
-            temporary.unlink(missing_ok=True)
         reason = (error.strerror if isinstance(error, OSError) else None) or str(error).strip().splitlines()[0][:200]
         raise WriteFailed(f"cannot write {path}: {reason} ({free_space(path.parent)})") from None
-    except BaseException:
-        if created:
-            temporary.unlink(missing_ok=True)
-        raise
-    finally:
-        being_written.discard(temporary)
     return path
 
 

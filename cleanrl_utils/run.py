@@ -789,6 +789,36 @@ def _stopped_by_signals(run: Run, what: str):
             signal.signal(signum, handler_before)
 
 
+class _Counters(dict):
+    """A checkpoint's counters (:meth:`Run.restore`), checked like flags: a missing or mistyped one is one line."""
+
+    def __init__(self, path: str, counters: dict) -> None:
+        super().__init__(counters)
+        self.path = path
+
+    def _refuse(self, what: str) -> NoReturn:
+        fail("--resume", f"{self.path} is damaged or forged: {what}")
+
+    def __missing__(self, key: str) -> Any:
+        self._refuse(f"it has no {key!r} counter")
+
+    def check(self, total_timesteps: int) -> None:
+        """Refuse counters that are not numbers, tensors or tuples of them, a ``global_step`` outside
+        ``[0, total_timesteps]``, a negative integer, and an ``iteration`` beyond ``global_step``."""
+        step = self["global_step"]
+        for key, value in self.items():
+            values = value if isinstance(value, (tuple, list)) else (value,)
+            if not all(isinstance(v, (int, float, torch.Tensor)) for v in values):
+                self._refuse(f"its {key!r} counter is {type(value).__name__}")
+            if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+                self._refuse(f"its {key!r} counter is {value}")
+        if not isinstance(step, int) or step > total_timesteps:
+            self._refuse(f"its global_step {step} is beyond --total-timesteps")
+        iteration = self.get("iteration", 0)
+        if not isinstance(iteration, int) or iteration > step:
+            self._refuse(f"its iteration {iteration} is beyond its step {step}")
+
+
 def _ended_episodes(infos: dict) -> list[tuple[list[float], list[int]]]:
     """``(returns, lengths)`` lists of the episodes that ended in a vector step, from wherever they are.
 
@@ -923,30 +953,3 @@ __all__ = [
     "require_positive",
     "require_range",
 ]
-
-
-class _Counters(dict):
-    """A checkpoint's counters (:meth:`Run.restore`), checked like flags: a missing or mistyped one is one line."""
-
-    def __init__(self, path: str, counters: dict) -> None:
-        super().__init__(counters)
-        self.path = path
-
-    def __missing__(self, key: str) -> Any:
-        fail("--resume", f"{self.path} is damaged or forged: it has no {key!r} counter")
-
-    def check(self, total_timesteps: int) -> None:
-        """Refuse counters that are not numbers, tensors or tuples of them, a ``global_step`` outside
-        ``[0, total_timesteps]``, a negative integer, and an ``iteration`` beyond ``global_step``."""
-        step = self["global_step"]
-        for key, value in self.items():
-            values = value if isinstance(value, (tuple, list)) else (value,)
-            if not all(isinstance(v, (int, float, torch.Tensor)) for v in values):
-                fail("--resume", f"{self.path} is damaged or forged: its {key!r} counter is {type(value).__name__}")
-            if isinstance(value, int) and not isinstance(value, bool) and value < 0:
-                fail("--resume", f"{self.path} is damaged or forged: its {key!r} counter is {value}")
-        if not isinstance(step, int) or step > total_timesteps:
-            fail("--resume", f"{self.path} is damaged or forged: its global_step {step} is beyond --total-timesteps")
-        iteration = self.get("iteration", 0)
-        if not isinstance(iteration, int) or iteration > step:
-            fail("--resume", f"{self.path} is damaged or forged: its iteration {iteration} is beyond its step {step}")

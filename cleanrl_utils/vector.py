@@ -253,6 +253,33 @@ def check_final_observations(space: gym.Space, infos: dict, step: int) -> None:
             raise EnvFault(f"env {index} returned a {problem} at vector step {step}")
 
 
+def unpacked_step(result: Any, index: int, step: int | None = None) -> tuple:
+    """An env's ``step`` result as its five values, with the cheap per-step look at their types: a reward,
+    ``terminated`` or ``truncated`` of a type outside :data:`REWARD_TYPES` / :data:`FLAG_TYPES`, or an info
+    holding one of the :data:`PLUMBING_KEYS`, gets the closer look of :func:`step_problem`.
+
+    Args:
+        result: what ``env.step`` returned.
+        index: the env's index, for the message.
+        step: the vector step, for the message (None: the caller names it, as an async worker's main process does).
+
+    Raises:
+        EnvFault: ``env <index> <what is wrong>[ at vector step <step>]``.
+    """
+    try:
+        obs, reward, terminated, truncated, info = result
+    except (TypeError, ValueError):
+        problem = step_problem(result)
+    else:
+        types_ok = type(reward) in REWARD_TYPES and type(terminated) in FLAG_TYPES and type(truncated) in FLAG_TYPES
+        if types_ok and (not info or PLUMBING_KEYS.isdisjoint(info)):
+            return result
+        problem = step_problem(result)  # refused, or a subclass of a number or bool
+        if problem is None:
+            return result
+    raise EnvFault(f"env {index} {problem}" + (f" at vector step {step}" if step is not None else ""))
+
+
 class _FirstCallsChecked:
     """``env_fn`` whose env's base env (``env.unwrapped``) has its first ``reset`` and first ``step`` checked
     (:func:`reset_problem`, :func:`step_problem` against the base env's own declared spaces), before any wrapper
@@ -329,12 +356,6 @@ class SyncVectorEnv(gym.vector.SyncVectorEnv):
         with time_limit(self.timeout, "closing the envs"):
             super().close_extras(**kwargs)
 
-    def _check_step(self, result: tuple, index: int) -> None:
-        """Raise :class:`EnvFault` naming env ``index``, this step and what is wrong with its ``result``, if anything."""
-        problem = step_problem(result)
-        if problem is not None:
-            raise EnvFault(f"env {index} {problem} at vector step {self.steps + 1}")
-
     def _check_observations(self) -> None:
         """Raise :class:`EnvFault` naming the first env whose observation does not fit the observation space."""
         for index, obs in enumerate(self._env_obs):
@@ -383,21 +404,14 @@ class SyncVectorEnv(gym.vector.SyncVectorEnv):
         try:
             for i, env in enumerate(self.envs):
                 self._current = i
-                result = env.step(actions_iter[i])
-                try:
-                    obs, reward, terminated, truncated, env_info = result
-                except (TypeError, ValueError):
-                    raise EnvFault(f"env {i} {step_problem(result)} at vector step {self.steps + 1}") from None
-                if type(reward) not in REWARD_TYPES or type(terminated) not in FLAG_TYPES or type(truncated) not in FLAG_TYPES:
-                    self._check_step(result, i)  # a closer look: refused, or a subclass of a number or bool
+                obs, reward, terminated, truncated, env_info = unpacked_step(env.step(actions_iter[i]), i, self.steps + 1)
                 self._rewards[i], self._terminations[i], self._truncations[i] = reward, terminated, truncated
                 if terminated or truncated:
                     final_obs = _snapshot(obs)
                     infos = self._add_info(infos, {"final_obs": final_obs, "final_info": env_info}, i)
                     obs, env_info = env.reset()
+                    unpacked_step((obs, 0.0, False, False, env_info), i, self.steps + 1)  # the reset's info
                 if env_info:
-                    if not PLUMBING_KEYS.isdisjoint(env_info):
-                        self._check_step((obs, 0.0, False, False, env_info), i)
                     infos = self._add_info(infos, env_info, i)
                 self._env_obs[i] = obs
         except (SystemExit, KeyboardInterrupt) as error:  # env code that would end the process (a pygame quit)
@@ -602,15 +616,7 @@ class _Snapshots(gym.Wrapper):
         except Exception as error:
             _raise_sendable(error)
             raise
-        try:
-            obs, reward, terminated, truncated, info = result
-        except (TypeError, ValueError):
-            raise EnvFault(f"env {self.index} {step_problem(result)}") from None
-        types_ok = type(reward) in REWARD_TYPES and type(terminated) in FLAG_TYPES and type(truncated) in FLAG_TYPES
-        if not types_ok or (info and not PLUMBING_KEYS.isdisjoint(info)):
-            problem = step_problem(result)
-            if problem is not None:
-                raise EnvFault(f"env {self.index} {problem}")
+        obs, reward, terminated, truncated, info = unpacked_step(result, self.index)  # the main process names the step
         return _snapshot(obs), reward, terminated, truncated, info
 
 

@@ -11,8 +11,9 @@ a folder goes through these functions:
 - :func:`create_new` opens a file that must not exist yet (``O_CREAT | O_EXCL | O_NOFOLLOW``): a
   link or any other file at that name is never opened;
 - :func:`open_regular` opens (or creates) a file that must be a regular file, never through a link;
-- :func:`write_atomic` writes a whole file through a new temporary file, renamed over the old one
-  (:func:`replace`), so an interrupted write (a full disk, a kill) leaves the previous file whole;
+- :func:`atomic_file` and :func:`write_atomic` write a whole file through a new temporary file, renamed
+  over the old one (:func:`replace`), so an interrupted write (a full disk, a kill) leaves the previous
+  file whole;
 - :func:`check_tree` refuses a folder that holds a link, a FIFO or a device anywhere below it;
 - :func:`check_name` and :func:`check_text` refuse names and values with path separators or
   control characters before they become a file name or a line of a generated script.
@@ -26,8 +27,9 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Iterator
 
 from cleanrl_utils.cli import fail
 
@@ -187,34 +189,50 @@ def replace(temporary: str | os.PathLike, path: str | os.PathLike) -> None:
     os.replace(temporary, path)
 
 
-def write_atomic(path: str | os.PathLike, data: bytes | str, permissions: int | None = None) -> Path:
-    """Write ``data`` as the whole of ``path``: a new temporary file, flushed to disk, renamed over ``path``.
+@contextmanager
+def atomic_file(path: str | os.PathLike, permissions: int | None = None, registry: set | None = None) -> Iterator[IO[bytes]]:
+    """A new temporary file next to ``path``, open for binary writing; when the block ends it is flushed to
+    disk and renamed over ``path`` (:func:`replace`).
 
-    An error (a full disk) leaves ``path`` as it was and no temporary file. ``permissions``: the file's
-    mode bits (``0o755`` for a script), else the default (``0o644`` less the umask).
+    An error in the block or in the write (a full disk) leaves ``path`` as it was and no temporary file.
+
+    Args:
+        path: the file to write whole.
+        permissions: the file's mode bits (``0o755`` for a script), else the default (``0o644`` less the umask).
+        registry: a set that holds the temporary file's path while it is written
+            (:data:`cleanrl_utils.faults.being_written`: a second Ctrl-C removes it).
 
     Raises:
         UnsafePath: something that is not a regular file is at ``path`` or its temporary name.
         OSError: the disk is full or read-only.
     """
-    path = Path(path)
-    temporary = temporary_for(path)
+    temporary, created = temporary_for(path), False
     try:
-        with create_new(temporary, "wb") as file:
-            file.write(data.encode() if isinstance(data, str) else data)
+        with create_new(temporary, "wb") as file:  # created here, never opened through a link
+            created = True
+            if registry is not None:
+                registry.add(temporary)
             if permissions is not None:
                 os.fchmod(file.fileno(), permissions)
+            yield file
             file.flush()
             os.fsync(file.fileno())
         replace(temporary, path)
     except BaseException:
-        try:
-            if os.path.lexists(temporary) and not os.path.isdir(temporary):
-                os.unlink(temporary)
-        except OSError:
-            pass
+        if created:
+            with suppress(OSError):
+                temporary.unlink(missing_ok=True)
         raise
-    return path
+    finally:
+        if registry is not None:
+            registry.discard(temporary)
+
+
+def write_atomic(path: str | os.PathLike, data: bytes | str, permissions: int | None = None) -> Path:
+    """Write ``data`` as the whole of ``path`` through :func:`atomic_file` (which see for ``permissions`` and errors)."""
+    with atomic_file(path, permissions) as file:
+        file.write(data.encode() if isinstance(data, str) else data)
+    return Path(path)
 
 
 def refuse_non_regular(path: str | os.PathLike, flag: str) -> None:
