@@ -63,7 +63,7 @@ def measure_ours(env_id: str, capacity: int, fill: int, frames: int, seed: int) 
 
     torch.set_num_threads(1)
     observation_space, action_space, data = real_frames(env_id, frames, seed)
-    rb = ReplayBuffer(capacity, 1, observation_space, action_space, n_step=1, gamma=0.99, frame_stack=4, seed=seed)
+    rb = ReplayBuffer(capacity, 1, observation_space, action_space, n_step=1, frame_stack=4, seed=seed)
     q = QNetwork(action_space.n).to(memory_format=torch.channels_last)  # as dqn_atari.py trains them
     target = QNetwork(action_space.n).to(memory_format=torch.channels_last)
     optimizer = torch.optim.Adam(q.parameters(), lr=1e-4, fused=True)
@@ -77,7 +77,7 @@ def measure_ours(env_id: str, capacity: int, fill: int, frames: int, seed: int) 
     for _ in range(100):
         batch = rb.sample(32)
         with torch.no_grad():
-            y = batch.rewards + batch.discounts * target(batch.next_obs).max(1).values
+            y = batch.rewards[:, 0] + 0.99 * (1 - batch.terminations[:, 0]) * target(batch.next_obs).max(1).values
         loss = torch.nn.functional.mse_loss(q(batch.obs).gather(1, batch.actions[:, None]).squeeze(1), y)
         optimizer.zero_grad()
         loss.backward()

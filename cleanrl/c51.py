@@ -143,6 +143,31 @@ def linear_schedule(start: float, end: float, duration: float, t: int) -> float:
     return start + (end - start) * min(t / duration, 1.0)
 
 
+def n_step_returns(
+    rewards: torch.Tensor, terminations: torch.Tensor, next_obs_steps: torch.Tensor, gamma: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """n-step returns and the discount of their bootstrap (Sutton & Barto 2018, eq. 7.1; Hessel et al. 2018, eq. 2).
+
+    With m = ``next_obs_steps`` (n, or fewer where the episode ended inside the window),
+    G = sum_{j<m} γ^j r_{t+j}, and the target bootstraps with γ^m, or 0 after a termination; a
+    truncated episode still bootstraps, from its real final observation s_{t+m}.
+
+    Args:
+        rewards: r_t, ..., r_{t+n-1}, float32 ``[B, n]`` (the replay's window), 0 after the step
+            that ended the episode.
+        terminations: float32 ``[B, n]``, 1.0 at the step whose episode terminated.
+        next_obs_steps: m, int64 ``[B]``.
+        gamma: discount γ.
+
+    Returns:
+        (G, γ^m (1 - terminated)), float32 ``[B]`` each (summed in float64).
+    """
+    powers = gamma ** torch.arange(rewards.shape[1] + 1, dtype=torch.float64, device=rewards.device)
+    returns = (rewards.double() * powers[:-1]).sum(dim=1)
+    discounts = torch.where(terminations.any(dim=1), 0.0, powers[next_obs_steps])
+    return returns.float(), discounts.float()
+
+
 def categorical_projection(
     next_probs: torch.Tensor,
     returns: torch.Tensor,
@@ -228,7 +253,7 @@ if __name__ == "__main__":
     observation_space, action_space = check_env(args, gym.spaces.Discrete, gym.spaces.Box, obs_ndim=1)
     N = args.num_envs
     try:  # Replay: n-step transitions in [buffer_size / N, N] rows
-        rb = ReplayBuffer(args.buffer_size // N, N, observation_space, action_space, args.n_step, args.gamma, seed=args.seed)
+        rb = ReplayBuffer(args.buffer_size // N, N, observation_space, action_space, args.n_step, seed=args.seed)
     except MemoryError as error:
         fail("--buffer-size", str(error))
     run = start_run(args, resumed)
@@ -291,11 +316,12 @@ if __name__ == "__main__":
         if global_step > updates_start and len(rb) > 0:
             if iteration % args.train_frequency == 0:
                 data = rb.sample(args.batch_size)
+                returns, discounts = n_step_returns(data.rewards, data.terminations, data.next_obs_steps, args.gamma)
                 with torch.no_grad():
                     next_logits = target_network(data.next_obs)
                     next_actions = target_network.q_values(next_logits).argmax(dim=1)  # a* = argmax_a E[Z(s', a)]
                     next_probs = torch.softmax(next_logits[torch.arange(len(next_actions)), next_actions], dim=-1)
-                    target = categorical_projection(next_probs, data.rewards, data.discounts, target_network.atoms)
+                    target = categorical_projection(next_probs, returns, discounts, target_network.atoms)
                 logits = q_network(data.obs)
                 chosen = logits[torch.arange(len(data.actions)), data.actions]  # [B, n_atoms]
                 loss = -(target * torch.log_softmax(chosen, dim=-1)).sum(dim=-1).mean()  # cross-entropy

@@ -205,12 +205,13 @@ def exploration_actions(actions: np.ndarray, noise: np.ndarray, sigma: float) ->
     return np.clip(actions + sigma * noise, -1.0, 1.0)
 
 
-def ddpg_target(rewards: torch.Tensor, discounts: torch.Tensor, next_q: torch.Tensor) -> torch.Tensor:
-    """y = r + γ' Q'(s', μ'(s')) (arXiv:1509.02971, Algorithm 1); ``next_q`` ``[1, B]``, the rest ``[B]``.
+def ddpg_target(rewards: torch.Tensor, terminations: torch.Tensor, next_q: torch.Tensor, gamma: float) -> torch.Tensor:
+    """y = r + γ (1 - terminated) Q'(s', μ'(s')) (arXiv:1509.02971, Algorithm 1); ``next_q`` ``[1, B]``, the rest ``[B]``.
 
-    ``discounts`` is γ, or 0 where the episode terminated (not where it was truncated).
+    ``terminations`` is 1.0 where the episode terminated; a truncated one bootstraps, s' being
+    its real final observation.
     """
-    return rewards + discounts * next_q[0]
+    return rewards + gamma * (1 - terminations) * next_q[0]
 
 
 # ---- plumbing a reader may skip: argument checks and the evaluation of a saved model
@@ -259,7 +260,7 @@ if __name__ == "__main__":
     try:  # Replay of [buffer_size / N, N] rows: observations as float32, actions in the policy's range [-1, 1]
         obs_box = gym.spaces.Box(-np.inf, np.inf, observation_space.shape, np.float32)
         unit_box = gym.spaces.Box(-1.0, 1.0, action_space.shape, np.float32)
-        rb = ReplayBuffer(args.buffer_size // N, N, obs_box, unit_box, gamma=args.gamma, seed=args.seed)
+        rb = ReplayBuffer(args.buffer_size // N, N, obs_box, unit_box, seed=args.seed)
     except MemoryError as error:
         fail("--buffer-size", str(error))
     run = start_run(args, resumed)
@@ -293,7 +294,8 @@ if __name__ == "__main__":
     def critic_update(data):
         """One gradient step of the critics on a batch; returns (Q-values [K, B], per-critic losses [K])."""
         with torch.no_grad():
-            td_target = ddpg_target(data.rewards, data.discounts, qf_target(data.next_obs, actor_target(data.next_obs)))
+            next_q = qf_target(data.next_obs, actor_target(data.next_obs))
+            td_target = ddpg_target(data.rewards[:, 0], data.terminations[:, 0], next_q, args.gamma)  # one-step window
         q = qf(data.obs, data.actions)
         qf_losses = (q - td_target).square().mean(dim=1)
         q_optimizer.zero_grad()

@@ -185,6 +185,31 @@ def linear_schedule(start: float, end: float, duration: float, t: int) -> float:
     return start + (end - start) * min(t / duration, 1.0)
 
 
+def n_step_returns(
+    rewards: torch.Tensor, terminations: torch.Tensor, next_obs_steps: torch.Tensor, gamma: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """n-step returns and the discount of their bootstrap (Sutton & Barto 2018, eq. 7.1; Hessel et al. 2018, eq. 2).
+
+    With m = ``next_obs_steps`` (n, or fewer where the episode ended inside the window),
+    G = sum_{j<m} γ^j r_{t+j}, and the target bootstraps with γ^m, or 0 after a termination; a
+    truncated episode still bootstraps, from its real final observation s_{t+m}.
+
+    Args:
+        rewards: r_t, ..., r_{t+n-1}, float32 ``[B, n]`` (the replay's window), 0 after the step
+            that ended the episode.
+        terminations: float32 ``[B, n]``, 1.0 at the step whose episode terminated.
+        next_obs_steps: m, int64 ``[B]``.
+        gamma: discount γ.
+
+    Returns:
+        (G, γ^m (1 - terminated)), float32 ``[B]`` each (summed in float64).
+    """
+    powers = gamma ** torch.arange(rewards.shape[1] + 1, dtype=torch.float64, device=rewards.device)
+    returns = (rewards.double() * powers[:-1]).sum(dim=1)
+    discounts = torch.where(terminations.any(dim=1), 0.0, powers[next_obs_steps])
+    return returns.float(), discounts.float()
+
+
 def compute_td_target(
     returns: torch.Tensor,
     discounts: torch.Tensor,
@@ -199,7 +224,7 @@ def compute_td_target(
     episode ended sooner. s' is the real next state, so a truncated transition bootstraps.
 
     Args:
-        returns: G, ``[B]`` (the replay buffer's ``rewards``).
+        returns: G, ``[B]`` (:func:`n_step_returns`).
         discounts: γ^m, or 0 where the episode terminated, ``[B]``.
         next_q_target: Q_target(s', ·), ``[B, A]``.
         next_q_online: Q_online(s', ·), ``[B, A]``; given, the target is double-Q.
@@ -270,7 +295,7 @@ if __name__ == "__main__":
     N = args.num_envs
     try:  # Replay: n-step transitions in [buffer_size / N, N] rows, each frame stored once; uniform, or by |δ|
         rows = (args.buffer_size // N, N, observation_space, action_space)
-        replay_args = dict(n_step=args.n_step, gamma=args.gamma, frame_stack=4, seed=args.seed)
+        replay_args = dict(n_step=args.n_step, frame_stack=4, seed=args.seed)
         if args.prioritized_replay:
             rb = PrioritizedReplayBuffer(
                 *rows, alpha=args.prioritized_replay_alpha, eps=args.prioritized_replay_eps, **replay_args
@@ -347,10 +372,11 @@ if __name__ == "__main__":
                     data = rb.sample(args.batch_size, beta)
                 else:
                     data = rb.sample(args.batch_size)
+                returns, discounts = n_step_returns(data.rewards, data.terminations, data.next_obs_steps, args.gamma)
                 with torch.no_grad():
                     next_q_target = target_network(data.next_obs)
                     next_q_online = q_network(data.next_obs) if args.double_q else None
-                    td_target = compute_td_target(data.rewards, data.discounts, next_q_target, next_q_online)
+                    td_target = compute_td_target(returns, discounts, next_q_target, next_q_online)
                 old_val = q_network(data.obs).gather(1, data.actions.unsqueeze(1)).squeeze(1)
                 if args.prioritized_replay:  # importance-weighted squared TD error; priorities |δ|
                     td_error = td_target - old_val

@@ -254,9 +254,10 @@ def masked_epsilon_greedy(
 
 
 def compute_td_target(
-    returns: torch.Tensor,
-    discounts: torch.Tensor,
+    rewards: torch.Tensor,
+    terminations: torch.Tensor,
     next_q_target: torch.Tensor,
+    gamma: float,
     next_mask: Optional[torch.Tensor] = None,
     next_q_online: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
@@ -268,9 +269,10 @@ def compute_td_target(
     episode's end) or the discount is 0, the bootstrap term is 0.
 
     Args:
-        returns: r, ``[B]``.
-        discounts: γ, or 0 where the episode terminated, ``[B]``.
+        rewards: r, ``[B]``.
+        terminations: 1.0 where the episode terminated, ``[B]``.
         next_q_target: Q_target(s', ·), ``[B, A]``.
+        gamma: discount γ.
         next_mask: bool ``[B, A]``, the actions allowed at s'; None: all.
         next_q_online: Q_online(s', ·), ``[B, A]``; given, the target is double-Q.
 
@@ -281,7 +283,8 @@ def compute_td_target(
     next_value = next_q_target.gather(1, next_action.unsqueeze(1)).squeeze(1)
     if next_mask is not None:
         next_value = torch.where(next_mask.any(dim=1), next_value, 0.0)
-    return returns + torch.where(discounts > 0, discounts * next_value, 0.0)
+    discounts = gamma * (1 - terminations)
+    return rewards + torch.where(discounts > 0, discounts * next_value, 0.0)
 
 
 # ---- plumbing a reader may skip: argument checks and the evaluation of a saved model
@@ -339,7 +342,7 @@ if __name__ == "__main__":
         fail("--env-id", f"{args.env_id}: the encoders cannot read its observation ({str(error).splitlines()[0]})")
     N = args.num_envs
     try:  # Replay: transitions in [buffer_size / N, N] rows, each observation a namedarraytuple of its leaves
-        rb = ReplayBuffer(args.buffer_size // N, N, observation_space, action_space, gamma=args.gamma, seed=args.seed)
+        rb = ReplayBuffer(args.buffer_size // N, N, observation_space, action_space, seed=args.seed)
     except MemoryError as error:
         fail("--buffer-size", str(error))
     run = start_run(args, resumed)
@@ -411,7 +414,8 @@ if __name__ == "__main__":
                 with torch.no_grad():
                     next_q_target = target_network(data.next_obs)
                     next_q_online = q_network(data.next_obs) if args.double_q else None
-                    td_target = compute_td_target(data.rewards, data.discounts, next_q_target, next_mask, next_q_online)
+                    rewards, terminations = data.rewards[:, 0], data.terminations[:, 0]  # the one-step window
+                    td_target = compute_td_target(rewards, terminations, next_q_target, args.gamma, next_mask, next_q_online)
                 old_val = q_network(data.obs).gather(1, data.actions.unsqueeze(1)).squeeze(1)
                 loss = F.mse_loss(old_val, td_target)
 

@@ -279,6 +279,31 @@ def linear_schedule(start: float, end: float, duration: float, t: int) -> float:
     return start + (end - start) * min(t / duration, 1.0)
 
 
+def n_step_returns(
+    rewards: torch.Tensor, terminations: torch.Tensor, next_obs_steps: torch.Tensor, gamma: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """n-step returns and the discount of their bootstrap (Sutton & Barto 2018, eq. 7.1; Hessel et al. 2018, eq. 2).
+
+    With m = ``next_obs_steps`` (n, or fewer where the episode ended inside the window),
+    G = sum_{j<m} γ^j r_{t+j}, and the target bootstraps with γ^m, or 0 after a termination; a
+    truncated episode still bootstraps, from its real final observation s_{t+m}.
+
+    Args:
+        rewards: r_t, ..., r_{t+n-1}, float32 ``[B, n]`` (the replay's window), 0 after the step
+            that ended the episode.
+        terminations: float32 ``[B, n]``, 1.0 at the step whose episode terminated.
+        next_obs_steps: m, int64 ``[B]``.
+        gamma: discount γ.
+
+    Returns:
+        (G, γ^m (1 - terminated)), float32 ``[B]`` each (summed in float64).
+    """
+    powers = gamma ** torch.arange(rewards.shape[1] + 1, dtype=torch.float64, device=rewards.device)
+    returns = (rewards.double() * powers[:-1]).sum(dim=1)
+    discounts = torch.where(terminations.any(dim=1), 0.0, powers[next_obs_steps])
+    return returns.float(), discounts.float()
+
+
 def categorical_projection(
     next_probs: torch.Tensor,
     returns: torch.Tensor,
@@ -420,7 +445,7 @@ if __name__ == "__main__":
     N = args.num_envs
     try:  # Replay: prioritized n-step transitions in [buffer_size / N, N] rows, each frame stored once
         rows = (args.buffer_size // N, N, observation_space, action_space)
-        replay_args = dict(n_step=args.n_step, gamma=args.gamma, frame_stack=4, seed=args.seed)
+        replay_args = dict(n_step=args.n_step, frame_stack=4, seed=args.seed)
         rb = PrioritizedReplayBuffer(
             *rows, alpha=args.prioritized_replay_alpha, eps=args.prioritized_replay_eps, **replay_args
         )
@@ -489,14 +514,15 @@ if __name__ == "__main__":
             if iteration % args.train_frequency == 0:
                 beta = linear_schedule(args.prioritized_replay_beta, 1.0, args.total_timesteps, global_step)
                 data = rb.sample(args.batch_size, beta)
+                returns, discounts = n_step_returns(data.rewards, data.terminations, data.next_obs_steps, args.gamma)
                 # The online network keeps its noise for s and s'; the target network has its own.
                 with torch.no_grad():
                     target_network.reset_noise()
                     target = double_q_target_distribution(
                         q_network(data.next_obs),
                         target_network(data.next_obs),
-                        data.rewards,
-                        data.discounts,
+                        returns,
+                        discounts,
                         target_network.atoms,
                     )
                 logits = q_network(data.obs)

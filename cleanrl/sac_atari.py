@@ -207,12 +207,13 @@ def soft_state_value(
 
 def soft_td_target(
     rewards: torch.Tensor,
-    discounts: torch.Tensor,
+    terminations: torch.Tensor,
     next_probs: torch.Tensor,
     next_log_probs: torch.Tensor,
     next_q1_target: torch.Tensor,
     next_q2_target: torch.Tensor,
     alpha: Union[float, torch.Tensor],
+    gamma: float,
 ) -> torch.Tensor:
     """The critics' target y = r + γ (1 - terminated) V(s'), with V from the smaller of the twin target critics.
 
@@ -223,16 +224,17 @@ def soft_td_target(
 
     Args:
         rewards: r, ``[B]``.
-        discounts: γ, or 0 where the episode terminated (the replay's ``discounts``), ``[B]``.
+        terminations: 1.0 where the episode terminated, ``[B]``.
         next_probs, next_log_probs: π(·|s') and log π(·|s'), ``[B, A]``.
         next_q1_target, next_q2_target: Q'_1(s', ·) and Q'_2(s', ·), ``[B, A]``.
         alpha: the temperature α.
+        gamma: discount γ.
 
     Returns:
         Targets y, ``[B]``.
     """
     q_min = torch.min(next_q1_target, next_q2_target)
-    return rewards + discounts * soft_state_value(next_probs, next_log_probs, q_min, alpha)
+    return rewards + gamma * (1 - terminations) * soft_state_value(next_probs, next_log_probs, q_min, alpha)
 
 
 def discrete_actor_loss(
@@ -342,7 +344,7 @@ if __name__ == "__main__":
     with make_env(args.env_id, 0, False, "", training=False)() as probe:  # the preprocessed spaces size the replay
         try:  # one-step transitions in [buffer_size / N, N] rows, each frame stored once
             spaces = (probe.observation_space, probe.action_space)
-            rb = ReplayBuffer(args.buffer_size // N, N, *spaces, gamma=args.gamma, frame_stack=4, seed=args.seed)
+            rb = ReplayBuffer(args.buffer_size // N, N, *spaces, frame_stack=4, seed=args.seed)
         except MemoryError as error:
             fail("--buffer-size", str(error))
     run = start_run(args, resumed)
@@ -422,13 +424,14 @@ if __name__ == "__main__":
                 with torch.no_grad():
                     next_log_probs = F.log_softmax(actor(data.next_obs), dim=-1)
                     td_target = soft_td_target(
-                        data.rewards,
-                        data.discounts,
+                        data.rewards[:, 0],  # the one-step window
+                        data.terminations[:, 0],
                         next_log_probs.exp(),
                         next_log_probs,
                         qf1_target(data.next_obs),
                         qf2_target(data.next_obs),
                         alpha,
+                        args.gamma,
                     )
                 qf1_a_values = qf1(data.obs).gather(1, data.actions.unsqueeze(1)).squeeze(1)
                 qf2_a_values = qf2(data.obs).gather(1, data.actions.unsqueeze(1)).squeeze(1)

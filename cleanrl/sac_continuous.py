@@ -238,24 +238,27 @@ def squashed_gaussian(mean: torch.Tensor, log_std: torch.Tensor, noise: torch.Te
 
 def soft_td_target(
     rewards: torch.Tensor,
-    discounts: torch.Tensor,
+    terminations: torch.Tensor,
     next_q: torch.Tensor,
     next_log_probs: torch.Tensor,
     alpha: torch.Tensor | float,
+    gamma: float,
 ) -> torch.Tensor:
-    """y = r + γ' (min_k Q'_k(s', a') - α log π(a'|s')), a' ~ π(·|s') (arXiv:1812.05905, eqs. 3 and 5).
+    """y = r + γ (1 - terminated) (min_k Q'_k(s', a') - α log π(a'|s')), a' ~ π(·|s') (arXiv:1812.05905, eqs. 3 and 5).
 
     Args:
         rewards: r, ``[B]``.
-        discounts: γ, or 0 where the episode terminated (not where it was truncated), ``[B]``.
+        terminations: 1.0 where the episode terminated, ``[B]``; a truncated one bootstraps,
+            s' being its real final observation.
         next_q: the target critics' Q'_k(s', a'), ``[K, B]``.
         next_log_probs: log π(a'|s'), ``[B]``.
         alpha: temperature α (scalar).
+        gamma: discount γ.
 
     Returns:
         TD targets ``[B]``.
     """
-    return rewards + discounts * (next_q.min(dim=0).values - alpha * next_log_probs)
+    return rewards + gamma * (1 - terminations) * (next_q.min(dim=0).values - alpha * next_log_probs)
 
 
 def policy_loss(q: torch.Tensor, log_probs: torch.Tensor, alpha: torch.Tensor | float) -> torch.Tensor:
@@ -330,7 +333,6 @@ if __name__ == "__main__":
             N,
             obs_box,
             gym.spaces.Box(-1.0, 1.0, action_space.shape, np.float32),
-            gamma=args.gamma,
             seed=args.seed,
         )
     except MemoryError as error:
@@ -369,7 +371,9 @@ if __name__ == "__main__":
         with torch.no_grad():
             next_actions, next_log_probs = actor.sample(data.next_obs)
             next_q = qf_target(data.next_obs, next_actions)
-            td_target = soft_td_target(data.rewards, data.discounts, next_q, next_log_probs, log_alpha.exp())
+            td_target = soft_td_target(
+                data.rewards[:, 0], data.terminations[:, 0], next_q, next_log_probs, log_alpha.exp(), args.gamma
+            )
         q = qf(data.obs, data.actions)
         qf_losses = (q - td_target).square().mean(dim=1)
         q_optimizer.zero_grad()

@@ -223,12 +223,15 @@ def smoothed_target_actions(next_actions: torch.Tensor, noise: torch.Tensor, sig
     return (next_actions + (sigma * noise).clamp(-noise_clip, noise_clip)).clamp(-1.0, 1.0)
 
 
-def clipped_double_q_target(rewards: torch.Tensor, discounts: torch.Tensor, next_q: torch.Tensor) -> torch.Tensor:
-    """y = r + γ' min_k Q'_k(s', ã') (arXiv:1802.09477, eq. 10); ``next_q`` ``[K, B]``, the rest ``[B]``.
+def clipped_double_q_target(
+    rewards: torch.Tensor, terminations: torch.Tensor, next_q: torch.Tensor, gamma: float
+) -> torch.Tensor:
+    """y = r + γ (1 - terminated) min_k Q'_k(s', ã') (arXiv:1802.09477, eq. 10); ``next_q`` ``[K, B]``, the rest ``[B]``.
 
-    ``discounts`` is γ, or 0 where the episode terminated (not where it was truncated).
+    ``terminations`` is 1.0 where the episode terminated; a truncated one bootstraps, s' being
+    its real final observation.
     """
-    return rewards + discounts * next_q.min(dim=0).values
+    return rewards + gamma * (1 - terminations) * next_q.min(dim=0).values
 
 
 # ---- plumbing a reader may skip: argument checks and the evaluation of a saved model
@@ -278,7 +281,7 @@ if __name__ == "__main__":
     try:  # Replay of [buffer_size / N, N] rows: observations as float32, actions in the policy's range [-1, 1]
         obs_box = gym.spaces.Box(-np.inf, np.inf, observation_space.shape, np.float32)
         unit_box = gym.spaces.Box(-1.0, 1.0, action_space.shape, np.float32)
-        rb = ReplayBuffer(args.buffer_size // N, N, obs_box, unit_box, gamma=args.gamma, seed=args.seed)
+        rb = ReplayBuffer(args.buffer_size // N, N, obs_box, unit_box, seed=args.seed)
     except MemoryError as error:
         fail("--buffer-size", str(error))
     run = start_run(args, resumed)
@@ -315,7 +318,8 @@ if __name__ == "__main__":
             next_actions = smoothed_target_actions(
                 actor_target(data.next_obs), torch.randn_like(data.actions), args.policy_noise, args.noise_clip
             )
-            td_target = clipped_double_q_target(data.rewards, data.discounts, qf_target(data.next_obs, next_actions))
+            next_q = qf_target(data.next_obs, next_actions)
+            td_target = clipped_double_q_target(data.rewards[:, 0], data.terminations[:, 0], next_q, args.gamma)
         q = qf(data.obs, data.actions)
         qf_losses = (q - td_target).square().mean(dim=1)
         q_optimizer.zero_grad()

@@ -1,9 +1,10 @@
 """Replay buffers shared by the off-policy scripts.
 
 - :class:`ReplayBuffer`: uniform experience replay (Lin 1992; Mnih et al. 2015, "Human-level
-  control through deep reinforcement learning", Nature 518) with optional n-step returns
-  (Sutton 1988; Hessel et al. 2018, "Rainbow", arXiv:1710.02298, eq. 2) and optional
-  frame-stacked storage that keeps each Atari frame once.
+  control through deep reinforcement learning", Nature 518) that samples each transition with
+  the raw window of the n steps after it, from which a script computes its own n-step return
+  and TD target (Sutton 1988; Hessel et al. 2018, "Rainbow", arXiv:1710.02298, eq. 2), and
+  optional frame-stacked storage that keeps each Atari frame once.
 - :class:`PrioritizedReplayBuffer`: proportional prioritized replay (Schaul et al. 2016,
   "Prioritized Experience Replay", arXiv:1511.05952, section 3.3 and Algorithm 1) on a
   vectorised :class:`SumTree`.
@@ -49,21 +50,24 @@ from cleanrl_utils.namedarraytuple import (
 
 ReplaySamples = namedarraytuple(
     "ReplaySamples",
-    ["obs", "actions", "next_obs", "rewards", "terminations", "truncations", "discounts", "indices", "weights"],
+    ["obs", "actions", "next_obs", "rewards", "terminations", "truncations", "next_obs_steps", "indices", "weights"],
 )
-ReplaySamples.__doc__ = """A sampled batch of transitions, a namedarraytuple of torch tensors ``[B, ...]``.
+ReplaySamples.__doc__ = """A sampled batch of transitions with their n-step windows, a namedarraytuple of torch tensors.
 
-Fields:
+The buffer returns what happened; the script computes its own return and target from it (for
+n = 1 the target is ``rewards[:, 0] + γ (1 - terminations[:, 0]) V(next_obs)``).
+
+Fields (B = batch size, n = the buffer's ``n_step``):
     obs: s_t, ``[B, *obs_shape]``.
     actions: a_t, ``[B, *action_shape]``.
-    next_obs: s_{t+m}, the observation the target bootstraps from, ``[B, *obs_shape]``: m = n,
-        or m = k + 1 when the episode ended at step t + k inside the n-step window (then it is
-        the real final observation of that episode, not the first of the next one).
-    rewards: the n-step return G = sum_{j<m} γ^j r_{t+j}, float32 ``[B]`` (r_t when n = 1).
-    terminations: 1.0 where the episode terminated inside the window, float32 ``[B]``.
-    truncations: 1.0 where the episode was truncated inside the window, float32 ``[B]``.
-    discounts: the bootstrap discount γ^m, or 0 after a termination, float32 ``[B]``; the TD
-        target is ``rewards + discounts * V(next_obs)``.
+    next_obs: s_{t+m}, the observation to bootstrap from, ``[B, *obs_shape]``: m = n, or m = k + 1
+        when the episode ended at step t + k inside the window (then it is the real final
+        observation of that episode, not the first of the next one).
+    rewards: r_t, ..., r_{t+n-1}, float32 ``[B, n]``; 0 after the step that ended the episode.
+    terminations: float32 ``[B, n]``, 1.0 at the step t + k whose episode terminated; 0 elsewhere.
+    truncations: float32 ``[B, n]``, 1.0 at the step t + k whose episode was truncated (a time
+        limit: the target still bootstraps from ``next_obs``); 0 elsewhere.
+    next_obs_steps: m, how many steps ``next_obs`` is after ``obs``, int64 ``[B]``, in [1, n].
     indices: flat slot indices ``row * num_envs + env``, int64 ``[B]``, for priority updates.
     weights: importance-sampling weights, float32 ``[B]`` (prioritized replay; None otherwise).
 """
@@ -208,7 +212,10 @@ class _Storage:
 
         Raises:
             ValueError: the saved arrays do not match this buffer's (names, shapes or dtypes),
-                e.g. a checkpoint of a buffer with another capacity or observation space.
+                e.g. a checkpoint of a buffer with another capacity or observation space, or
+                their values cannot have been written by this buffer (a position beyond the
+                capacity, an action outside the action space, a count that does not add up);
+                the buffer's contents are then undefined.
         """
         arrays = state["arrays"]
         if set(arrays) != set(self._array_names):
@@ -216,7 +223,11 @@ class _Storage:
         with self._lock:
             for name in self._array_names:
                 _copy_into(getattr(self, name), arrays[name], name)
+            self._check_contents()
         self.rng.bit_generator.state = state["rng"]
+
+    def _check_contents(self) -> None:
+        """Hook: raise ValueError where loaded values break what :meth:`add` keeps true."""
 
 
 def _to_tensors(value: Any, copy: bool) -> Any:
@@ -369,17 +380,16 @@ def _check_beta(beta: float) -> None:
 
 
 class ReplayBuffer(_Storage):
-    """Uniform replay of (n-step) transitions over ``[capacity, num_envs]`` rows.
+    """Uniform replay of transitions and their n-step windows over ``[capacity, num_envs]`` rows.
 
     Each :meth:`add` takes one vector-env step and must be called for every consecutive step
     (the next observation of a transition is read from the next row). A transition becomes
     sampleable once its n-step window is known: n more steps were added, or its episode ended.
-    Terminations and truncations are kept apart: after a termination the bootstrap discount is
-    0; after a truncation the target bootstraps from the real final observation.
-
-    n-step return (Sutton & Barto 2018, eq. 7.1; Hessel et al. 2018, eq. 2):
-    G = sum_{j<m} γ^j r_{t+j} and the target ``G + γ^m (1 - terminated) max_a Q(s_{t+m}, a)``,
-    with m = n or, when the episode ends at step t + k < t + n, m = k + 1.
+    A sample holds the window's rewards, terminations and truncations, kept apart, and the
+    observation n steps later, or the real final observation where the episode ended sooner
+    (:data:`ReplaySamples`). The buffer knows nothing of discounting: the script computes its
+    n-step return G = sum_{j<m} γ^j r_{t+j} and target ``G + γ^m (1 - terminated) V(s_{t+m})``
+    (Sutton & Barto 2018, eq. 7.1; Hessel et al. 2018, eq. 2).
 
     Frame stacking (``frame_stack = k > 1``, observations ``[k, *frame_shape]`` stacked on
     axis 0, newest last, as SB3's ``VecFrameStack(channels_order="first")`` or gymnasium's
@@ -395,8 +405,7 @@ class ReplayBuffer(_Storage):
         observation_space: the single-env observation space (Box, Discrete, Dict or Tuple;
             Box only when frames are stacked).
         action_space: the single-env action space.
-        n_step: n of the n-step return (1: one-step TD).
-        gamma: discount γ of the n-step return.
+        n_step: n, the steps of the window sampled with each transition (1: one-step TD).
         frame_stack: frames per observation stored once each (1: store whole observations).
         device: torch device of sampled batches.
         seed: seed of the sampling generator.
@@ -418,7 +427,6 @@ class ReplayBuffer(_Storage):
         observation_space: gym.Space,
         action_space: gym.Space,
         n_step: int = 1,
-        gamma: float = 0.99,
         frame_stack: int = 1,
         device: torch.device | str = "cpu",
         seed: int | None = None,
@@ -437,8 +445,8 @@ class ReplayBuffer(_Storage):
                     f"frame_stack={frame_stack} needs Box observations stacked on axis 0, got {observation_space}"
                 )
             obs_example = obs_example[0]  # one frame
-        self.capacity, self.num_envs, self.n_step, self.gamma = capacity, num_envs, n_step, gamma
-        self.frame_stack, self.device = frame_stack, torch.device(device)
+        self.capacity, self.num_envs, self.n_step = capacity, num_envs, n_step
+        self.frame_stack, self.device, self.action_space = frame_stack, torch.device(device), action_space
         self.rng = np.random.default_rng(seed)
         rows = (capacity, num_envs)
         self._allocate(
@@ -460,13 +468,33 @@ class ReplayBuffer(_Storage):
             shared,
         )
         self._bind()
-        self._discounts = gamma ** np.arange(n_step + 1, dtype=np.float64)
 
     def _extra_arrays(self) -> dict:
         return {}
 
     def _bind(self) -> None:
         self._valid_flat = self.valid.reshape(-1)
+
+    def _check_contents(self) -> None:
+        cap, bad = self.capacity, []
+        for name, high in (("pos", cap - 1), ("episode_rows", cap), ("written", None), ("versions", None)):
+            values = getattr(self, name)
+            if values.min() < 0 or (high is not None and values.max() > high):
+                bad.append(f"{name} outside [0, {high if high is not None else 'inf'}]")
+        if int(self.counts[0]) != int(self.valid.sum()):
+            bad.append(f"counts {int(self.counts[0])} while {int(self.valid.sum())} rows are valid")
+        if not np.isfinite(self.rewards).all():
+            bad.append("a non-finite reward")
+        space = self.action_space
+        if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
+            high = space.start + (space.n if isinstance(space, gym.spaces.Discrete) else space.nvec) - 1
+            if ((self.actions < space.start) | (self.actions > high)).any():
+                bad.append(f"an action outside {space}")
+        elif isinstance(space, gym.spaces.Box) and np.issubdtype(self.actions.dtype, np.floating):
+            if not np.isfinite(self.actions).all():
+                bad.append("a non-finite action")
+        if bad:
+            raise ValueError(f"the saved replay buffer holds values this buffer cannot have written: {'; '.join(bad)}")
 
     def __len__(self) -> int:
         """Number of transitions that can be sampled now."""
@@ -603,30 +631,28 @@ class ReplayBuffer(_Storage):
         return flat
 
     def _gather(self, flat: np.ndarray, weights: np.ndarray | None) -> ReplaySamples:
-        """Assemble the transitions at flat slots ``flat`` (``[B]``)."""
+        """Assemble the transitions at flat slots ``flat`` (``[B]``) with their n-step windows."""
         cap, n = self.capacity, self.n_step
         rows, envs = np.divmod(flat, self.num_envs)
         window = (rows[:, None] + np.arange(n)) % cap  # [B, n]
         rewards = self.rewards[window, envs[:, None]]
         terminated = self.terminations[window, envs[:, None]]
         truncated = self.truncations[window, envs[:, None]]
-        ended = terminated | truncated
-        # k: offset of the step that ended the episode (n if none); steps after it are not used
-        k = np.where(ended.any(axis=1), ended.argmax(axis=1), n)
-        used = np.arange(n) <= k[:, None]
-        returns = (rewards * used * self._discounts[:n]).sum(axis=1)
-        m = np.minimum(k + 1, n)  # bootstrap from s_{t+m}
-        terminated_in = terminated[np.arange(len(k)), np.minimum(k, n - 1)] & (k < n)
-        truncated_in = truncated[np.arange(len(k)), np.minimum(k, n - 1)] & (k < n)
-        discounts = np.where(terminated_in, 0.0, self._discounts[m])
+        if n > 1:  # the rows after the step that ended the episode belong to no step of it
+            ended = terminated | truncated
+            after_end = np.cumsum(ended, axis=1) - ended > 0
+            rewards[after_end], terminated[after_end], truncated[after_end] = 0.0, False, False
+            m = np.where(ended.any(axis=1), ended.argmax(axis=1) + 1, n)  # s_{t+m} ends the window
+        else:
+            m = np.ones(len(flat), dtype=np.int64)
         samples = ReplaySamples(
             obs=self._stack(rows, envs),
             actions=self.actions[rows, envs],
             next_obs=self._stack((rows + m) % cap, envs),
-            rewards=returns.astype(np.float32),
-            terminations=terminated_in.astype(np.float32),
-            truncations=truncated_in.astype(np.float32),
-            discounts=discounts.astype(np.float32),
+            rewards=rewards,
+            terminations=terminated.astype(np.float32),
+            truncations=truncated.astype(np.float32),
+            next_obs_steps=m.astype(np.int64),
             indices=flat.astype(np.int64),
             weights=weights,
         )
@@ -651,7 +677,7 @@ class ReplayBuffer(_Storage):
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
-    """Proportional prioritized replay (Schaul et al. 2016) of (n-step) transitions.
+    """Proportional prioritized replay (Schaul et al. 2016) of transitions and their n-step windows.
 
     P(i) = p_i^α / sum_j p_j^α with priority p_i = |δ_i| + ε (section 3.3); sampling is
     stratified over ``batch_size`` equal segments of the total (Appendix B.2.1); a new
@@ -671,7 +697,6 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         observation_space: gym.Space,
         action_space: gym.Space,
         n_step: int = 1,
-        gamma: float = 0.99,
         frame_stack: int = 1,
         alpha: float = 0.6,
         eps: float = 1e-6,
@@ -682,7 +707,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if alpha < 0 or eps <= 0:
             raise ValueError(f"alpha must be >= 0 and eps > 0, got {alpha} and {eps}")
         self.alpha, self.eps = alpha, eps
-        super().__init__(capacity, num_envs, observation_space, action_space, n_step, gamma, frame_stack, device, seed, shared)
+        super().__init__(capacity, num_envs, observation_space, action_space, n_step, frame_stack, device, seed, shared)
         self.max_priority[0] = 1.0
 
     def _bind(self) -> None:
@@ -692,6 +717,16 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def _extra_arrays(self) -> dict:
         size = self.capacity * self.num_envs
         return {"tree_storage": (np.float64(0), (2 * SumTree.leaf_offset_of(size),)), "max_priority": (np.float64(0), (1,))}
+
+    def _check_contents(self) -> None:
+        super()._check_contents()
+        leaves = self.tree.tree[self.tree.leaf_offset :]  # every leaf, those beyond the slots included
+        finite = np.isfinite(leaves).all() and np.isfinite(self.max_priority[0])
+        if not (finite and (leaves >= 0).all() and self.max_priority[0] > 0):
+            raise ValueError("the saved replay buffer holds a negative or non-finite priority")
+        if (leaves[: self.tree.size][~self._valid_flat] != 0).any() or (leaves[self.tree.size :] != 0).any():
+            raise ValueError("the saved replay buffer gives a priority to a transition that cannot be sampled")
+        self.tree.update(np.arange(self.tree.size), leaves[: self.tree.size].copy())  # every sum recomputed from the leaves
 
     def _on_valid_change(self, changed: list[tuple[int, bool]]) -> None:
         # a transition becomes sampleable with the largest priority so far; a stale one with 0

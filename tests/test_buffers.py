@@ -1,4 +1,4 @@
-"""Replay buffers against hand-computed values: n-step returns, frame stacks, sum tree,
+"""Replay buffers against hand-computed values: n-step windows, frame stacks, sum tree,
 importance weights, sequences with burn-in, memory estimate, and the shared-memory mode."""
 
 import multiprocessing as mp
@@ -38,23 +38,23 @@ def add_scalar_step(rb, obs, reward, terminated=False, truncated=False, final_ob
 
 
 def all_samples(rb, draws=4000, **kwargs):
-    """{obs value: (n-step return, next obs, discount, terminated, truncated)} over many draws."""
+    """{obs value: (window rewards, next obs, its steps m, window terminations, window truncations)} over many draws."""
     batch = rb.sample(draws, **kwargs)
     table = {}
     for i in range(draws):
         row = (
-            round(batch.rewards[i].item(), 6),
+            tuple(batch.rewards[i].tolist()),
             batch.next_obs[i, 0].item(),
-            round(batch.discounts[i].item(), 6),
-            batch.terminations[i].item(),
-            batch.truncations[i].item(),
+            batch.next_obs_steps[i].item(),
+            tuple(batch.terminations[i].tolist()),
+            tuple(batch.truncations[i].tolist()),
         )
         assert table.setdefault(batch.obs[i, 0].item(), row) == row
     return table
 
 
-def test_n_step_returns_across_truncation_and_termination():
-    rb = ReplayBuffer(16, 1, SCALAR_OBS, DISCRETE, n_step=3, gamma=0.5, seed=0)
+def test_n_step_windows_across_truncation_and_termination():
+    rb = ReplayBuffer(16, 1, SCALAR_OBS, DISCRETE, n_step=3, seed=0)
     with pytest.raises(ValueError, match="no complete transition"):
         rb.sample(1)
     # episode A: obs 0..3, rewards 1..4, truncated after the 4th step with final obs 4
@@ -67,22 +67,23 @@ def test_n_step_returns_across_truncation_and_termination():
     for t in range(3):
         add_scalar_step(rb, 20 + t, 1)
     assert len(rb) == 6
+    none = (0.0, 0.0, 0.0)
     expected = {
-        0.0: (1 + 0.5 * 2 + 0.25 * 3, 3.0, 0.125, 0.0, 0.0),  # a whole window: bootstrap γ^3 V(s_3)
-        1.0: (2 + 0.5 * 3 + 0.25 * 4, 4.0, 0.125, 0.0, 1.0),  # truncated at k = 2: real final obs 4
-        2.0: (3 + 0.5 * 4, 4.0, 0.25, 0.0, 1.0),
-        3.0: (4.0, 4.0, 0.5, 0.0, 1.0),
-        10.0: (10 + 0.5 * 20, 12.0, 0.0, 1.0, 0.0),  # terminated: no bootstrap
-        11.0: (20.0, 12.0, 0.0, 1.0, 0.0),
+        0.0: ((1.0, 2.0, 3.0), 3.0, 3, none, none),  # a whole window: s_3 three steps on
+        1.0: ((2.0, 3.0, 4.0), 4.0, 3, none, (0.0, 0.0, 1.0)),  # truncated at the window's end: real final obs 4
+        2.0: ((3.0, 4.0, 0.0), 4.0, 2, none, (0.0, 1.0, 0.0)),  # nothing of the next episode after the end
+        3.0: ((4.0, 0.0, 0.0), 4.0, 1, none, (1.0, 0.0, 0.0)),
+        10.0: ((10.0, 20.0, 0.0), 12.0, 2, (0.0, 1.0, 0.0), none),  # terminated: the final obs, flagged
+        11.0: ((20.0, 0.0, 0.0), 12.0, 1, (1.0, 0.0, 0.0), none),
     }
     assert all_samples(rb) == expected
     add_scalar_step(rb, 23, 1)
-    expected[20.0] = (1.75, 23.0, 0.125, 0.0, 0.0)
+    expected[20.0] = ((1.0, 1.0, 1.0), 23.0, 3, none, none)
     assert all_samples(rb) == expected
 
 
 def test_one_step_buffer_and_uniform_sampling_over_envs():
-    rb = ReplayBuffer(5, 2, SCALAR_OBS, DISCRETE, gamma=0.9, seed=0)
+    rb = ReplayBuffer(5, 2, SCALAR_OBS, DISCRETE, seed=0)
     for t in range(9):  # env 0 obs t, env 1 obs 100 + t, reward = obs; env 1's episodes end every 3 steps
         done = np.array([False, t % 3 == 2])
         rb.add(
@@ -103,9 +104,11 @@ def test_one_step_buffer_and_uniform_sampling_over_envs():
     np.testing.assert_array_equal(next_obs[obs == 5], 6)
     np.testing.assert_array_equal(next_obs[obs == 107], 108)
     np.testing.assert_array_equal(next_obs[obs == 108], 1008)  # truncated: the real final obs
-    np.testing.assert_array_equal(batch.rewards.numpy(), obs)
+    assert batch.rewards.shape == batch.truncations.shape == (20000, 1)  # one-step windows
+    np.testing.assert_array_equal(batch.rewards[:, 0].numpy(), obs)
+    np.testing.assert_array_equal(batch.truncations[:, 0].numpy(), obs == 108)
+    np.testing.assert_array_equal(batch.next_obs_steps.numpy(), 1)
     np.testing.assert_array_equal(batch.actions.numpy(), np.where(obs < 100, 1, 2))
-    np.testing.assert_allclose(batch.discounts.numpy(), 0.9)
     assert batch.weights is None
 
 
@@ -433,7 +436,7 @@ def _actor_adds_sequences(rb, actor, count):
 
 def test_shared_prioritized_buffer_actor_process_and_learner():
     ctx = mp.get_context("spawn")
-    rb = PrioritizedReplayBuffer(4096, 1, SCALAR_OBS, DISCRETE, n_step=2, gamma=1.0, seed=0, shared=True)
+    rb = PrioritizedReplayBuffer(4096, 1, SCALAR_OBS, DISCRETE, n_step=2, seed=0, shared=True)
     actor = ctx.Process(target=_actor_adds_transitions, args=(rb, 0, 2000))
     actor.start()
     learner_steps = 0
@@ -441,9 +444,9 @@ def test_shared_prioritized_buffer_actor_process_and_learner():
         if len(rb) > 0:
             batch = rb.sample(32, beta=0.5)
             obs = batch.obs[:, 0].numpy()
-            # n-step returns with γ = 1: r_t + r_{t+1} unless the episode ended at t
-            expected = np.where(obs % 5 == 4, obs, 2 * obs + 1)
-            np.testing.assert_allclose(batch.rewards.numpy(), expected)
+            # windows r_t, r_{t+1}, cut where the episode ended at t
+            expected = np.where(obs % 5 == 4, 0, obs + 1)
+            np.testing.assert_allclose(batch.rewards.numpy(), np.stack([obs, expected], 1))
             rb.update_priorities(batch.indices, np.abs(obs) + 1)
             learner_steps += 1
     actor.join(timeout=60)
@@ -499,7 +502,7 @@ def test_dict_observations_from_a_vector_env_with_real_final_obs():
     from cleanrl_utils.vector import real_next_obs, vector_env
 
     envs = vector_env([lambda: gym.wrappers.TimeLimit(DictCounter(), 3), lambda: gym.wrappers.TimeLimit(DictCounter(), 2)])
-    rb = ReplayBuffer(10, 2, envs.single_observation_space, envs.single_action_space, gamma=0.5, seed=0)
+    rb = ReplayBuffer(10, 2, envs.single_observation_space, envs.single_action_space, seed=0)
     obs, _ = envs.reset(seed=0)
     for _ in range(6):
         next_obs, rewards, terminations, truncations, infos = envs.step(np.zeros(2, np.int64))
@@ -513,7 +516,8 @@ def test_dict_observations_from_a_vector_env_with_real_final_obs():
     t, next_t = batch.obs.pos[:, 0], batch.next_obs.pos[:, 0]
     np.testing.assert_array_equal(next_t.numpy(), t.numpy() + 1)  # incl. the truncated steps t = 2 and 1
     np.testing.assert_array_equal(batch.obs.parts.f0.numpy(), t.numpy() % 5)
-    np.testing.assert_allclose(batch.discounts.numpy(), 0.5)
+    time_limit = np.where(batch.indices.numpy() % 2 == 0, 3, 2)  # env 0's episodes last 3 steps, env 1's 2
+    np.testing.assert_array_equal(batch.truncations[:, 0].numpy(), next_t.numpy() == time_limit)
     envs.close()
 
 
@@ -560,3 +564,30 @@ def test_state_dict_round_trip_continues_sampling_exactly(prioritized, tmp_path)
                 assert torch.equal(a, b), field
     with pytest.raises(ValueError, match="observations"):  # another capacity is refused, naming the array
         cls(13, 2, space, gym.spaces.Discrete(3), n_step=2).load_state_dict(original.state_dict())
+
+
+@pytest.mark.parametrize(
+    "forge, message",
+    [
+        (lambda a: a["pos"].fill_(12), "pos outside"),
+        (lambda a: a["episode_rows"].fill_(-1), "episode_rows outside"),
+        (lambda a: a["actions"].__setitem__((0, 0), 7), "an action outside Discrete"),
+        (lambda a: a["rewards"].__setitem__((0, 0), float("inf")), "non-finite reward"),
+        (lambda a: a["counts"].add_(1), "rows are valid"),
+        (lambda a: a["tree_storage"].__setitem__(-1, -1.0), "negative or non-finite priority"),
+        (lambda a: a["valid"].zero_().__setitem__((0, 0), True) or a["counts"].fill_(1), "cannot be sampled"),
+    ],
+)
+def test_forged_buffer_values_are_refused_on_load(forge, message):
+    """Values no add() could have written (a checkpoint edited by hand) stop the load with a
+    ValueError naming them, rather than an index error at the first add or sample."""
+    space = gym.spaces.Box(-1, 1, (1,), np.float32)
+    rb = PrioritizedReplayBuffer(12, 2, space, gym.spaces.Discrete(3), n_step=2, seed=0)
+    for t in range(20):
+        obs = np.full((2, 1), t, np.float32)
+        rb.add(obs, np.array([1, 2]), np.ones(2), np.array([t % 7 == 6] * 2), np.zeros(2), obs + 0.5)
+    state = rb.state_dict()
+    state["arrays"] = {name: value.clone() for name, value in state["arrays"].items()}
+    forge(state["arrays"])
+    with pytest.raises(ValueError, match=message):
+        PrioritizedReplayBuffer(12, 2, space, gym.spaces.Discrete(3), n_step=2, seed=0).load_state_dict(state)

@@ -128,11 +128,11 @@ def test_log_std_is_bounded_between_the_limits():
 
 
 def test_sac_soft_td_target_by_hand():
-    # y = r + γ' (min_k Q'_k(s', a') - α log π(a'|s')): min(3, 1) = 1, 1 - 0.5 (-2) = 2, 1 + 0.99 * 2 = 2.98;
-    # a termination (γ' = 0) leaves the reward: 5
-    rewards, discounts = torch.tensor([1.0, 5.0]), torch.tensor([0.99, 0.0])
+    # y = r + γ (1 - terminated) (min_k Q'_k(s', a') - α log π(a'|s')): min(3, 1) = 1, 1 - 0.5 (-2) = 2,
+    # 1 + 0.99 * 2 = 2.98; a termination leaves the reward: 5
+    rewards, terminations = torch.tensor([1.0, 5.0]), torch.tensor([0.0, 1.0])
     next_q = torch.tensor([[3.0, 7.0], [1.0, 8.0]])
-    y = sac_continuous.soft_td_target(rewards, discounts, next_q, torch.tensor([-2.0, 4.0]), 0.5)
+    y = sac_continuous.soft_td_target(rewards, terminations, next_q, torch.tensor([-2.0, 4.0]), 0.5, 0.99)
     torch.testing.assert_close(y, torch.tensor([2.98, 5.0]))
 
 
@@ -184,12 +184,12 @@ def test_td3_smoothing_noise_is_zero_mean_and_per_sample():
 def test_td3_clipped_double_q_target_by_hand():
     # min over the twin target critics: (1, 3); y = (1 + 0.99 * 1, 2 + 0 * 3) = (1.99, 2)
     next_q = torch.tensor([[1.0, 5.0], [2.0, 3.0]])
-    y = td3_continuous.clipped_double_q_target(torch.tensor([1.0, 2.0]), torch.tensor([0.99, 0.0]), next_q)
+    y = td3_continuous.clipped_double_q_target(torch.tensor([1.0, 2.0]), torch.tensor([0.0, 1.0]), next_q, 0.99)
     torch.testing.assert_close(y, torch.tensor([1.99, 2.0]))
 
 
 def test_ddpg_target_by_hand():
-    y = ddpg_continuous.ddpg_target(torch.tensor([1.0, 2.0]), torch.tensor([0.5, 0.0]), torch.tensor([[4.0, 9.0]]))
+    y = ddpg_continuous.ddpg_target(torch.tensor([1.0, 2.0]), torch.tensor([0.0, 1.0]), torch.tensor([[4.0, 9.0]]), 0.5)
     torch.testing.assert_close(y, torch.tensor([3.0, 2.0]))
 
 

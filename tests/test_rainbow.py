@@ -12,6 +12,7 @@ from cleanrl.rainbow_atari import (
     NoisyLinear,
     RainbowNetwork,
     double_q_target_distribution,
+    n_step_returns,
     noise_buffers,
     weighted_cross_entropy,
 )
@@ -131,7 +132,7 @@ def test_n_step_targets_with_prioritized_importance_weights():
     """3-step returns from the prioritized buffer, their weights after a priority update, the weighted loss."""
     space = gym.spaces.Box(-100, 100, (1,), np.float32)
     gamma, alpha, beta = 0.5, 1.0, 1.0
-    rb = PrioritizedReplayBuffer(32, 1, space, gym.spaces.Discrete(2), n_step=3, gamma=gamma, alpha=alpha, eps=1e-6, seed=0)
+    rb = PrioritizedReplayBuffer(32, 1, space, gym.spaces.Discrete(2), n_step=3, alpha=alpha, eps=1e-6, seed=0)
     rewards = [1.0, 2.0, 4.0, 8.0, 16.0]  # obs 0..4, the episode terminates after the step from obs 4
     for t, r in enumerate(rewards):
         rb.add(
@@ -152,12 +153,13 @@ def test_n_step_targets_with_prioritized_importance_weights():
         4: (16.0, 5.0, 0.0),
     }
     batch = rb.sample(200, beta)
+    returns, discounts = n_step_returns(batch.rewards, batch.terminations, batch.next_obs_steps, gamma)  # the script's
     slot_of = {}
     for i in range(200):
         o = int(batch.obs[i, 0])
         G, next_obs, discount = expected[o]
-        assert batch.rewards[i].item() == pytest.approx(G)
-        assert batch.discounts[i].item() == pytest.approx(discount)
+        assert returns[i].item() == pytest.approx(G)
+        assert discounts[i].item() == pytest.approx(discount)
         if discount:  # after a termination s' is never used
             assert batch.next_obs[i, 0].item() == next_obs
         slot_of[o] = int(batch.indices[i])

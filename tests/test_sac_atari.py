@@ -47,35 +47,38 @@ def test_target_takes_the_min_of_the_twin_target_critics():
     q2 = torch.tensor([[2.0, 0.0]])
     # min(Q'_1, Q'_2) = (1, 0); α = 0: V = 0.25 · 1 + 0.75 · 0 = 0.25; y = 1 + 0.99 · 0.25 = 1.2475
     # (max would give V = 0.25 · 2 + 0.75 · 3 = 2.75; Q'_1 alone 2.5; Q'_2 alone 0.5; the mean 1.5)
-    y = soft_td_target(torch.tensor([1.0]), torch.tensor([0.99]), PROBS, LOG_PROBS, q1, q2, 0.0)
+    y = soft_td_target(torch.tensor([1.0]), torch.tensor([0.0]), PROBS, LOG_PROBS, q1, q2, 0.0, 0.99)
     torch.testing.assert_close(y, torch.tensor([1.2475]))
     # symmetric in the two critics
-    torch.testing.assert_close(soft_td_target(torch.tensor([1.0]), torch.tensor([0.99]), PROBS, LOG_PROBS, q2, q1, 0.0), y)
+    torch.testing.assert_close(
+        soft_td_target(torch.tensor([1.0]), torch.tensor([0.0]), PROBS, LOG_PROBS, q2, q1, 0.0, 0.99), y
+    )
     # α = 0.2 adds γ α H: y = 1 + 0.99 (0.25 + 0.2 · 0.562335) = 1.358842
-    y = soft_td_target(torch.tensor([1.0]), torch.tensor([0.99]), PROBS, LOG_PROBS, q1, q2, 0.2)
+    y = soft_td_target(torch.tensor([1.0]), torch.tensor([0.0]), PROBS, LOG_PROBS, q1, q2, 0.2, 0.99)
     torch.testing.assert_close(y, torch.tensor([1.358842]))
 
 
 def test_target_is_the_reward_alone_after_a_termination():
-    # discount 0 (terminated): y = r, whatever the critics and the entropy bonus say
+    # terminated: y = r, whatever the critics and the entropy bonus say
     big = torch.tensor([[100.0, 100.0]])
     y = soft_td_target(
         torch.tensor([0.5, 0.5]),
-        torch.tensor([0.0, 0.99]),
+        torch.tensor([1.0, 0.0]),
         PROBS.expand(2, 2),
         LOG_PROBS.expand(2, 2),
         big.expand(2, 2),
         big.expand(2, 2),
         0.2,
+        0.99,
     )
     # second row bootstraps: 0.5 + 0.99 (100 + 0.2 · 0.562335) = 99.611342
     torch.testing.assert_close(y, torch.tensor([0.5, 99.611342]))
 
 
-def test_replay_discounts_stop_the_bootstrap_at_a_termination_but_not_at_a_truncation():
-    """Through the replay the script uses: discounts are γ, 0 after a termination, γ after a truncation."""
+def test_replay_targets_stop_the_bootstrap_at_a_termination_but_not_at_a_truncation():
+    """Through the replay the script uses: the target bootstraps with γ, not after a termination, and after a truncation."""
     space = gym.spaces.Box(-100, 100, (1,), np.float32)
-    rb = ReplayBuffer(16, 1, space, gym.spaces.Discrete(2), gamma=0.99, seed=0)
+    rb = ReplayBuffer(16, 1, space, gym.spaces.Discrete(2), seed=0)
     # obs 0 -> 1 -> 2 (terminated); obs 10 -> 11 (truncated, real final obs 11)
     steps = [(0, 1, False, False), (1, 2, True, False), (10, 11, False, True)]
     for o, next_o, terminated, truncated in steps:
@@ -90,14 +93,15 @@ def test_replay_discounts_stop_the_bootstrap_at_a_termination_but_not_at_a_trunc
     batch = rb.sample(64)
     q = torch.full((64, 2), 10.0)
     probs = torch.full((64, 2), 0.5)
-    y = soft_td_target(batch.rewards, batch.discounts, probs, probs.log(), q, q, 0.0)
+    y = soft_td_target(batch.rewards[:, 0], batch.terminations[:, 0], probs, probs.log(), q, q, 0.0, 0.99)
     for i in range(64):
         o, next_o = int(batch.obs[i, 0]), int(batch.next_obs[i, 0])
+        assert batch.truncations[i, 0].item() == (o == 10)
         if o == 1:  # terminated: y = r
-            assert batch.discounts[i].item() == 0.0 and y[i].item() == pytest.approx(1.0)
+            assert batch.terminations[i, 0].item() == 1.0 and y[i].item() == pytest.approx(1.0)
         else:  # bootstraps from the real next observation, a truncation included
             assert next_o == o + 1
-            assert batch.discounts[i].item() == pytest.approx(0.99) and y[i].item() == pytest.approx(1 + 0.99 * 10)
+            assert batch.terminations[i, 0].item() == 0.0 and y[i].item() == pytest.approx(1 + 0.99 * 10)
     assert {int(o) for o in batch.obs[:, 0]} == {0, 1, 10}
 
 

@@ -198,14 +198,16 @@ def test_combination_lock_rules():
 def test_masked_td_targets_by_hand():
     q_target = torch.tensor([[1.0, 5.0, 3.0], [2.0, 0.0, 4.0], [7.0, 8.0, 9.0], [1.0, 2.0, 3.0]])
     mask = torch.tensor([[True, False, True], [False, True, False], [False, False, False], [False, False, False]])
-    returns, discounts = torch.ones(4), torch.tensor([0.9, 0.9, 0.9, 0.0])
-    targets = dqn_structured.compute_td_target(returns, discounts, q_target, mask)
+    rewards, terminations = torch.ones(4), torch.tensor([0.0, 0.0, 0.0, 1.0])
+    targets = dqn_structured.compute_td_target(rewards, terminations, q_target, 0.9, mask)
     # max over allowed: 3 (not the masked 5); 0 (not the masked 4); no allowed action: no bootstrap; terminated: r
     assert targets.tolist() == pytest.approx([1 + 0.9 * 3, 1 + 0.9 * 0, 1.0, 1.0])
     q_online = torch.tensor([[9.0, 0.0, 1.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])  # double-Q picks a' = 0
-    targets = dqn_structured.compute_td_target(returns, discounts, q_target, mask, q_online)
+    targets = dqn_structured.compute_td_target(rewards, terminations, q_target, 0.9, mask, q_online)
     assert targets.tolist() == pytest.approx([1 + 0.9 * 1, 1 + 0.9 * 0, 1.0, 1.0])
-    assert dqn_structured.compute_td_target(returns, discounts, q_target).tolist() == pytest.approx([5.5, 4.6, 9.1, 1.0])
+    assert dqn_structured.compute_td_target(rewards, terminations, q_target, 0.9).tolist() == pytest.approx(
+        [5.5, 4.6, 9.1, 1.0]
+    )
     assert dqn_structured.masked_argmax(q_target[:2], mask[:2]).tolist() == [2, 1]
 
 

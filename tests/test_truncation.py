@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import tests.envs  # noqa: F401  (registers Counter-v0)
-from cleanrl.dqn import compute_td_target
+from cleanrl.dqn import compute_td_target, n_step_returns
 from cleanrl.dqn import make_env as dqn_make_env
 from cleanrl.ppo import compute_gae
 from cleanrl_utils.buffers import ReplayBuffer
@@ -94,7 +94,7 @@ def test_vector_env_gives_real_final_obs_at_truncation():
 def test_dqn_replay_stores_final_obs_and_bootstraps_from_it():
     """The dqn.py path: a truncated transition keeps s' = [3] and its target bootstraps."""
     envs = counter_envs()
-    rb = ReplayBuffer(8, 1, envs.single_observation_space, envs.single_action_space, gamma=GAMMA, seed=0)
+    rb = ReplayBuffer(8, 1, envs.single_observation_space, envs.single_action_space, seed=0)
     obs, _ = envs.reset(seed=0)
     for _ in range(3):
         actions = np.array([0])
@@ -108,9 +108,10 @@ def test_dqn_replay_stores_final_obs_and_bootstraps_from_it():
     # Q_target(s') = [s', 2 s'] for the stored s' = 3: y = 1 + .9 * 6
     last = rb.sample(64)
     pick = last.next_obs[:, 0] == 3.0
-    assert pick.any() and (last.truncations[pick] == 1).all()
+    assert pick.any() and (last.truncations[pick, 0] == 1).all()
     q_next = torch.stack([last.next_obs[:, 0], 2 * last.next_obs[:, 0]], dim=1)
-    targets = compute_td_target(last.rewards, last.discounts, q_next)
+    returns, discounts = n_step_returns(last.rewards, last.terminations, last.next_obs_steps, GAMMA)
+    targets = compute_td_target(returns, discounts, q_next)
     torch.testing.assert_close(targets[pick], torch.full((int(pick.sum()),), 1 + 0.9 * 6.0))
     envs.close()
 
