@@ -42,22 +42,21 @@ Run:
     python cleanrl/ppo_atari_envpool.py --env-id Breakout-v5
 """
 
-import difflib
 import os
 import signal
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.optim as optim
 import tyro
 
+from cleanrl_utils.envpool_atari import GameStatistics, check_envpool_atari
 from cleanrl_utils.evals import Evaluation
 from cleanrl_utils.faults import check_env_step, check_finite
-from cleanrl_utils.run import RunArgs, fail, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.run import RunArgs, parse_args, require, require_positive, require_range, start_run
 
 try:  # EnvPool comes with the envpool extra; without it, --env-id says so
     import envpool
@@ -164,66 +163,7 @@ def make_envs(
         max_episode_steps=MAX_EPISODE_STEPS,
         **({"render_mode": "rgb_array"} if capture_video else {}),
     )
-    return GameStatistics(envs, video_dir if capture_video else None, video_episodes)
-
-
-class GameStatistics(gym.vector.VectorWrapper):
-    """EnvPool's envs reporting games as gymnasium's ``RecordEpisodeStatistics`` reports an episode; env 0's games on video.
-
-    With episodic life a lost life ends an episode, not the game. A game's score is the sum of its
-    unclipped rewards (``info["reward"]``) over all its lives; the info of the step where the game
-    ends (``info["terminated"]``: no lives left; or the time limit) has ``info["episode"]``
-    (``"r"``: scores, ``"l"``: frames, ``[num_envs]``) and ``info["_episode"]`` (bool ``[num_envs]``),
-    where ``Run.log_episodes`` and ``cleanrl_utils.evals.run_episodes`` read them.
-
-    With ``video_dir``, env 0's games that ``video_episodes(game_index) -> bool`` picks (gymnasium's
-    schedule when None, as ``RecordVideo``) are written there as ``rl-video-episode-{i}.mp4``, one
-    frame per agent step; a game in progress is written by :meth:`close`.
-    """
-
-    def __init__(self, envs: gym.vector.VectorEnv, video_dir: Optional[str] = None, video_episodes=None):
-        from gymnasium.utils.save_video import capped_cubic_video_schedule
-
-        super().__init__(envs)
-        self.game_returns = np.zeros(envs.num_envs)  # unclipped score of each env's current game
-        self.video_dir, self.trigger = video_dir, video_episodes or capped_cubic_video_schedule
-        self.game, self.frames = 0, []  # env 0's game index, and the frames of it recorded so far
-
-    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
-        """Reset all envs; ``seed`` is not used: EnvPool's envs are seeded when made."""
-        obs, info = self.env.reset()
-        self._record_frame()
-        return obs, info
-
-    def step(self, actions):
-        obs, rewards, terminations, truncations, info = self.env.step(actions)
-        game_over = info["terminated"].astype(bool) | truncations
-        self.game_returns += info["reward"]
-        info["episode"] = {"r": self.game_returns.copy(), "l": info["elapsed_step"] * FRAME_SKIP}
-        info["_episode"] = game_over
-        self.game_returns[game_over] = 0.0
-        self._record_frame()
-        if game_over[0]:
-            self._write_video()
-            self.game += 1
-        return obs, rewards, terminations, truncations, info
-
-    def close(self, **kwargs):
-        self._write_video()
-        return super().close(**kwargs)
-
-    def _record_frame(self) -> None:
-        if self.video_dir and self.trigger(self.game):
-            self.frames.append(self.env.render()[0])
-
-    def _write_video(self) -> None:
-        from gymnasium.utils.save_video import save_video
-
-        if self.frames:
-            save_video(
-                self.frames, self.video_dir, episode_trigger=lambda _: True, episode_index=self.game, fps=60 // FRAME_SKIP
-            )
-        self.frames = []
+    return GameStatistics(envs, FRAME_SKIP, video_dir if capture_video else None, video_episodes)
 
 
 def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
@@ -432,15 +372,7 @@ def check_args(args: Args) -> None:
     if args.num_iterations * args.batch_size != args.total_timesteps:
         total = args.num_iterations * args.batch_size
         print(f"training {total} steps: --total-timesteps rounded down to whole rollouts of {args.batch_size}")
-    require(envpool is not None, "--env-id", "EnvPool is not installed: pip install -e '.[envpool]'")
-    known = envpool.list_all_envs()
-    if args.env_id not in known:  # "BreakoutNoFrameskip-v4", "ALE/Breakout-v5" -> Breakout-v5
-        game = args.env_id.removeprefix("ALE/").split("NoFrameskip")[0].split("-v")[0]
-        close = [f"{game}-v5"] if f"{game}-v5" in known else difflib.get_close_matches(args.env_id, known, n=3)
-        suggestion = f"; did you mean {', '.join(close)}?" if close else ""
-        fail("--env-id", f"unknown EnvPool environment {args.env_id!r}{suggestion}")
-    atari = type(envpool.make_spec(args.env_id)).__name__ == "AtariEnvSpec"
-    require(atari, "--env-id", f"{args.env_id} is not an Atari game; {args.script}.py takes Atari ids such as Breakout-v5")
+    check_envpool_atari(args, envpool)
 
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from cleanrl import ppo_atari, ppo_atari_envpool
-from cleanrl.ppo_atari_envpool import GameStatistics, compute_gae, masked_mean, ppo_losses
+from cleanrl.ppo_atari_envpool import compute_gae, masked_mean, ppo_losses
+from cleanrl_utils.envpool_atari import GameStatistics
 from cleanrl_utils.vector import real_next_obs, vector_env
 from tests.conftest import (
     assert_stops_with_one_line,
@@ -176,7 +177,7 @@ def test_game_statistics_report_games_as_episode_statistics():
         ([7.0, 5.0], [False, False], [False, True], [1, 4]),
         ([0.0, 1.0], [True, True], [False, False], [2, 1]),
     ]
-    envs = GameStatistics(_Scripted(steps))
+    envs = GameStatistics(_Scripted(steps), 4)
     infos = [envs.step(None)[4] for _ in steps]
     assert [episode_returns(info) for info in infos] == [[], [], [5.0], [15.0], [7.0, 1.0]]  # env order within a step
     assert infos[2]["episode"]["l"][0] == 3 * 4 and infos[3]["episode"]["l"][1] == 4 * 4  # frames: 4 per agent step
