@@ -299,6 +299,7 @@ def test_computed_fields_are_not_flags(tmp_path):
 
 
 @pytest.mark.learning
+@pytest.mark.long  # about 70 s of CPU (500k steps); CI runs it with -m long
 def test_learns_cartpole(tmp_path):
     run_script("pqn.py", "--seed", "1", "--total-timesteps", "500000", "--save-model", cwd=tmp_path, timeout=1200)
     directory = run_dir(tmp_path)

@@ -16,8 +16,7 @@ N_STEP_SCRIPTS = ["dqn", "dqn_atari", "c51", "c51_atari", "rainbow_atari", "qrdq
 
 
 def n_step_returns_of(script):
-    module = pytest.importorskip(f"cleanrl.{script}")  # the QR-DQN scripts arrive with issue 30
-    return module.n_step_returns
+    return importlib.import_module(f"cleanrl.{script}").n_step_returns
 
 
 @pytest.mark.parametrize("script", N_STEP_SCRIPTS)

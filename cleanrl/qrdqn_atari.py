@@ -1,0 +1,411 @@
+"""QR-DQN (quantile-regression DQN) on Atari, with double-Q and n-step options.
+
+Distributional deep Q-learning that represents the return distribution of each action by N
+quantiles at the midpoints τ̂_i = (2i - 1) / 2N, fitted with the quantile Huber loss, on the
+Nature CNN and the standard Atari preprocessing (no-op starts, frame skip 4 with max-pooling,
+episodic life, FIRE on reset, rewards clipped to their sign, 84x84 grayscale, 4 stacked frames):
+    Dabney, Rowland, Bellemare, Munos (2018), "Distributional Reinforcement Learning with
+    Quantile Regression", arXiv:1710.10044 (Algorithm 1; eq. 10 with κ = 1; N = 200 and Adam's
+    ε = 0.01/32 of its Atari runs, here 0.01 / batch size).
+    Mnih et al. (2015), Nature 518:529-533 (network and preprocessing).
+Options:
+    --double-q: a* = argmax of the online network's means (van Hasselt et al. 2016, arXiv:1509.06461).
+    --n-step N: n-step returns (Hessel et al. 2018, arXiv:1710.02298, section "Multi-step learning").
+
+What this file changes against them: a time-limit truncation is not a termination (the
+replay keeps the real final frame stack and the target bootstraps from it); the replay stores
+each 84x84 frame once; the other hyperparameters are dqn_atari.py's (learning rate 1e-4, ε to
+0.01 over 10% of the run, a target copy every 1000 steps).
+
+Checkpoints (--checkpoint-interval, SIGTERM, Ctrl-C) hold the networks, the optimiser, the global
+step (ε is a function of it), the random generators and the games' states (replayed from their
+last reset); with --checkpoint-buffer also the replay buffer, and --resume then continues exactly.
+Without it the resumed run starts with an empty buffer and refills it for --learning-starts
+steps (acting ε-greedily with the trained network) before the updates resume; the buffer then
+takes each game's current frame as the start of its column, so the stacks of its first three
+transitions lack the frames from before the resume.
+
+Run:
+    python cleanrl/qrdqn_atari.py --env-id BreakoutNoFrameskip-v4
+    python cleanrl/qrdqn_atari.py --checkpoint-interval 500000   # then, if stopped:
+    python cleanrl/qrdqn_atari.py --resume runs/BreakoutNoFrameskip-v4__qrdqn_atari__1__<time>
+"""
+
+import signal
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.optim as optim
+from stable_baselines3.common import atari_wrappers  # SB3's Atari preprocessing
+
+try:  # the Atari games come with the atari extra; without it, --env-id says so
+    import ale_py
+
+    gym.register_envs(ale_py)
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # no banner on stderr
+except ImportError:
+    ale_py = None
+
+from cleanrl_utils.buffers import ReplayBuffer
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.run import RunArgs, check_env, fail, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+
+
+@dataclass
+class Args(RunArgs):
+    """QR-DQN's hyperparameters; the flags every script takes (--seed, --track, --save-model ...) come from RunArgs."""
+
+    checkpoint_buffer: bool = False
+    """if toggled, checkpoints hold the replay buffer too (its size is printed) and --resume continues exactly"""
+    env_id: str = "BreakoutNoFrameskip-v4"
+    """gymnasium id of an Atari game (a NoFrameskip-v4 id: frame skipping is done here)"""
+    env_mode: Literal["sync", "async"] = "sync"
+    """step the envs in this process (sync) or in one subprocess each (async)"""
+    total_timesteps: int = 10000000
+    """total environment steps, summed over envs"""
+    learning_rate: float = 1e-4
+    """Adam learning rate"""
+    num_envs: int = 1
+    """number of parallel environments"""
+    n_quantiles: int = 200
+    """quantiles N of each action's return distribution"""
+    buffer_size: int = 1000000
+    """replay capacity in transitions (the real final observation of each episode takes one more)"""
+    gamma: float = 0.99
+    """discount factor γ"""
+    tau: float = 1.0
+    """target network update rate (1.0: hard copy)"""
+    target_network_frequency: int = 1000
+    """vector steps between target network updates"""
+    batch_size: int = 32
+    """transitions per gradient step"""
+    start_e: float = 1.0
+    """ε at the start of exploration"""
+    end_e: float = 0.01
+    """ε at the end of exploration"""
+    exploration_fraction: float = 0.10
+    """fraction of total_timesteps over which ε decays linearly from start_e to end_e"""
+    learning_starts: int = 80000
+    """environment steps of data collection before training starts (also the refill after resuming without a buffer)"""
+    train_frequency: int = 4
+    """vector steps between gradient steps"""
+    double_q: bool = False
+    """if toggled, the online network picks a* (van Hasselt et al. 2016)"""
+    n_step: int = 1
+    """n of the n-step return (1: one-step target)"""
+
+
+def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, training: bool = True, video_episodes=None):
+    """A thunk creating env ``idx`` with the standard Atari preprocessing, and (training) its replay log.
+
+    Episode statistics are recorded per game (below episodic life and reward clipping), so
+    ``charts/episodic_return`` is the game score. The frame stack is zero-padded at each
+    (life) episode start, as the frame-stacked replay expects. Env 0 records videos if asked, of
+    the games ``video_episodes(index)`` picks. ``training=False``: an evaluation env (the same
+    preprocessing, whose game scores are counted), without replay log.
+    """
+
+    def thunk():
+        if capture_video and idx == 0:
+            env = gym.make(env_id, render_mode="rgb_array")
+            env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes)
+        else:
+            env = gym.make(env_id)
+        env = gym.wrappers.RecordEpisodeStatistics(env)  # the game's score and length, in its last step's info
+        env = atari_wrappers.NoopResetEnv(env, noop_max=30)
+        env = atari_wrappers.MaxAndSkipEnv(env, skip=4)
+        env = atari_wrappers.EpisodicLifeEnv(env)
+        if "FIRE" in env.unwrapped.get_action_meanings():
+            env = atari_wrappers.FireResetEnv(env)
+        env = atari_wrappers.ClipRewardEnv(env)
+        env = atari_wrappers.WarpFrame(env, 84, 84)  # grayscale (ITU-R 601 luma), then 84x84 by area: [84, 84, 1]
+        env = gym.wrappers.ReshapeObservation(env, (84, 84))
+        env = gym.wrappers.FrameStackObservation(env, 4, padding_type="zero")
+        return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
+
+    return thunk
+
+
+class QNetwork(nn.Module):
+    """The Nature CNN (Mnih et al. 2015) giving, for each action, N quantiles θ_1..θ_N of its return distribution.
+
+    Args:
+        num_actions: size of the Discrete action space.
+        n_quantiles: quantiles N per action.
+    """
+
+    def __init__(self, num_actions: int, n_quantiles: int = 200):
+        super().__init__()
+        self.num_actions, self.n_quantiles = num_actions, n_quantiles
+        self.network = nn.Sequential(
+            nn.Conv2d(4, 32, 8, stride=4),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 4, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(64, 64, 3, stride=1),
+            nn.ReLU(),
+            nn.Flatten(),
+            nn.Linear(3136, 512),
+            nn.ReLU(),
+            nn.Linear(512, num_actions * n_quantiles),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Frames uint8 ``[B, 4, 84, 84]`` (0-255) -> quantiles ``[B, num_actions, n_quantiles]``."""
+        return self.network(x.float() / 255.0).view(-1, self.num_actions, self.n_quantiles)
+
+
+def linear_schedule(start: float, end: float, duration: float, t: int) -> float:
+    """Linear from ``start`` at t = 0 to ``end`` at t = ``duration``, then constant (ε decay)."""
+    return start + (end - start) * min(t / duration, 1.0)
+
+
+def quantile_midpoints(n_quantiles: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """τ̂_i = (2i - 1) / 2N, i = 1..N, the quantile levels the network estimates (Dabney et al. 2018, Lemma 2): ``[N]``."""
+    return (torch.arange(n_quantiles, dtype=torch.float32, device=device) + 0.5) / n_quantiles
+
+
+def n_step_returns(
+    rewards: torch.Tensor, terminations: torch.Tensor, next_obs_steps: torch.Tensor, gamma: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """n-step returns and the discount of their bootstrap (Sutton & Barto 2018, eq. 7.1; Hessel et al. 2018, eq. 2).
+
+    With m = ``next_obs_steps`` (n, or fewer where the episode ended inside the window),
+    G = sum_{j<m} γ^j r_{t+j}, and the target bootstraps with γ^m, or 0 after a termination; a
+    truncated episode still bootstraps, from its real final observation s_{t+m}.
+
+    Args:
+        rewards: r_t, ..., r_{t+n-1}, float32 ``[B, n]`` (the replay's window), 0 after the step
+            that ended the episode.
+        terminations: float32 ``[B, n]``, 1.0 at the step whose episode terminated.
+        next_obs_steps: m, int64 ``[B]``.
+        gamma: discount γ.
+
+    Returns:
+        (G, γ^m (1 - terminated)), float32 ``[B]`` each (summed in float64).
+    """
+    powers = gamma ** torch.arange(rewards.shape[1] + 1, dtype=torch.float64, device=rewards.device)
+    returns = (rewards.double() * powers[:-1]).sum(dim=1)
+    discounts = torch.where(terminations.any(dim=1), 0.0, powers[next_obs_steps])
+    return returns.float(), discounts.float()
+
+
+def quantile_td_target(
+    returns: torch.Tensor,
+    discounts: torch.Tensor,
+    next_quantiles_target: torch.Tensor,
+    next_quantiles_online: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """Target quantiles T θ_j = G + γ^m θ_j(s', a*), j = 1..N (Dabney et al. 2018, Algorithm 1), γ^m = 0 after a termination.
+
+    a* = argmax_a (1/N) sum_j θ_j(s', a), the greedy action in the mean, of the target network,
+    or with ``next_quantiles_online`` of the online network (double Q-learning, van Hasselt et
+    al. 2016, eq. 4); its quantiles always come from the target network. s' is the real next
+    state, so a truncated transition bootstraps.
+
+    Args:
+        returns: G, the (n-step) return, ``[B]``.
+        discounts: γ^m, or 0 where the episode terminated, ``[B]``.
+        next_quantiles_target: θ(s', ·) of the target network, ``[B, A, N]``.
+        next_quantiles_online: θ(s', ·) of the online network, ``[B, A, N]``; given, it picks a*.
+
+    Returns:
+        Target quantiles ``[B, N]``.
+    """
+    chooser = next_quantiles_target if next_quantiles_online is None else next_quantiles_online
+    next_actions = chooser.mean(dim=2).argmax(dim=1)
+    next_quantiles = next_quantiles_target[torch.arange(len(next_actions), device=next_actions.device), next_actions]
+    return returns.unsqueeze(1) + discounts.unsqueeze(1) * next_quantiles
+
+
+def quantile_huber_loss(quantiles: torch.Tensor, target_quantiles: torch.Tensor, taus: torch.Tensor) -> torch.Tensor:
+    """Quantile Huber loss, κ = 1 (Dabney et al. 2018, eq. 10 and Algorithm 1).
+
+    With u_ij = T θ_j - θ_i, ρ_τ(u) = |τ - 1{u < 0}| L(u), L the Huber loss (u²/2 for |u| <= 1,
+    |u| - 1/2 beyond; dividing L by κ, as some write-ups do, changes nothing at κ = 1). The
+    loss is sum_i mean_j ρ_τ̂_i(u_ij), averaged over the batch, as in Algorithm 1 and
+    SB3-contrib's ``quantile_huber_loss``.
+
+    Args:
+        quantiles: θ_i(s, a) of the online network, ``[B, N]``.
+        target_quantiles: T θ_j, ``[B, N']`` (no gradient flows into them).
+        taus: the quantile levels τ̂_i of ``quantiles``, ``[N]``.
+
+    Returns:
+        The loss, a scalar.
+    """
+    pairs = quantiles.unsqueeze(2).expand(-1, -1, target_quantiles.shape[1])  # [B, N, N']: θ_i in row i
+    targets = target_quantiles.unsqueeze(1).expand_as(pairs)  # T θ_j in column j
+    huber = F.huber_loss(pairs, targets, reduction="none", delta=1.0)  # L(u_ij), one fused pass
+    # |τ̂_i - 1{u_ij < 0}|: 1 - τ̂_i where θ_i lies above T θ_j, τ̂_i elsewhere
+    weight = torch.where(pairs.detach() > targets, 1 - taus.unsqueeze(1), taus.unsqueeze(1))
+    return (weight * huber).mean(dim=2).sum(dim=1).mean()
+
+
+# ---- plumbing a reader may skip: argument checks and the evaluation of a saved model
+
+
+def check_args(args: Args) -> None:
+    """Stop with one line naming the flag on bad input (an unknown id, a game that skips frames itself)."""
+    require_positive(args, "total_timesteps num_envs buffer_size batch_size learning_rate target_network_frequency")
+    require_positive(args, "train_frequency n_step n_quantiles")
+    # each size by its own flag, before any product or quotient of them is checked
+    require_range(args, num_envs=(1, 2**16), batch_size=(1, 2**20), buffer_size=(1, 2**40), n_step=(1, 2**16))
+    require_range(args, n_quantiles=(1, 2**16), gamma=(0, 1), start_e=(0, 1), end_e=(0, 1))
+    require(0 < args.tau <= 1, "--tau", f"must be in (0, 1], got {args.tau}")
+    require(
+        0 < args.exploration_fraction <= 1, "--exploration-fraction", f"must be in (0, 1], got {args.exploration_fraction}"
+    )
+    require(args.learning_starts >= 0, "--learning-starts", f"must be >= 0, got {args.learning_starts}")
+    no_training = f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}"
+    require(args.learning_starts < args.total_timesteps, "--learning-starts", no_training)
+    require(args.start_e >= args.end_e, "--end-e", f"{args.end_e} is above --start-e {args.start_e}")
+    require(args.buffer_size >= args.batch_size, "--buffer-size", f"smaller than --batch-size {args.batch_size}")
+    pairs = args.batch_size * args.n_quantiles**2  # elements of each [B, N, N] tensor of the loss
+    too_big = f"{args.n_quantiles} quantiles with --batch-size {args.batch_size} make the loss's [B, N, N] tensors"
+    require(pairs <= 2**28, "--n-quantiles", f"{too_big} {pairs} elements each; at most 2**28")
+    steps = args.buffer_size // args.num_envs
+    per_env = f"{steps} steps per env with --num-envs {args.num_envs}"
+    require(steps >= args.n_step + 2, "--buffer-size", f"{per_env}; --n-step {args.n_step} needs at least {args.n_step + 2}")
+    check_env(args, gym.spaces.Discrete, gym.spaces.Box, id_suffix="NoFrameskip-v4")
+    with gym.make(args.env_id) as game:
+        example = "NoFrameskip-v4 id such as BreakoutNoFrameskip-v4"
+        require(hasattr(game.unwrapped, "ale"), "--env-id", f"{args.env_id} is not an Atari game; take an ALE {example}")
+        skip = game.spec.kwargs.get("frameskip", 1)
+        require(skip == 1, "--env-id", f"{args.env_id} skips frames itself ({args.script}.py skips them): take a {example}")
+
+
+def evaluate(model_path: str, eval_episodes: int, epsilon: float = 0.05, **options) -> np.ndarray:
+    """Game scores ``[eval_episodes]`` of a model saved by this script, ε-greedy (0.05, the usual Atari evaluation).
+    ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
+    evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
+    num_actions = int(evaluation.envs.single_action_space.n)
+    q_network = evaluation.load(QNetwork(num_actions, evaluation.model["args"]["n_quantiles"]), "q_network")
+    rng = np.random.default_rng(evaluation.seed)
+
+    def policy(obs: np.ndarray) -> np.ndarray:
+        actions = q_network(torch.as_tensor(obs, device=evaluation.device)).mean(dim=2).argmax(-1).cpu().numpy()
+        explore = rng.random(len(actions)) < epsilon
+        return np.where(explore, rng.integers(evaluation.envs.single_action_space.n, size=len(actions)), actions)
+
+    return evaluation.run(policy)
+
+
+if __name__ == "__main__":
+    # ---- plumbing: flags and --resume (bad input stops here), run directory, trackers, seeding, signals
+    args, resumed = parse_args(Args, __file__, check_args)
+    probe = make_env(args.env_id, 0, False, "", training=False)()  # the preprocessed spaces size the replay
+    observation_space, action_space = probe.observation_space, probe.action_space
+    probe.close()
+    N = args.num_envs
+    try:  # Replay: n-step windows of raw transitions in [buffer_size / N, N] rows, each frame stored once
+        rows = (args.buffer_size // N, N, observation_space, action_space)
+        rb = ReplayBuffer(*rows, n_step=args.n_step, frame_stack=4, seed=args.seed)
+    except MemoryError as error:
+        fail("--buffer-size", str(error))
+    run = start_run(args, resumed)
+    writer, device = run.writer, run.device
+    rb.device = device
+    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint after this step, exit 143
+    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+
+    # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
+    # that ended the episode is in infos["final_obs"].
+    envs = vector_env(
+        [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(N)],
+        args.env_mode,
+        timeout=args.env_timeout,
+        autoreset_mode=SAME_STEP,
+    )
+    num_actions = int(envs.single_action_space.n)
+    # channels-last convolutions: faster updates on CPU (benchmark/README.md)
+    q_network = QNetwork(num_actions, args.n_quantiles).to(device, memory_format=torch.channels_last)
+    optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=0.01 / args.batch_size, fused=True)
+    target_network = QNetwork(num_actions, args.n_quantiles).to(device, memory_format=torch.channels_last)
+    target_network.load_state_dict(q_network.state_dict())
+    taus = quantile_midpoints(args.n_quantiles, device)
+    rng = np.random.default_rng(args.seed)
+    exploration_steps = args.exploration_fraction * args.total_timesteps
+
+    # what a checkpoint holds, besides the global random generators
+    state = dict(
+        q_network=q_network, target_network=target_network, optimizer=optimizer, rng=rng, envs=envs, replay_rng=rb.rng
+    )
+    if args.checkpoint_buffer:
+        state["replay_buffer"] = rb
+        print(f"each checkpoint holds the replay buffer ({rb.nbytes / 2**20:.1f} MiB)")
+    global_step, updates_start = 0, args.learning_starts  # updates once global_step > updates_start
+    fresh_buffer_mid_episode = False  # a resume without the buffer: its first stacks lack older frames
+    if run.resumed:  # the checkpoint's networks, optimiser, generators, envs (replayed) and buffer, in place
+        saved = run.restore({**state, "replay_buffer": rb})
+        global_step, updates_start, obs = saved["global_step"], saved["updates_start"], saved["obs"]
+        if "replay_buffer" in saved["missing"]:  # an empty buffer: refill it before updating again
+            updates_start, fresh_buffer_mid_episode = global_step + args.learning_starts, True
+            print(f"the checkpoint has no replay buffer: refilling it until step {updates_start} before updating")
+    else:
+        obs, _ = envs.reset(seed=args.seed)
+
+    for iteration in range(global_step // N, args.total_timesteps // N):
+        global_step += N
+        # ε-greedy: the network is only run when some env acts greedily.
+        epsilon = linear_schedule(args.start_e, args.end_e, exploration_steps, global_step)
+        uniform = rng.random((2, N))  # one draw for ε, one for the random action
+        greedy = uniform[0] >= epsilon
+        actions = (uniform[1] * num_actions).astype(np.int64)
+        if greedy.any():  # a = argmax_a of the mean of θ(s, a)
+            with torch.inference_mode():
+                quantiles = q_network(torch.as_tensor(obs[greedy], device=device))
+                actions[greedy] = quantiles.mean(dim=2).argmax(dim=1).cpu().numpy()
+
+        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+        run.log_episodes(global_step, infos)
+        if fresh_buffer_mid_episode:  # the empty buffer starts its columns here, as at an episode start
+            obs, fresh_buffer_mid_episode = np.concatenate([np.zeros_like(obs[:, :-1]), obs[:, -1:]], 1), False
+        # s' is the real next observation: where an episode ended, its final observation.
+        rb.add(obs, actions, rewards, terminations, truncations, real_next_obs(next_obs, infos))
+        obs = next_obs
+
+        if global_step > updates_start and len(rb) > 0:
+            if iteration % args.train_frequency == 0:
+                data = rb.sample(args.batch_size)
+                returns, discounts = n_step_returns(data.rewards, data.terminations, data.next_obs_steps, args.gamma)
+                with torch.no_grad():
+                    next_quantiles_target = target_network(data.next_obs)
+                    next_quantiles_online = q_network(data.next_obs) if args.double_q else None
+                    target = quantile_td_target(returns, discounts, next_quantiles_target, next_quantiles_online)
+                chosen = q_network(data.obs)[torch.arange(len(data.actions), device=device), data.actions]  # [B, N]
+                loss = quantile_huber_loss(chosen, target, taus)
+
+                optimizer.zero_grad()
+                loss.backward()
+                check_finite(iteration // args.train_frequency, global_step, quantile_loss=loss)  # stops a diverging run
+                optimizer.step()
+
+                if iteration % (100 * args.train_frequency) == 0:
+                    writer.add_scalar("losses/quantile_loss", loss.item(), global_step)
+                    writer.add_scalar("losses/q_values", chosen.mean().item(), global_step)
+                    writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+                    writer.add_scalar("charts/epsilon", epsilon, global_step)
+                    writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+
+            # Target network: θ' ← τ θ + (1 - τ) θ'
+            if iteration % args.target_network_frequency == 0:
+                with torch.no_grad():
+                    for target_param, param in zip(target_network.parameters(), q_network.parameters()):
+                        target_param.lerp_(param, args.tau)
+        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+            run.save_checkpoint(state, global_step, updates_start=updates_start)
+        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+            run.exit(envs)
+
+    if args.save_model:
+        run.save_model({"q_network": q_network}, evaluate)
+    envs.close()
+    run.close()
