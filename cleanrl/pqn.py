@@ -6,7 +6,8 @@ Q-learning from many parallel environments with neither a replay buffer nor a ta
     ε-greedy rollouts of --num-steps steps from --num-envs envs, Q(λ) targets computed backwards
     over each rollout, then several epochs of minibatch updates of the squared TD error on it
     (as PPO's update loop), global gradient-norm clipping and RAdam;
-with Q(λ) returns (Watkins 1989, "Learning from Delayed Rewards", PhD thesis, Cambridge). The
+with Peng's Q(λ) returns (Peng & Williams 1996, "Incremental Multi-Step Q-Learning", Machine
+Learning 22: the trace is not cut at exploratory actions, as Watkins' Q(λ) cuts it). The
 defaults are CleanRL's pqn.py (4 envs x 128 steps, RAdam lr 2.5e-4 annealed to 0, ε 1 -> 0.05
 over half the run, γ 0.99, λ 0.65, 4 epochs of 4 minibatches, clip 10, 500k steps).
 
@@ -58,7 +59,7 @@ class Args(RunArgs):
     gamma: float = 0.99
     """discount factor γ"""
     q_lambda: float = 0.65
-    """λ of the Q(λ) returns (0: one-step Q-learning targets, 1: Monte-Carlo returns to the episode's end)"""
+    """λ of the Q(λ) returns (0: one-step Q-learning targets, 1: returns to the episode's or the rollout's end)"""
     num_minibatches: int = 4
     """minibatches per epoch"""
     update_epochs: int = 4
@@ -146,7 +147,7 @@ def q_lambda_returns(
     lam: float,
 ) -> torch.Tensor:
     """Q(λ) returns of a rollout, computed backwards
-    (Gallici et al. 2024, arXiv:2407.04811, section 4 / Algorithm 1; Watkins 1989).
+    (Gallici et al. 2024, arXiv:2407.04811, section 4 / Algorithm 1; Peng & Williams 1996).
 
     All inputs [T, E] float32 (T = --num-steps, E = envs):
       rewards r_t; terminations, truncations: 1.0 where the episode ended at step t;

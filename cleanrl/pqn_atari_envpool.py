@@ -196,7 +196,7 @@ def q_lambda_returns(
     lam: float,
 ) -> torch.Tensor:
     """Q(λ) returns of a rollout, computed backwards
-    (Gallici et al. 2024, arXiv:2407.04811, section 4 / Algorithm 1; Watkins 1989).
+    (Gallici et al. 2024, arXiv:2407.04811, section 4 / Algorithm 1; Peng & Williams 1996).
     All inputs [T, E] float32 (T = --num-steps, E = envs):
       rewards r_t; terminations, truncations: 1.0 where the episode ended at step t;
       next_values[t] = max_a Q(s'_{t+1}, a) of the REAL next observation (the final observation where the episode ended at t,

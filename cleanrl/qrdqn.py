@@ -47,6 +47,7 @@ import torch.optim as optim
 from cleanrl_utils.buffers import ReplayBuffer
 from cleanrl_utils.evals import Evaluation
 from cleanrl_utils.faults import check_finite
+from cleanrl_utils.files import FileRefused
 from cleanrl_utils.run import RunArgs, check_env, fail, parse_args, require, require_positive, require_range, start_run
 from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
@@ -253,7 +254,10 @@ def evaluate(model_path: str, eval_episodes: int, epsilon: float = 0.0, **option
     """Episodic returns ``[eval_episodes]`` of a model saved by this script, ε-greedy (greedy at ε = 0).
     ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
-    q_network = evaluation.load(QNetwork(evaluation.envs, evaluation.model["args"]["n_quantiles"]), "q_network")
+    n_quantiles = evaluation.model["args"].get("n_quantiles")
+    if not isinstance(n_quantiles, int) or not 1 <= n_quantiles <= 2**16:  # checked before the network is built
+        raise FileRefused(f"{model_path}: its saved n_quantiles must be in [1, 65536], got {n_quantiles!r}")
+    q_network = evaluation.load(QNetwork(evaluation.envs, n_quantiles), "q_network")
     rng = np.random.default_rng(evaluation.seed)
 
     def policy(obs: np.ndarray) -> np.ndarray:

@@ -271,3 +271,20 @@ def test_qrdqn_solves_cartpole(tmp_path):
     last20 = float(np.mean(returns[-20:]))
     print(f"qrdqn.py: mean return over the last 20 episodes {last20:.1f} ({len(returns)} episodes)")
     assert len(returns) >= 20 and last20 >= 475.0
+
+
+@pytest.mark.parametrize("n_quantiles", [0, 10**7, None])
+def test_evaluation_checks_a_forged_n_quantiles_before_building_the_network(n_quantiles, tmp_path):
+    """A model whose saved n_quantiles is out of range or missing is refused in one line, before
+    any network is built (10**7 quantiles would allocate gigabytes)."""
+    from cleanrl.qrdqn import Args, evaluate
+    from cleanrl_utils.files import FileRefused, write_file
+
+    args = Args(exp_name="qrdqn", n_quantiles=1 if n_quantiles is None else n_quantiles)
+    path = write_file(tmp_path / "qrdqn.cleanrl_model", "model", "qrdqn", args, {})
+    if n_quantiles is None:  # a file edited by hand: the field removed
+        saved = torch.load(path, weights_only=True)
+        del saved["args"]["n_quantiles"]
+        torch.save(saved, path)
+    with pytest.raises(FileRefused, match="its saved n_quantiles must be in"):
+        evaluate(str(path), eval_episodes=1)
