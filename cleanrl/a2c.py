@@ -265,10 +265,11 @@ def check_args(args: Args) -> None:
     require(not args.norm_adv or args.batch_size >= 2, "--norm-adv", f"a rollout of {args.batch_size} is too small")
     batch = f"{args.batch_size} steps (--num-envs {args.num_envs} x --num-steps {args.num_steps})"
     require(args.num_iterations > 0, "--total-timesteps", f"less than one rollout of {batch}")
+    check_env(args, gym.spaces.Discrete, gym.spaces.Box, obs_ndim=1)
+    # after every check: a refused command prints nothing else
     if args.num_iterations * args.batch_size != args.total_timesteps:
         total = args.num_iterations * args.batch_size
         print(f"training {total} steps: --total-timesteps rounded down to whole rollouts of {args.batch_size}")
-    check_env(args, gym.spaces.Discrete, gym.spaces.Box, obs_ndim=1)
 
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, **options) -> np.ndarray:
@@ -319,7 +320,7 @@ if __name__ == "__main__":
     state = {"agent": agent, "optimizer": optimizer, "envs": envs}  # what a checkpoint holds, besides the generators
     global_step, start_iteration = 0, 1
     if run.resumed:  # the checkpoint's networks, optimiser, generators and envs (replayed), in place
-        saved = run.restore(state)
+        saved = run.restore(state, steps_per_iteration=args.batch_size)
         global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, saved["obs"]
     else:
         next_obs, _ = envs.reset(seed=args.seed)

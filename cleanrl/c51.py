@@ -235,7 +235,9 @@ def evaluate(model_path: str, eval_episodes: int, epsilon: float = 0.0, **option
     ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     a = evaluation.model["args"]
-    q_network = evaluation.load(QNetwork(evaluation.envs, a["n_atoms"], a["v_min"], a["v_max"]), "q_network")
+    q_network = evaluation.load(
+        QNetwork(evaluation.envs, evaluation.saved_size("n_atoms", 2, 2**16), a["v_min"], a["v_max"]), "q_network"
+    )
     rng = np.random.default_rng(evaluation.seed)
 
     def policy(obs: np.ndarray) -> np.ndarray:
@@ -287,7 +289,7 @@ if __name__ == "__main__":
         print(f"each checkpoint holds the replay buffer ({rb.nbytes / 2**20:.1f} MiB)")
     global_step, updates_start = 0, args.learning_starts  # updates once global_step > updates_start
     if run.resumed:  # the checkpoint's networks, optimiser, generators, envs (replayed) and buffer, in place
-        saved = run.restore({**state, "replay_buffer": rb})
+        saved = run.restore({**state, "replay_buffer": rb}, steps_per_iteration=args.num_envs)
         global_step, updates_start, obs = saved["global_step"], saved["updates_start"], saved["obs"]
         if "replay_buffer" in saved["missing"]:  # an empty buffer: refill it before updating again
             updates_start = global_step + args.learning_starts

@@ -271,7 +271,9 @@ def evaluate(model_path: str, eval_episodes: int, epsilon: float = 0.05, **optio
     ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     a, num_actions = evaluation.model["args"], int(evaluation.envs.single_action_space.n)
-    q_network = evaluation.load(QNetwork(num_actions, a["n_atoms"], a["v_min"], a["v_max"]), "q_network")
+    q_network = evaluation.load(
+        QNetwork(num_actions, evaluation.saved_size("n_atoms", 2, 2**16), a["v_min"], a["v_max"]), "q_network"
+    )
     rng = np.random.default_rng(evaluation.seed)
 
     def policy(obs: np.ndarray) -> np.ndarray:
@@ -328,7 +330,7 @@ if __name__ == "__main__":
     global_step, updates_start = 0, args.learning_starts  # updates once global_step > updates_start
     fresh_buffer_mid_episode = False  # a resume without the buffer: its first stacks lack older frames
     if run.resumed:  # the checkpoint's networks, optimiser, generators, envs (replayed) and buffer, in place
-        saved = run.restore({**state, "replay_buffer": rb})
+        saved = run.restore({**state, "replay_buffer": rb}, steps_per_iteration=args.num_envs)
         global_step, updates_start, obs = saved["global_step"], saved["updates_start"], saved["obs"]
         if "replay_buffer" in saved["missing"]:  # an empty buffer: refill it before updating again
             updates_start, fresh_buffer_mid_episode = global_step + args.learning_starts, True

@@ -382,6 +382,7 @@ def check_args(args: Args) -> None:
     require_positive(args, "total_timesteps num_envs num_steps num_minibatches update_epochs learning_rate clip_coef")
     require_positive(args, "max_grad_norm")
     require_range(args, num_envs=(1, 2**16), num_steps=(1, 2**20))  # each by its own flag, before their product
+    require_range(args, update_epochs=(1, 10**4))  # a stop signal waits for the update under way
     require_range(args, gamma=(0, 1), gae_lambda=(0, 1))
     require(args.ent_coef >= 0, "--ent-coef", f"must be >= 0, got {args.ent_coef}")
     require(args.vf_coef >= 0, "--vf-coef", f"must be >= 0, got {args.vf_coef}")

@@ -299,6 +299,7 @@ def check_args(args: Args) -> None:
     require_positive(args, "total_timesteps num_envs num_steps num_minibatches update_epochs learning_rate clip_coef")
     require_positive(args, "max_grad_norm")
     require_range(args, num_envs=(1, 2**16), num_steps=(1, 2**20))  # each by its own flag, before their product
+    require_range(args, update_epochs=(1, 10**4))  # a stop signal waits for the update under way
     require_range(args, gamma=(0, 1), gae_lambda=(0, 1))
     require(args.ent_coef >= 0, "--ent-coef", f"must be >= 0, got {args.ent_coef}")
     require(args.vf_coef >= 0, "--vf-coef", f"must be >= 0, got {args.vf_coef}")
@@ -311,14 +312,15 @@ def check_args(args: Args) -> None:
     require(not args.norm_adv or args.minibatch_size >= 2, "--num-minibatches", "too small to normalise advantages")
     rollout = f"{args.batch_size} steps (--num-envs {args.num_envs} x --num-steps {args.num_steps})"
     require(args.num_iterations > 0, "--total-timesteps", f"less than one rollout of {rollout}")
-    if args.num_iterations * args.batch_size != args.total_timesteps:
-        total = args.num_iterations * args.batch_size
-        print(f"training {total} steps: --total-timesteps rounded down to whole rollouts of {args.batch_size}")
     check_env(args, gym.spaces.Discrete, gym.spaces.Box, id_suffix="NoFrameskip-v4")
     with gym.make(args.env_id) as game:  # an ALE game that leaves the frame skipping to make_env
         ids = f"{args.script}.py takes ALE ids such as BreakoutNoFrameskip-v4"
         require(hasattr(game.unwrapped, "ale"), "--env-id", f"{args.env_id} is not an Atari game; {ids}")
         require(game.spec.kwargs.get("frameskip", 1) == 1, "--env-id", f"{args.env_id} skips frames itself; {ids}")
+    # after every check: a refused command prints nothing else
+    if args.num_iterations * args.batch_size != args.total_timesteps:
+        total = args.num_iterations * args.batch_size
+        print(f"training {total} steps: --total-timesteps rounded down to whole rollouts of {args.batch_size}")
 
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
@@ -388,7 +390,7 @@ if __name__ == "__main__":
     )
     global_step, start_iteration = 0, 1
     if run.resumed:  # the checkpoint's networks, optimiser, LSTM state, generators and envs (replayed), in place
-        saved = run.restore(state)
+        saved = run.restore(state, steps_per_iteration=args.batch_size)
         global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, saved["obs"]
     else:
         next_obs, _ = envs.reset(seed=args.seed)

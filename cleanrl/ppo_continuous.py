@@ -399,6 +399,7 @@ def check_args(args: Args) -> None:
     require_positive(args, "total_timesteps num_envs num_steps num_minibatches update_epochs learning_rate clip_coef")
     require_positive(args, "max_grad_norm obs_clip reward_clip")
     require_range(args, num_envs=(1, 2**16), num_steps=(1, 2**20))  # each by its own flag, before their product
+    require_range(args, update_epochs=(1, 10**4))  # a stop signal waits for the update under way
     require_range(args, gamma=(0, 1), gae_lambda=(0, 1))
     require(args.ent_coef >= 0, "--ent-coef", f"must be >= 0, got {args.ent_coef}")
     require(args.vf_coef >= 0, "--vf-coef", f"must be >= 0, got {args.vf_coef}")
@@ -411,11 +412,12 @@ def check_args(args: Args) -> None:
     require(not args.norm_adv or args.minibatch_size >= 2, "--num-minibatches", "too small to normalise advantages")
     rollout = f"{args.batch_size} steps (--num-envs {args.num_envs} x --num-steps {args.num_steps})"
     require(args.num_iterations > 0, "--total-timesteps", f"less than one rollout of {rollout}")
+    _, action_space = check_env(args, gym.spaces.Box, gym.spaces.Box, obs_ndim=1)
+    require(len(action_space.shape) == 1, "--env-id", f"{args.env_id} has actions of shape {action_space.shape}; 1-D only")
+    # after every check: a refused command prints nothing else
     if args.num_iterations * args.batch_size != args.total_timesteps:
         total = args.num_iterations * args.batch_size
         print(f"training {total} steps: --total-timesteps rounded down to whole rollouts of {args.batch_size}")
-    _, action_space = check_env(args, gym.spaces.Box, gym.spaces.Box, obs_ndim=1)
-    require(len(action_space.shape) == 1, "--env-id", f"{args.env_id} has actions of shape {action_space.shape}; 1-D only")
 
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, **options) -> np.ndarray:
@@ -476,7 +478,7 @@ if __name__ == "__main__":
     state = {"agent": agent, "optimizer": optimizer, "normalization": normalization, "envs": raw_envs}
     global_step, start_iteration = 0, 1
     if run.resumed:  # the checkpoint's networks, optimiser, generators, statistics and envs (replayed), in place
-        saved = run.restore(state)
+        saved = run.restore(state, steps_per_iteration=args.batch_size)
         global_step, start_iteration = saved["global_step"], saved["iteration"] + 1
         next_obs = normalization.obs.normalize(saved["obs"])  # the raw observation, as the observation layer returned it
     else:

@@ -177,6 +177,7 @@ def check_args(args: Args) -> None:
     """Fill in the computed fields; stop with one line naming the flag on bad input."""
     require_positive(args, "total_timesteps num_envs num_steps num_minibatches update_epochs learning_rate max_grad_norm")
     require_range(args, num_envs=(1, 2**16), num_steps=(1, 2**20))  # each by its own flag, before their product
+    require_range(args, update_epochs=(1, 10**4))  # a stop signal waits for the update under way
     require_range(args, gamma=(0, 1), q_lambda=(0, 1), start_e=(0, 1), end_e=(0, 1))
     require(args.start_e >= args.end_e, "--end-e", f"{args.end_e} is above --start-e {args.start_e}")
     require(
@@ -189,10 +190,11 @@ def check_args(args: Args) -> None:
     require(args.batch_size % args.num_minibatches == 0, "--num-minibatches", f"does not divide {batch}")
     rollout = f"{args.batch_size} steps (--num-envs {args.num_envs} x --num-steps {args.num_steps})"
     require(args.num_iterations > 0, "--total-timesteps", f"less than one rollout of {rollout}")
+    check_env(args, gym.spaces.Discrete, gym.spaces.Box, obs_ndim=1)
+    # after every check: a refused command prints nothing else
     if args.num_iterations * args.batch_size != args.total_timesteps:
         total = args.num_iterations * args.batch_size
         print(f"training {total} steps: --total-timesteps rounded down to whole rollouts of {args.batch_size}")
-    check_env(args, gym.spaces.Discrete, gym.spaces.Box, obs_ndim=1)
 
 
 def evaluate(model_path: str, eval_episodes: int, epsilon: float = 0.0, **options) -> np.ndarray:
@@ -243,7 +245,7 @@ if __name__ == "__main__":
     state = {"q_network": q_network, "optimizer": optimizer, "rng": rng, "envs": envs}  # besides the global generators
     global_step, start_iteration = 0, 1
     if run.resumed:  # the checkpoint's network, optimiser, generators and envs (replayed), in place
-        saved = run.restore(state)
+        saved = run.restore(state, steps_per_iteration=args.batch_size)
         global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, saved["obs"]
     else:
         next_obs, _ = envs.reset(seed=args.seed)

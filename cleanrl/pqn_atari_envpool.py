@@ -179,7 +179,7 @@ class QNetwork(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Q(x, ·): frames uint8 ``[B, 4, 84, 84]`` -> ``[B, num_actions]``."""
-        return self.network(x.float() / 255.0)
+        return self.network(x.to(dtype=torch.float32, memory_format=torch.channels_last) / 255.0)
 
 
 def linear_schedule(start: float, end: float, duration: float, t: int) -> float:
@@ -233,6 +233,7 @@ def check_args(args: Args) -> None:
     require(args.env_mode == "sync", "--env-mode", "EnvPool already steps the envs in parallel C++ threads: set --num-threads")
     require_positive(args, "total_timesteps num_envs num_steps num_minibatches update_epochs learning_rate max_grad_norm")
     require_range(args, num_envs=(1, 2**16), num_steps=(1, 2**20))  # each by its own flag, before their product
+    require_range(args, update_epochs=(1, 10**4))  # a stop signal waits for the update under way
     require_range(args, gamma=(0, 1), q_lambda=(0, 1), start_e=(0, 1), end_e=(0, 1))
     require(args.start_e >= args.end_e, "--end-e", f"{args.end_e} is above --start-e {args.start_e}")
     fraction = args.exploration_fraction
@@ -247,10 +248,11 @@ def check_args(args: Args) -> None:
     rollout = f"{args.batch_size} steps (--num-envs {args.num_envs} x --num-steps {args.num_steps})"
     require(args.batch_size % args.num_minibatches == 0, "--num-minibatches", f"does not divide the rollout of {rollout}")
     require(args.num_iterations > 0, "--total-timesteps", f"less than one rollout of {rollout}")
+    check_envpool_atari(args, envpool)
+    # after every check: a refused command prints nothing else
     if args.num_iterations * args.batch_size != args.total_timesteps:
         total = args.num_iterations * args.batch_size
         print(f"training {total} steps: --total-timesteps rounded down to whole rollouts of {args.batch_size}")
-    check_envpool_atari(args, envpool)
 
 
 def evaluate(model_path: str, eval_episodes: int, epsilon: float = 0.05, **options) -> np.ndarray:
@@ -258,7 +260,7 @@ def evaluate(model_path: str, eval_episodes: int, epsilon: float = 0.05, **optio
     in EnvPool: whole games, unclipped rewards. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, None, make_envs=make_envs, **options)
     num_actions = int(evaluation.envs.single_action_space.n)
-    q_network = evaluation.load(QNetwork(num_actions), "q_network")
+    q_network = evaluation.load(QNetwork(num_actions).to(memory_format=torch.channels_last), "q_network")
     generator = torch.Generator(evaluation.device).manual_seed(evaluation.seed)
 
     def policy(obs: np.ndarray) -> torch.Tensor:
@@ -288,7 +290,7 @@ if __name__ == "__main__":
         args.env_id, seed, args.capture_video, run.video_dir, num_envs=args.num_envs, num_threads=args.num_threads
     )
     obs_shape, num_actions = envs.single_observation_space.shape, int(envs.single_action_space.n)  # (4, 84, 84)
-    q_network = QNetwork(num_actions).to(device)
+    q_network = QNetwork(num_actions).to(device, memory_format=torch.channels_last)  # NHWC: faster convolutions on CPU
     optimizer = optim.RAdam(q_network.parameters(), lr=args.learning_rate)
 
     # Rollout storage [num_steps, num_envs]
@@ -302,7 +304,7 @@ if __name__ == "__main__":
     state = {"q_network": q_network, "optimizer": optimizer}  # what a checkpoint holds, besides the generators: not the envs
     global_step, start_iteration = 0, 1
     if run.resumed:  # the checkpoint's network, optimiser and generators, in place; the envs are new
-        saved = run.restore(state)
+        saved = run.restore(state, steps_per_iteration=args.batch_size)
         global_step, start_iteration = saved["global_step"], saved["iteration"] + 1
     next_obs, _ = envs.reset()
     next_done = torch.zeros(N, dtype=torch.bool, device=device)  # the last step's dones: the next step is a reset step

@@ -205,7 +205,8 @@ class QNetwork(nn.Module):
             ``(Q-values [T, B, num_actions], state after step T-1)``.
         """
         T, B = obs.shape[:2]
-        x = self.network(obs.reshape((T * B,) + obs.shape[2:]).float() / 255.0).reshape(T, B, -1)
+        frames = obs.reshape((T * B,) + obs.shape[2:]).to(dtype=torch.float32, memory_format=torch.channels_last)
+        x = self.network(frames / 255.0).reshape(T, B, -1)
         h, c = state[0][None], state[1][None]  # nn.LSTM's [num_layers = 1, B, 128]
         # One nn.LSTM call per segment between the steps where an episode starts in any sequence
         cuts = [0] + [t for t in starts.any(dim=1).nonzero().flatten().tolist() if t > 0] + [T]
@@ -268,6 +269,7 @@ def check_args(args: Args) -> None:
     require(args.env_mode == "sync", "--env-mode", "EnvPool already steps the envs in parallel C++ threads: set --num-threads")
     require_positive(args, "total_timesteps num_envs num_steps num_minibatches update_epochs learning_rate max_grad_norm")
     require_range(args, num_envs=(1, 2**16), num_steps=(1, 2**20))  # each by its own flag, before their product
+    require_range(args, update_epochs=(1, 10**4))  # a stop signal waits for the update under way
     require_range(args, gamma=(0, 1), q_lambda=(0, 1), start_e=(0, 1), end_e=(0, 1))
     require(args.start_e >= args.end_e, "--end-e", f"{args.end_e} is above --start-e {args.start_e}")
     fraction = args.exploration_fraction
@@ -283,10 +285,11 @@ def check_args(args: Args) -> None:
     sequences = f"does not divide --num-envs {args.num_envs}: a minibatch is made of whole environment sequences"
     require(args.num_envs % args.num_minibatches == 0, "--num-minibatches", sequences)
     require(args.num_iterations > 0, "--total-timesteps", f"less than one rollout of {rollout}")
+    check_envpool_atari(args, envpool)
+    # after every check: a refused command prints nothing else
     if args.num_iterations * args.batch_size != args.total_timesteps:
         total = args.num_iterations * args.batch_size
         print(f"training {total} steps: --total-timesteps rounded down to whole rollouts of {args.batch_size}")
-    check_envpool_atari(args, envpool)
 
 
 def evaluate(model_path: str, eval_episodes: int, epsilon: float = 0.05, **options) -> np.ndarray:
@@ -298,7 +301,7 @@ def evaluate(model_path: str, eval_episodes: int, epsilon: float = 0.05, **optio
     """
     evaluation = Evaluation(__file__, model_path, eval_episodes, None, make_envs=make_envs, **options)
     num_actions, device = int(evaluation.envs.single_action_space.n), evaluation.device
-    q_network = evaluation.load(QNetwork(num_actions), "q_network")
+    q_network = evaluation.load(QNetwork(num_actions).to(memory_format=torch.channels_last), "q_network")
     generator = torch.Generator(device).manual_seed(evaluation.seed)
     lstm_state, start, after_done = q_network.initial_state(1, device), torch.ones(1, 1, device=device), torch.zeros(1, 1)
 
@@ -335,7 +338,7 @@ if __name__ == "__main__":
         args.env_id, seed, args.capture_video, run.video_dir, num_envs=args.num_envs, num_threads=args.num_threads
     )
     obs_shape, num_actions = envs.single_observation_space.shape, int(envs.single_action_space.n)  # (1, 84, 84)
-    q_network = QNetwork(num_actions).to(device)
+    q_network = QNetwork(num_actions).to(device, memory_format=torch.channels_last)  # NHWC: faster convolutions on CPU
     optimizer = optim.RAdam(q_network.parameters(), lr=args.learning_rate)
 
     # Rollout storage [num_steps, num_envs]
@@ -350,7 +353,7 @@ if __name__ == "__main__":
     state = {"q_network": q_network, "optimizer": optimizer}  # what a checkpoint holds, besides the generators: not the envs
     global_step, start_iteration = 0, 1
     if run.resumed:  # the checkpoint's network, optimiser and generators, in place; the envs and LSTM state are new
-        saved = run.restore(state)
+        saved = run.restore(state, steps_per_iteration=args.batch_size)
         global_step, start_iteration = saved["global_step"], saved["iteration"] + 1
     next_obs, _ = envs.reset()
     next_done = torch.zeros(N, dtype=torch.bool, device=device)  # the last step's dones: the next step is a reset step

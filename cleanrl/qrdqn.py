@@ -47,7 +47,6 @@ import torch.optim as optim
 from cleanrl_utils.buffers import ReplayBuffer
 from cleanrl_utils.evals import Evaluation
 from cleanrl_utils.faults import check_finite
-from cleanrl_utils.files import FileRefused
 from cleanrl_utils.run import RunArgs, check_env, fail, parse_args, require, require_positive, require_range, start_run
 from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
@@ -254,9 +253,7 @@ def evaluate(model_path: str, eval_episodes: int, epsilon: float = 0.0, **option
     """Episodic returns ``[eval_episodes]`` of a model saved by this script, ε-greedy (greedy at ε = 0).
     ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
-    n_quantiles = evaluation.model["args"].get("n_quantiles")
-    if not isinstance(n_quantiles, int) or not 1 <= n_quantiles <= 2**16:  # checked before the network is built
-        raise FileRefused(f"{model_path}: its saved n_quantiles must be in [1, 65536], got {n_quantiles!r}")
+    n_quantiles = evaluation.saved_size("n_quantiles", 1, 2**16)  # checked before the network is built
     q_network = evaluation.load(QNetwork(evaluation.envs, n_quantiles), "q_network")
     rng = np.random.default_rng(evaluation.seed)
 
@@ -310,7 +307,7 @@ if __name__ == "__main__":
         print(f"each checkpoint holds the replay buffer ({rb.nbytes / 2**20:.1f} MiB)")
     global_step, updates_start = 0, args.learning_starts  # updates once global_step > updates_start
     if run.resumed:  # the checkpoint's networks, optimiser, generators, envs (replayed) and buffer, in place
-        saved = run.restore({**state, "replay_buffer": rb})
+        saved = run.restore({**state, "replay_buffer": rb}, steps_per_iteration=args.num_envs)
         global_step, updates_start, obs = saved["global_step"], saved["updates_start"], saved["obs"]
         if "replay_buffer" in saved["missing"]:  # an empty buffer: refill it before updating again
             updates_start = global_step + args.learning_starts

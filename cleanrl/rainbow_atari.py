@@ -424,7 +424,9 @@ def evaluate(model_path: str, eval_episodes: int, epsilon: float = 0.001, **opti
     loop forever. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     a, num_actions = evaluation.model["args"], int(evaluation.envs.single_action_space.n)
-    network = RainbowNetwork(num_actions, a["n_atoms"], a["v_min"], a["v_max"], a["noisy_sigma0"])
+    network = RainbowNetwork(
+        num_actions, evaluation.saved_size("n_atoms", 2, 2**16), a["v_min"], a["v_max"], a["noisy_sigma0"]
+    )
     q_network = evaluation.load(network, "q_network")  # in eval mode: the mean weights
     rng = np.random.default_rng(evaluation.seed)
 
@@ -485,7 +487,7 @@ if __name__ == "__main__":
     global_step, updates_start = 0, args.learning_starts  # random actions, no updates, up to updates_start
     fresh_buffer_mid_episode = False  # a resume without the buffer: its first stacks lack older frames
     if run.resumed:  # the checkpoint's networks and noise, optimiser, generators, envs (replayed) and buffer, in place
-        saved = run.restore({**state, "replay_buffer": rb})
+        saved = run.restore({**state, "replay_buffer": rb}, steps_per_iteration=args.num_envs)
         global_step, updates_start, obs = saved["global_step"], saved["updates_start"], saved["obs"]
         if "replay_buffer" in saved["missing"]:  # an empty buffer: refill it before updating again
             updates_start, fresh_buffer_mid_episode = global_step + args.learning_starts, True

@@ -230,6 +230,11 @@ class _Storage:
         """Hook: raise ValueError where loaded values break what :meth:`add` keeps true."""
 
 
+def _leaves(value: Any) -> list[np.ndarray]:
+    """The arrays of an array, namedarraytuple or tuple of them (nested)."""
+    return [value] if isinstance(value, np.ndarray) else [leaf for item in value for leaf in _leaves(item)]
+
+
 def _to_tensors(value: Any, copy: bool) -> Any:
     """An array (or namedarraytuple / tuple of arrays, nested) as tensors in dicts and lists,
     sharing its memory or (``copy``) copied."""
@@ -485,6 +490,15 @@ class ReplayBuffer(_Storage):
             bad.append(f"counts {int(self.counts[0])} while {int(self.valid.sum())} rows are valid")
         if not np.isfinite(self.rewards).all():
             bad.append("a non-finite reward")
+        if any(np.issubdtype(leaf.dtype, np.floating) and not np.isfinite(leaf).all() for leaf in _leaves(self.observations)):
+            bad.append("a non-finite observation")
+        if not bad:  # positions in range: the rows that cannot be sampled yet are known
+            for e in range(self.num_envs):  # the current episode's last n rows (their windows are not complete)
+                pos, length = int(self.pos[e]), min(self.n_step, int(self.episode_rows[e]))  # and, stacking frames,
+                rows = [(pos - 1 - j) % cap for j in range(length)] + [(pos + j) % cap for j in range(self.frame_stack - 1)]
+                if self.valid[rows, e].any():  # the k - 1 oldest rows, whose stacks would reach into new data
+                    bad.append(f"a sampleable row in env {e} whose n-step window or frame stack is not complete")
+                    break
         space = self.action_space
         if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):
             high = space.start + (space.n if isinstance(space, gym.spaces.Discrete) else space.nvec) - 1

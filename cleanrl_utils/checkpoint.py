@@ -115,7 +115,7 @@ def restore(state: dict[str, Any], saved: dict[str, Any]) -> tuple[Any, list[str
         cleanrl_utils.files.FileRefused: (one line) a network's weights do not fit this script's network.
         ValueError: the saved envs or buffer do not fit (another number of envs, another capacity).
     """
-    from cleanrl_utils.files import check_module
+    from cleanrl_utils.files import check_module, check_optimizer
 
     obs, missing = None, []
     for name, value in state.items():
@@ -132,6 +132,8 @@ def restore(state: dict[str, Any], saved: dict[str, Any]) -> tuple[Any, list[str
                 value.copy_(saved[name])
         elif isinstance(value, torch.nn.Module):
             check_module(value, name, saved)
+        elif isinstance(value, torch.optim.Optimizer):
+            check_optimizer(value, name, saved)
         else:
             value.load_state_dict(saved[name])
     return obs, missing

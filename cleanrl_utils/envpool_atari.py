@@ -79,10 +79,15 @@ def check_envpool_atari(args: Any, envpool: Any) -> None:
     when not installed); ``BreakoutNoFrameskip-v4`` and ``ALE/Breakout-v5`` get ``did you mean Breakout-v5?``."""
     require(envpool is not None, "--env-id", "EnvPool is not installed: pip install -e '.[envpool]'")
     known = envpool.list_all_envs()
+
+    def atari(env_id: str) -> bool:
+        return type(envpool.make_spec(env_id)).__name__ == "AtariEnvSpec"
+
     if args.env_id not in known:
         game = args.env_id.removeprefix("ALE/").split("NoFrameskip")[0].split("-v")[0]
-        close = [f"{game}-v5"] if f"{game}-v5" in known else difflib.get_close_matches(args.env_id, known, n=3)
+        close = [f"{game}-v5"] if f"{game}-v5" in known else difflib.get_close_matches(args.env_id, known, n=10)
+        close = [env_id for env_id in close if atari(env_id)][:3]  # Atari ids only (not Hopper-v5 for Hoper-v5)
         suggestion = f"; did you mean {', '.join(close)}?" if close else ""
-        fail("--env-id", f"unknown EnvPool environment {args.env_id!r}{suggestion}")
-    atari = type(envpool.make_spec(args.env_id)).__name__ == "AtariEnvSpec"
-    require(atari, "--env-id", f"{args.env_id} is not an Atari game; {args.script}.py takes Atari ids such as Breakout-v5")
+        fail("--env-id", f"unknown EnvPool Atari game {args.env_id!r}{suggestion}")
+    ids = f"{args.script}.py takes Atari ids such as Breakout-v5"
+    require(atari(args.env_id), "--env-id", f"{args.env_id} is not an Atari game; {ids}")

@@ -155,6 +155,18 @@ class Evaluation:
             check_run_args(args_class(**known))
         return {**saved, **values}
 
+    def saved_size(self, name: str, low: int, high: int) -> int:
+        """The model's saved argument ``name``, an integer in ``[low, high]`` (a size a network is built with,
+        checked before it is built: a forged 10**7 quantiles or atoms would allocate gigabytes first).
+
+        Raises:
+            FileRefused: (one line) it is missing, not an integer, or out of range.
+        """
+        value = self.model["args"].get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+            raise FileRefused(f"{self.model['path']}: its saved {name} must be in [{low}, {high}], got {value!r}")
+        return value
+
     def load(self, module: torch.nn.Module, name: str) -> torch.nn.Module:
         """``module`` with the file's weights ``name`` (checked to be this network's), on the device, in eval mode."""
         check_module(module, name, self.model)

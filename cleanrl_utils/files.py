@@ -22,6 +22,7 @@ checkpoint files, ``{run_dir}/checkpoints/step_{global_step}.pt``, are made and 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import zipfile
@@ -159,6 +160,41 @@ def _check_types(path: Path, content: dict, types: dict[str, type], required: bo
         value = content.get(key)
         if (required or value is not None) and (not isinstance(value, kind_of) or isinstance(value, bool)):
             raise FileRefused(f"{path} is damaged or forged: its {key!r} is not of type {kind_of.__name__}")
+
+
+def check_optimizer(optimizer: torch.optim.Optimizer, name: str, content: dict) -> None:
+    """Load ``content[name]`` (an optimiser's state dict) into ``optimizer``, refusing values no training writes.
+
+    Every tensor of its per-parameter state (Adam's moments, its step) must be finite and
+    either a scalar or of its parameter's shape; every number in its parameter groups (the
+    learning rate, betas, ε) finite. torch's own load checks only the groups' sizes.
+
+    Raises:
+        FileRefused: (one line) naming the entry.
+    """
+    path, state = content.get("path", "the file"), content[name]
+    try:
+        groups, per_param = state["param_groups"], state["state"]
+        ids = [index for group in groups for index in group["params"]]
+        shapes = dict(zip(ids, [p.shape for group in optimizer.param_groups for p in group["params"]]))
+        for group in groups:
+            for key, value in group.items():
+                numbers = value if isinstance(value, (tuple, list)) and key != "params" else [value]
+                if key != "params" and any(isinstance(v, float) and not math.isfinite(v) for v in numbers):
+                    raise FileRefused(f"{path}: its {name}'s {key} is {value}")
+        for index, entries in per_param.items():
+            for key, tensor in entries.items():
+                if not isinstance(tensor, torch.Tensor):
+                    continue
+                if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                    raise FileRefused(f"{path}: its {name}'s {key} of parameter {index} holds non-finite values")
+                if tensor.dim() > 0 and tensor.shape != shapes.get(index):
+                    raise FileRefused(f"{path}: its {name}'s {key} of parameter {index} is {tuple(tensor.shape)}")
+        optimizer.load_state_dict(state)
+    except FileRefused:
+        raise
+    except (KeyError, TypeError, AttributeError, ValueError) as error:
+        raise FileRefused(f"{path}: its {name} does not fit this script's optimiser ({type(error).__name__}: {error})")
 
 
 def check_module(module: torch.nn.Module, name: str, content: dict) -> None:

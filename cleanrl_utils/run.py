@@ -434,18 +434,18 @@ def start_run(args: Any, resumed: dict | None = None, runs_dir: str | os.PathLik
             save_code=True,
             **({"id": wandb_id, "resume": "allow"} if wandb_id else {}),
         )
+    suffix = f".{secrets.token_hex(4)}"
     with _set_up_in(directory, flag, created):
         writer = SummaryWriter(  # the events file's name ends in a random suffix: no link can be planted at it
-            str(directory),
-            purge_step=resumed["global_step"] + 1 if resumed is not None else None,
-            filename_suffix=f".{secrets.token_hex(4)}",
+            str(directory), purge_step=resumed["global_step"] + 1 if resumed is not None else None, filename_suffix=suffix
         )
         table = "\n".join(f"|{key}|{value}|" for key, value in config.items())
         writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
         writer.flush()  # the first write reaches the disk now, or fails here
-    print(f"run directory: {directory}" + (f" (resumed at step {resumed['global_step']})" if resumed else ""), flush=True)
     run = Run(args, directory, writer, _seed_and_device(args), resumed)
-    run.lock = lock  # held while this process lives
+    run.lock, run.events_suffix = lock, suffix  # the lock is held while this process lives
+    if resumed is None:  # a resumed run says so once its checkpoint is restored (Run.restore)
+        print(f"run directory: {directory}", flush=True)
     one_line_faults(args.script, lambda: run.last_checkpoint, run.writer.close)  # a Fault: one line, not a traceback
     return _stop_on_hangup(run)
 
@@ -627,7 +627,7 @@ class Run:
             return f"the same torchrun command, with the script's flags {flags}"
         return f"python {sys.argv[0]} {flags}"
 
-    def restore(self, state: dict[str, Any]) -> dict[str, Any]:
+    def restore(self, state: dict[str, Any], steps_per_iteration: int | None = None) -> dict[str, Any]:
         """Load the random generators and then the resumed checkpoint into ``state``'s objects, in place
         (an object may then set generators of its own: :class:`cleanrl_utils.checkpoint.PerRank`).
 
@@ -636,10 +636,34 @@ class Run:
             ``"obs"``: the observation the restored envs act on next, and ``"missing"``: the
             names of the entries of ``state`` the checkpoint does not hold (left as they are).
 
+        Args:
+            state: the script's checkpoint state (networks, optimisers, generators, envs, buffer).
+            steps_per_iteration: the steps of one iteration of the script's loop (``num_envs``,
+                or a rollout's ``batch_size``): given, the saved ``global_step`` must be a multiple
+                of it and a saved ``iteration`` counter its quotient.
+
         Raises:
             SystemExit: (status 2, one line naming ``--resume``) the checkpoint does not fit
-                this script's state (another network, another number of envs).
+                this script's state (another network, another number of envs), or its counters
+                disagree. The events file this process opened is removed first.
         """
+        try:
+            counters = self._restore(state, steps_per_iteration)
+        except SystemExit:  # refused: the events file this process opened goes, so that its purge step
+            self._discard_events()  # hides none of the interrupted process's events after the checkpoint
+            raise
+        if self.records:
+            print(f"run directory: {self.directory} (resumed at step {counters['global_step']})", flush=True)
+        return counters
+
+    def _discard_events(self) -> None:
+        self.writer.close()
+        suffix = getattr(self, "events_suffix", None)
+        if self.records and suffix:
+            for events in self.directory.glob(f"events.out.tfevents.*{suffix}"):
+                events.unlink(missing_ok=True)
+
+    def _restore(self, state: dict[str, Any], steps_per_iteration: int | None) -> dict[str, Any]:
         saved = self.resumed
         try:
             checkpoints.set_rng_state(saved["rng"])
@@ -651,7 +675,8 @@ class Run:
             reason = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
             fail("--resume", f"{saved['path']} does not fit this run ({reason})")
         counters = _Counters(saved["path"], {"global_step": saved["global_step"], **saved.get("counters", {})})
-        counters.check(self.args.total_timesteps)
+        counters.on_refuse = self._discard_events  # a counter the script reads later and finds missing
+        counters.check(self.args.total_timesteps, steps_per_iteration)
         counters.update(obs=obs, missing=missing)
         return counters
 
@@ -794,17 +819,20 @@ class _Counters(dict):
 
     def __init__(self, path: str, counters: dict) -> None:
         super().__init__(counters)
-        self.path = path
+        self.path, self.on_refuse = path, lambda: None
 
     def _refuse(self, what: str) -> NoReturn:
+        self.on_refuse()
         fail("--resume", f"{self.path} is damaged or forged: {what}")
 
     def __missing__(self, key: str) -> Any:
         self._refuse(f"it has no {key!r} counter")
 
-    def check(self, total_timesteps: int) -> None:
+    def check(self, total_timesteps: int, steps_per_iteration: int | None = None) -> None:
         """Refuse counters that are not numbers, tensors or tuples of them, a ``global_step`` outside
-        ``[0, total_timesteps]``, a negative integer, and an ``iteration`` beyond ``global_step``."""
+        ``[0, total_timesteps]``, a negative integer, an ``iteration`` beyond ``global_step``, and
+        (``steps_per_iteration`` given) a ``global_step`` not a multiple of it or an ``iteration``
+        other than their quotient."""
         step = self["global_step"]
         for key, value in self.items():
             values = value if isinstance(value, (tuple, list)) else (value,)
@@ -817,6 +845,11 @@ class _Counters(dict):
         iteration = self.get("iteration", 0)
         if not isinstance(iteration, int) or iteration > step:
             self._refuse(f"its iteration {iteration} is beyond its step {step}")
+        if steps_per_iteration is not None:
+            if step % steps_per_iteration:
+                self._refuse(f"its global_step {step} is not a multiple of the {steps_per_iteration} steps of an iteration")
+            if "iteration" in self and iteration * steps_per_iteration != step:
+                self._refuse(f"its iteration {iteration} does not make its global_step {step} ({steps_per_iteration} each)")
 
 
 def _ended_episodes(infos: dict) -> list[tuple[list[float], list[int]]]:
@@ -898,10 +931,15 @@ class Progress:
         return float(np.mean(self.returns)) if self.returns else float("nan")
 
     def sps(self, global_step: int) -> int:
-        """Steps per second from the first update (the loop's first env step) to now."""
+        """Steps per second from the first update (the loop's first env step) to now. Asked at the step the
+        run has reached (a script logging its SPS after an update), it also moves the final line's clock to now,
+        so that the line :meth:`close` prints counts the last update."""
         if self.start is None:
             return 0
-        return int((global_step - self.start_step) / max(time.perf_counter() - self.start, 1e-9))
+        now = time.perf_counter()
+        if global_step == self.step:
+            self.last_update = now
+        return int((global_step - self.start_step) / max(now - self.start, 1e-9))
 
     def update(self, global_step: int) -> None:
         """Report that the run has reached ``global_step``; prints at most every interval."""

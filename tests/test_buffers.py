@@ -566,6 +566,14 @@ def test_state_dict_round_trip_continues_sampling_exactly(prioritized, tmp_path)
         cls(13, 2, space, gym.spaces.Discrete(3), n_step=2).load_state_dict(original.state_dict())
 
 
+def sample_the_newest_row(arrays: dict) -> None:
+    """Mark the newest row of env 0 sampleable (its episode goes on: its n-step window is not complete)."""
+    newest = (int(arrays["pos"][0]) - 1) % arrays["valid"].shape[0]
+    assert arrays["episode_rows"][0] > 0 and not arrays["valid"][newest, 0]
+    arrays["valid"][newest, 0] = True
+    arrays["counts"] += 1
+
+
 @pytest.mark.parametrize(
     "forge, message",
     [
@@ -576,6 +584,8 @@ def test_state_dict_round_trip_continues_sampling_exactly(prioritized, tmp_path)
         (lambda a: a["counts"].add_(1), "rows are valid"),
         (lambda a: a["tree_storage"].__setitem__(-1, -1.0), "negative or non-finite priority"),
         (lambda a: a["valid"].zero_().__setitem__((0, 0), True) or a["counts"].fill_(1), "cannot be sampled"),
+        (lambda a: a["observations"].__setitem__((3, 1), float("nan")), "a non-finite observation"),
+        (sample_the_newest_row, "a sampleable row in env 0 whose n-step window or frame stack is not complete"),
     ],
 )
 def test_forged_buffer_values_are_refused_on_load(forge, message):

@@ -396,7 +396,7 @@ def test_resume_without_the_buffer_refills_it_then_updates_on(tmp_path):
     "script,steps",
     [
         pytest.param("sac_continuous.py", 12000, marks=pytest.mark.long),
-        ("td3_continuous.py", 12000),
+        pytest.param("td3_continuous.py", 12000, marks=pytest.mark.long),
         ("ddpg_continuous.py", 12000),
     ],
 )

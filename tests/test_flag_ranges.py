@@ -9,7 +9,7 @@ product of them (the rollout, the replay per env) was refused first under a deri
 
 import pytest
 
-from tests.conftest import assert_stops_with_one_line
+from tests.conftest import assert_stops_with_one_line, run_script
 
 HUGE = str(10**20)
 """``1e20`` as tyro reads an int flag: written out (the literal ``1e20`` is not an int; see the last test)"""
@@ -27,6 +27,9 @@ CASES = [
     ("ppo.py", ["--num-envs", HUGE], "--num-envs", f"must be in [1, 65536], got {HUGE}"),
     ("ppo.py", ["--num-steps", INT64ISH], "--num-steps", f"must be in [1, 1048576], got {INT64ISH}"),
     ("ppo.py", ["--total-timesteps", "100"], "--total-timesteps", "512 steps (--num-envs 4 x --num-steps 128)"),
+    ("ppo.py", ["--update-epochs", HUGE], "--update-epochs", f"must be in [1, 10000], got {HUGE}"),
+    ("pqn.py", ["--update-epochs", "10001"], "--update-epochs", "must be in [1, 10000], got 10001"),
+    ("ppo_continuous.py", ["--update-epochs", "10001"], "--update-epochs", "must be in [1, 10000]"),
     ("ppo_atari.py", ["--vf-coef", "-1"], "--vf-coef", "must be >= 0"),
     ("ppo_atari.py", ["--num-envs", HUGE], "--num-envs", "must be in [1, 65536]"),
     ("ppo_atari_envpool.py", ["--ent-coef", "-1"], "--ent-coef", "must be >= 0"),
@@ -83,3 +86,20 @@ def test_out_of_range_flag_is_refused_by_its_own_name(script, flags, flag, messa
 def test_a_float_literal_for_an_int_flag_is_refused_by_its_name(tmp_path):
     """``--num-envs 1e20`` never reaches check_args: tyro reads ints with int(), and refuses it under --num-envs."""
     assert_stops_with_one_line("dqn.py", ["--num-envs", "1e20"], "--num-envs", "invalid literal for int()", tmp_path)
+
+
+@pytest.mark.parametrize("script", ["ppo.py", "pqn.py"])
+def test_a_refused_command_prints_no_rounding_notice_first(script, tmp_path):
+    """--total-timesteps that is not a whole number of rollouts is rounded down with a notice, printed after every
+    check: a command refused for another flag says one line and nothing else."""
+    result = run_script(script, "--total-timesteps", "1000", "--env-id", "NoSuchEnv-v0", cwd=tmp_path, check=False)
+    assert result.returncode == 2 and "--env-id" in result.stderr and result.stdout == "", result.stdout
+
+
+def test_envpool_suggests_atari_games_only(tmp_path):
+    """A mistyped id gets the EnvPool Atari ids close to it, not its MuJoCo or other ids."""
+    pytest.importorskip("envpool")
+    result = run_script("pqn_atari_envpool.py", "--env-id", "Hoper-v5", cwd=tmp_path, check=False)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and "unknown EnvPool Atari game 'Hoper-v5'" in lines[0], lines
+    assert "Hopper" not in lines[0]

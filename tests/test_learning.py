@@ -14,7 +14,9 @@ THRESHOLD = 475.0
 
 
 @pytest.mark.learning
-@pytest.mark.parametrize("script", ["ppo.py", "dqn.py", pytest.param("c51.py", marks=pytest.mark.long)])
+@pytest.mark.parametrize(
+    "script", ["ppo.py", pytest.param("dqn.py", marks=pytest.mark.long), pytest.param("c51.py", marks=pytest.mark.long)]
+)
 def test_solves_cartpole(script, tmp_path):
     run_script(script, "--env-id", "CartPole-v1", "--seed", "1", "--total-timesteps", "500000", cwd=tmp_path, timeout=1500)
     returns = episodic_returns(run_dir(tmp_path))

@@ -588,7 +588,7 @@ BAD_INPUT = [
     ("ppo_atari.py", ["--num-minibatches", "3"], "--num-minibatches", "does not divide the batch of 1024"),
     ("ppo_atari_envpool.py", ["--env-id", "CartPole-v1"], "--env-id", "is not an Atari game"),
     ("ppo_atari_envpool.py", ["--env-id", "BreakoutNoFrameskip-v4"], "--env-id", "did you mean Breakout-v5?"),
-    ("ppo_atari_envpool.py", ["--env-id", "NoSuchGame-v5"], "--env-id", "unknown EnvPool environment"),
+    ("ppo_atari_envpool.py", ["--env-id", "NoSuchGame-v5"], "--env-id", "unknown EnvPool Atari game"),
     ("ppo_atari_envpool.py", ["--num-minibatches", "3"], "--num-minibatches", "does not divide the batch of 1024"),
     ("ppo_atari_envpool.py", ["--env-mode", "async"], "--env-mode", "EnvPool already steps the envs"),
     ("ppo_atari_envpool.py", ["--num-threads", "0"], "--num-threads", "must be positive"),

@@ -480,6 +480,7 @@ def last20(script, tmp_path):
 
 
 @pytest.mark.learning
+@pytest.mark.long
 def test_ppo_lstm_balances_masked_cartpole(tmp_path):
     """With the velocities hidden, the LSTM policy balances the pole: its memory stands in for them.
 
@@ -494,6 +495,7 @@ def test_ppo_lstm_balances_masked_cartpole(tmp_path):
 
 
 @pytest.mark.learning
+@pytest.mark.long
 def test_ppo_without_memory_does_not_balance_masked_cartpole(tmp_path):
     """The contrast: ppo.py (a memoryless MLP policy) with the same steps on the same task stays far below 400.
 

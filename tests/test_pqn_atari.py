@@ -222,7 +222,7 @@ def test_resume_after_sigterm_continues_the_run_with_new_envs(script, monkeypatc
 BAD_INPUT = [
     (["--env-id", "CartPole-v1"], "--env-id", "CartPole-v1 is not an Atari game"),
     (["--env-id", "BreakoutNoFrameskip-v4"], "--env-id", "did you mean Breakout-v5?"),
-    (["--env-id", "NoSuchGame-v5"], "--env-id", "unknown EnvPool environment"),
+    (["--env-id", "NoSuchGame-v5"], "--env-id", "unknown EnvPool Atari game"),
     (["--env-mode", "async"], "--env-mode", "EnvPool already steps the envs"),
     (["--num-threads", "0"], "--num-threads", "must be in [1, 1024]"),
     (["--q-lambda", "1.5"], "--q-lambda", "must be in [0, 1]"),

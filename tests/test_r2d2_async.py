@@ -372,6 +372,7 @@ def test_sigterm_writes_a_checkpoint_and_resume_continues(tmp_path):
 
 
 @pytest.mark.learning
+@pytest.mark.long
 def test_learns_masked_cartpole(tmp_path):
     """On CartPole without velocities the greedy policy reaches a mean return >= 400: the best of
     the evaluations (10 greedy episodes of the learner's current network every 8k env steps, and

@@ -261,6 +261,20 @@ FORGED_CONTENTS = {
     "a network record that is not text": (lambda c: c["modules"].update(agent=5), "record of agent is not text"),
     "a float64 weight beyond float32": (big_weight, "is torch.float64, this script's torch.float32"),
     "an infinite weight": (lambda c: networks(c)["agent"]["actor.4.weight"].fill_(float("inf")), "non-finite values"),
+    "an iteration that does not make its step": (
+        lambda c: c["counters"].update(iteration=3),
+        "its iteration 3 does not make its global_step 512 (128 each)",
+    ),
+    "a step between iterations": (lambda c: c.update(global_step=500), "global_step 500 is not a multiple of the 128"),
+    "a NaN moment of the optimiser": (
+        lambda c: c["state"]["optimizer"]["state"][0]["exp_avg"].fill_(float("nan")),
+        "its optimizer's exp_avg of parameter 0 holds non-finite values",
+    ),
+    "a NaN learning rate": (lambda c: c["state"]["optimizer"]["param_groups"][0].update(lr=float("nan")), "lr is nan"),
+    "a moment of another shape": (
+        lambda c: c["state"]["optimizer"]["state"][0].update(exp_avg=torch.zeros(3)),
+        "its optimizer's exp_avg of parameter 0 is (3,)",
+    ),
 }
 
 
@@ -270,9 +284,14 @@ def test_a_checkpoint_with_forged_counters_generators_env_logs_or_weights_is_one
     run = copy_run(finished_run, tmp_path)
     checkpoint = run / "checkpoints" / "step_512.pt"
     forge_content(checkpoint, edit)
+    events = sorted(run.glob("events.out.tfevents.*"))
     result = run_script("ppo.py", "--resume", str(checkpoint), cwd=tmp_path, check=False)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1 and message in lines[0], result.stderr[-2000:]
+    # no events file left behind whose purge step would hide the run's later events; and, where the refusal comes
+    # from restoring the checkpoint, nothing else said (a counter is found missing when the script reads it, later)
+    assert sorted(run.glob("events.out.tfevents.*")) == events
+    assert "run directory" not in result.stdout or forged == "no iteration counter", result.stdout
 
 
 @pytest.mark.parametrize("forged", ["a network record that is not text", "a float64 weight beyond float32"])

@@ -411,6 +411,7 @@ def test_ppo_structured_solves_doorkey_5x5_from_its_dict_observation(tmp_path):
 
 
 @pytest.mark.learning
+@pytest.mark.long
 def test_dqn_structured_learns_the_masked_task_and_beats_masking_off(tmp_path):
     """CombinationLock-v0, 50k steps (the defaults): masked, the lock opens in the last 20 episodes; with masking off,
     in the same budget, the same agent does far worse."""
