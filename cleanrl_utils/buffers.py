@@ -482,7 +482,7 @@ class ReplayBuffer(_Storage):
 
     def _check_contents(self) -> None:
         cap, bad = self.capacity, []
-        for name, high in (("pos", cap - 1), ("episode_rows", cap), ("written", None), ("versions", None)):
+        for name, high in (("pos", cap - 1), ("episode_rows", None), ("written", None), ("versions", None)):
             values = getattr(self, name)
             if values.min() < 0 or (high is not None and values.max() > high):
                 bad.append(f"{name} outside [0, {high if high is not None else 'inf'}]")
@@ -492,12 +492,25 @@ class ReplayBuffer(_Storage):
             bad.append("a non-finite reward")
         if any(np.issubdtype(leaf.dtype, np.floating) and not np.isfinite(leaf).all() for leaf in _leaves(self.observations)):
             bad.append("a non-finite observation")
+        ended = self.terminations | self.truncations
+        if (self.valid & np.roll(ended, 1, axis=0)).any():  # the row after an episode's end holds its final observation
+            bad.append("a sampleable row that holds an episode's final observation")
         if not bad:  # positions in range: the rows that cannot be sampled yet are known
-            for e in range(self.num_envs):  # the current episode's last n rows (their windows are not complete)
-                pos, length = int(self.pos[e]), min(self.n_step, int(self.episode_rows[e]))  # and, stacking frames,
-                rows = [(pos - 1 - j) % cap for j in range(length)] + [(pos + j) % cap for j in range(self.frame_stack - 1)]
-                if self.valid[rows, e].any():  # the k - 1 oldest rows, whose stacks would reach into new data
+            for e in range(self.num_envs):
+                pos, length, written = int(self.pos[e]), int(self.episode_rows[e]), int(self.written[e])
+                span = min(length, cap - 1)  # an episode longer than the ring keeps its newest rows
+                episode = [(pos - span + j) % cap for j in range(span)]  # the current episode's rows, oldest first
+                if length == 0 and written >= 2 and not ended[(pos - 2) % cap, e]:
+                    bad.append(f"env {e}'s current episode has no rows, yet its last row did not end one")
+                elif length and length < cap - 1 and (not self.first[episode[0], e] or self.first[episode[1:], e].any()):
+                    bad.append(f"env {e}'s current episode does not start {length} rows back")
+                elif length and ended[episode, e].any():
+                    bad.append(f"env {e}'s current episode holds an episode end")
+                # its last n rows (their windows are not complete) and, stacking frames, the k - 1 oldest rows
+                rows = episode[-self.n_step :] + [(pos + j) % cap for j in range(self.frame_stack - 1)]
+                if self.valid[rows, e].any():  # (their stacks would reach into new data) cannot be sampled
                     bad.append(f"a sampleable row in env {e} whose n-step window or frame stack is not complete")
+                if bad:
                     break
         space = self.action_space
         if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)):

@@ -27,7 +27,7 @@ import os
 import re
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -165,31 +165,55 @@ def _check_types(path: Path, content: dict, types: dict[str, type], required: bo
 def check_optimizer(optimizer: torch.optim.Optimizer, name: str, content: dict) -> None:
     """Load ``content[name]`` (an optimiser's state dict) into ``optimizer``, refusing values no training writes.
 
-    Every tensor of its per-parameter state (Adam's moments, its step) must be finite and
-    either a scalar or of its parameter's shape; every number in its parameter groups (the
-    learning rate, betas, ε) finite. torch's own load checks only the groups' sizes.
+    Its parameter groups must hold, for each setting of this optimiser, a value of the same type
+    (a number for a number), finite, and not negative for the learning rate, ε, the weight decay
+    and the betas (each below 1); its per-parameter state (Adam's moments and step) finite
+    tensors, scalars or of their parameter's shape, the second moments and the step not negative.
+    torch's own load checks only the groups' sizes.
 
     Raises:
         FileRefused: (one line) naming the entry.
     """
     path, state = content.get("path", "the file"), content[name]
+
+    def refuse(what: str) -> NoReturn:
+        raise FileRefused(f"{path}: its {name}'s {what}")
+
     try:
         groups, per_param = state["param_groups"], state["state"]
-        ids = [index for group in groups for index in group["params"]]
-        shapes = dict(zip(ids, [p.shape for group in optimizer.param_groups for p in group["params"]]))
-        for group in groups:
+        if len(groups) != len(optimizer.param_groups):
+            refuse(f"{len(groups)} parameter groups are not this optimiser's {len(optimizer.param_groups)}")
+        shapes = {}
+        for group, ours in zip(groups, optimizer.param_groups):
+            shapes.update(zip(group["params"], [p.shape for p in ours["params"]]))
             for key, value in group.items():
-                numbers = value if isinstance(value, (tuple, list)) and key != "params" else [value]
-                if key != "params" and any(isinstance(v, float) and not math.isfinite(v) for v in numbers):
-                    raise FileRefused(f"{path}: its {name}'s {key} is {value}")
+                if key == "params" or key not in ours:
+                    continue
+                mine = ours[key]
+                numbers = value if isinstance(mine, (tuple, list)) else [value]
+                if isinstance(mine, (tuple, list)) and (not isinstance(value, (tuple, list)) or len(value) != len(mine)):
+                    refuse(f"{key} is {value!r}")
+                if isinstance(mine, bool) or mine is None or isinstance(mine, str):
+                    if type(value) is not type(mine):
+                        refuse(f"{key} is {value!r}")
+                    continue
+                for number in numbers:
+                    if isinstance(number, torch.Tensor) and number.numel() == 1 and number.is_floating_point():
+                        number = number.item()
+                    if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
+                        refuse(f"{key} is {value!r}")
+                    if key in ("lr", "eps", "weight_decay", "betas") and number < 0 or key == "betas" and number >= 1:
+                        refuse(f"{key} is {value!r}")
         for index, entries in per_param.items():
             for key, tensor in entries.items():
                 if not isinstance(tensor, torch.Tensor):
                     continue
                 if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-                    raise FileRefused(f"{path}: its {name}'s {key} of parameter {index} holds non-finite values")
+                    refuse(f"{key} of parameter {index} holds non-finite values")
                 if tensor.dim() > 0 and tensor.shape != shapes.get(index):
-                    raise FileRefused(f"{path}: its {name}'s {key} of parameter {index} is {tuple(tensor.shape)}")
+                    refuse(f"{key} of parameter {index} is {tuple(tensor.shape)}")
+                if key in ("exp_avg_sq", "max_exp_avg_sq", "step") and bool((tensor < 0).any()):
+                    refuse(f"{key} of parameter {index} holds negative values")
         optimizer.load_state_dict(state)
     except FileRefused:
         raise

@@ -608,6 +608,7 @@ class Run:
 
         After a stop it prints where the checkpoint is and how to resume.
         """
+        self.progress.announce()
         if self.stop_signal and self.records:
             name = signal.Signals(self.stop_signal).name
             print(f"{name}: checkpoint written to {self.last_checkpoint}; resume with: {self.resume_command()}", flush=True)
@@ -652,8 +653,8 @@ class Run:
         except SystemExit:  # refused: the events file this process opened goes, so that its purge step
             self._discard_events()  # hides none of the interrupted process's events after the checkpoint
             raise
-        if self.records:
-            print(f"run directory: {self.directory} (resumed at step {counters['global_step']})", flush=True)
+        # said at the loop's first step, once the script has also read its counters (a missing one is refused)
+        self.progress.header = f"run directory: {self.directory} (resumed at step {counters['global_step']})"
         return counters
 
     def _discard_events(self) -> None:
@@ -677,6 +678,12 @@ class Run:
         counters = _Counters(saved["path"], {"global_step": saved["global_step"], **saved.get("counters", {})})
         counters.on_refuse = self._discard_events  # a counter the script reads later and finds missing
         counters.check(self.args.total_timesteps, steps_per_iteration)
+        if steps_per_iteration is not None:  # the vector steps the saved envs made (counted by this project's envs)
+            step = counters["global_step"]
+            for value in state.values():
+                made = getattr(getattr(value, "unwrapped", None), "steps", None)
+                if isinstance(value, gym.vector.VectorEnv) and made is not None and made * value.num_envs != step:
+                    counters._refuse(f"its global_step {step} is not the {made} vector steps of its envs")
         counters.update(obs=obs, missing=missing)
         return counters
 
@@ -915,6 +922,7 @@ class Progress:
         self.last_print = self.last_update = time.perf_counter()
         self.step = start_step
         self.printed_step = -1
+        self.header: str | None = None  # a line to print before the first progress (a resumed run's directory)
         self.bar = None
         if self.stream.isatty():
             from tqdm import tqdm
@@ -941,8 +949,15 @@ class Progress:
             self.last_update = now
         return int((global_step - self.start_step) / max(now - self.start, 1e-9))
 
+    def announce(self) -> None:
+        """Print :attr:`header`, once."""
+        if self.header is not None:
+            print(self.header, file=self.stream, flush=True) if self.bar is None else self.bar.write(self.header)
+            self.header = None
+
     def update(self, global_step: int) -> None:
         """Report that the run has reached ``global_step``; prints at most every interval."""
+        self.announce()
         now = self.last_update = time.perf_counter()
         if self.start is None:  # the first env step of the loop: the clock starts here
             self.start, self.start_step = now, global_step
@@ -967,6 +982,7 @@ class Progress:
 
     def close(self) -> None:
         """Close the bar, or print the final line if the last one printed is out of date."""
+        self.announce()
         if self.bar is not None:
             self.bar.close()
             self.bar = None

@@ -574,6 +574,15 @@ def sample_the_newest_row(arrays: dict) -> None:
     arrays["counts"] += 1
 
 
+def sample_a_final_observation(arrays: dict) -> None:
+    """Mark sampleable, in env 0, a row that holds the final observation of an episode (the row after its end)."""
+    ended = (arrays["terminations"] | arrays["truncations"])[:, 0]
+    final = int(torch.nonzero(torch.roll(ended, 1)).flatten()[0])
+    assert not arrays["valid"][final, 0]
+    arrays["valid"][final, 0] = True
+    arrays["counts"] += 1
+
+
 @pytest.mark.parametrize(
     "forge, message",
     [
@@ -586,6 +595,9 @@ def sample_the_newest_row(arrays: dict) -> None:
         (lambda a: a["valid"].zero_().__setitem__((0, 0), True) or a["counts"].fill_(1), "cannot be sampled"),
         (lambda a: a["observations"].__setitem__((3, 1), float("nan")), "a non-finite observation"),
         (sample_the_newest_row, "a sampleable row in env 0 whose n-step window or frame stack is not complete"),
+        (lambda a: sample_the_newest_row(a) or a["episode_rows"].__setitem__(0, 0), "has no rows, yet its last row"),
+        (lambda a: a["episode_rows"].__setitem__(0, 2), "env 0's current episode does not start 2 rows back"),
+        (sample_a_final_observation, "a sampleable row that holds an episode's final observation"),
     ],
 )
 def test_forged_buffer_values_are_refused_on_load(forge, message):
