@@ -324,7 +324,7 @@ if __name__ == "__main__":
     global_step, num_updates, updates_start = 0, 0, args.learning_starts  # updates once global_step > updates_start
     actor_loss = torch.zeros(())  # the last policy loss, for the logs
     if run.resumed:  # the checkpoint's networks, optimisers, generators, envs (replayed) and buffer, in place
-        saved = run.restore({**state, "replay_buffer": rb}, steps_per_iteration=args.num_envs)
+        saved = run.restore({**state, "replay_buffer": rb})
         global_step, num_updates, obs = saved["global_step"], saved["num_updates"], saved["obs"]
         updates_start, actor_loss = saved["updates_start"], saved["actor_loss"]
         if "replay_buffer" in saved["missing"]:  # an empty buffer: refill it before updating again

@@ -307,7 +307,7 @@ if __name__ == "__main__":
         print(f"each checkpoint holds the replay buffer ({rb.nbytes / 2**20:.1f} MiB)")
     global_step, updates_start = 0, args.learning_starts  # updates once global_step > updates_start
     if run.resumed:  # the checkpoint's networks, optimiser, generators, envs (replayed) and buffer, in place
-        saved = run.restore({**state, "replay_buffer": rb}, steps_per_iteration=args.num_envs)
+        saved = run.restore({**state, "replay_buffer": rb})
         global_step, updates_start, obs = saved["global_step"], saved["updates_start"], saved["obs"]
         if "replay_buffer" in saved["missing"]:  # an empty buffer: refill it before updating again
             updates_start = global_step + args.learning_starts

@@ -390,7 +390,7 @@ if __name__ == "__main__":
     global_step, updates_start = 0, args.learning_starts  # updates once global_step > updates_start
     pad_first_add = False  # the first add of a resume without the replay: no frames before it are stored
     if run.resumed:  # the checkpoint's networks, optimisers, temperature, generators, envs (replayed) and buffer
-        saved = run.restore({**state, "replay_buffer": rb}, steps_per_iteration=args.num_envs)
+        saved = run.restore({**state, "replay_buffer": rb})
         global_step, updates_start, obs = saved["global_step"], saved["updates_start"], saved["obs"]
         alpha = log_alpha.exp().item() if args.autotune else args.alpha
         if "replay_buffer" in saved["missing"]:  # an empty buffer: refill it before updating again

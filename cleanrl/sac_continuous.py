@@ -409,7 +409,7 @@ if __name__ == "__main__":
     global_step, num_updates, updates_start = 0, 0, args.learning_starts  # updates once global_step > updates_start
     actor_loss, alpha_loss = torch.zeros(()), torch.zeros(())  # the last policy and temperature losses, for the logs
     if run.resumed:  # the checkpoint's networks, optimisers, generators, envs (replayed) and buffer, in place
-        saved = run.restore({**state, "replay_buffer": rb}, steps_per_iteration=args.num_envs)
+        saved = run.restore({**state, "replay_buffer": rb})
         global_step, num_updates, obs = saved["global_step"], saved["num_updates"], saved["obs"]
         updates_start, (actor_loss, alpha_loss) = saved["updates_start"], saved["losses"]
         if "replay_buffer" in saved["missing"]:  # an empty buffer: refill it before updating again

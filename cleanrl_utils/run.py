@@ -529,6 +529,7 @@ class Run:
     def __init__(self, args: Any, directory: Path | None, writer: Any, device: torch.device, resumed: dict | None):
         self.args, self.directory, self.writer, self.device, self.resumed = args, directory, writer, device, resumed
         self.records = directory is not None
+        self.events_suffix: str | None = None  # the name ending of the events file this process writes
         self.video_dir = str(directory / "videos") if self.records else ""
         self.stop_signal: int | None = None
         self.stop_reported = False  # the stop has been said (by finish, or by close after training ended)
@@ -639,9 +640,10 @@ class Run:
 
         Args:
             state: the script's checkpoint state (networks, optimisers, generators, envs, buffer).
-            steps_per_iteration: the steps of one iteration of the script's loop (``num_envs``,
-                or a rollout's ``batch_size``): given, the saved ``global_step`` must be a multiple
-                of it and a saved ``iteration`` counter its quotient.
+            steps_per_iteration: the steps of one iteration of a rollout script's loop (its
+                ``batch_size``): given, the saved ``global_step`` must be a multiple of it and the
+                saved ``iteration`` counter its quotient. Whether given or not, a vector env of
+                ``state`` must have made ``global_step / num_envs`` vector steps.
 
         Raises:
             SystemExit: (status 2, one line naming ``--resume``) the checkpoint does not fit
@@ -659,9 +661,8 @@ class Run:
 
     def _discard_events(self) -> None:
         self.writer.close()
-        suffix = getattr(self, "events_suffix", None)
-        if self.records and suffix:
-            for events in self.directory.glob(f"events.out.tfevents.*{suffix}"):
+        if self.events_suffix:
+            for events in self.directory.glob(f"events.out.tfevents.*{self.events_suffix}"):
                 events.unlink(missing_ok=True)
 
     def _restore(self, state: dict[str, Any], steps_per_iteration: int | None) -> dict[str, Any]:
@@ -675,15 +676,15 @@ class Run:
         except Exception as error:  # a damaged or forged file: its generators, tensors or env logs do not fit
             reason = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
             fail("--resume", f"{saved['path']} does not fit this run ({reason})")
-        counters = _Counters(saved["path"], {"global_step": saved["global_step"], **saved.get("counters", {})})
-        counters.on_refuse = self._discard_events  # a counter the script reads later and finds missing
+        # a counter the script reads later and finds missing is refused too: the events file goes then as well
+        values = {"global_step": saved["global_step"], **saved.get("counters", {})}
+        counters = _Counters(saved["path"], values, on_refuse=self._discard_events)
         counters.check(self.args.total_timesteps, steps_per_iteration)
-        if steps_per_iteration is not None:  # the vector steps the saved envs made (counted by this project's envs)
-            step = counters["global_step"]
-            for value in state.values():
-                made = getattr(getattr(value, "unwrapped", None), "steps", None)
-                if isinstance(value, gym.vector.VectorEnv) and made is not None and made * value.num_envs != step:
-                    counters._refuse(f"its global_step {step} is not the {made} vector steps of its envs")
+        step = counters["global_step"]
+        for value in state.values():  # the vector steps the saved envs made (counted by this project's envs)
+            made = getattr(getattr(value, "unwrapped", None), "steps", None)
+            if isinstance(value, gym.vector.VectorEnv) and made is not None and made * value.num_envs != step:
+                counters._refuse(f"its global_step {step} is not the {made} vector steps of its envs")
         counters.update(obs=obs, missing=missing)
         return counters
 
@@ -824,9 +825,9 @@ def _stopped_by_signals(run: Run, what: str):
 class _Counters(dict):
     """A checkpoint's counters (:meth:`Run.restore`), checked like flags: a missing or mistyped one is one line."""
 
-    def __init__(self, path: str, counters: dict) -> None:
+    def __init__(self, path: str, counters: dict, on_refuse: Callable[[], None] = lambda: None) -> None:
         super().__init__(counters)
-        self.path, self.on_refuse = path, lambda: None
+        self.path, self.on_refuse = path, on_refuse
 
     def _refuse(self, what: str) -> NoReturn:
         self.on_refuse()
@@ -957,10 +958,10 @@ class Progress:
 
     def update(self, global_step: int) -> None:
         """Report that the run has reached ``global_step``; prints at most every interval."""
-        self.announce()
         now = self.last_update = time.perf_counter()
         if self.start is None:  # the first env step of the loop: the clock starts here
             self.start, self.start_step = now, global_step
+            self.announce()
         if self.bar is not None:
             self.bar.update(global_step - self.step)
             self.step = global_step
