@@ -58,8 +58,9 @@ def random_policy_returns(env_id: str, games: int, seed: int) -> list[float]:
     import gymnasium as gym
 
     from cleanrl_utils.evals import run_episodes
-    from cleanrl_utils.vector import vector_env
+    from cleanrl_utils.vector import register_dm_control, vector_env
 
+    register_dm_control(env_id)  # dm_control/... ids: registered by Shimmy (the dm_control extra)
     if is_atari(env_id):
         from cleanrl.dqn_atari import make_env
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Reproduces the results at published scale (README "Results"): ppo_continuous.py at 1M steps on
-# Hopper-v4, HalfCheetah-v4 and Walker2d-v4, and dqn.py and c51.py at 500k steps on CartPole-v1,
-# Acrobot-v1 and MountainCar-v0, seeds 1-3, every script at its defaults (CleanRL's
-# hyperparameters), run by the benchmark launcher with one core and one torch thread per run;
+# Hopper-v4, HalfCheetah-v4 and Walker2d-v4, rpo_continuous.py at 1M steps on those and on
+# dm_control/cartpole-balance-v0 and dm_control/walker-walk-v0 (needs the dm_control extra), and
+# dqn.py and c51.py at 500k steps on CartPole-v1, Acrobot-v1 and MountainCar-v0, seeds 1-3, every
+# script at its defaults (CleanRL's hyperparameters; rpo_continuous's α 0.5) but for the steps
+# named (RPO's default is 8M), run by the benchmark launcher with one core and one torch thread per run;
 # then the figures and the tables (mean of the last 100 training episodes, the window of
 # CleanRL's published tables) by cleanrl_utils.plot, and the per-run curves by
 # benchmark/curve.py, into benchmark/.
@@ -12,7 +14,9 @@
 #   RUNS_PARENT  where the runs/ folder is made (default runs/published_scale)
 # With WORKERS equal to the number of cores, each run has one core and one torch thread. On 2 cores:
 # about 1 h 15 min for the 9 MuJoCo runs (12-21 min each) and 45 min for the 18 classic-control
-# runs (3.5-7 min each). Each figure, table and curve file is made from the runs that its grid's
+# runs (3.5-7 min each); the 15 RPO runs are not timed yet. CleanRL's RPO results
+# (benchmark/published_rpo.json) are at 8M steps: drawn at 8M, beside runs of 1M.
+# Each figure, table and curve file is made from the runs that its grid's
 # summary lists, so earlier runs in RUNS_PARENT are not mixed in; each summary is copied beside its
 # figure with the commit of the scripts added to every entry.
 set -euo pipefail
@@ -28,6 +32,8 @@ launch() {  # launch LOG_NAME SCRIPT ENV_IDS... [-- FLAGS...]
     --log-dir "runs/benchmark_logs/$name" --command "python $ROOT/cleanrl/$script" --env-ids "$@"
 }
 launch ppo_continuous ppo_continuous.py Hopper-v4 HalfCheetah-v4 Walker2d-v4 -- --total-timesteps 1000000
+launch rpo_continuous rpo_continuous.py Hopper-v4 HalfCheetah-v4 Walker2d-v4 dm_control/cartpole-balance-v0 \
+  dm_control/walker-walk-v0 -- --total-timesteps 1000000
 launch dqn dqn.py CartPole-v1 Acrobot-v1 MountainCar-v0
 launch c51 c51.py CartPole-v1 Acrobot-v1 MountainCar-v0
 
@@ -36,20 +42,34 @@ runs_of() {  # runs_of NAME ENV_ID: the run directories of that grid and environ
   python -c 'import json, sys; print(" ".join(e["run_dir"] for e in json.load(open(sys.argv[1]))
       if e["env_id"] == sys.argv[2] and e["status"] == "ok"))' "runs/benchmark_logs/$1/summary.json" "$2"
 }
-for name in ppo_continuous dqn c51; do
+reference_of() {  # reference_of NAME: CleanRL's published results for that grid
+  case "$1" in
+    rpo_continuous) echo "$ROOT/benchmark/published_rpo.json" ;;
+    *) echo "$ROOT/benchmark/published_$1.json" ;;
+  esac
+}
+height_of() {  # height_of NAME: the figure's height in inches (3 subplots a row)
+  if [ "$1" = rpo_continuous ]; then echo 5.2; else echo 2.8; fi
+}
+for name in ppo_continuous rpo_continuous dqn c51; do
   mkdir -p "$ROOT/benchmark/published_scale/$name"
   python -c 'import json, sys; json.dump([{"commit": sys.argv[2], **e} for e in json.load(open(sys.argv[1]))],
       open(sys.argv[3], "w"), indent=2)' "runs/benchmark_logs/$name/summary.json" "$commit" \
     "$ROOT/benchmark/published_scale/$name/summary.json"
   python -m cleanrl_utils.plot --summary "runs/benchmark_logs/$name/summary.json" \
-    --reference "$ROOT/benchmark/published_$name.json" --last-episodes 100 --smooth 20 --band range \
-    --ylabel "return (20-episode moving mean)" --legend "$name=ours, $name.py (3 seeds)" --figsize 7 2.8 \
+    --reference "$(reference_of "$name")" --last-episodes 100 --smooth 20 --band range \
+    --ylabel "return (20-episode moving mean)" --legend "$name=ours, $name.py (3 seeds)" --figsize 7 "$(height_of "$name")" \
     --format png pdf svg --out "$ROOT/benchmark/published_scale/$name"
 done
 for env in Hopper-v4 HalfCheetah-v4 Walker2d-v4; do
   # shellcheck disable=SC2046  # one argument per run directory
   python "$ROOT/benchmark/curve.py" $(runs_of ppo_continuous "$env") --bin 50000 --random-games 100 \
     --json "$ROOT/benchmark/published_scale/$env.json"
+done
+for env in Hopper-v4 HalfCheetah-v4 Walker2d-v4 dm_control/cartpole-balance-v0 dm_control/walker-walk-v0; do
+  # shellcheck disable=SC2046
+  python "$ROOT/benchmark/curve.py" $(runs_of rpo_continuous "$env") --bin 50000 --random-games 100 \
+    --json "$ROOT/benchmark/published_scale/${env//\//-}_rpo_continuous.json"
 done
 for script in dqn c51; do
   for env in CartPole-v1 Acrobot-v1 MountainCar-v0; do

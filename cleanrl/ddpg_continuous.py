@@ -102,6 +102,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes)
         else:
             env = gym.make(env_id)
+        env = gym.wrappers.FlattenObservation(env)  # dm_control's Dict of vectors -> one vector (a Box is unchanged)
         env = gym.wrappers.RecordEpisodeStatistics(env)  # return and length in the info of the episode's last step
         return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
@@ -255,7 +256,9 @@ def evaluate(model_path: str, eval_episodes: int, exploration_noise: float = 0.0
 if __name__ == "__main__":
     # ---- plumbing: flags and --resume (bad input stops here), run directory, trackers, seeding, signals
     args, resumed = parse_args(Args, __file__, check_args)
-    observation_space, action_space = check_env(args, gym.spaces.Box, gym.spaces.Box, obs_ndim=1, bounded_actions=True)
+    observation_space, action_space = check_env(
+        args, gym.spaces.Box, gym.spaces.Box, obs_ndim=1, bounded_actions=True, flatten=True
+    )
     N = args.num_envs
     try:  # Replay of [buffer_size / N, N] rows: observations as float32, actions in the policy's range [-1, 1]
         obs_box = gym.spaces.Box(-np.inf, np.inf, observation_space.shape, np.float32)

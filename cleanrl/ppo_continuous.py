@@ -121,6 +121,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes)
         else:
             env = gym.make(env_id)
+        env = gym.wrappers.FlattenObservation(env)  # dm_control's Dict of vectors -> one vector (a Box is unchanged)
         env = gym.wrappers.ClipAction(env)  # the Gaussian's sample, clipped to the bounds
         env = gym.wrappers.RecordEpisodeStatistics(env)  # raw return and length in the info of the episode's last step
         return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
@@ -412,7 +413,7 @@ def check_args(args: Args) -> None:
     require(not args.norm_adv or args.minibatch_size >= 2, "--num-minibatches", "too small to normalise advantages")
     rollout = f"{args.batch_size} steps (--num-envs {args.num_envs} x --num-steps {args.num_steps})"
     require(args.num_iterations > 0, "--total-timesteps", f"less than one rollout of {rollout}")
-    _, action_space = check_env(args, gym.spaces.Box, gym.spaces.Box, obs_ndim=1)
+    _, action_space = check_env(args, gym.spaces.Box, gym.spaces.Box, obs_ndim=1, flatten=True)
     require(len(action_space.shape) == 1, "--env-id", f"{args.env_id} has actions of shape {action_space.shape}; 1-D only")
     # after every check: a refused command prints nothing else
     if args.num_iterations * args.batch_size != args.total_timesteps:

@@ -189,6 +189,8 @@ def main(argv: list[str] | None = None) -> np.ndarray:
         )
     except FileRefused as error:
         fail("model", str(error))
+    except ModuleNotFoundError as error:  # the model's env needs an extra (dm_control's ids: shimmy)
+        fail("--env-id" if args.env_id else "model", str(error))
     except Exception as error:  # an --env-id whose spaces do not fit the model's networks
         if args.env_id is None:
             raise

@@ -18,7 +18,7 @@ import torch
 from cleanrl_utils.cli import check_saved_types, saved_arguments
 from cleanrl_utils.files import FileRefused, check_module, read_file, script_name, untrusted_env_module
 from cleanrl_utils.run import RunArgs, check_run_args, episode_returns
-from cleanrl_utils.vector import SAME_STEP, vector_env
+from cleanrl_utils.vector import SAME_STEP, register_dm_control, vector_env
 
 
 def run_episodes(
@@ -125,6 +125,7 @@ class Evaluation:
                 f"{untrusted_env_module(recorded)!r}; name it yourself to allow that (enjoy: --env-id {recorded})"
             )
         env_id, video_episodes = env_id or self.model["env_id"], lambda episode: episode < eval_episodes
+        register_dm_control(env_id)  # a fresh process (the evaluation tool) has not registered the dm_control ids
         if make_envs is not None:  # EnvPool's envs: one vector env, seeded when made
             self.envs = make_envs(env_id, self.seed, capture_video, video_dir, training=False, video_episodes=video_episodes)
         else:

@@ -74,6 +74,7 @@ from cleanrl_utils.faults import (
 )
 from cleanrl_utils.files import MODEL_SUFFIX, checkpoint_path, script_name, untrusted_env_module, write_file
 from cleanrl_utils.files import checkpoints as checkpoint_files
+from cleanrl_utils.vector import register_dm_control
 from cleanrl_utils.writes import UnsafePath, check_tree, open_regular, write_atomic
 
 
@@ -254,6 +255,7 @@ def check_env(
     obs_ndim: int | None = None,
     bounded_actions: bool = False,
     id_suffix: str | None = None,
+    flatten: bool = False,
 ) -> tuple:
     """Check, before any work, that ``args.env_id`` exists and has spaces the script supports.
 
@@ -271,9 +273,16 @@ def check_env(
         id_suffix: if given, an unknown id is answered with suggestions among the ids ending
             with it only (the Atari scripts: ``"NoFrameskip-v4"``, so ``Breakout-v5`` gets
             ``BreakoutNoFrameskip-v4``), matched by spelling or else by the game's name.
+        flatten: the script flattens Dict observations into one vector (``gymnasium.wrappers.FlattenObservation``
+            in its ``make_env``, for dm_control's): a Dict whose entries are all Boxes of at most one
+            dimension is checked as the flat Box it becomes; a Dict holding anything else (an image) is refused.
+
+    ``dm_control/<domain>-<task>-v0`` ids are registered here when asked for
+    (:func:`cleanrl_utils.vector.register_dm_control`).
 
     Returns:
-        ``(observation_space, action_space)``, e.g. to size a replay buffer before the run starts.
+        ``(observation_space, action_space)``, e.g. to size a replay buffer before the run starts (with
+        ``flatten``, the flat Box of a Dict).
 
     Raises:
         SystemExit: (status 2, one line on stderr) for an unknown id or an unsupported space.
@@ -298,6 +307,11 @@ def check_env(
             importlib.import_module(module)
         except (ImportError, TypeError, ValueError) as error:  # TypeError: a relative name (".mod")
             fail("--env-id", f"cannot import {module!r} to register {name!r}: {error}")
+    missing_extra = ""
+    try:  # dm_control's ids are registered by Shimmy, which only the processes that use them import
+        register_dm_control(name)
+    except ModuleNotFoundError as error:
+        missing_extra = f" ({error})"
     if name not in gym.registry:
         candidates = [i for i in gym.registry if id_suffix is None or i.endswith(id_suffix)]
         close = difflib.get_close_matches(name, candidates, n=3)
@@ -309,7 +323,7 @@ def check_env(
             suggestion += " (Atari ids need the atari extra: pip install -e '.[atari]')"
         if name.startswith(("MiniGrid-", "BabyAI-")) and importlib.util.find_spec("minigrid") is None:
             suggestion += " (MiniGrid ids need the minigrid extra: pip install -e '.[minigrid]')"
-        fail("--env-id", f"unknown environment {env_id!r}{suggestion}")
+        fail("--env-id", f"unknown environment {env_id!r}{suggestion}{missing_extra}")
     try:
         with time_limit(args.env_timeout, f"creating {env_id}"):
             env = gym.make(env_id)
@@ -330,6 +344,14 @@ def check_env(
         f"{env_id} has action space {action_space}, whose actions start at {starts.tolist()}; {script} acts with "
         f"actions from 0 (wrap the env to shift them: gymnasium.wrappers.TransformAction)",
     )
+    if flatten and isinstance(observation_space, gym.spaces.Dict):
+        for key, entry in observation_space.spaces.items():
+            require(
+                isinstance(entry, gym.spaces.Box) and len(entry.shape) <= 1,
+                "--env-id",
+                f"{env_id} has the observation entry {key!r} {entry}; {script} flattens Dicts of vectors only",
+            )
+        observation_space = gym.spaces.flatten_space(observation_space)
     accepted = " or ".join(space.__name__ for space in observation_spaces)
     require(
         isinstance(observation_space, observation_spaces),

@@ -98,9 +98,7 @@ def vector_env(
     Raises:
         ValueError: ``env_mode`` is neither ``"sync"`` nor ``"async"``.
     """
-    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
-        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # headless rgb_array rendering, no SDL noise
-        os.environ.setdefault("MUJOCO_GL", "egl")  # MuJoCo renders off-screen through EGL (no X server)
+    headless_rendering()
     if env_mode == "sync":
         env_fns = [_FirstCallsChecked(env_fn, index) for index, env_fn in enumerate(env_fns)]
         if autoreset_mode == SAME_STEP:
@@ -114,6 +112,45 @@ def vector_env(
                 _stopped_while_starting(error)
                 raise
     raise ValueError(f"env_mode must be 'sync' or 'async', got {env_mode!r}")
+
+
+def headless_rendering() -> None:
+    """Without a display, set rendering up off-screen: ``SDL_VIDEODRIVER=dummy`` (pygame's classic control) and
+    ``MUJOCO_GL=egl`` (MuJoCo through EGL, no X server); variables already set are kept. dm_control reads
+    ``MUJOCO_GL`` when it is imported, so this comes before (:func:`register_dm_control`)."""
+    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # headless rgb_array rendering, no SDL noise
+        os.environ.setdefault("MUJOCO_GL", "egl")  # MuJoCo renders off-screen through EGL (no X server)
+
+
+DM_CONTROL = "dm_control/"
+"""The namespace of the DeepMind Control Suite's ids as Shimmy registers them: ``dm_control/<domain>-<task>-v0``."""
+
+
+def register_dm_control(env_id: str | None = None) -> None:
+    """Register the ``dm_control/...`` ids in gymnasium's registry of this process, if ``env_id`` is one of them
+    (None: whatever the id) and they are not registered yet.
+
+    Shimmy registers them when it is imported (Tunyasuvunakool et al. 2020, "dm_control: Software and Tasks
+    for Continuous Control", arXiv:2006.12983, through Farama's Shimmy); a process that has not imported it
+    (an async env worker started from the forkserver, a fresh process evaluating a saved model) does not know
+    them. Rendering is set up headless first (:func:`headless_rendering`): dm_control picks its OpenGL backend
+    on import. Used by ``check_env`` (the main process), the async env workers and the evaluation.
+
+    Raises:
+        ModuleNotFoundError: Shimmy or dm_control is not installed: ``dm_control ids need the dm_control extra:
+            pip install -e '.[dm_control]' (No module named 'shimmy')``.
+    """
+    if env_id is not None and (not str(env_id).startswith(DM_CONTROL) or env_id in gym.registry):
+        return
+    headless_rendering()
+    try:
+        import dm_control  # noqa: F401  without it Shimmy registers no dm_control id, silently
+        import shimmy
+    except ModuleNotFoundError as error:
+        extra = "dm_control ids need the dm_control extra: pip install -e '.[dm_control]'"
+        raise ModuleNotFoundError(f"{extra} ({error})", name=error.name) from None
+    gym.register_envs(shimmy)  # importing shimmy registered its ids; this names the use
 
 
 def _stopped_while_starting(error: BaseException) -> None:
@@ -576,10 +613,14 @@ class _Worker:
 
     def __init__(self, env_fn: Callable[[], gym.Env], index: int = 0):
         self.env_fn, self.index = env_fn, index
+        # made in the main process: a worker's registry (a fresh interpreter) is given the dm_control ids it holds
+        self.dm_control = any(env_id.startswith(DM_CONTROL) for env_id in gym.registry)
 
     def __call__(self) -> gym.Env:
         if multiprocessing.parent_process() is not None:  # in a worker (the parent also calls it, for the spaces)
             ignore_stop_signals()
+        if self.dm_control:
+            register_dm_control()
         inner = getattr(self.env_fn, "env_fn", self.env_fn)  # inside _FirstCallsChecked
         module = getattr(inner, "__module__", None)
         if module and module != "__main__" and module not in sys.modules:
@@ -696,17 +737,29 @@ def real_next_obs(next_obs: Any, infos: dict) -> Any:
 # ---- env state for checkpoints
 
 
-def generator_state(generator: np.random.Generator) -> dict:
-    """A numpy ``Generator``'s bit-generator state as plain data (ints, strings, dicts)."""
+def generator_state(generator: np.random.Generator | np.random.RandomState) -> dict:
+    """A numpy ``Generator``'s bit-generator state as plain data (ints, strings, dicts); of a legacy
+    ``RandomState`` (dm_control's tasks draw from one, which Shimmy's env exposes as its ``np_random``),
+    ``{"RandomState": its state}`` with the Mersenne Twister's key as a list of ints."""
+    if isinstance(generator, np.random.RandomState):
+        state = generator.get_state(legacy=False)
+        key, pos = state["state"]["key"].tolist(), int(state["state"]["pos"])
+        return {"RandomState": {**state, "state": {"key": key, "pos": pos}}}
     return generator.bit_generator.state
 
 
-def make_generator(state: dict) -> np.random.Generator:
-    """A numpy ``Generator`` in the state returned by :func:`generator_state`.
+def make_generator(state: dict) -> np.random.Generator | np.random.RandomState:
+    """A numpy ``Generator`` (or ``RandomState``) in the state returned by :func:`generator_state`.
 
     Raises:
-        ValueError: the state names a bit generator numpy does not have.
+        ValueError: the state names a bit generator numpy does not have, or does not fit it.
     """
+    if "RandomState" in state:
+        legacy = state["RandomState"]
+        generator = np.random.RandomState()
+        key = np.asarray(legacy["state"]["key"], dtype=np.uint32)
+        generator.set_state({**legacy, "state": {"key": key, "pos": legacy["state"]["pos"]}})
+        return generator
     try:
         bit_generator = getattr(np.random, state["bit_generator"])()
     except AttributeError:
