@@ -24,6 +24,9 @@ V(real final observation) (``infos["final_obs"]``, normalised with the statistic
 step), read with the LSTM state of its own episode, the state after the step that produced it
 (not a reset state); only a termination stops bootstrapping. The normalisation statistics live
 in the main process, on the vector env; they are saved with the model and frozen in evaluation.
+The defaults are ppo_continuous.py's (2048 steps a rollout, 10 epochs, lr 3e-4, γ 0.99, λ 0.95), the
+rollout as 8 envs x 256 steps and each minibatch one env's sequence (with 4 minibatches of 2 envs,
+InvertedPendulumNoVelocity-v5 seed 2 ended at 668 after 102,400 steps; with 8, at 1000).
 
 Run (InvertedPendulum with the velocities hidden, see cleanrl_utils/envs.py; needs the mujoco extra):
     python cleanrl/ppo_continuous_lstm.py --env-id cleanrl_utils.envs:InvertedPendulumNoVelocity-v5
@@ -57,7 +60,7 @@ class Args(RunArgs):
     """gymnasium id of the environment (Box actions, vector observations)"""
     env_mode: Literal["sync", "async"] = "sync"
     """step the envs in this process (sync) or in one subprocess each (async)"""
-    total_timesteps: int = 1000000
+    total_timesteps: int = 200000
     """total environment steps, summed over envs"""
     learning_rate: float = 3e-4
     """Adam learning rate at the start (annealed linearly to 0 with --anneal-lr)"""

@@ -391,7 +391,14 @@ def test_memory_balances_the_pendulum_with_hidden_velocities(tmp_path):
     the pole, its memory standing in for the velocities; ppo_continuous.py, with the same flags and steps,
     does not.
 
-    FILLED IN BELOW FROM THE CALIBRATION
+    Budget: 81,920 steps (40 rollouts of 8 envs x 256 steps, ppo_continuous_lstm.py's defaults, given to both
+    scripts), seed 1; pass: mean return of the last 20 episodes >= 500 for the recurrent script and < 250
+    for the feedforward one. Measured with these flags, seeds 1 / 2 / 3: ppo_continuous_lstm.py 1000.0 /
+    1000.0 / 948.2 (seed 3's saved model evaluated at 1000.0 over 10 episodes), 86 / 96 / 93 s of CPU time;
+    ppo_continuous.py 16.6 / 23.7 / 25.9 (no window of 20 episodes above 35), 34 / 41 / 48 s of CPU. The
+    flags are not what stops ppo_continuous.py: with them it balances the fully observed InvertedPendulum-v5
+    (1000.0 from 49k steps, seed 1), and with its own defaults (1 env x 2048 steps, 32 minibatches) it ends
+    the hidden-velocity task at 38.2 / 48.6 (seeds 1 / 2; 55.6 after 102,400 steps, seed 1).
     """
     flags = ["--env-id", HIDDEN, "--seed", "1", "--total-timesteps", "81920"]
     flags += ["--num-envs", "8", "--num-steps", "256", "--num-minibatches", "8"]  # ppo_continuous_lstm.py's defaults
