@@ -288,6 +288,7 @@ CLEANRL_EQUIVALENT = {
     "ppo_atari_envpool": "ppo_atari_envpool",
     "ppo_atari_lstm": "ppo_atari_lstm",
     "ppo_lstm": None,
+    "ppo_continuous_lstm": None,
     "rainbow_atari": "rainbow_atari",
     "r2d2_async": None,
 }

@@ -18,6 +18,8 @@ arXiv:2102.12344).
   car position.
 - ``PendulumNoVelocity-v1`` (Pendulum-v1): hides 2 angular velocity; observation (2,):
   cos θ, sin θ.
+- ``InvertedPendulumNoVelocity-v5`` (InvertedPendulum-v5, MuJoCo; needs the ``mujoco`` extra):
+  hides 2 cart velocity and 3 pole angular velocity; observation (2,): cart position, pole angle.
 
 Structured spaces (``ppo_structured.py``, ``dqn_structured.py``):
 
@@ -91,6 +93,7 @@ TASKS = {
     "AcrobotNoVelocity-v1": ("Acrobot-v1", (4, 5)),
     "MountainCarNoVelocity-v0": ("MountainCar-v0", (1,)),
     "PendulumNoVelocity-v1": ("Pendulum-v1", (2,)),
+    "InvertedPendulumNoVelocity-v5": ("InvertedPendulum-v5", (2, 3)),
 }
 """The registered tasks: id -> (original id, indices of the hidden observation entries)."""
 

@@ -86,6 +86,39 @@ if "ContinuousCounter-v0" not in gym.registry:
     gym.register("ContinuousCounter-v0", entry_point=ContinuousCounterEnv, max_episode_steps=3)
 
 
+class ContinuousEchoEnv(gym.Env):
+    """Observation [t, a]: the step count and the action last received (0 at reset); reward 1 per step; Box
+    actions in [-1, 1]; an action above 0.5 terminates the episode.
+
+    With the registered time limit of 4 steps, the episodes of a Gaussian policy end at different
+    steps in different envs, some terminated and some truncated (final observation [4, a]), and the
+    observations depend on the actions, so recurrent states differ from env to env. The actions
+    received are kept in ``received``.
+    """
+
+    metadata = {"render_modes": []}
+    observation_space = gym.spaces.Box(-1000.0, 1000.0, shape=(2,), dtype=np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+
+    def __init__(self):
+        self.received = []
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, dtype=np.float32), {}
+
+    def step(self, action):
+        a = float(np.asarray(action).reshape(-1)[0])
+        self.received.append(a)
+        self.t += 1
+        return np.array([self.t, a], dtype=np.float32), 1.0, a > 0.5, False, {}
+
+
+if "ContinuousEcho-v0" not in gym.registry:
+    gym.register("ContinuousEcho-v0", entry_point=ContinuousEchoEnv, max_episode_steps=4)
+
+
 class CrashingCounterEnv(CounterEnv):
     """Like CounterEnv but raises RuntimeError at its 200th step (a failing env inside an actor)."""
 

@@ -1,0 +1,678 @@
+"""Recurrent PPO (an LSTM policy) for continuous (Box) actions, with observation and reward normalisation.
+
+Proximal Policy Optimization with the clipped surrogate objective:
+    Schulman, Wolski, Dhariwal, Radford, Klimov (2017), "Proximal Policy Optimization
+    Algorithms", arXiv:1707.06347 (eq. 7 clipped objective, eq. 9 total loss, eq. 11-12 GAE),
+with generalized advantage estimation (Schulman et al. 2016, arXiv:1506.02438), the
+continuous-action details of Huang et al. (2022), "The 37 Implementation Details of Proximal
+Policy Optimization" (ICLR blog track) as ppo_continuous.py has them (a Gaussian N(μ, σ²) with a
+state-independent log σ, the unclipped sample stored and scored while the env clips it to its
+bounds, observations and rewards normalised by running statistics and clipped to ±10), and an
+LSTM core (Hochreiter & Schmidhuber 1997) trained on whole rollout sequences from their stored
+initial state, as ppo_lstm.py has it (the LSTM details of Huang et al. 2022). The network:
+encoder (64 tanh) -> LSTM -> Gaussian-mean and critic heads (64 tanh each), and log σ.
+
+- The LSTM state is reset to zero before the step that reads an episode's first observation,
+  in the rollout and in the update.
+- A minibatch is a set of whole environment sequences: all ``--num-steps`` steps of
+  ``--num-envs / --num-minibatches`` envs, re-run from the LSTM state stored at the rollout's
+  first step with the same resets (before the first gradient step this reproduces the
+  rollout's log-probabilities and values).
+
+What this file changes against them: at a time-limit truncation the advantage bootstraps from
+V(real final observation) (``infos["final_obs"]``, normalised with the statistics of that
+step), read with the LSTM state of its own episode, the state after the step that produced it
+(not a reset state); only a termination stops bootstrapping. The normalisation statistics live
+in the main process, on the vector env; they are saved with the model and frozen in evaluation.
+The defaults are ppo_continuous.py's (2048 steps a rollout, 10 epochs, lr 3e-4, γ 0.99, λ 0.95), the
+rollout as 8 envs x 256 steps and each minibatch one env's sequence (with 4 minibatches of 2 envs,
+InvertedPendulumNoVelocity-v5 seed 2 ended at 668 after 102,400 steps; with 8, at 1000).
+
+Run (InvertedPendulum with the velocities hidden, see cleanrl_utils/envs.py; needs the mujoco extra):
+    python cleanrl/ppo_continuous_lstm.py --env-id cleanrl_utils.envs:InvertedPendulumNoVelocity-v5
+"""
+
+import math
+import signal
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.optim as optim
+import tyro
+from gymnasium.vector.utils import batch_space
+from gymnasium.wrappers.utils import RunningMeanStd
+
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.run import RunArgs, check_env, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+
+
+@dataclass
+class Args(RunArgs):
+    """Recurrent PPO's hyperparameters; the flags every script takes (--seed, --save-model, --resume ...) come from RunArgs."""
+
+    env_id: str = "cleanrl_utils.envs:InvertedPendulumNoVelocity-v5"
+    """gymnasium id of the environment (Box actions, vector observations)"""
+    env_mode: Literal["sync", "async"] = "sync"
+    """step the envs in this process (sync) or in one subprocess each (async)"""
+    total_timesteps: int = 200000
+    """total environment steps, summed over envs"""
+    learning_rate: float = 3e-4
+    """Adam learning rate at the start (annealed linearly to 0 with --anneal-lr)"""
+    num_envs: int = 8
+    """number of parallel environments"""
+    num_steps: int = 256
+    """steps per environment in each rollout (the length of the sequences the LSTM is trained on)"""
+    lstm_size: int = 128
+    """units of the LSTM's hidden and cell states"""
+    anneal_lr: bool = True
+    """if toggled, anneal the learning rate linearly to 0 over training"""
+    gamma: float = 0.99
+    """discount factor γ (also of the discounted return whose std scales the rewards)"""
+    gae_lambda: float = 0.95
+    """GAE λ"""
+    num_minibatches: int = 8
+    """minibatches per epoch; each is all --num-steps steps of --num-envs / --num-minibatches envs"""
+    update_epochs: int = 10
+    """epochs over each rollout"""
+    norm_adv: bool = True
+    """if toggled, normalise advantages within each minibatch"""
+    clip_coef: float = 0.2
+    """surrogate clipping ε (ratio kept in [1-ε, 1+ε])"""
+    clip_vloss: bool = True
+    """if toggled, clip the value loss as in the reference implementation"""
+    ent_coef: float = 0.0
+    """entropy bonus coefficient"""
+    vf_coef: float = 0.5
+    """value loss coefficient"""
+    max_grad_norm: float = 0.5
+    """global gradient-norm clip"""
+    target_kl: Optional[float] = None
+    """stop the epochs of an update early when the approximate KL exceeds this"""
+    obs_clip: float = 10.0
+    """normalised observations are clipped to [-obs_clip, obs_clip]"""
+    reward_clip: float = 10.0
+    """normalised rewards are clipped to [-reward_clip, reward_clip]"""
+
+    # filled in at run time
+    batch_size: tyro.conf.Suppress[int] = 0
+    """rollout size, num_envs * num_steps (computed; not a flag)"""
+    minibatch_size: tyro.conf.Suppress[int] = 0
+    """steps per minibatch, batch_size // num_minibatches (computed; not a flag)"""
+    num_iterations: tyro.conf.Suppress[int] = 0
+    """total_timesteps // batch_size (computed; not a flag)"""
+
+
+def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, training: bool = True, video_episodes=None):
+    """A thunk creating env ``idx``: the gymnasium env, clipping the actions it receives to its bounds, its
+    episode statistics, and (training) its replay log.
+
+    Env 0 records videos into ``video_dir`` if asked, of the episodes ``video_episodes(index)``
+    picks (gymnasium's schedule by default). ``training=False``: an evaluation env, without replay
+    log. Normalisation is added on the vector env, in the main process (:class:`Normalization`).
+    """
+
+    def thunk():
+        if capture_video and idx == 0:
+            env = gym.make(env_id, render_mode="rgb_array")
+            env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes)
+        else:
+            env = gym.make(env_id)
+        env = gym.wrappers.ClipAction(env)  # the Gaussian's sample, clipped to the bounds
+        env = gym.wrappers.RecordEpisodeStatistics(env)  # raw return and length in the info of the episode's last step
+        return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
+
+    return thunk
+
+
+class NormalizeObservation(gym.vector.VectorWrapper):
+    """Normalise a vector env's observations by a running mean and variance, then clip them.
+
+    o ↦ clip((o - mean) / sqrt(var + epsilon), -clip, clip), float32, with mean and var the
+    running moments (``gymnasium.wrappers.utils.RunningMeanStd``, the parallel update of Chan
+    et al. 1979) of every observation seen: at reset, at each step, and the final
+    observations of the episodes that end (which the per-env wrappers of CleanRL also see).
+
+    gymnasium's own ``gymnasium.wrappers.vector.NormalizeObservation`` refuses the same-step
+    autoreset the scripts use (gymnasium 1.4 raises ``ValueError``), and would leave
+    ``infos["final_obs"]`` raw. This one normalises ``infos["final_obs"]`` too, with the same
+    statistics as the step's observations, so a truncated episode bootstraps from the value of
+    its final observation as the agent sees it.
+
+    Args:
+        env: a vector env with flat Box observations and same-step autoreset.
+        epsilon: added to the variance under the square root.
+        clip: bound of the normalised observations.
+
+    Attributes:
+        obs_rms: the running statistics (``mean``, ``var`` float64 ``[obs_dim]``, ``count``).
+        update_running_mean: False freezes the statistics (evaluation).
+    """
+
+    def __init__(self, env: gym.vector.VectorEnv, epsilon: float = 1e-8, clip: float = 10.0):
+        super().__init__(env)
+        shape = env.single_observation_space.shape
+        self.single_observation_space = gym.spaces.Box(-clip, clip, shape=shape, dtype=np.float32)
+        self.observation_space = batch_space(self.single_observation_space, env.num_envs)
+        self.obs_rms = RunningMeanStd(shape=shape)
+        self.epsilon = epsilon
+        self.clip = clip
+        self.update_running_mean = True
+
+    def normalize(self, obs: np.ndarray) -> np.ndarray:
+        """Raw observations ``[B, obs_dim]`` -> normalised and clipped, float32 (statistics unchanged)."""
+        scaled = (obs - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)
+        return np.clip(scaled, -self.clip, self.clip).astype(np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        obs, infos = self.env.reset(seed=seed, options=options)
+        if self.update_running_mean:
+            self.obs_rms.update(obs)
+        return self.normalize(obs), infos
+
+    def step(self, actions):
+        obs, rewards, terminations, truncations, infos = self.env.step(actions)
+        ended = np.flatnonzero(infos["_final_obs"]) if "_final_obs" in infos else np.zeros(0, dtype=np.int64)
+        if len(ended):
+            finals = np.stack([np.asarray(infos["final_obs"][i]) for i in ended])
+        if self.update_running_mean:
+            if len(ended):
+                self.obs_rms.update(finals)
+            self.obs_rms.update(obs)
+        if len(ended):
+            final_obs = infos["final_obs"].copy()
+            for i, final in zip(ended, self.normalize(finals)):
+                final_obs[i] = final
+            infos["final_obs"] = final_obs
+        return self.normalize(obs), rewards, terminations, truncations, infos
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The statistics as tensors, keys ``obs_rms.{mean,var,count,epsilon,clip}`` (float64)."""
+        return {
+            "obs_rms.mean": torch.tensor(self.obs_rms.mean, dtype=torch.float64),
+            "obs_rms.var": torch.tensor(self.obs_rms.var, dtype=torch.float64),
+            "obs_rms.count": torch.tensor(float(self.obs_rms.count), dtype=torch.float64),
+            "obs_rms.epsilon": torch.tensor(float(self.epsilon), dtype=torch.float64),
+            "obs_rms.clip": torch.tensor(float(self.clip), dtype=torch.float64),
+        }
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Set the statistics from :meth:`state_dict`'s entries (other keys are ignored)."""
+        self.obs_rms.mean = state["obs_rms.mean"].numpy().copy()
+        self.obs_rms.var = state["obs_rms.var"].numpy().copy()
+        self.obs_rms.count = float(state["obs_rms.count"])
+        self.epsilon = float(state["obs_rms.epsilon"])
+        self.clip = float(state["obs_rms.clip"])
+
+
+class Normalization:
+    """The training normalisation of a vector env (Huang et al. 2022, continuous-action details 6-9).
+
+    Observations: :class:`NormalizeObservation`, clipped to ±``obs_clip``. Rewards: divided by
+    the running standard deviation of the discounted return G ← γ G (1 - terminated) + r
+    (``gymnasium.wrappers.vector.NormalizeReward``), then clipped to ±``reward_clip``. Episode
+    statistics stay those of the raw rewards, recorded inside each env.
+
+    Its :meth:`state_dict` / :meth:`load_state_dict` hold the running statistics of both layers,
+    as a checkpoint does; the env below them (``raw``) is checkpointed on its own, so that its
+    replay leaves the statistics alone.
+
+    Attributes:
+        raw: the vector env below the normalisation.
+        obs: the :class:`NormalizeObservation` layer (its ``normalize`` turns raw observations
+            into what the agent sees).
+        reward: the ``NormalizeReward`` layer.
+        envs: the normalised vector env the run steps.
+    """
+
+    def __init__(self, envs: gym.vector.VectorEnv, gamma: float, obs_clip: float, reward_clip: float):
+        self.raw = envs
+        self.obs = NormalizeObservation(envs, clip=obs_clip)
+        self.reward = gym.wrappers.vector.NormalizeReward(self.obs, gamma=gamma)
+        self.envs = gym.wrappers.vector.TransformReward(self.reward, lambda reward: np.clip(reward, -reward_clip, reward_clip))
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """:meth:`NormalizeObservation.state_dict`'s ``obs_rms.*``, and of ``NormalizeReward`` ``return_rms.{mean,var,count}``
+        (float64), the per-env discounted return ``accumulated_reward`` ``[num_envs]`` and its previous
+        step's dones ``prev_dones`` ``[num_envs]``: all a checkpoint needs to continue the normalisation exactly."""
+        rms = self.reward.return_rms
+        return {
+            **self.obs.state_dict(),
+            "return_rms.mean": torch.tensor(rms.mean, dtype=torch.float64),
+            "return_rms.var": torch.tensor(rms.var, dtype=torch.float64),
+            "return_rms.count": torch.tensor(float(rms.count), dtype=torch.float64),
+            "accumulated_reward": torch.from_numpy(self.reward.accumulated_reward.copy()),
+            "prev_dones": torch.from_numpy(self.reward._prev_dones.copy()),
+        }
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Set both layers' statistics from :meth:`state_dict`'s ``state``."""
+        self.obs.load_state_dict(state)
+        self.reward.return_rms.mean = state["return_rms.mean"].numpy().copy()
+        self.reward.return_rms.var = state["return_rms.var"].numpy().copy()
+        self.reward.return_rms.count = float(state["return_rms.count"])
+        self.reward.accumulated_reward[:] = state["accumulated_reward"].numpy()
+        self.reward._prev_dones = state["prev_dones"].numpy().copy()
+
+
+def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
+    """Orthogonal weights with gain ``std`` and constant bias (Huang et al. 2022, detail 2)."""
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+def gaussian_log_prob(mean: torch.Tensor, log_std: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """log N(actions; mean, diag(σ²)), summed over action dimensions.
+
+    log π(a|h) = Σ_i [ -(a_i - μ_i)² / (2 σ_i²) - log σ_i - ½ log(2π) ]
+
+    Args:
+        mean: μ ``[..., A]`` (here ``[T, B, A]``).
+        log_std: log σ ``[1, A]`` (broadcast) or the shape of ``mean``.
+        actions: a ``[..., A]``, the unclipped samples.
+
+    Returns:
+        ``[...]`` log-densities in nats.
+    """
+    z = (actions - mean) * torch.exp(-log_std)
+    return (-0.5 * z * z - log_std).sum(-1) - 0.5 * math.log(2 * math.pi) * mean.shape[-1]
+
+
+def gaussian_entropy(log_std: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """Entropy of N(μ, diag(σ²)) with a state-independent σ, Σ_i [½ + ½ log(2π) + log σ_i], for every entry of ``shape``.
+
+    Args:
+        log_std: log σ ``[1, A]``.
+        shape: the batch shape, e.g. ``(T, B)``.
+
+    Returns:
+        ``[*shape]`` entropies in nats.
+    """
+    entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(-1)
+    return entropy.expand(shape)
+
+
+class Agent(nn.Module):
+    """Encoder (64 tanh) -> LSTM -> Gaussian-mean and critic heads (64 tanh each), and a state-independent log σ.
+
+    The LSTM has orthogonal weights (gain 1) and zero biases, as in ppo_lstm.py; the other
+    layers are initialised as ppo_continuous.py's (gain √2, and 0.01 and 1 for the mean's and
+    the critic's output layers), and log σ starts at 0 (σ = 1).
+
+    Args:
+        envs: the vector env it acts in (flat observations, 1-D Box actions), for the sizes.
+        lstm_size: units of the LSTM's hidden and cell states.
+    """
+
+    def __init__(self, envs: gym.vector.VectorEnv, lstm_size: int = 128):
+        super().__init__()
+        obs_dim = int(np.prod(envs.single_observation_space.shape))
+        action_dim = int(np.prod(envs.single_action_space.shape))
+        self.encoder = nn.Sequential(layer_init(nn.Linear(obs_dim, 64)), nn.Tanh())
+        self.lstm = nn.LSTM(64, lstm_size)
+        for name, param in self.lstm.named_parameters():
+            if "bias" in name:
+                nn.init.constant_(param, 0.0)
+            else:
+                nn.init.orthogonal_(param, 1.0)
+        self.actor_mean = nn.Sequential(
+            layer_init(nn.Linear(lstm_size, 64)), nn.Tanh(), layer_init(nn.Linear(64, action_dim), std=0.01)
+        )
+        self.actor_logstd = nn.Parameter(torch.zeros(1, action_dim))
+        self.critic = nn.Sequential(layer_init(nn.Linear(lstm_size, 64)), nn.Tanh(), layer_init(nn.Linear(64, 1), std=1.0))
+
+    def initial_state(self, batch: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Zero LSTM state ``(h [batch, lstm_size], c [batch, lstm_size])``."""
+        zeros = torch.zeros(batch, self.lstm.hidden_size, device=device)
+        return zeros, zeros.clone()
+
+    def unroll(
+        self, obs: torch.Tensor, starts: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Run the LSTM through T steps of B sequences, resetting it at episode starts.
+
+        Before step t the state of sequence b is multiplied by ``1 - starts[t, b]``: zero where
+        ``obs[t, b]`` is the first observation of an episode, so no memory crosses an episode
+        boundary. The rollout calls this with T = 1 each step; the update calls it with a
+        whole rollout of its envs and the state stored at the rollout's first step, which
+        reproduces the rollout's outputs.
+
+        Args:
+            obs: observations ``[T, B, obs_dim]`` (normalised).
+            starts: 1.0 where ``obs[t, b]`` begins an episode, ``[T, B]``.
+            state: LSTM state before step 0, ``(h, c)`` each ``[B, lstm_size]``.
+
+        Returns:
+            ``(hidden [T, B, lstm_size], state after step T-1)``: the LSTM outputs h_t, on which
+            the heads act, and the state to continue from.
+        """
+        x = self.encoder(obs)
+        h, c = state[0].unsqueeze(0), state[1].unsqueeze(0)  # nn.LSTM's [num_layers=1, B, lstm_size]
+        # nn.LSTM runs a whole segment in one call (much faster than a Python loop of cells), so
+        # the sequence is cut where an episode starts in any of the B sequences; within a
+        # segment no state is reset, and at its first step the state is multiplied by 1 - start.
+        T = obs.shape[0]
+        cuts = [0] + [t for t in starts.any(dim=1).nonzero().flatten().tolist() if t > 0] + [T]
+        outputs = []
+        for begin, end in zip(cuts[:-1], cuts[1:]):
+            keep = (1.0 - starts[begin]).view(1, -1, 1)
+            output, (h, c) = self.lstm(x[begin:end], (h * keep, c * keep))
+            outputs.append(output)
+        return torch.cat(outputs), (h[0], c[0])
+
+    def get_value(self, obs: torch.Tensor, starts: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """V of observations ``[T, B, obs_dim]`` after ``state`` (see :meth:`unroll`) -> ``[T, B]``."""
+        hidden, _ = self.unroll(obs, starts, state)
+        return self.critic(hidden).squeeze(-1)
+
+    def get_action_and_value(
+        self,
+        obs: torch.Tensor,
+        starts: torch.Tensor,
+        state: tuple[torch.Tensor, torch.Tensor],
+        action: Optional[torch.Tensor] = None,
+    ):
+        """Sample (or score) actions under π(·|history) = N(μ(history), σ²) and evaluate V, along sequences.
+
+        Args:
+            obs: observations ``[T, B, obs_dim]`` (normalised).
+            starts: episode-start flags ``[T, B]`` (see :meth:`unroll`).
+            state: LSTM state before step 0, ``(h, c)`` each ``[B, lstm_size]``.
+            action: unclipped actions ``[T, B, A]`` to score; sampled a = μ + σ ε, ε ~ N(0, I), when None.
+
+        Returns:
+            ``(action [T, B, A], log π(action|history) [T, B], entropy of π(·|history) [T, B], V [T, B],
+            state after step T-1)``.
+        """
+        hidden, state = self.unroll(obs, starts, state)
+        mean = self.actor_mean(hidden)
+        if action is None:
+            action = mean + self.actor_logstd.exp() * torch.randn_like(mean)
+        log_prob = gaussian_log_prob(mean, self.actor_logstd, action)
+        entropy = gaussian_entropy(self.actor_logstd, mean.shape[:-1])
+        return action, log_prob, entropy, self.critic(hidden).squeeze(-1), state
+
+
+def compute_gae(
+    rewards: np.ndarray,
+    values: np.ndarray,
+    last_values: np.ndarray,
+    final_values: np.ndarray,
+    terminations: np.ndarray,
+    dones: np.ndarray,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Generalized advantage estimation over a rollout, correct at truncations (as ppo.py's).
+
+    δ_t = r_t + γ (1 - terminated_t) V(s'_t) - V(s_t)
+    A_t = δ_t + γ λ (1 - done_t) A_{t+1}
+    (Schulman et al. 2016, arXiv:1506.02438, eq. 16, with the recursion cut at episode ends.)
+
+    s'_t is the real next state of step t: s_{t+1} within an episode, the episode's final
+    observation where it ended at t (not the reset one), and the observation after the
+    rollout at t = T-1. So a time limit still bootstraps from V(final observation); only a
+    termination stops bootstrapping, and done_t (termination or truncation) stops the
+    recursion, since step t+1 belongs to the next episode. With an LSTM, V(s_t) is the value
+    given the history of the episode up to s_t (the recurrent state), which is what the
+    rollout stores.
+
+    Args:
+        rewards: r_t, float ``[T, N]`` (T steps of N envs; here the normalised rewards).
+        values: V(s_t), float ``[T, N]``.
+        last_values: V of the observations after the rollout, ``[N]``.
+        final_values: V(final observation) where step t ended an episode, ``[T, N]``;
+            read only at truncations (a termination does not bootstrap).
+        terminations: 1.0 where step t ended the episode by termination, ``[T, N]``.
+        dones: 1.0 where step t ended the episode (termination or truncation), ``[T, N]``.
+        gamma: discount γ in [0, 1].
+        gae_lambda: λ in [0, 1].
+
+    Returns:
+        ``(advantages [T, N], returns [T, N])`` with returns = advantages + values, the
+        critic's regression target (the λ-return).
+    """
+    next_values = np.concatenate([values[1:], last_values[None]], axis=0)
+    next_values = np.where(dones > 0, final_values, next_values)
+    deltas = rewards + gamma * (1.0 - terminations) * next_values - values
+    carry = gamma * gae_lambda * (1.0 - dones)
+    advantages = np.zeros_like(deltas)
+    last = np.zeros_like(deltas[0])
+    for t in reversed(range(rewards.shape[0])):
+        last = deltas[t] + carry[t] * last
+        advantages[t] = last
+    return advantages, advantages + values
+
+
+# ---- plumbing a reader may skip: argument checks and the evaluation of a saved model
+
+
+def check_args(args: Args) -> None:
+    """Fill in the computed fields; stop with one line naming the flag on bad input."""
+    require_positive(args, "total_timesteps num_envs num_steps num_minibatches update_epochs learning_rate clip_coef")
+    require_positive(args, "max_grad_norm lstm_size obs_clip reward_clip")
+    require_range(args, num_envs=(1, 2**16), num_steps=(1, 2**20))  # each by its own flag, before their product
+    require_range(args, update_epochs=(1, 10**4))  # a stop signal waits for the update under way
+    require_range(args, lstm_size=(1, 2**16))
+    require_range(args, gamma=(0, 1), gae_lambda=(0, 1))
+    require(args.ent_coef >= 0, "--ent-coef", f"must be >= 0, got {args.ent_coef}")
+    require(args.vf_coef >= 0, "--vf-coef", f"must be >= 0, got {args.vf_coef}")
+    require(args.target_kl is None or args.target_kl > 0, "--target-kl", f"must be positive, got {args.target_kl}")
+    sequences = f"{args.num_minibatches} does not divide --num-envs {args.num_envs}: a minibatch is made of whole"
+    require(args.num_envs % args.num_minibatches == 0, "--num-minibatches", f"{sequences} environment sequences")
+    args.batch_size = args.num_envs * args.num_steps
+    args.minibatch_size = args.batch_size // args.num_minibatches
+    args.num_iterations = args.total_timesteps // args.batch_size
+    require(not args.norm_adv or args.minibatch_size >= 2, "--num-minibatches", "too small to normalise advantages")
+    rollout = f"{args.batch_size} steps (--num-envs {args.num_envs} x --num-steps {args.num_steps})"
+    require(args.num_iterations > 0, "--total-timesteps", f"less than one rollout of {rollout}")
+    _, action_space = check_env(args, gym.spaces.Box, gym.spaces.Box, obs_ndim=1)
+    require(len(action_space.shape) == 1, "--env-id", f"{args.env_id} has actions of shape {action_space.shape}; 1-D only")
+    # after every check: a refused command prints nothing else
+    if args.num_iterations * args.batch_size != args.total_timesteps:
+        total = args.num_iterations * args.batch_size
+        print(f"training {total} steps: --total-timesteps rounded down to whole rollouts of {args.batch_size}")
+
+
+def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, **options) -> np.ndarray:
+    """Episodic returns ``[eval_episodes]`` of a model saved by this script: the Gaussian's mean (clipped to the bounds
+    by the env), or (``deterministic=False``) a sample of N(μ, σ²); the LSTM state is carried from step to step and
+    reset at each episode start, as in training. Observations are normalised with the statistics saved with the model,
+    frozen; rewards are the env's. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
+    evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
+    evaluation.envs = NormalizeObservation(evaluation.envs)
+    evaluation.envs.load_state_dict(evaluation.model["obs_norm"])
+    evaluation.envs.update_running_mean = False  # frozen: the statistics of training
+    lstm_size = evaluation.saved_size("lstm_size", 1, 2**16)  # checked before the network is built
+    agent = evaluation.load(Agent(evaluation.envs, lstm_size), "agent")
+    device = evaluation.device
+    generator = torch.Generator(device).manual_seed(evaluation.seed)
+    memory = {"state": agent.initial_state(1, device), "starts": torch.ones((1, 1), device=device)}
+
+    def policy(obs: np.ndarray) -> torch.Tensor:
+        obs = torch.as_tensor(obs[None], device=device)
+        hidden, memory["state"] = agent.unroll(obs, memory["starts"], memory["state"])
+        mean = agent.actor_mean(hidden[0])
+        if deterministic:
+            return mean.cpu()
+        return (mean + agent.actor_logstd.exp() * torch.randn(mean.shape, generator=generator, device=device)).cpu()
+
+    def on_done(done: np.ndarray) -> None:  # where an episode ended, the next observation starts one
+        memory["starts"] = torch.as_tensor(done[None], dtype=torch.float32, device=device)
+
+    return evaluation.run(policy, on_done)
+
+
+if __name__ == "__main__":
+    # ---- plumbing: flags and --resume (bad input stops here), run directory, trackers, seeding, signals
+    args, resumed = parse_args(Args, __file__, check_args)
+    run = start_run(args, resumed)
+    writer, device = run.writer, run.device
+    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
+    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+
+    # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
+    # that ended the episode is in infos["final_obs"].
+    raw_envs = vector_env(
+        [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)],
+        args.env_mode,
+        timeout=args.env_timeout,
+        autoreset_mode=SAME_STEP,
+    )
+    # Observations and rewards normalised on the vector env, in this process: one set of statistics in both env modes
+    normalization = Normalization(raw_envs, args.gamma, args.obs_clip, args.reward_clip)
+    envs = normalization.envs
+    agent = Agent(envs, args.lstm_size).to(device)
+    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
+
+    # Rollout storage [num_steps, num_envs]: what the networks read in torch, the rest in numpy for GAE
+    T, N = args.num_steps, args.num_envs
+    obs = torch.zeros((T, N) + envs.single_observation_space.shape, device=device)
+    starts = torch.zeros((T, N), device=device)  # 1.0 where obs[t] is the first of an episode
+    actions = torch.zeros((T, N) + envs.single_action_space.shape, device=device)  # the unclipped samples
+    logprobs = torch.zeros((T, N), device=device)
+    values = torch.zeros((T, N), device=device)
+    rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))  # rewards normalised, clipped
+    final_values = np.zeros((T, N), dtype=np.float32)  # V(real final observation) at truncations
+
+    # what a checkpoint holds, besides the generators: the envs below the normalisation, replayed without touching it
+    state = {"agent": agent, "optimizer": optimizer, "normalization": normalization, "envs": raw_envs}
+    global_step, start_iteration = 0, 1
+    if run.resumed:  # the checkpoint's networks, optimiser, generators, statistics, envs (replayed) and LSTM state
+        saved = run.restore(state, steps_per_iteration=args.batch_size)
+        global_step, start_iteration = saved["global_step"], saved["iteration"] + 1
+        next_obs = normalization.obs.normalize(saved["obs"])  # the raw observation, as the observation layer returned it
+        next_start, lstm_state = saved["next_start"].numpy(), tuple(saved["lstm_state"].to(device))
+    else:
+        next_obs, _ = envs.reset(seed=args.seed)
+        next_start, lstm_state = np.ones(N, dtype=np.float32), agent.initial_state(N, device)
+
+    for iteration in range(start_iteration, args.num_iterations + 1):
+        # The state before the rollout's first step: the update replays each env's sequence from it.
+        initial_state = (lstm_state[0].clone(), lstm_state[1].clone())
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / args.num_iterations
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+        final_values.fill(0.0)
+        for step in range(T):
+            global_step += N
+            obs[step] = torch.as_tensor(next_obs)
+            starts[step] = torch.as_tensor(next_start)
+            # One forward per step: the LSTM (reset where an episode starts), the policy and V.
+            with torch.inference_mode():
+                action, logprob, _, value, lstm_state = agent.get_action_and_value(
+                    obs[step : step + 1], starts[step : step + 1], lstm_state
+                )
+            actions[step], logprobs[step], values[step] = action[0], logprob[0], value[0]
+
+            # a ~ N(μ, σ²), sent unclipped: the env's ClipAction clips it to the bounds
+            next_obs, reward, termination, truncation, infos = envs.step(action[0].cpu().numpy())
+            rewards[step], terminations[step] = reward, termination
+            dones[step] = next_start = (termination | truncation).astype(np.float32)
+            truncated = truncation & ~termination
+            if truncated.any():
+                # V(real final observation), normalised by NormalizeObservation with this step's statistics,
+                # and read with the LSTM state after this step: the final observation continues the episode
+                # that obs[step] belongs to, so its memory is lstm_state (not a reset state). The next step
+                # resets lstm_state for these envs, since next_start is 1 there.
+                final = torch.as_tensor(real_next_obs(next_obs, infos)[truncated][None], device=device)
+                with torch.inference_mode():
+                    memory = (lstm_state[0][truncated], lstm_state[1][truncated])
+                    final_value = agent.get_value(final, torch.zeros(final.shape[:2], device=device), memory)
+                final_values[step, truncated] = final_value[0].cpu().numpy()
+            run.log_episodes(global_step, infos)
+
+        # V of the observations after the rollout, from the state the next rollout starts with.
+        with torch.no_grad():
+            next_value = agent.get_value(
+                torch.as_tensor(next_obs[None], device=device), torch.as_tensor(next_start[None], device=device), lstm_state
+            )
+        last_values = next_value[0].cpu().numpy()
+        advantages, returns = compute_gae(
+            rewards, values.cpu().numpy(), last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
+        )
+        b_advantages = torch.as_tensor(advantages, device=device)
+        b_returns = torch.as_tensor(returns, device=device)
+
+        # Optimise the policy and value networks on minibatches of whole env sequences [T, envs of the minibatch]
+        envs_per_minibatch = N // args.num_minibatches
+        clipfracs = []
+        for epoch in range(args.update_epochs):
+            env_inds = torch.randperm(N, device=device)
+            for start in range(0, N, envs_per_minibatch):
+                mb = env_inds[start : start + envs_per_minibatch]
+                _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
+                    obs[:, mb], starts[:, mb], (initial_state[0][mb], initial_state[1][mb]), actions[:, mb]
+                )
+                logratio = newlogprob - logprobs[:, mb]
+                ratio = logratio.exp()
+
+                with torch.no_grad():
+                    # http://joschu.net/blog/kl-approx.html
+                    old_approx_kl = (-logratio).mean()
+                    approx_kl = ((ratio - 1) - logratio).mean()
+                    clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
+
+                mb_advantages = b_advantages[:, mb]
+                if args.norm_adv:
+                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+
+                # Policy loss (clipped surrogate, eq. 7)
+                pg_loss1 = -mb_advantages * ratio
+                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+                # Value loss
+                mb_returns, mb_values = b_returns[:, mb], values[:, mb]
+                if args.clip_vloss:
+                    v_loss_unclipped = (newvalue - mb_returns) ** 2
+                    v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
+                    v_loss_clipped = (v_clipped - mb_returns) ** 2
+                    v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+                else:
+                    v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
+
+                entropy_loss = entropy.mean()
+                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+
+                optimizer.zero_grad()
+                loss.backward()
+                grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+                check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
+                optimizer.step()
+
+            if args.target_kl is not None and approx_kl.item() > args.target_kl:
+                break
+
+        y_pred, y_true = values.cpu().numpy(), returns
+        var_y = np.var(y_true)
+        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("charts/action_std", agent.actor_logstd.detach().exp().mean().item(), global_step)
+        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
+        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
+        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
+        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
+        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
+        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+        writer.add_scalar("losses/explained_variance", explained_var, global_step)
+        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+            # what the next rollout carries over: the LSTM state and where episodes start
+            carried = dict(lstm_state=torch.stack(lstm_state), next_start=torch.from_numpy(next_start))
+            run.save_checkpoint(state, global_step, iteration=iteration, **carried)
+        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+            run.exit(envs)
+
+    if args.save_model:
+        run.save_model({"agent": agent, "obs_norm": normalization.obs.state_dict()}, evaluate)
+    envs.close()
+    run.close()
