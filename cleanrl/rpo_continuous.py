@@ -37,11 +37,10 @@ import torch
 import torch.nn as nn
 import torch.optim as optim
 import tyro
-from gymnasium.vector.utils import batch_space
-from gymnasium.wrappers.utils import RunningMeanStd
 
 from cleanrl_utils.evals import Evaluation
 from cleanrl_utils.faults import check_finite
+from cleanrl_utils.normalization import Normalization, NormalizeObservation
 from cleanrl_utils.run import RunArgs, check_env, parse_args, require, require_positive, require_range, start_run
 from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
@@ -123,136 +122,6 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
         return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
-
-
-class NormalizeObservation(gym.vector.VectorWrapper):
-    """Normalise a vector env's observations by a running mean and variance, then clip them.
-
-    o ↦ clip((o - mean) / sqrt(var + epsilon), -clip, clip), float32, with mean and var the
-    running moments (``gymnasium.wrappers.utils.RunningMeanStd``, the parallel update of Chan
-    et al. 1979) of every observation seen: at reset, at each step, and the final
-    observations of the episodes that end (which the per-env wrappers of CleanRL also see).
-
-    gymnasium's own ``gymnasium.wrappers.vector.NormalizeObservation`` refuses the same-step
-    autoreset the scripts use (gymnasium 1.4 raises ``ValueError``), and would leave
-    ``infos["final_obs"]`` raw. This one normalises ``infos["final_obs"]`` too, with the same
-    statistics as the step's observations, so a truncated episode bootstraps from the value of
-    its final observation as the agent sees it.
-
-    Args:
-        env: a vector env with flat Box observations and same-step autoreset.
-        epsilon: added to the variance under the square root.
-        clip: bound of the normalised observations.
-
-    Attributes:
-        obs_rms: the running statistics (``mean``, ``var`` float64 ``[obs_dim]``, ``count``).
-        update_running_mean: False freezes the statistics (evaluation).
-    """
-
-    def __init__(self, env: gym.vector.VectorEnv, epsilon: float = 1e-8, clip: float = 10.0):
-        super().__init__(env)
-        shape = env.single_observation_space.shape
-        self.single_observation_space = gym.spaces.Box(-clip, clip, shape=shape, dtype=np.float32)
-        self.observation_space = batch_space(self.single_observation_space, env.num_envs)
-        self.obs_rms = RunningMeanStd(shape=shape)
-        self.epsilon = epsilon
-        self.clip = clip
-        self.update_running_mean = True
-
-    def normalize(self, obs: np.ndarray) -> np.ndarray:
-        """Raw observations ``[B, obs_dim]`` -> normalised and clipped, float32 (statistics unchanged)."""
-        scaled = (obs - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)
-        return np.clip(scaled, -self.clip, self.clip).astype(np.float32)
-
-    def reset(self, *, seed=None, options=None):
-        obs, infos = self.env.reset(seed=seed, options=options)
-        if self.update_running_mean:
-            self.obs_rms.update(obs)
-        return self.normalize(obs), infos
-
-    def step(self, actions):
-        obs, rewards, terminations, truncations, infos = self.env.step(actions)
-        ended = np.flatnonzero(infos["_final_obs"]) if "_final_obs" in infos else np.zeros(0, dtype=np.int64)
-        if len(ended):
-            finals = np.stack([np.asarray(infos["final_obs"][i]) for i in ended])
-        if self.update_running_mean:
-            if len(ended):
-                self.obs_rms.update(finals)
-            self.obs_rms.update(obs)
-        if len(ended):
-            final_obs = infos["final_obs"].copy()
-            for i, final in zip(ended, self.normalize(finals)):
-                final_obs[i] = final
-            infos["final_obs"] = final_obs
-        return self.normalize(obs), rewards, terminations, truncations, infos
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """The statistics as tensors, keys ``obs_rms.{mean,var,count,epsilon,clip}`` (float64)."""
-        return {
-            "obs_rms.mean": torch.tensor(self.obs_rms.mean, dtype=torch.float64),
-            "obs_rms.var": torch.tensor(self.obs_rms.var, dtype=torch.float64),
-            "obs_rms.count": torch.tensor(float(self.obs_rms.count), dtype=torch.float64),
-            "obs_rms.epsilon": torch.tensor(float(self.epsilon), dtype=torch.float64),
-            "obs_rms.clip": torch.tensor(float(self.clip), dtype=torch.float64),
-        }
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Set the statistics from :meth:`state_dict`'s entries (other keys are ignored)."""
-        self.obs_rms.mean = state["obs_rms.mean"].numpy().copy()
-        self.obs_rms.var = state["obs_rms.var"].numpy().copy()
-        self.obs_rms.count = float(state["obs_rms.count"])
-        self.epsilon = float(state["obs_rms.epsilon"])
-        self.clip = float(state["obs_rms.clip"])
-
-
-class Normalization:
-    """The training normalisation of a vector env (Huang et al. 2022, continuous-action details 6-9).
-
-    Observations: :class:`NormalizeObservation`, clipped to ±``obs_clip``. Rewards: divided by
-    the running standard deviation of the discounted return G ← γ G (1 - terminated) + r
-    (``gymnasium.wrappers.vector.NormalizeReward``), then clipped to ±``reward_clip``. Episode
-    statistics stay those of the raw rewards, recorded inside each env.
-
-    Its :meth:`state_dict` / :meth:`load_state_dict` hold the running statistics of both layers,
-    as a checkpoint does; the env below them (``raw``) is checkpointed on its own, so that its
-    replay leaves the statistics alone.
-
-    Attributes:
-        raw: the vector env below the normalisation.
-        obs: the :class:`NormalizeObservation` layer (its ``normalize`` turns raw observations
-            into what the agent sees).
-        reward: the ``NormalizeReward`` layer.
-        envs: the normalised vector env the run steps.
-    """
-
-    def __init__(self, envs: gym.vector.VectorEnv, gamma: float, obs_clip: float, reward_clip: float):
-        self.raw = envs
-        self.obs = NormalizeObservation(envs, clip=obs_clip)
-        self.reward = gym.wrappers.vector.NormalizeReward(self.obs, gamma=gamma)
-        self.envs = gym.wrappers.vector.TransformReward(self.reward, lambda reward: np.clip(reward, -reward_clip, reward_clip))
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """:meth:`NormalizeObservation.state_dict`'s ``obs_rms.*``, and of ``NormalizeReward`` ``return_rms.{mean,var,count}``
-        (float64), the per-env discounted return ``accumulated_reward`` ``[num_envs]`` and its previous
-        step's dones ``prev_dones`` ``[num_envs]``: all a checkpoint needs to continue the normalisation exactly."""
-        rms = self.reward.return_rms
-        return {
-            **self.obs.state_dict(),
-            "return_rms.mean": torch.tensor(rms.mean, dtype=torch.float64),
-            "return_rms.var": torch.tensor(rms.var, dtype=torch.float64),
-            "return_rms.count": torch.tensor(float(rms.count), dtype=torch.float64),
-            "accumulated_reward": torch.from_numpy(self.reward.accumulated_reward.copy()),
-            "prev_dones": torch.from_numpy(self.reward._prev_dones.copy()),
-        }
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Set both layers' statistics from :meth:`state_dict`'s ``state``."""
-        self.obs.load_state_dict(state)
-        self.reward.return_rms.mean = state["return_rms.mean"].numpy().copy()
-        self.reward.return_rms.var = state["return_rms.var"].numpy().copy()
-        self.reward.return_rms.count = float(state["return_rms.count"])
-        self.reward.accumulated_reward[:] = state["accumulated_reward"].numpy()
-        self.reward._prev_dones = state["prev_dones"].numpy().copy()
 
 
 def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:

@@ -21,7 +21,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from cleanrl import ddpg_continuous, ppo_continuous, rpo_continuous, sac_continuous, td3_continuous
+from cleanrl import ddpg_continuous, ppo_continuous, ppo_continuous_lstm, rpo_continuous, sac_continuous, td3_continuous
 from cleanrl_utils import checkpoint, vector
 from cleanrl_utils.run import check_env, episode_returns
 from tests.conftest import ROOT, assert_stops_with_one_line, enjoy, run_dir, run_script, scalars
@@ -30,7 +30,7 @@ pytest.importorskip("shimmy")
 pytest.importorskip("dm_control")
 
 CARTPOLE = "dm_control/cartpole-balance-v0"  # observations {"position": (3,), "velocity": (2,)}, actions Box(-1, 1, (1,))
-MODULES = [ppo_continuous, rpo_continuous, ddpg_continuous, td3_continuous, sac_continuous]
+MODULES = [ppo_continuous, rpo_continuous, ppo_continuous_lstm, ddpg_continuous, td3_continuous, sac_continuous]
 
 
 def test_ids_are_registered_where_asked_for_and_only_then():
