@@ -356,9 +356,10 @@ class RNDStatistics:
         self.discounted_return = np.zeros(num_envs, dtype=np.float64)
         self.int_gamma = int_gamma
 
-    def update_obs(self, frames: np.ndarray) -> None:
-        """Add frames uint8 ``[B, 84, 84]`` to the per-pixel statistics."""
-        self.obs_rms.update(frames.astype(np.float64))
+    def update_obs(self, frames: np.ndarray, chunk: int = 1024) -> None:
+        """Add frames uint8 ``[B, 84, 84]`` to the per-pixel statistics, ``chunk`` frames at a time (in float64: 58 MB)."""
+        for start in range(0, len(frames), chunk):
+            self.obs_rms.update(frames[start : start + chunk].astype(np.float64))
 
     def normalize_rewards(self, rewards: np.ndarray) -> np.ndarray:
         """Intrinsic rewards ``[T, N]`` (T steps of N envs) divided by the std of their discounted return; updates it.
@@ -728,7 +729,8 @@ if __name__ == "__main__":
         obs_var = torch.as_tensor(statistics.obs_rms.var, device=device)
         b_rnd_input = rnd_input(next_frames.reshape((-1,) + frame_shape), obs_mean, obs_var)
         with torch.no_grad():
-            raw_int_rewards = intrinsic_rewards(rnd, b_rnd_input).reshape(T, N).cpu().numpy()
+            raw_int_rewards = torch.cat([intrinsic_rewards(rnd, x) for x in b_rnd_input.split(4096)])  # bounded memory
+            raw_int_rewards = raw_int_rewards.reshape(T, N).cpu().numpy()
             last_ext_values, last_int_values = (
                 v.cpu().numpy() for v in agent.get_value(torch.as_tensor(next_obs, device=device))
             )
