@@ -126,7 +126,7 @@ def command_train(args: argparse.Namespace) -> None:
         command = [*pin, *launcher, str(out / "agent.pt"), *flags]
     else:
         command = [*pin, sys.executable, str(Path(__file__).resolve()), *sys.argv[1:], "--inner"]
-    start, cpu = time.time(), os.times()
+    start, cpu, where = time.time(), os.times(), provenance.describe()  # the commit the run starts from
     with open(out / "output.txt", "w") as log:
         subprocess.run(command, cwd=out, env=env, stdout=log, stderr=subprocess.STDOUT, check=True)
     after = os.times()
@@ -136,7 +136,7 @@ def command_train(args: argparse.Namespace) -> None:
         "seed": args.seed,
         "wall_s": round(time.time() - start, 1),
         "cpu_s": round(after.children_user + after.children_system - cpu.children_user - cpu.children_system, 1),
-        **provenance.describe(),
+        **where,
     }
     (out / "run.json").write_text(json.dumps(meta, indent=1))
 
