@@ -237,14 +237,16 @@ def command_report(args: argparse.Namespace) -> None:
         sps_tag = tags["charts/SPS"]
         returns = [value for _, value, _ in tags.get("charts/episodic_return", [])]
         training = json.loads((run / "training_ram.json").read_text()) if (run / "training_ram.json").exists() else None
-        rows[str(run)] = {
-            "side": meta["side"],
+        rows[meta["side"]] = {
+            "run": str(run),
             "steps": sps_tag[-1][0],
             "wall_s": meta["wall_s"],
             "cpu_s": meta["cpu_s"],
             "seconds_per_iteration": round(seconds_per_iteration(run), 2),
             "predictor_loss": [round(v, 4) for _, v, _ in loss],
             "intrinsic_reward": [round(v, 2) for _, v, _ in reward],
+            "entropy_first_last": [round(tags["losses/entropy"][i][1], 3) for i in (0, -1)],
+            "value_loss_first_last": [round(tags["losses/value_loss"][i][1], 4) for i in (0, -1)],
             "games": len(returns),
             "positive_games": int(np.sum(np.array(returns) > 0)),
             "training_cells": training and training["cells"],
