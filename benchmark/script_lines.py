@@ -286,6 +286,7 @@ CLEANRL_EQUIVALENT = {
     "td3_continuous": "td3_continuous_action",
     "sac_atari": "sac_atari",
     "ppo_atari_envpool": "ppo_atari_envpool",
+    "ppo_rnd_envpool": "ppo_rnd_envpool",
     "ppo_atari_lstm": "ppo_atari_lstm",
     "ppo_lstm": None,
     "ppo_continuous_lstm": None,

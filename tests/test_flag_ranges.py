@@ -34,6 +34,8 @@ CASES = [
     ("ppo_atari.py", ["--num-envs", HUGE], "--num-envs", "must be in [1, 65536]"),
     ("ppo_atari_envpool.py", ["--ent-coef", "-1"], "--ent-coef", "must be >= 0"),
     ("ppo_atari_envpool.py", ["--num-threads", INT64ISH], "--num-threads", "must be in [1, 1024]"),
+    ("ppo_rnd_envpool.py", ["--num-iterations-obs-norm-init", HUGE], "--num-iterations-obs-norm-init", "[1, 1000000]"),
+    ("ppo_rnd_envpool.py", ["--num-envs", HUGE], "--num-envs", "must be in [1, 65536]"),
     ("ppo_atari_lstm.py", ["--ent-coef", "-1"], "--ent-coef", "must be >= 0"),
     ("ppo_atari_lstm.py", ["--target-kl", "0"], "--target-kl", "must be positive"),
     ("ppo_continuous.py", ["--vf-coef", "-0.5"], "--vf-coef", "must be >= 0"),

@@ -1,0 +1,826 @@
+"""PPO with Random Network Distillation (RND) on Atari with EnvPool: a bonus for what a predictor cannot yet predict.
+
+Burda, Edwards, Storkey, Klimov (2018), "Exploration by Random Network Distillation", arXiv:1810.12894:
+the intrinsic reward ||f̂(s') - f(s')||² of a predictor f̂ trained to match a fixed random network f
+(sec. 2.2), divided by a running std of its discounted return; f's input normalised by statistics
+of random play, clipped to ±5 (sec. 2.4); non-episodic intrinsic returns, two value heads with their
+own discounts (γ_E 0.999, γ_I 0.99), advantages 2 A_E + 1 A_I (sec. 2.3); the predictor trained on
+25% of each minibatch (appendix A.4). On PPO (Schulman et al. 2017, arXiv:1707.06347) with GAE
+(Schulman et al. 2016, arXiv:1506.02438), with CleanRL's ppo_rnd_envpool.py networks and settings:
+128 envs x 128 steps, 50 rollouts of random play, EnvPool (Weng et al. 2022, arXiv:2206.10558) with
+sticky actions 0.25 (Machado et al. 2018, arXiv:1709.06009), episodic life, clipped rewards.
+
+What this file changes against CleanRL's:
+- the discounted intrinsic return whose std scales the rewards runs over each env's steps (Burda
+  et al.'s code; CleanRL's runs across the envs of each step);
+- the predictor learns on the frames that gave the rewards (s_{t+1}; CleanRL's on s_t);
+- EnvPool's reset steps are masked out of PPO's losses and a truncation bootstraps V_E from the
+  real final observation (as ppo_atari_envpool.py); the intrinsic return runs through both;
+- training starts from new games after the random play (not counted in global_step, as CleanRL).
+Checkpoints hold both networks, the optimiser and the RND statistics, not the envs: ``--resume``
+makes new envs (as ppo_atari_envpool.py).
+
+Run:
+    python cleanrl/ppo_rnd_envpool.py --env-id MontezumaRevenge-v5
+"""
+
+import os
+import signal
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.optim as optim
+import tyro
+from gymnasium.wrappers.utils import RunningMeanStd
+
+from cleanrl_utils.envpool_atari import GameStatistics, check_envpool_atari
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_env_step, check_finite
+from cleanrl_utils.run import RunArgs, parse_args, require, require_positive, require_range, start_run
+
+try:  # EnvPool comes with the envpool extra; without it, --env-id says so
+    import envpool
+except ImportError:
+    envpool = None
+
+FRAME_SKIP = 4
+"""Frames per agent step (the action is repeated, the last two frames max-pooled)."""
+MAX_EPISODE_STEPS = 27_000
+"""Agent steps per game before a time-limit truncation (108,000 frames; EnvPool's default, as CleanRL's)."""
+STICKY_ACTIONS = 0.25
+"""Probability that the emulator repeats the previous action at a frame instead of the agent's (Machado et al. 2018)."""
+OBS_CLIP = 5.0
+"""The RND input, normalised, is clipped to [-5, 5] (Burda et al. 2018, sec. 2.4)."""
+
+
+@dataclass
+class Args(RunArgs):
+    """PPO's and RND's hyperparameters; the flags every script takes (--seed, --save-model, --resume ...) come from RunArgs."""
+
+    env_id: str = "MontezumaRevenge-v5"
+    """EnvPool id of an Atari game (such as MontezumaRevenge-v5, Venture-v5)"""
+    env_mode: Literal["sync", "async"] = "sync"
+    """sync only: EnvPool steps the envs in its own C++ threads (--num-threads); async is refused"""
+    num_threads: Optional[int] = None
+    """EnvPool's C++ threads stepping the envs; None: the number of CPU cores available"""
+    total_timesteps: int = 2000000000
+    """total agent steps of training, summed over envs (4 frames each; reset steps included, random play not)"""
+    learning_rate: float = 1e-4
+    """Adam learning rate of the agent and the predictor at the start (annealed linearly to 0 with --anneal-lr)"""
+    num_envs: int = 128
+    """number of parallel environments"""
+    num_steps: int = 128
+    """steps per environment in each rollout"""
+    anneal_lr: bool = True
+    """if toggled, anneal the learning rate linearly to 0 over training"""
+    gamma: float = 0.999
+    """extrinsic discount factor γ_E"""
+    gae_lambda: float = 0.95
+    """GAE λ of both advantages"""
+    num_minibatches: int = 4
+    """minibatches per epoch"""
+    update_epochs: int = 4
+    """epochs over each rollout"""
+    norm_adv: bool = True
+    """if toggled, normalise the combined advantages within each minibatch"""
+    clip_coef: float = 0.1
+    """surrogate clipping ε (ratio kept in [1-ε, 1+ε]); also the extrinsic value clip"""
+    clip_vloss: bool = True
+    """if toggled, clip the extrinsic value loss as in the reference implementation"""
+    ent_coef: float = 0.001
+    """entropy bonus coefficient"""
+    vf_coef: float = 0.5
+    """coefficient of the value loss (extrinsic + intrinsic)"""
+    max_grad_norm: float = 0.5
+    """global gradient-norm clip of the agent and the predictor together"""
+    target_kl: Optional[float] = None
+    """stop the epochs of an update early when the approximate KL exceeds this"""
+    update_proportion: float = 0.25
+    """probability that a sample of a minibatch trains the predictor"""
+    int_coef: float = 1.0
+    """weight of the intrinsic advantage in the combined advantage"""
+    ext_coef: float = 2.0
+    """weight of the extrinsic advantage in the combined advantage"""
+    int_gamma: float = 0.99
+    """intrinsic discount factor γ_I (of the intrinsic returns and of the return whose std scales the rewards)"""
+    num_iterations_obs_norm_init: int = 50
+    """rollouts (num_envs x num_steps steps each) of uniformly random play whose frames start the RND input statistics"""
+
+    # filled in at run time
+    batch_size: tyro.conf.Suppress[int] = 0
+    """rollout size, num_envs * num_steps (computed; not a flag)"""
+    minibatch_size: tyro.conf.Suppress[int] = 0
+    """batch_size // num_minibatches (computed; not a flag)"""
+    num_iterations: tyro.conf.Suppress[int] = 0
+    """total_timesteps // batch_size (computed; not a flag)"""
+
+
+def make_envs(
+    env_id: str,
+    seed: int,
+    capture_video: bool,
+    video_dir: str,
+    training: bool = True,
+    video_episodes=None,
+    num_envs: int = 1,
+    num_threads: int = 1,
+):
+    """EnvPool's Atari envs with CleanRL's RND settings, gymnasium API (next-step autoreset), game statistics.
+
+    Observations: uint8 ``[num_envs, 4, 84, 84]``. Sticky actions (0.25), up to 30 no-ops at the
+    start, frame skip 4 with max-pooling, FIRE on reset, 84x84 grayscale, 4 stacked frames, the
+    minimal action set, 27,000 agent steps a game. ``info["reward"]`` holds the unclipped game
+    reward, ``info["terminated"]`` is 1 when the game is over, ``info["ram"]`` the console's 128
+    bytes of RAM; the game scores are added by :class:`GameStatistics`, which also records env
+    0's games into ``video_dir`` if asked, those ``video_episodes(game_index)`` picks.
+
+    Args:
+        training: episodic life (a lost life is returned as a termination) and rewards clipped
+            to their sign; False for evaluation: whole games, game rewards (sticky actions kept).
+    """
+    envs = envpool.make(
+        env_id,
+        env_type="gymnasium",
+        num_envs=num_envs,
+        seed=seed,
+        num_threads=num_threads,
+        episodic_life=training,
+        reward_clip=training,
+        noop_max=30,
+        frame_skip=FRAME_SKIP,
+        img_height=84,
+        img_width=84,
+        gray_scale=True,
+        stack_num=4,
+        use_fire_reset=True,
+        repeat_action_probability=STICKY_ACTIONS,
+        full_action_space=False,
+        max_episode_steps=MAX_EPISODE_STEPS,
+        **({"render_mode": "rgb_array"} if capture_video else {}),
+    )
+    return GameStatistics(envs, FRAME_SKIP, video_dir if capture_video else None, video_episodes)
+
+
+def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
+    """Orthogonal weights with gain ``std`` and constant bias (Huang et al. 2022, detail 2)."""
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    """The policy and the two value heads of Burda et al. (2018) as CleanRL has them, sized for ``envs``' Discrete actions.
+
+    Trunk: conv 8x8/4 (32) - conv 4x4/2 (64) - conv 3x3/1 (64) - linear 256 - linear 448, ReLU
+    after each. ``actor``: 448 - 448 - num_actions logits. The value heads ``critic_ext`` (V_E)
+    and ``critic_int`` (V_I) read the trunk's features plus a residual layer of them. Inputs are
+    uint8 frames ``[B, 4, 84, 84]`` in 0-255, divided by 255 here.
+    """
+
+    def __init__(self, envs):
+        super().__init__()
+        self.trunk = nn.Sequential(
+            layer_init(nn.Conv2d(4, 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
+            nn.Flatten(),
+            layer_init(nn.Linear(64 * 7 * 7, 256)),
+            nn.ReLU(),
+            layer_init(nn.Linear(256, 448)),
+            nn.ReLU(),
+        )
+        self.extra_layer = nn.Sequential(layer_init(nn.Linear(448, 448), std=0.1), nn.ReLU())
+        self.actor = nn.Sequential(
+            layer_init(nn.Linear(448, 448), std=0.01),
+            nn.ReLU(),
+            layer_init(nn.Linear(448, int(envs.single_action_space.n)), std=0.01),
+        )
+        self.critic_ext = layer_init(nn.Linear(448, 1), std=0.01)
+        self.critic_int = layer_init(nn.Linear(448, 1), std=0.01)
+
+    def hidden(self, x: torch.Tensor) -> torch.Tensor:
+        """Trunk features: frames uint8 ``[B, 4, 84, 84]`` -> ``[B, 448]`` (float, channels-last convolutions)."""
+        return self.trunk(x.to(dtype=torch.float32, memory_format=torch.channels_last) / 255.0)
+
+    def values(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(V_E, V_I) ``[B]`` each from trunk features ``[B, 448]``."""
+        features = self.extra_layer(hidden) + hidden
+        return self.critic_ext(features).squeeze(-1), self.critic_int(features).squeeze(-1)
+
+    def get_value(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(V_E(x), V_I(x)): frames ``[B, 4, 84, 84]`` -> ``[B]`` each."""
+        return self.values(self.hidden(x))
+
+    def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
+        """Sample (or score) actions under the categorical policy and evaluate both values, in one pass of the trunk.
+
+        Args:
+            x: frames uint8 ``[B, 4, 84, 84]``.
+            action: actions ``[B]`` (int64) to score; sampled from π(·|x) when None.
+
+        Returns:
+            ``(action [B], log π(action|x) [B], entropy of π(·|x) [B], V_E(x) [B], V_I(x) [B])``.
+        """
+        hidden = self.hidden(x)
+        log_probs = torch.log_softmax(self.actor(hidden), dim=-1)
+        if action is None:
+            action = torch.multinomial(log_probs.exp(), 1).squeeze(-1)
+        log_prob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        entropy = -(log_probs.exp() * log_probs).sum(-1)
+        return (action, log_prob, entropy, *self.values(hidden))
+
+
+class RNDModel(nn.Module):
+    """The fixed random target f and the trained predictor f̂ of Burda et al. (2018, sec. 2.2), as CleanRL has them.
+
+    Both read one normalised frame ``[B, 1, 84, 84]`` (:func:`rnd_input`) and output 512 features.
+    ``target``: conv 8x8/4 (32) - conv 4x4/2 (64) - conv 3x3/1 (64), leaky ReLUs, linear 512;
+    its weights are random and never trained (``requires_grad`` False). ``predictor``: the same
+    convolutions, then linear 512 - 512 - 512 (ReLU between).
+    """
+
+    def __init__(self):
+        super().__init__()
+
+        def convolutions():
+            return [
+                layer_init(nn.Conv2d(1, 32, 8, stride=4)),
+                nn.LeakyReLU(),
+                layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+                nn.LeakyReLU(),
+                layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+                nn.LeakyReLU(),
+                nn.Flatten(),
+            ]
+
+        self.predictor = nn.Sequential(
+            *convolutions(),
+            layer_init(nn.Linear(64 * 7 * 7, 512)),
+            nn.ReLU(),
+            layer_init(nn.Linear(512, 512)),
+            nn.ReLU(),
+            layer_init(nn.Linear(512, 512)),
+        )
+        self.target = nn.Sequential(*convolutions(), layer_init(nn.Linear(64 * 7 * 7, 512)))
+        self.target.requires_grad_(False)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(f̂(x), f(x)): normalised frames ``[B, 1, 84, 84]`` -> features ``[B, 512]`` each."""
+        return self.predictor(x), self.target(x)
+
+
+def rnd_input(frames: torch.Tensor, obs_mean: torch.Tensor, obs_var: torch.Tensor) -> torch.Tensor:
+    """The RND networks' input: frames normalised per pixel and clipped (Burda et al. 2018, sec. 2.4).
+
+    x = clip((frame - μ) / σ, -5, 5), with μ and σ² the running per-pixel mean and variance
+    of the frames seen (:class:`RNDStatistics`).
+
+    Args:
+        frames: the newest frame of each observation, uint8 ``[B, 84, 84]``.
+        obs_mean, obs_var: μ and σ² ``[84, 84]`` (float).
+
+    Returns:
+        float32 ``[B, 1, 84, 84]`` (channels-last, as the RND networks' weights).
+    """
+    x = (frames.float() - obs_mean.float()) / obs_var.float().sqrt()
+    return x.clamp(-OBS_CLIP, OBS_CLIP).unsqueeze(1).contiguous(memory_format=torch.channels_last)
+
+
+def intrinsic_rewards(rnd: RNDModel, x: torch.Tensor) -> torch.Tensor:
+    """The prediction error ||f̂(x) - f(x)||², summed over the 512 features (Burda et al. 2018, sec. 2.2).
+
+    Args:
+        x: normalised next observations ``[B, 1, 84, 84]`` (:func:`rnd_input`).
+
+    Returns:
+        ``[B]`` raw intrinsic rewards (before :meth:`RNDStatistics.normalize_rewards`).
+        (CleanRL halves this; the normalisation by the std of its discounted return removes any scale.)
+    """
+    predicted, target = rnd(x)
+    return (predicted - target).pow(2).sum(-1)
+
+
+def predictor_update_mask(batch_size: int, update_proportion: float, device: torch.device) -> torch.Tensor:
+    """Which samples of a minibatch train the predictor: each independently with probability ``update_proportion``.
+
+    Burda et al. (2018, appendix A.4) keep the predictor's learning speed that of their 32-env
+    runs by training it on a fixed proportion of the samples (0.25 with 128 envs). Draws from
+    torch's global generator (checkpointed).
+
+    Returns:
+        float ``[batch_size]`` of 0 and 1.
+    """
+    return (torch.rand(batch_size, device=device) < update_proportion).float()
+
+
+def rnd_loss(predicted: torch.Tensor, target: torch.Tensor, update_mask: torch.Tensor) -> torch.Tensor:
+    """The predictor's loss: the mean squared error per feature over the samples ``update_mask`` picks (CleanRL's).
+
+    L = Σ_i m_i mean_k (f̂_k(x_i) - f_k(x_i))² / max(Σ_i m_i, 1): only a random proportion of
+    each minibatch trains the predictor, so that it does not learn faster with more envs
+    (Burda et al. 2018, appendix A.4). The target gets no gradient.
+
+    Args:
+        predicted, target: f̂(x), f(x) ``[B, 512]``.
+        update_mask: float ``[B]``, 1 for the samples that train the predictor.
+
+    Returns:
+        A scalar; 0 (with zero gradients) when the mask picks no sample.
+    """
+    errors = (predicted - target.detach()).pow(2).mean(-1)
+    return (errors * update_mask).sum() / update_mask.sum().clamp(min=1.0)
+
+
+class RNDStatistics:
+    """The running statistics of RND (Burda et al. 2018, sec. 2.4): of its input frames, and of the intrinsic return.
+
+    ``obs_rms``: per-pixel mean and variance ``[84, 84]`` of the frames the RND networks read
+    (random play first, then every rollout's next observations). ``return_rms``: mean and
+    variance of the discounted intrinsic return R_t = γ_I R_{t-1} + r_t, which each env carries
+    on over rollouts, resets and episode ends (``discounted_return`` ``[num_envs]``). Intrinsic
+    rewards are divided by the standard deviation of that return. Both ``RunningMeanStd`` are
+    gymnasium's (mean 0, variance 1, count 1e-4 at the start; the parallel update of Chan et al.).
+
+    :meth:`state_dict` / :meth:`load_state_dict` hold all of it, as a checkpoint does.
+    """
+
+    def __init__(self, num_envs: int, int_gamma: float, frame_shape: tuple[int, int] = (84, 84)):
+        self.obs_rms = RunningMeanStd(shape=frame_shape)
+        self.return_rms = RunningMeanStd(shape=())
+        self.discounted_return = np.zeros(num_envs, dtype=np.float64)
+        self.int_gamma = int_gamma
+
+    def update_obs(self, frames: np.ndarray, chunk: int = 1024) -> None:
+        """Add frames uint8 ``[B, 84, 84]`` to the per-pixel statistics, ``chunk`` frames at a time (in float64: 58 MB)."""
+        for start in range(0, len(frames), chunk):
+            self.obs_rms.update(frames[start : start + chunk].astype(np.float64))
+
+    def normalize_rewards(self, rewards: np.ndarray) -> np.ndarray:
+        """Intrinsic rewards ``[T, N]`` (T steps of N envs) divided by the std of their discounted return; updates it.
+
+        Runs R_t = γ_I R_{t-1} + r_t over the T steps of each env (from its value at the end of
+        the last rollout), adds the mean and population variance of the T x N values of R to
+        ``return_rms``, then divides every reward by sqrt(its variance). (Burda et al.'s code
+        runs the filter over each env's steps; CleanRL's over the envs of each step.)
+
+        Returns:
+            float32 ``[T, N]``.
+        """
+        returns = np.empty(rewards.shape, dtype=np.float64)
+        for t in range(rewards.shape[0]):
+            self.discounted_return = self.int_gamma * self.discounted_return + rewards[t]
+            returns[t] = self.discounted_return
+        self.return_rms.update_from_moments(returns.mean(), returns.var(), returns.size)
+        return (rewards / np.sqrt(self.return_rms.var)).astype(np.float32)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """``obs_rms.{mean,var,count}``, ``return_rms.{mean,var,count}`` (float64) and ``discounted_return`` ``[num_envs]``."""
+        state = {}
+        for name, rms in (("obs_rms", self.obs_rms), ("return_rms", self.return_rms)):
+            state[f"{name}.mean"] = torch.tensor(rms.mean, dtype=torch.float64)
+            state[f"{name}.var"] = torch.tensor(rms.var, dtype=torch.float64)
+            state[f"{name}.count"] = torch.tensor(float(rms.count), dtype=torch.float64)
+        state["discounted_return"] = torch.from_numpy(self.discounted_return.copy())
+        return state
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Set the statistics from :meth:`state_dict`'s ``state``.
+
+        Raises:
+            ValueError: a missing entry, another shape (another number of envs), a value that is not
+                finite, a negative variance, a non-positive count.
+        """
+        expected = {
+            "obs_rms.mean": self.obs_rms.mean.shape,
+            "obs_rms.var": self.obs_rms.var.shape,
+            "return_rms.mean": (),
+            "return_rms.var": (),
+            "obs_rms.count": (),
+            "return_rms.count": (),
+            "discounted_return": self.discounted_return.shape,
+        }
+        values = {}
+        for name, shape in expected.items():
+            value = state.get(name)
+            if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape:
+                found = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+                raise ValueError(f"RND statistics: {name} must be a tensor of shape {shape}, got {found}")
+            values[name] = value.detach().to(torch.float64).numpy().copy()
+            if not np.isfinite(values[name]).all():
+                raise ValueError(f"RND statistics: {name} is not finite")
+        for name in ("obs_rms", "return_rms"):
+            if (values[f"{name}.var"] < 0).any() or values[f"{name}.count"] <= 0:
+                raise ValueError(f"RND statistics: {name} has a negative variance or a count that is not positive")
+        for name, rms in (("obs_rms", self.obs_rms), ("return_rms", self.return_rms)):
+            rms.mean, rms.var, rms.count = values[f"{name}.mean"], values[f"{name}.var"], float(values[f"{name}.count"])
+        self.discounted_return = values["discounted_return"]
+
+
+def compute_gae(
+    rewards: np.ndarray,
+    values: np.ndarray,
+    last_values: np.ndarray,
+    terminations: np.ndarray,
+    dones: np.ndarray,
+    resets: np.ndarray,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Generalized advantage estimation over an EnvPool rollout (next-step autoreset), as ppo_atari_envpool.py's.
+
+    δ_t = r_t + γ (1 - terminated_t) V(s_{t+1}) - V(s_t)
+    A_t = δ_t + γ λ (1 - done_t) A_{t+1}
+    (Schulman et al. 2016, arXiv:1506.02438, eq. 16, with the recursion cut at episode ends.)
+
+    The observation s_{t+1} returned by a step t that ended an episode is its real final
+    observation (EnvPool resets at step t+1), so a truncation bootstraps from V(final
+    observation) = ``values[t+1]``. Reset steps (``resets``) get advantage 0 and return V.
+    With ``terminations``, ``dones`` and ``resets`` all zero this is GAE over a continuing
+    stream: the non-episodic intrinsic return of RND (Burda et al. 2018, sec. 2.3).
+
+    Args:
+        rewards: r_t, float ``[T, N]``.
+        values: V(s_t), float ``[T, N]``.
+        last_values: V of the observations after the rollout, ``[N]``.
+        terminations: 1.0 where step t ended the episode by termination (or a lost life), ``[T, N]``.
+        dones: 1.0 where step t ended the episode (termination or truncation), ``[T, N]``.
+        resets: True where step t is a reset step (the step after one that returned done), ``[T, N]``.
+        gamma: discount γ in [0, 1].
+        gae_lambda: λ in [0, 1].
+
+    Returns:
+        ``(advantages [T, N], returns [T, N])`` with returns = advantages + values.
+    """
+    next_values = np.concatenate([values[1:], last_values[None]], axis=0)
+    deltas = rewards + gamma * (1.0 - terminations) * next_values - values
+    carry = gamma * gae_lambda * (1.0 - dones)
+    advantages = np.zeros_like(deltas)
+    last = np.zeros_like(deltas[0])
+    for t in reversed(range(rewards.shape[0])):
+        last = deltas[t] + carry[t] * last
+        advantages[t] = last
+    advantages = np.where(resets, 0.0, advantages).astype(values.dtype)
+    return advantages, advantages + values
+
+
+def two_head_gae(
+    ext_rewards: np.ndarray,
+    int_rewards: np.ndarray,
+    ext_values: np.ndarray,
+    int_values: np.ndarray,
+    last_ext_values: np.ndarray,
+    last_int_values: np.ndarray,
+    terminations: np.ndarray,
+    dones: np.ndarray,
+    resets: np.ndarray,
+    gamma: float,
+    int_gamma: float,
+    gae_lambda: float,
+    ext_coef: float,
+    int_coef: float,
+) -> dict[str, np.ndarray]:
+    """The extrinsic and intrinsic advantages and returns, and the advantage the policy follows (Burda et al. 2018, sec. 2.3).
+
+    Extrinsic: :func:`compute_gae` with γ_E = ``gamma``, episodic (terminations stop the
+    bootstrap, episode ends the recursion, reset steps masked). Intrinsic: :func:`compute_gae`
+    with γ_I = ``int_gamma`` over the unbroken stream of each env: no termination, episode end
+    or reset cuts it, since visiting a novel state is worth the same after a lost game. Both
+    use λ = ``gae_lambda``. The policy's advantage is ``ext_coef`` A_E + ``int_coef`` A_I (0 at
+    reset steps, which the losses mask out).
+
+    Args:
+        ext_rewards, int_rewards: clipped game rewards and normalised intrinsic rewards, ``[T, N]``.
+        ext_values, int_values: V_E(s_t), V_I(s_t) ``[T, N]``; ``last_*``: of the observations after the rollout, ``[N]``.
+        terminations, dones, resets: as :func:`compute_gae` takes them, ``[T, N]``.
+
+    Returns:
+        ``{"ext_advantages", "ext_returns", "int_advantages", "int_returns", "advantages"}``, float32 ``[T, N]`` each.
+    """
+    ext_advantages, ext_returns = compute_gae(
+        ext_rewards, ext_values, last_ext_values, terminations, dones, resets, gamma, gae_lambda
+    )
+    never = np.zeros_like(int_rewards)
+    int_advantages, int_returns = compute_gae(
+        int_rewards, int_values, last_int_values, never, never, never > 0, int_gamma, gae_lambda
+    )
+    advantages = ext_coef * ext_advantages + int_coef * np.where(resets, 0.0, int_advantages)
+    return {
+        "ext_advantages": ext_advantages,
+        "ext_returns": ext_returns,
+        "int_advantages": int_advantages,
+        "int_returns": int_returns,
+        "advantages": advantages.astype(np.float32),
+    }
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``x`` over the entries where ``mask`` is 1 (``[B]`` each); 0 when none is."""
+    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def ppo_losses(
+    newlogprob: torch.Tensor,
+    entropy: torch.Tensor,
+    new_ext_value: torch.Tensor,
+    new_int_value: torch.Tensor,
+    oldlogprob: torch.Tensor,
+    old_ext_value: torch.Tensor,
+    advantages: torch.Tensor,
+    ext_returns: torch.Tensor,
+    int_returns: torch.Tensor,
+    mask: torch.Tensor,
+    clip_coef: float,
+    clip_vloss: bool = True,
+    norm_adv: bool = True,
+) -> dict[str, torch.Tensor]:
+    """PPO's loss terms with two value heads, over the samples where ``mask`` is 1 (EnvPool's reset steps have 0).
+
+    Policy loss (Schulman et al. 2017, eq. 7) on the combined advantage, normalised (with
+    ``norm_adv``) by the mean and unbiased std of the masked-in samples; extrinsic value loss
+    0.5 mean (V_E - R_E)², or with ``clip_vloss`` CleanRL's clipped form; intrinsic value loss
+    0.5 mean (V_I - R_I)², never clipped (CleanRL's); ``value_loss`` is their sum.
+
+    Args:
+        newlogprob, entropy, new_ext_value, new_int_value: under the current weights, ``[B]``.
+        oldlogprob, old_ext_value: from the rollout, ``[B]``.
+        advantages: the combined advantage; ext_returns, int_returns: R_E, R_I, ``[B]``.
+        mask: float ``[B]``, 1 for the transitions to train on.
+        clip_coef: ε.
+
+    Returns:
+        ``{"policy_loss", "value_loss", "ext_value_loss", "int_value_loss", "entropy", "old_approx_kl", "approx_kl",
+        "clipfrac"}``, scalars; the first five carry gradients.
+    """
+    logratio = newlogprob - oldlogprob
+    ratio = logratio.exp()
+    with torch.no_grad():
+        # http://joschu.net/blog/kl-approx.html
+        old_approx_kl = masked_mean(-logratio, mask)
+        approx_kl = masked_mean((ratio - 1) - logratio, mask)
+        clipfrac = masked_mean(((ratio - 1.0).abs() > clip_coef).float(), mask)
+    if norm_adv:
+        count = mask.sum()
+        mean = masked_mean(advantages, mask)
+        std = ((mask * (advantages - mean) ** 2).sum() / (count - 1).clamp(min=1.0)).sqrt()
+        advantages = (advantages - mean) / (std + 1e-8)
+    pg_loss1 = -advantages * ratio
+    pg_loss2 = -advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
+    pg_loss = masked_mean(torch.max(pg_loss1, pg_loss2), mask)
+    if clip_vloss:
+        ext_unclipped = (new_ext_value - ext_returns) ** 2
+        ext_clipped = (old_ext_value + torch.clamp(new_ext_value - old_ext_value, -clip_coef, clip_coef) - ext_returns) ** 2
+        ext_v_loss = 0.5 * masked_mean(torch.max(ext_unclipped, ext_clipped), mask)
+    else:
+        ext_v_loss = 0.5 * masked_mean((new_ext_value - ext_returns) ** 2, mask)
+    int_v_loss = 0.5 * masked_mean((new_int_value - int_returns) ** 2, mask)
+    return {
+        "policy_loss": pg_loss,
+        "value_loss": ext_v_loss + int_v_loss,
+        "ext_value_loss": ext_v_loss,
+        "int_value_loss": int_v_loss,
+        "entropy": masked_mean(entropy, mask),
+        "old_approx_kl": old_approx_kl,
+        "approx_kl": approx_kl,
+        "clipfrac": clipfrac,
+    }
+
+
+# ---- plumbing a reader may skip: argument checks and the evaluation of a saved model
+
+
+def check_args(args: Args) -> None:
+    """Fill in the computed fields; stop with one line naming the flag on bad input."""
+    require(args.env_mode == "sync", "--env-mode", "EnvPool already steps the envs in parallel C++ threads: set --num-threads")
+    require_positive(args, "total_timesteps num_envs num_steps num_minibatches update_epochs learning_rate clip_coef")
+    require_positive(args, "max_grad_norm")
+    require_range(args, num_envs=(1, 2**16), num_steps=(1, 2**20))  # each by its own flag, before their product
+    require_range(args, update_epochs=(1, 10**4), num_iterations_obs_norm_init=(1, 10**6))  # a stop signal waits
+    require_range(args, gamma=(0, 1), gae_lambda=(0, 1), int_gamma=(0, 1), update_proportion=(0, 1))
+    for name in ("ent_coef", "vf_coef", "int_coef", "ext_coef"):
+        value = getattr(args, name)
+        require(value >= 0, f"--{name.replace('_', '-')}", f"must be >= 0, got {value}")
+    require(args.target_kl is None or args.target_kl > 0, "--target-kl", f"must be positive, got {args.target_kl}")
+    require(args.num_threads is None or args.num_threads > 0, "--num-threads", f"must be positive, got {args.num_threads}")
+    if args.num_threads is not None:
+        require_range(args, num_threads=(1, 2**10))
+    else:
+        args.num_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    args.batch_size = args.num_envs * args.num_steps
+    args.minibatch_size = args.batch_size // args.num_minibatches
+    args.num_iterations = args.total_timesteps // args.batch_size
+    batch = f"the batch of {args.batch_size} (--num-envs {args.num_envs} x --num-steps {args.num_steps})"
+    require(args.batch_size % args.num_minibatches == 0, "--num-minibatches", f"does not divide {batch}")
+    require(not args.norm_adv or args.minibatch_size >= 2, "--num-minibatches", "too small to normalise advantages")
+    rollout = f"{args.batch_size} steps (--num-envs {args.num_envs} x --num-steps {args.num_steps})"
+    require(args.num_iterations > 0, "--total-timesteps", f"less than one rollout of {rollout}")
+    check_envpool_atari(args, envpool)
+    # after every check: a refused command prints nothing else
+    if args.num_iterations * args.batch_size != args.total_timesteps:
+        total = args.num_iterations * args.batch_size
+        print(f"training {total} steps: --total-timesteps rounded down to whole rollouts of {args.batch_size}")
+
+
+def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
+    """Game scores ``[eval_episodes]`` of a model saved by this script: whole games, unclipped rewards, sticky actions.
+
+    The policy acts on raw frames: the RND networks and statistics (in the checkpoints) are not in the model file.
+    Actions are sampled from π; ``deterministic=True``: the most probable. ``options``: see :class:`Evaluation`.
+    """
+    evaluation = Evaluation(__file__, model_path, eval_episodes, None, make_envs=make_envs, **options)
+    agent = evaluation.load(Agent(evaluation.envs).to(memory_format=torch.channels_last), "agent")
+    generator = torch.Generator(evaluation.device).manual_seed(evaluation.seed)
+
+    def policy(obs: np.ndarray) -> torch.Tensor:
+        logits = agent.actor(agent.hidden(torch.as_tensor(obs, device=evaluation.device)))
+        if deterministic:
+            return logits.argmax(-1).cpu()
+        return torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0].cpu()
+
+    return evaluation.run(policy)
+
+
+if __name__ == "__main__":
+    # ---- plumbing: flags and --resume (bad input stops here), run directory, trackers, seeding, signals
+    args, resumed = parse_args(Args, __file__, check_args)
+    run = start_run(args, resumed)
+    writer, device = run.writer, run.device
+    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
+    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+
+    # The envs are not checkpointed: a resumed run makes new ones, seeded from --seed and its step (other games)
+    seed = args.seed
+    if resumed:
+        seed = int(np.random.SeedSequence([args.seed, resumed["global_step"]]).generate_state(1)[0] % 2**31)
+    # Next-step autoreset: the step that ends an episode returns its real final observation; the next step
+    # resets the env (a reset step: its action is ignored, its reward 0).
+    envs = make_envs(
+        args.env_id, seed, args.capture_video, run.video_dir, num_envs=args.num_envs, num_threads=args.num_threads
+    )
+    obs_shape = envs.single_observation_space.shape  # (4, 84, 84)
+    frame_shape = obs_shape[1:]  # the RND networks read the newest frame of each observation
+    agent = Agent(envs).to(device, memory_format=torch.channels_last)
+    rnd = RNDModel().to(device, memory_format=torch.channels_last)
+    # one optimiser, one gradient clip for the agent and the predictor (the target is fixed)
+    trained = list(agent.parameters()) + list(rnd.predictor.parameters())
+    optimizer = optim.Adam(trained, lr=args.learning_rate, eps=1e-5, fused=True)
+    statistics = RNDStatistics(args.num_envs, args.int_gamma, frame_shape)
+
+    # Rollout storage [num_steps, num_envs]: what the networks read in torch (frames uint8), the rest in numpy for GAE
+    T, N = args.num_steps, args.num_envs
+    obs = torch.zeros((T, N) + obs_shape, dtype=torch.uint8, device=device)
+    next_frames = torch.zeros((T, N) + frame_shape, dtype=torch.uint8, device=device)  # newest frame of s_{t+1}
+    actions = torch.zeros((T, N), dtype=torch.long, device=device)
+    logprobs = torch.zeros((T, N), device=device)
+    ext_values = torch.zeros((T, N), device=device)
+    int_values = torch.zeros((T, N), device=device)
+    rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
+    resets = np.zeros((T, N), dtype=bool)  # EnvPool's reset steps: not transitions of the game
+
+    # what a checkpoint holds, besides the generators: not the envs
+    state = {"agent": agent, "rnd": rnd, "optimizer": optimizer, "rnd_statistics": statistics}
+    global_step, start_iteration = 0, 1
+    if run.resumed:  # the checkpoint's networks, optimiser, statistics and generators, in place; the envs are new
+        saved = run.restore(state, steps_per_iteration=args.batch_size)
+        global_step, start_iteration = saved["global_step"], saved["iteration"] + 1
+    if start_iteration == 1:
+        # The RND input's statistics start from the frames of uniformly random play (Burda et al. 2018, sec. 2.4),
+        # stepped below the game statistics (no game of it is logged); training then starts from new games.
+        play = np.random.default_rng(args.seed)
+        random_frames = np.zeros((T, N) + frame_shape, dtype=np.uint8)
+        envs.env.reset()
+        for _ in range(args.num_iterations_obs_norm_init):
+            for step in range(T):
+                frames, *_ = envs.env.step(play.integers(envs.single_action_space.n, size=N))
+                random_frames[step] = frames[:, -1]
+            statistics.update_obs(random_frames.reshape((-1,) + frame_shape))
+    next_obs, _ = envs.reset()
+    next_done = np.zeros(N, dtype=bool)  # the last step's dones: the next step is a reset step
+
+    for iteration in range(start_iteration, args.num_iterations + 1):
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / args.num_iterations
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+        for step in range(T):
+            global_step += N
+            obs[step] = torch.as_tensor(next_obs)
+            # After a done, EnvPool's next step resets the env: it ignores the action and
+            # returns reward 0 and the new episode's first observation (masked out of the losses).
+            resets[step] = next_done
+            with torch.inference_mode():
+                action, logprob, _, ext_value, int_value = agent.get_action_and_value(obs[step])
+            actions[step], logprobs[step], ext_values[step], int_values[step] = action, logprob, ext_value, int_value
+
+            next_obs, reward, termination, truncation, info = envs.step(action.cpu().numpy())
+            check_env_step(reward, next_obs, info, global_step // args.num_envs)  # NaN or infinite rewards stop here
+            next_done = termination | truncation
+            rewards[step], terminations[step], dones[step] = reward, termination, next_done
+            next_frames[step] = torch.as_tensor(next_obs[:, -1])
+            run.log_episodes(global_step, info)  # game scores: unclipped rewards over all lives (GameStatistics)
+
+        # Intrinsic rewards: the predictor's error on each s_{t+1}, with this rollout's input statistics
+        obs_mean = torch.as_tensor(statistics.obs_rms.mean, device=device)
+        obs_var = torch.as_tensor(statistics.obs_rms.var, device=device)
+        b_rnd_input = rnd_input(next_frames.reshape((-1,) + frame_shape), obs_mean, obs_var)
+        with torch.no_grad():
+            raw_int_rewards = torch.cat([intrinsic_rewards(rnd, x) for x in b_rnd_input.split(4096)])  # bounded memory
+            raw_int_rewards = raw_int_rewards.reshape(T, N).cpu().numpy()
+            last_ext_values, last_int_values = (
+                v.cpu().numpy() for v in agent.get_value(torch.as_tensor(next_obs, device=device))
+            )
+        int_rewards = statistics.normalize_rewards(raw_int_rewards)
+        targets = two_head_gae(
+            rewards,
+            int_rewards,
+            ext_values.cpu().numpy(),
+            int_values.cpu().numpy(),
+            last_ext_values,
+            last_int_values,
+            terminations,
+            dones,
+            resets,
+            args.gamma,
+            args.int_gamma,
+            args.gae_lambda,
+            args.ext_coef,
+            args.int_coef,
+        )
+        # The predictor learns on the frames that gave the rewards, normalised with the statistics updated by them
+        statistics.update_obs(next_frames.reshape((-1,) + frame_shape).cpu().numpy())
+        obs_mean = torch.as_tensor(statistics.obs_rms.mean, device=device)
+        obs_var = torch.as_tensor(statistics.obs_rms.var, device=device)
+        b_rnd_input = rnd_input(next_frames.reshape((-1,) + frame_shape), obs_mean, obs_var)
+
+        # Flatten the batch; the frames in channels-last layout once per update (as ppo_atari_envpool.py)
+        b_obs = obs.reshape((-1,) + obs_shape).contiguous(memory_format=torch.channels_last)
+        b_logprobs, b_actions, b_ext_values = logprobs.reshape(-1), actions.reshape(-1), ext_values.reshape(-1)
+        b = {name: torch.as_tensor(value.reshape(-1), device=device) for name, value in targets.items()}
+        b_mask = torch.as_tensor((~resets).reshape(-1), dtype=torch.float32, device=device)
+
+        # Optimise the policy, the value heads and the predictor (reset steps masked out of PPO's losses)
+        clipfracs = []
+        for epoch in range(args.update_epochs):
+            b_inds = torch.randperm(args.batch_size, device=device)
+            for start in range(0, args.batch_size, args.minibatch_size):
+                mb_inds = b_inds[start : start + args.minibatch_size]
+                predicted, target = rnd(b_rnd_input[mb_inds])
+                forward_loss = rnd_loss(predicted, target, predictor_update_mask(len(mb_inds), args.update_proportion, device))
+                _, newlogprob, entropy, new_ext_value, new_int_value = agent.get_action_and_value(
+                    b_obs[mb_inds], b_actions[mb_inds]
+                )
+                losses = ppo_losses(
+                    newlogprob,
+                    entropy,
+                    new_ext_value,
+                    new_int_value,
+                    b_logprobs[mb_inds],
+                    b_ext_values[mb_inds],
+                    b["advantages"][mb_inds],
+                    b["ext_returns"][mb_inds],
+                    b["int_returns"][mb_inds],
+                    b_mask[mb_inds],
+                    args.clip_coef,
+                    args.clip_vloss,
+                    args.norm_adv,
+                )
+                clipfracs.append(losses["clipfrac"])
+                loss = (
+                    losses["policy_loss"]
+                    - args.ent_coef * losses["entropy"]
+                    + losses["value_loss"] * args.vf_coef
+                    + forward_loss
+                )
+
+                optimizer.zero_grad()
+                loss.backward()
+                grad_norm = nn.utils.clip_grad_norm_(trained, args.max_grad_norm, foreach=True)
+                check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
+                optimizer.step()
+
+            if args.target_kl is not None and losses["approx_kl"].item() > args.target_kl:
+                break
+
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("charts/intrinsic_reward", raw_int_rewards.mean(), global_step)  # before normalisation
+        writer.add_scalar("charts/intrinsic_reward_normalized", int_rewards.mean(), global_step)
+        writer.add_scalar("charts/intrinsic_return_std", np.sqrt(statistics.return_rms.var), global_step)
+        for name in ("value_loss", "ext_value_loss", "int_value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl"):
+            writer.add_scalar(f"losses/{name}", losses[name].item(), global_step)
+        writer.add_scalar("losses/rnd_loss", forward_loss.item(), global_step)
+        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+            run.save_checkpoint(state, global_step, iteration=iteration)
+        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+            run.exit(envs)
+
+    if args.save_model:
+        run.save_model({"agent": agent}, evaluate)
+    envs.close()
+    run.close()
