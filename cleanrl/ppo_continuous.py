@@ -297,7 +297,7 @@ def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, **
     """
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     evaluation.envs = NormalizeObservation(evaluation.envs)
-    evaluation.envs.load_state_dict(evaluation.model["obs_norm"])
+    evaluation.load_state(evaluation.envs, "obs_norm")  # checked: finite statistics of this env's shape
     evaluation.envs.update_running_mean = False  # frozen: the statistics of training
     agent = evaluation.load(Agent(evaluation.envs), "agent")
     generator = torch.Generator(evaluation.device).manual_seed(evaluation.seed)

@@ -24,9 +24,10 @@ V(real final observation) (``infos["final_obs"]``, normalised with the statistic
 step), read with the LSTM state of its own episode, the state after the step that produced it
 (not a reset state); only a termination stops bootstrapping. The normalisation statistics live
 in the main process, on the vector env; they are saved with the model and frozen in evaluation.
-The defaults are ppo_continuous.py's (2048 steps a rollout, 10 epochs, lr 3e-4, γ 0.99, λ 0.95), the
-rollout as 8 envs x 256 steps and each minibatch one env's sequence (with 4 minibatches of 2 envs,
-InvertedPendulumNoVelocity-v5 seed 2 ended at 668 after 102,400 steps; with 8, at 1000).
+Defaults: ppo_continuous.py's rollout size, epochs and optimiser (2048 steps a rollout, 10 epochs,
+lr 3e-4, γ 0.99, λ 0.95), but the rollout is 8 envs x 256 steps and a minibatch one env's whole
+sequence (8 minibatches of 256 steps, where ppo_continuous.py has 32 of 64 single steps), and
+200k steps, a budget for InvertedPendulumNoVelocity-v5 (measurements: benchmark/ and the tests).
 
 Run (InvertedPendulum with the velocities hidden, see cleanrl_utils/envs.py; needs the mujoco extra):
     python cleanrl/ppo_continuous_lstm.py --env-id cleanrl_utils.envs:InvertedPendulumNoVelocity-v5
@@ -357,7 +358,7 @@ def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, **
     frozen; rewards are the env's. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     evaluation.envs = NormalizeObservation(evaluation.envs)
-    evaluation.envs.load_state_dict(evaluation.model["obs_norm"])
+    evaluation.load_state(evaluation.envs, "obs_norm")  # checked: finite statistics of this env's shape
     evaluation.envs.update_running_mean = False  # frozen: the statistics of training
     lstm_size = evaluation.saved_size("lstm_size", 1, 2**16)  # checked before the network is built
     agent = evaluation.load(Agent(evaluation.envs, lstm_size), "agent")
@@ -418,7 +419,8 @@ if __name__ == "__main__":
         saved = run.restore(state, steps_per_iteration=args.batch_size)
         global_step, start_iteration = saved["global_step"], saved["iteration"] + 1
         next_obs = normalization.obs.normalize(saved["obs"])  # the raw observation, as the observation layer returned it
-        next_start, lstm_state = saved["next_start"].numpy(), tuple(saved["lstm_state"].to(device))
+        next_start = saved.tensor("next_start", (N,), values=(0.0, 1.0)).numpy()  # checked: a forged state is one line
+        lstm_state = tuple(saved.tensor("lstm_state", (2, N, args.lstm_size)).to(device))
     else:
         next_obs, _ = envs.reset(seed=args.seed)
         next_start, lstm_state = np.ones(N, dtype=np.float32), agent.initial_state(N, device)

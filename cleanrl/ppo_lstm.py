@@ -370,7 +370,8 @@ if __name__ == "__main__":
     if run.resumed:  # the checkpoint's networks, optimiser, generators, envs (replayed) and LSTM state
         saved = run.restore(state, steps_per_iteration=args.batch_size)
         global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, saved["obs"]
-        next_start, lstm_state = saved["next_start"].numpy(), tuple(saved["lstm_state"].to(device))
+        next_start = saved.tensor("next_start", (N,), values=(0.0, 1.0)).numpy()  # checked: a forged state is one line
+        lstm_state = tuple(saved.tensor("lstm_state", (2, N, args.lstm_size)).to(device))
     else:
         next_obs, _ = envs.reset(seed=args.seed)
         next_start, lstm_state = np.ones(N, dtype=np.float32), agent.initial_state(N, device)

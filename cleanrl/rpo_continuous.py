@@ -20,6 +20,8 @@ What this file changes against them (as ppo_continuous.py):
     with the model, and evaluation uses them frozen;
   - the perturbations come from a generator of their own (in the checkpoint): with
     --rpo-alpha 0 a run is ppo_continuous.py's with the same flags, step for step.
+The ratio, and so losses/approx_kl, losses/clipfrac and --target-kl, compare the perturbed
+density with the rollout's unperturbed one (as CleanRL's): they are not 0 before the first step.
 
 Run:
     python cleanrl/rpo_continuous.py --env-id HalfCheetah-v5          # needs the mujoco extra
@@ -322,7 +324,7 @@ def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, **
     """
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     evaluation.envs = NormalizeObservation(evaluation.envs)
-    evaluation.envs.load_state_dict(evaluation.model["obs_norm"])
+    evaluation.load_state(evaluation.envs, "obs_norm")  # checked: finite statistics of this env's shape
     evaluation.envs.update_running_mean = False  # frozen: the statistics of training
     agent = evaluation.load(Agent(evaluation.envs), "agent")
     generator = torch.Generator(evaluation.device).manual_seed(evaluation.seed)

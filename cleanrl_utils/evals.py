@@ -173,6 +173,22 @@ class Evaluation:
         check_module(module, name, self.model)
         return module.to(self.device).eval()
 
+    def load_state(self, obj: Any, name: str) -> Any:
+        """``obj`` (with a ``load_state_dict``, such as an observation normalisation) given the file's entry ``name``.
+
+        Raises:
+            FileRefused: (one line naming the file and the entry) the file holds no such entry, or ``obj`` refuses it
+                (its ``load_state_dict`` raised ``ValueError``, ``KeyError`` or ``TypeError``).
+        """
+        path = self.model.get("path", "the file")
+        if not isinstance(self.model.get(name), dict):
+            raise FileRefused(f"{path} holds no {name!r}")
+        try:
+            obj.load_state_dict(self.model[name])
+        except (ValueError, KeyError, TypeError) as error:
+            raise FileRefused(f"{path}: its {name!r} does not fit: {str(error).splitlines()[0] if str(error) else error!r}")
+        return obj
+
     def run(self, policy: Callable[[Any], Any], on_done: Optional[Callable[[np.ndarray], None]] = None) -> np.ndarray:
         """Episodic returns ``[eval_episodes]`` (float64) of ``policy`` (see :func:`run_episodes`); closes the envs."""
         try:

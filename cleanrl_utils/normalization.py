@@ -88,12 +88,19 @@ class NormalizeObservation(gym.vector.VectorWrapper):
         }
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Set the statistics from :meth:`state_dict`'s entries (other keys are ignored)."""
-        self.obs_rms.mean = state["obs_rms.mean"].numpy().copy()
-        self.obs_rms.var = state["obs_rms.var"].numpy().copy()
-        self.obs_rms.count = float(state["obs_rms.count"])
-        self.epsilon = float(state["obs_rms.epsilon"])
-        self.clip = float(state["obs_rms.clip"])
+        """Set the statistics from :meth:`state_dict`'s entries (other keys are ignored).
+
+        Raises:
+            ValueError: (one line naming the entry) an entry is missing, not a float64 tensor of this env's
+                shape, not finite, a negative variance, or a count, epsilon or clip that is not positive.
+        """
+        shape = self.obs_rms.mean.shape
+        mean = statistic(state, "obs_rms.mean", shape)
+        var = statistic(state, "obs_rms.var", shape, low=0.0)
+        keys = ("obs_rms.count", "obs_rms.epsilon", "obs_rms.clip")
+        count, epsilon, clip = (statistic(state, key, (), low=0.0, positive=True) for key in keys)
+        self.obs_rms.mean, self.obs_rms.var, self.obs_rms.count = mean, var, float(count)
+        self.epsilon, self.clip = float(epsilon), float(clip)
 
 
 class Normalization:
@@ -137,10 +144,43 @@ class Normalization:
         }
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Set both layers' statistics from :meth:`state_dict`'s ``state``."""
+        """Set both layers' statistics from :meth:`state_dict`'s ``state``.
+
+        Raises:
+            ValueError: (one line naming the entry) as :meth:`NormalizeObservation.load_state_dict`, and for the
+                return statistics; ``accumulated_reward`` must be finite of shape ``[num_envs]``, ``prev_dones``
+                of that shape, 0 or 1.
+        """
+        num_envs = self.reward.accumulated_reward.shape
+        mean = statistic(state, "return_rms.mean", ())
+        var = statistic(state, "return_rms.var", (), low=0.0)
+        count = statistic(state, "return_rms.count", (), low=0.0, positive=True)
+        accumulated = statistic(state, "accumulated_reward", num_envs, dtype=torch.float32)
+        prev_dones = statistic(state, "prev_dones", num_envs, dtype=torch.float32)
+        if not np.isin(prev_dones, (0.0, 1.0)).all():
+            raise ValueError("the normalisation's 'prev_dones' holds values other than 0 and 1")
         self.obs.load_state_dict(state)
-        self.reward.return_rms.mean = state["return_rms.mean"].numpy().copy()
-        self.reward.return_rms.var = state["return_rms.var"].numpy().copy()
-        self.reward.return_rms.count = float(state["return_rms.count"])
-        self.reward.accumulated_reward[:] = state["accumulated_reward"].numpy()
-        self.reward._prev_dones = state["prev_dones"].numpy().copy()
+        self.reward.return_rms.mean, self.reward.return_rms.var, self.reward.return_rms.count = mean, var, float(count)
+        self.reward.accumulated_reward[:] = accumulated
+        self.reward._prev_dones = prev_dones
+
+
+def statistic(
+    state: dict, key: str, shape: tuple, dtype: torch.dtype = torch.float64, low: float | None = None, positive: bool = False
+) -> np.ndarray:
+    """``state[key]`` as a numpy array, checked: a finite tensor of ``dtype`` and ``shape``, at least ``low``
+    (greater than 0 with ``positive``).
+
+    Raises:
+        ValueError: one line naming ``key`` and what is wrong (a saved file's statistics damaged or forged).
+    """
+    value = state.get(key) if isinstance(state, dict) else None
+    if not isinstance(value, torch.Tensor) or value.dtype != dtype or tuple(value.shape) != tuple(shape):
+        found = f"{value.dtype} {list(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
+        found = "missing" if value is None else found
+        raise ValueError(f"the normalisation's {key!r} is {found}, not a {dtype} tensor of shape {list(shape)}")
+    if not torch.isfinite(value).all():
+        raise ValueError(f"the normalisation's {key!r} is not finite")
+    if low is not None and (value < low).any() or positive and (value <= 0).any():
+        raise ValueError(f"the normalisation's {key!r} must be {'> 0' if positive else f'>= {low}'}")
+    return value.numpy().copy()

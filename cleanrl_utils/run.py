@@ -658,7 +658,9 @@ class Run:
         Returns:
             The checkpoint's counters (``global_step`` and those given to :meth:`save_checkpoint`),
             ``"obs"``: the observation the restored envs act on next, and ``"missing"``: the
-            names of the entries of ``state`` the checkpoint does not hold (left as they are).
+            names of the entries of ``state`` the checkpoint does not hold (left as they are): only
+            those of :data:`OPTIONAL_STATE` (the replay buffer, saved with ``--checkpoint-buffer``)
+            may be missing.
 
         Args:
             state: the script's checkpoint state (networks, optimisers, generators, envs, buffer).
@@ -698,6 +700,9 @@ class Run:
         except Exception as error:  # a damaged or forged file: its generators, tensors or env logs do not fit
             reason = f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
             fail("--resume", f"{saved['path']} does not fit this run ({reason})")
+        absent = [name for name in missing if name not in OPTIONAL_STATE]  # a network, a generator, statistics ...
+        if absent:  # left as they are, the run would go on from fresh ones, silently another run
+            fail("--resume", f"{saved['path']} is damaged or forged: it holds no {absent[0]!r}")
         # a counter the script reads later and finds missing is refused too: the events file goes then as well
         values = {"global_step": saved["global_step"], **saved.get("counters", {})}
         counters = _Counters(saved["path"], values, on_refuse=self._discard_events)
@@ -844,6 +849,10 @@ def _stopped_by_signals(run: Run, what: str):
             signal.signal(signum, handler_before)
 
 
+OPTIONAL_STATE = ("replay_buffer",)
+"""The entries of a script's checkpoint state a checkpoint may lack (:meth:`Run.restore` refuses any other)."""
+
+
 class _Counters(dict):
     """A checkpoint's counters (:meth:`Run.restore`), checked like flags: a missing or mistyped one is one line."""
 
@@ -857,6 +866,19 @@ class _Counters(dict):
 
     def __missing__(self, key: str) -> Any:
         self._refuse(f"it has no {key!r} counter")
+
+    def tensor(self, key: str, shape: tuple[int, ...], values: tuple[float, ...] | None = None) -> torch.Tensor:
+        """The counter ``key`` (a recurrent state, the episode starts of the live rollout): a finite float32
+        tensor of ``shape``, its entries among ``values`` if given; one line naming it otherwise."""
+        value = self[key]
+        if not isinstance(value, torch.Tensor) or value.dtype != torch.float32 or tuple(value.shape) != tuple(shape):
+            found = f"{value.dtype} {list(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
+            self._refuse(f"its {key!r} is {found}, where this run needs torch.float32 {list(shape)}")
+        if not torch.isfinite(value).all():
+            self._refuse(f"its {key!r} is not finite")
+        if values is not None and not torch.isin(value, torch.tensor(values, dtype=value.dtype)).all():
+            self._refuse(f"its {key!r} holds values other than {', '.join(map(str, values))}")
+        return value
 
     def check(self, total_timesteps: int, steps_per_iteration: int | None = None) -> None:
         """Refuse counters that are not numbers, tensors or tuples of them, a ``global_step`` outside

@@ -308,6 +308,71 @@ def test_smoke_hopper_async_logs_saves_and_evaluates(hopper_run, monkeypatch):
         ppo_continuous.evaluate(str(model), eval_episodes=1)
 
 
+NAN = float("nan")
+FORGED_MODELS = {  # a saved model's normalisation statistics, edited as an attacker with torch would
+    "NaN mean": (lambda norm: norm["obs_rms.mean"].fill_(NAN), "'obs_rms.mean' is not finite"),
+    "negative variance": (lambda norm: norm["obs_rms.var"].fill_(-1.0), "'obs_rms.var' must be >= 0.0"),
+    "negative clip": (lambda norm: norm.update({"obs_rms.clip": torch.tensor(-1.0, dtype=torch.float64)}), "must be > 0"),
+    "another shape": (lambda norm: norm.update({"obs_rms.mean": torch.zeros(7, dtype=torch.float64)}), "shape [11]"),
+    "no statistics": (lambda norm: norm.clear(), "'obs_rms.mean' is missing"),
+}
+
+
+@pytest.mark.parametrize("forged", list(FORGED_MODELS))
+def test_evaluation_refuses_forged_normalisation_statistics_in_one_line(forged, hopper_run, tmp_path):
+    from cleanrl_utils.files import FileRefused
+
+    edit, message = FORGED_MODELS[forged]
+    model = tmp_path / "ppo_continuous_lstm.cleanrl_model"
+    content = torch.load(hopper_run[1] / model.name, weights_only=True)
+    edit(content["obs_norm"])
+    torch.save(content, model)
+    with pytest.raises(FileRefused, match="its 'obs_norm' does not fit") as refused:
+        ppo_continuous_lstm.evaluate(str(model), eval_episodes=1)
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+FORGED_CHECKPOINTS = {  # the live rollout's recurrent state and the normalisation, carried by a checkpoint
+    "an LSTM state for 1 env": (
+        lambda c: c["counters"].update(lstm_state=torch.zeros(2, 1, 16)),
+        "its 'lstm_state' is torch.float32 [2, 1, 16], where this run needs torch.float32 [2, 2, 16]",
+    ),
+    "a NaN LSTM state": (lambda c: c["counters"]["lstm_state"].fill_(NAN), "its 'lstm_state' is not finite"),
+    "an episode start of 0.5": (lambda c: c["counters"]["next_start"].fill_(0.5), "'next_start' holds values other than"),
+    "NaN observation statistics": (
+        lambda c: c["state"]["normalization"]["obs_rms.mean"].fill_(NAN),
+        "the normalisation's 'obs_rms.mean' is not finite",
+    ),
+    "no normalisation": (lambda c: c["state"].pop("normalization"), "it holds no 'normalization'"),
+}
+
+
+@pytest.fixture(scope="module")
+def checkpointed_run(tmp_path_factory):
+    """A PendulumNoVelocity-v1 run of 2 envs with a checkpoint after its first rollout (128 steps), mid-episode."""
+    cwd = tmp_path_factory.mktemp("checkpointed")
+    flags = ["--env-id", "cleanrl_utils.envs:PendulumNoVelocity-v1", "--num-envs", "2", "--num-steps", "64"]
+    flags += ["--num-minibatches", "2", "--update-epochs", "1", "--lstm-size", "16", "--total-timesteps", "256"]
+    run_script("ppo_continuous_lstm.py", *flags, "--checkpoint-interval", "128", cwd=cwd)
+    return run_dir(cwd)
+
+
+@pytest.mark.parametrize("forged", list(FORGED_CHECKPOINTS))
+def test_resume_refuses_a_forged_recurrent_state_or_statistics_in_one_line(forged, checkpointed_run, tmp_path):
+    import shutil
+
+    edit, message = FORGED_CHECKPOINTS[forged]
+    run = tmp_path / "runs" / checkpointed_run.name
+    shutil.copytree(checkpointed_run, run)
+    checkpoint = run / "checkpoints" / "step_128.pt"
+    content = torch.load(checkpoint, weights_only=True)
+    edit(content)
+    torch.save(content, checkpoint)
+    result = run_script("ppo_continuous_lstm.py", "--resume", str(checkpoint), cwd=tmp_path, check=False)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and message in lines[0], result.stderr[-2000:]
+
+
 def test_async_envs_give_the_same_returns_as_sync_ones(tmp_path):
     returns = returns_by_env_mode(
         "ppo_continuous_lstm.py",

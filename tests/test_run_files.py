@@ -287,6 +287,7 @@ FORGED_CONTENTS = {
         lambda c: c.update(global_step=384) or c["counters"].update(iteration=3),
         "its global_step 384 is not the 512 vector steps of its envs",
     ),
+    "no optimiser": (lambda c: c["state"].pop("optimizer"), "it holds no 'optimizer'"),
     "a moment of another shape": (
         lambda c: c["state"]["optimizer"]["state"][0].update(exp_avg=torch.zeros(3)),
         "its optimizer's exp_avg of parameter 0 is (3,)",
