@@ -186,6 +186,7 @@ def test_dm_control_envs_resume_exactly_across_an_autoreset(tmp_path):
     envs.close(), fresh.close()
 
 
+@pytest.mark.long  # a whole-run comparison: CI's -m long, out of the README's command (30 minutes)
 def test_rpo_trains_on_dm_control_with_async_envs_and_evaluates_in_a_fresh_process(tmp_path):
     """rpo_continuous.py, 2 async envs (workers from the forkserver register the ids themselves), a model saved
     and evaluated at the end of training; the evaluation tool, a fresh process, scores it the same."""

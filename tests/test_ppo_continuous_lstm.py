@@ -373,6 +373,7 @@ def test_resume_refuses_a_forged_recurrent_state_or_statistics_in_one_line(forge
     assert result.returncode == 2 and len(lines) == 1 and message in lines[0], result.stderr[-2000:]
 
 
+@pytest.mark.long  # a whole-run comparison: CI's -m long, out of the README's command (30 minutes)
 def test_async_envs_give_the_same_returns_as_sync_ones(tmp_path):
     returns = returns_by_env_mode(
         "ppo_continuous_lstm.py",
@@ -395,6 +396,7 @@ def test_async_envs_give_the_same_returns_as_sync_ones(tmp_path):
     assert len(returns["sync"]) > 20 and returns["sync"] == returns["async"]
 
 
+@pytest.mark.long  # a whole-run comparison: CI's -m long, out of the README's command (30 minutes)
 def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
     """Stopped by SIGTERM after its first checkpoint (mid-episode: Pendulum's episodes last 200 steps, the
     checkpoint falls at 128 steps per env) and resumed, the run ends with the same weights, observation

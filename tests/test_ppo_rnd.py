@@ -318,6 +318,7 @@ def test_smoke_model_evaluation_and_statistics(monkeypatch, tmp_path):
     np.testing.assert_array_equal(ppo_rnd_envpool.evaluate(str(model), eval_episodes=1), returns)
 
 
+@pytest.mark.long  # a whole-run comparison: CI's -m long, out of the README's command (30 minutes)
 def test_same_seed_same_numbers(tmp_path):
     runs = []
     for name in ("a", "b"):
@@ -350,6 +351,7 @@ RESUMED_RUN = [
 ]
 
 
+@pytest.mark.long  # a whole-run comparison: CI's -m long, out of the README's command (30 minutes)
 def test_resume_loads_the_networks_and_the_rnd_statistics_exactly(monkeypatch, tmp_path):
     """SIGTERM, then --resume with new envs (EnvPool's cannot be saved): every rollout is logged once with the
     uninterrupted run's learning-rate schedule; the resumed run starts from the checkpoint's agent, target,

@@ -162,6 +162,7 @@ def test_smoke_hopper_saves_and_evaluates(tmp_path):
         ppo_continuous.evaluate(str(model), eval_episodes=1)
 
 
+@pytest.mark.long  # a whole-run comparison: CI's -m long, out of the README's command (30 minutes)
 def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
     """Stopped by SIGTERM after its first checkpoint and resumed, the run ends with the same weights,
     observation statistics and curves as without the interruption: the perturbations' generator
