@@ -430,9 +430,11 @@ def test_events_that_cannot_be_written_stop_the_run_in_one_line(tmp_path):
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        while not list(tmp_path.glob("runs/*/events*")):
-            assert process.poll() is None, process.communicate()
-            time.sleep(0.05)
+        for line in process.stdout:  # set-up ends (its first events are flushed) before this line is printed
+            if line.startswith("run directory: "):
+                break
+        else:
+            raise AssertionError(process.communicate())
         events = next(tmp_path.glob("runs/*/events*"))
         events.unlink()
         events.mkdir()
