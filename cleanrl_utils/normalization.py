@@ -103,13 +103,68 @@ class NormalizeObservation(gym.vector.VectorWrapper):
         self.epsilon, self.clip = float(epsilon), float(clip)
 
 
+class RewardNormalization:
+    """Rewards scaled as Huang et al. (2022), continuous-action details 8-9, and ppo_procgen.py / ppg_procgen.py do:
+    divided by the running standard deviation of the discounted return G ← γ G (1 - terminated) + r
+    (``gymnasium.wrappers.vector.NormalizeReward``), then clipped to ±``reward_clip``.
+
+    Its :meth:`state_dict` / :meth:`load_state_dict` hold the running statistics, as a checkpoint does.
+
+    Attributes:
+        reward: the ``NormalizeReward`` layer.
+        envs: the vector env with normalised rewards.
+    """
+
+    def __init__(self, envs: gym.vector.VectorEnv, gamma: float, reward_clip: float):
+        self.reward = gym.wrappers.vector.NormalizeReward(envs, gamma=gamma)
+        self.envs = gym.wrappers.vector.TransformReward(self.reward, lambda reward: np.clip(reward, -reward_clip, reward_clip))
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """``return_rms.{mean,var,count}`` (float64), the per-env discounted return ``accumulated_reward``
+        ``[num_envs]`` and its previous step's dones ``prev_dones`` ``[num_envs]``: all a checkpoint needs to
+        continue the normalisation exactly."""
+        rms = self.reward.return_rms
+        return {
+            "return_rms.mean": torch.tensor(rms.mean, dtype=torch.float64),
+            "return_rms.var": torch.tensor(rms.var, dtype=torch.float64),
+            "return_rms.count": torch.tensor(float(rms.count), dtype=torch.float64),
+            "accumulated_reward": torch.from_numpy(self.reward.accumulated_reward.copy()),
+            "prev_dones": torch.from_numpy(self.reward._prev_dones.copy()),
+        }
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Set the statistics from :meth:`state_dict`'s ``state``.
+
+        Raises:
+            ValueError: (one line naming the entry) a statistic missing, of another dtype or shape, or not finite;
+                ``return_rms.var`` < 0, ``return_rms.count`` <= 0, ``accumulated_reward`` not of shape
+                ``[num_envs]``, ``prev_dones`` not of that shape or holding values other than 0 and 1.
+        """
+        self._set(*self._checked(state))
+
+    def _checked(self, state: dict[str, torch.Tensor]) -> tuple:
+        num_envs = self.reward.accumulated_reward.shape
+        mean = statistic(state, "return_rms.mean", ())
+        var = statistic(state, "return_rms.var", (), low=0.0)
+        count = statistic(state, "return_rms.count", (), low=0.0, positive=True)
+        accumulated = statistic(state, "accumulated_reward", num_envs, dtype=torch.float32)
+        prev_dones = statistic(state, "prev_dones", num_envs, dtype=torch.float32)
+        if not np.isin(prev_dones, (0.0, 1.0)).all():
+            raise ValueError("the normalisation's 'prev_dones' holds values other than 0 and 1")
+        return mean, var, count, accumulated, prev_dones
+
+    def _set(self, mean, var, count, accumulated, prev_dones) -> None:
+        self.reward.return_rms.mean, self.reward.return_rms.var, self.reward.return_rms.count = mean, var, float(count)
+        self.reward.accumulated_reward[:] = accumulated
+        self.reward._prev_dones = prev_dones
+
+
 class Normalization:
     """The training normalisation of a vector env (Huang et al. 2022, continuous-action details 6-9).
 
-    Observations: :class:`NormalizeObservation`, clipped to ±``obs_clip``. Rewards: divided by
-    the running standard deviation of the discounted return G ← γ G (1 - terminated) + r
-    (``gymnasium.wrappers.vector.NormalizeReward``), then clipped to ±``reward_clip``. Episode
-    statistics stay those of the raw rewards, recorded inside each env.
+    Observations: :class:`NormalizeObservation`, clipped to ±``obs_clip``. Rewards:
+    :class:`RewardNormalization` on top. Episode statistics stay those of the raw rewards,
+    recorded inside each env.
 
     Its :meth:`state_dict` / :meth:`load_state_dict` hold the running statistics of both layers,
     as a checkpoint does; the env below them (``raw``) is checkpointed on its own, so that its
@@ -126,43 +181,23 @@ class Normalization:
     def __init__(self, envs: gym.vector.VectorEnv, gamma: float, obs_clip: float, reward_clip: float):
         self.raw = envs
         self.obs = NormalizeObservation(envs, clip=obs_clip)
-        self.reward = gym.wrappers.vector.NormalizeReward(self.obs, gamma=gamma)
-        self.envs = gym.wrappers.vector.TransformReward(self.reward, lambda reward: np.clip(reward, -reward_clip, reward_clip))
+        self.rewards = RewardNormalization(self.obs, gamma, reward_clip)
+        self.reward, self.envs = self.rewards.reward, self.rewards.envs
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """:meth:`NormalizeObservation.state_dict`'s ``obs_rms.*``, and of ``NormalizeReward`` ``return_rms.{mean,var,count}``
-        (float64), the per-env discounted return ``accumulated_reward`` ``[num_envs]`` and its previous
-        step's dones ``prev_dones`` ``[num_envs]``: all a checkpoint needs to continue the normalisation exactly."""
-        rms = self.reward.return_rms
-        return {
-            **self.obs.state_dict(),
-            "return_rms.mean": torch.tensor(rms.mean, dtype=torch.float64),
-            "return_rms.var": torch.tensor(rms.var, dtype=torch.float64),
-            "return_rms.count": torch.tensor(float(rms.count), dtype=torch.float64),
-            "accumulated_reward": torch.from_numpy(self.reward.accumulated_reward.copy()),
-            "prev_dones": torch.from_numpy(self.reward._prev_dones.copy()),
-        }
+        """:meth:`NormalizeObservation.state_dict`'s ``obs_rms.*`` and :meth:`RewardNormalization.state_dict`'s entries."""
+        return {**self.obs.state_dict(), **self.rewards.state_dict()}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Set both layers' statistics from :meth:`state_dict`'s ``state``.
 
         Raises:
-            ValueError: (one line naming the entry) as :meth:`NormalizeObservation.load_state_dict`, and for the
-                return statistics; ``accumulated_reward`` must be finite of shape ``[num_envs]``, ``prev_dones``
-                of that shape, 0 or 1.
+            ValueError: (one line naming the entry) as :meth:`NormalizeObservation.load_state_dict` and
+                :meth:`RewardNormalization.load_state_dict`; nothing is set unless every entry passes.
         """
-        num_envs = self.reward.accumulated_reward.shape
-        mean = statistic(state, "return_rms.mean", ())
-        var = statistic(state, "return_rms.var", (), low=0.0)
-        count = statistic(state, "return_rms.count", (), low=0.0, positive=True)
-        accumulated = statistic(state, "accumulated_reward", num_envs, dtype=torch.float32)
-        prev_dones = statistic(state, "prev_dones", num_envs, dtype=torch.float32)
-        if not np.isin(prev_dones, (0.0, 1.0)).all():
-            raise ValueError("the normalisation's 'prev_dones' holds values other than 0 and 1")
+        rewards = self.rewards._checked(state)  # the return statistics checked before anything is set
         self.obs.load_state_dict(state)
-        self.reward.return_rms.mean, self.reward.return_rms.var, self.reward.return_rms.count = mean, var, float(count)
-        self.reward.accumulated_reward[:] = accumulated
-        self.reward._prev_dones = prev_dones
+        self.rewards._set(*rewards)
 
 
 def statistic(
