@@ -101,12 +101,16 @@ def code_files() -> list[Path]:
 
 
 def provided_distributions(dockerfile: Path) -> set[str]:
-    """Canonical names of the distributions the image installs: pyproject's dependencies and
-    those of the extras named in its ARG EXTRAS."""
+    """Canonical names of the distributions the image installs: pyproject's dependencies, those of
+    the extras named in its ARG EXTRAS, and those of the requirement files it installs with ``-r``."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     requirements = list(project["dependencies"])
     for extra in arg_default(dockerfile, "EXTRAS").split():
         requirements += project["optional-dependencies"][extra]
+    for keyword, args in instructions(dockerfile):  # and the requirement files its RUN lines install (-r FILE)
+        for path in re.findall(r"-r\s+(requirements/\S+)", args) if keyword == "RUN" else ():
+            lines = (line.split("#")[0].strip() for line in (ROOT / path).read_text().splitlines())
+            requirements += [line for line in lines if line]
     return {canonicalize_name(Requirement(r).name) for r in requirements}
 
 
@@ -219,7 +223,7 @@ def test_dockerignore_leaves_out_run_data_and_everything_not_copied(tmp_path):
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_dependencies_are_installed_before_the_code_is_copied(dockerfile):
     steps = instructions(dockerfile)
-    deps = [i for i, (k, a) in enumerate(steps) if k == "RUN" and "pip install" in a and "-r " in a]
+    deps = [i for i, (k, a) in enumerate(steps) if k == "RUN" and "pip install" in a and "-r /tmp/" in a]
     assert len(deps) == 1, f"{dockerfile.name}: expected one `pip install -r` of pyproject's requirements"
     deps = deps[0]
     assert "pyproject.toml" in steps[deps][1], "the requirements must be read from pyproject.toml"
@@ -228,7 +232,7 @@ def test_dependencies_are_installed_before_the_code_is_copied(dockerfile):
     code = [i for i, (k, a) in enumerate(steps) if k == "COPY" and set(copy_sources(a)) & set(FIRST_PARTY)]
     assert {s for i in code for s in copy_sources(steps[i][1])} >= set(FIRST_PARTY)
     assert min(code) > deps
-    no_deps = [i for i, (k, a) in enumerate(steps) if k == "RUN" and "pip install" in a and "--no-deps" in a]
+    no_deps = [i for i, (k, a) in enumerate(steps) if k == "RUN" and "pip install" in a and "--no-deps -e ." in a]
     assert no_deps and min(no_deps) > max(code), "the project itself is installed with --no-deps after the code"
     torch = [
         i
