@@ -14,9 +14,52 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+LONG = {
+    "test_scripts.py::test_sac_atari_on_breakout_logs_game_scores_and_evaluates",
+    "test_scripts.py::test_rainbow_atari_on_breakout_logs_game_scores_and_evaluates",
+    "test_scripts.py::test_same_seed_same_returns[dqn.py]",
+    "test_scripts.py::test_same_seed_same_returns[c51.py]",
+    "test_scripts.py::test_dqn_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run[dqn_atari.py]",
+    "test_scripts.py::test_dqn_resume_without_the_buffer_refills_it_then_updates[dqn_atari.py-flags1-800]",
+    "test_rainbow.py::test_rainbow_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run",
+    "test_rainbow.py::test_rainbow_resume_without_the_buffer_refills_it_then_updates",
+    "test_sac_atari.py::test_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run",
+    "test_sac_atari.py::test_resume_without_the_buffer_refills_it_then_updates_on",
+    "test_qrdqn.py::test_qrdqn_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run[qrdqn_atari.py]",
+    "test_qrdqn.py::test_qrdqn_resume_without_the_buffer_refills_it_then_updates[qrdqn_atari.py-flags1-800]",
+    "test_pqn_atari.py::test_resume_after_sigterm_continues_the_run_with_new_envs[pqn_atari_envpool.py]",
+    "test_pqn_atari.py::test_resume_after_sigterm_continues_the_run_with_new_envs[pqn_atari_envpool_lstm.py]",
+    "test_pqn.py::test_sigterm_then_resume_equals_an_uninterrupted_run",
+    "test_pqn.py::test_async_envs_give_the_same_returns_as_sync_ones",
+    "test_ppo_lstm.py::test_same_seed_same_returns_and_async_matches_sync",
+    "test_ppo_lstm.py::test_sigterm_then_resume_equals_an_uninterrupted_run[ppo_atari_lstm.py]",
+    "test_ppo_atari.py::test_envpool_resume_continues_the_run_with_new_envs",
+    "test_faults.py::test_a_signal_to_the_process_group_leaves_a_checkpoint_the_run_resumes_exactly_from[1-async]",
+    "test_faults.py::test_a_signal_to_the_process_group_leaves_a_checkpoint_the_run_resumes_exactly_from[2-async]",
+    "test_faults.py::test_a_signal_to_the_process_group_leaves_a_checkpoint_the_run_resumes_exactly_from[15-async]",
+    "test_env_output.py::test_sigterm_while_many_async_workers_start_is_a_stop_not_a_traceback",
+    "test_structured.py::test_with_masks_no_invalid_action_is_ever_taken[ppo_structured.py-async]",
+    "test_structured.py::test_with_masks_no_invalid_action_is_ever_taken[dqn_structured.py-async]",
+    "test_structured.py::test_ppo_structured_resumes_exactly_on_minigrid",
+    "test_structured.py::test_dqn_structured_resumes_exactly_with_dict_replay",
+    "test_structured.py::test_odd_leaf_shapes_train_and_the_bundled_tasks_record_videos[ppo_structured.py]",
+    "test_structured.py::test_odd_leaf_shapes_train_and_the_bundled_tasks_record_videos[dqn_structured.py]",
+    "test_r2d2_async.py::test_crashing_actor_stops_the_run_in_one_line[async]",
+    "test_terraform.py::test_checkov_has_no_failed_check_and_every_skip_has_a_reason",
+}
+"""The slowest of the other tests on 2 cores (``pytest --durations``, 33-115 s each: whole-run resume and
+async-equality comparisons, Atari whole runs with evaluation, signal faults with many workers, checkov),
+marked ``long`` here, so that the README's command (``-m "not long"``) stays under 30 minutes; every script
+keeps a smoke test there, and CI's second step (``-m long``) runs these."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own hook deselects by marker
 def pytest_collection_modifyitems(config, items):
-    """The learning tests (minutes each) first, so that with two test processes (pyproject.toml's
-    ``-n 2``) the suite does not end waiting on one long test started last."""
+    """The tests of :data:`LONG` marked ``long``; the learning tests (minutes each) first, so that with two test
+    processes (pyproject.toml's ``-n 2``) the suite does not end waiting on one long test started last."""
+    for item in items:
+        if item.nodeid.removeprefix("tests/") in LONG:
+            item.add_marker(pytest.mark.long)
     items.sort(key=lambda item: item.get_closest_marker("learning") is None)
 
 
