@@ -197,8 +197,15 @@ def test_evaluation_plays_the_levels_the_model_trained_on(monkeypatch, tmp_path)
         return original(*args, **kwargs)
 
     monkeypatch.setattr(ppo_procgen, "ProcgenVectorEnv", recorded)
-    ppo_procgen.evaluate(str(run_dir(tmp_path) / "ppo_procgen.cleanrl_model"), eval_episodes=1, seed=5)
+    model = run_dir(tmp_path) / "ppo_procgen.cleanrl_model"
+    ppo_procgen.evaluate(str(model), eval_episodes=1, seed=5)
     assert made == [("maze", 1, 5, 3, 7, "hard")]
+    # a forged level count is refused in Python: Procgen's C++ would abort the process on a negative one
+    from tests.test_run_files import forge
+
+    forge(model, "num_levels", -5)
+    with pytest.raises(ValueError, match=r"num_levels must be in \[0, 2\*\*31\), got -5"):
+        ppo_procgen.evaluate(str(model), eval_episodes=1)
 
 
 def test_same_seed_same_numbers(tmp_path):
