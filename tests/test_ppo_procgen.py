@@ -4,7 +4,7 @@ Pure parts against hand-computed values (GAE: a truncation bootstraps from the v
 observation, a termination not at all; the PPO losses), the network's shapes, the loop on a maze whose
 episodes end at the 500-step limit, short runs (run directory, tags, saved model, its evaluation in the
 levels it trained on, the evaluation tool, videos, same seed same numbers), the resume with new envs, bad
-input, and one learning test on a single level of jumper.
+input, and one learning test on a single level of starpilot.
 """
 
 import math
@@ -219,7 +219,6 @@ def test_same_seed_same_numbers(tmp_path):
     assert runs[0] == runs[1]
 
 
-@pytest.mark.long  # three runs (about 2 CPU-minutes): CI's -m long, out of the README's command (30 minutes)
 def test_resume_continues_the_run_with_new_envs_and_the_saved_statistics(monkeypatch, tmp_path):
     """Procgen's envs cannot be restored, so the resume is not exact: every rollout is logged once (no overlap,
     no gap) with the same learning-rate schedule; it starts from the checkpoint's weights, and the reward
@@ -268,20 +267,21 @@ def test_bad_input_stops_with_one_line(script, flags, flag, message, tmp_path):
 
 @pytest.mark.learning
 @pytest.mark.long
-def test_learns_a_jumper_level(tmp_path):
-    """Jumper, level 4 only (easy, ``--num-levels 1 --start-level 4``), 12,288 steps (16 envs x 64 steps x 12
-    rollouts, about 3 CPU-minutes): uniformly random actions reach the carrot in 25% of the episodes (mean return
-    2.5 over 64 episodes, measured), so the last 20 episodes' mean must reach 8. Measured: last-20 means of 10.0
-    (105 episodes) and 9.5 (69 episodes) for seeds 1 and 2, whose progress lines read 10.0 from about 8,000 and
-    5,000 steps on; FROZEN."""
+def test_learns_a_starpilot_level(tmp_path):
+    """Starpilot, level 0 only (easy, ``--num-levels 1 --start-level 0``), 16,384 steps (16 envs x 64 steps x 16
+    rollouts; about 2 CPU-minutes): the last 20 episodes' mean return must reach 2. Measured with these flags: the
+    policy frozen at its initialisation (``--learning-rate 1e-30``) scores 0.6 (0.40 over its 250 episodes); seeds
+    1 and 2 score 4.2 and 4.75 (first 20 episodes: 0.45 and 0.25), their reward per 2,048 steps rising from 13 and
+    5 to 100 and 144. (Jumper level 4 was tried first: its agents learned to stop dying and then to stop reaching
+    the carrot within 16,384 steps, episodes without end, a curve no threshold reads well.)"""
     run_script(
         "ppo_procgen.py",
-        *["--env-id", "jumper", "--num-levels", "1", "--start-level", "4"],
-        *["--num-envs", "16", "--num-steps", "64", "--total-timesteps", "12288"],
+        *["--env-id", "starpilot", "--num-levels", "1", "--start-level", "0"],
+        *["--num-envs", "16", "--num-steps", "64", "--total-timesteps", "16384"],
         cwd=tmp_path,
         timeout=1500,
     )
     returns = episodic_returns(run_dir(tmp_path))
     last20 = float(np.mean(returns[-20:]))
-    print(f"ppo_procgen.py on jumper level 4: mean return over the last 20 episodes {last20:.1f} ({len(returns)} episodes)")
-    assert len(returns) >= 20 and last20 >= 8.0
+    print(f"ppo_procgen.py on starpilot level 0: mean return over the last 20 episodes {last20:.2f} ({len(returns)} episodes)")
+    assert len(returns) >= 20 and last20 >= 2.0
