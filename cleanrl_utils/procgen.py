@@ -67,7 +67,7 @@ class ProcgenVectorEnv(gym.vector.VectorEnv):
             ``render_mode="rgb_array"``) for video.
 
     Raises:
-        ValueError: an unknown game or distribution mode.
+        ValueError: an unknown game or distribution mode, ``num_levels`` or ``start_level`` outside [0, 2**31).
     """
 
     metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP, "render_modes": ["rgb_array"]}
@@ -86,6 +86,9 @@ class ProcgenVectorEnv(gym.vector.VectorEnv):
             raise ValueError(f"unknown Procgen game {env_id!r}")
         if distribution_mode not in ("easy", "hard"):
             raise ValueError(f"distribution mode {distribution_mode!r} is not easy or hard")
+        for name, value in (("num_levels", num_levels), ("start_level", start_level)):
+            if not 0 <= value < 2**31:  # Procgen's C++ aborts the process on a negative one (an int32)
+                raise ValueError(f"{name} must be in [0, 2**31), got {value}")
         self.env = ProcgenGym3Env(
             num=num_envs,
             env_name=env_id,
