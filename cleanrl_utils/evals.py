@@ -81,9 +81,9 @@ class Evaluation:
             seed + 100000, as the evaluation at the end of training uses.
         device: torch device of the networks.
         make_envs: instead of ``make_env``, for a script whose envs are one vector env of their own
-            (EnvPool's): ``make_envs(env_id, seed, capture_video, video_dir, training=False,
-            video_episodes=...)`` returns the evaluation vector env, seeded when made.
-        env_args: names of the model's recorded arguments that ``make_env`` also takes, passed as
+            (EnvPool's, Procgen's): ``make_envs(env_id, seed, capture_video, video_dir, training=False,
+            video_episodes=..., **env_args)`` returns the evaluation vector env, seeded when made.
+        env_args: names of the model's recorded arguments that ``make_env`` (``make_envs``) also takes, passed as
             keywords, so that the evaluation env is built as the training envs were (for one,
             ``("action_mask",)``: where the action mask comes from). Their values are plain
             strings, numbers or booleans; ``make_env`` checks them.
@@ -126,13 +126,15 @@ class Evaluation:
             )
         env_id, video_episodes = env_id or self.model["env_id"], lambda episode: episode < eval_episodes
         register_dm_control(env_id)  # a fresh process (the evaluation tool) has not registered the dm_control ids
-        if make_envs is not None:  # EnvPool's envs: one vector env, seeded when made
-            self.envs = make_envs(env_id, self.seed, capture_video, video_dir, training=False, video_episodes=video_episodes)
+        recorded_args = {name: self.model["args"].get(name) for name in env_args}
+        for name, value in recorded_args.items():
+            if not isinstance(value, (str, int, float, bool)):
+                raise FileRefused(f"{self.model['path']} records {name} = {value!r}, not a plain value")
+        if make_envs is not None:  # EnvPool's or Procgen's envs: one vector env, seeded when made
+            self.envs = make_envs(
+                env_id, self.seed, capture_video, video_dir, training=False, video_episodes=video_episodes, **recorded_args
+            )
         else:
-            recorded_args = {name: self.model["args"].get(name) for name in env_args}
-            for name, value in recorded_args.items():
-                if not isinstance(value, (str, int, float, bool)):
-                    raise FileRefused(f"{self.model['path']} records {name} = {value!r}, not a plain value")
             env_fn = make_env(
                 env_id, 0, capture_video, video_dir, training=False, video_episodes=video_episodes, **recorded_args
             )
