@@ -40,10 +40,9 @@ from cleanrl_utils import checkpoint as checkpoints
 from cleanrl_utils.envpool_atari import GameStatistics
 from cleanrl_utils.evals import Evaluation
 from cleanrl_utils.faults import check_env_step, check_finite
-from cleanrl_utils.files import FileRefused
 from cleanrl_utils.normalization import RewardNormalization
 from cleanrl_utils.procgen import ProcgenVectorEnv, check_procgen
-from cleanrl_utils.run import RunArgs, fail, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.run import RunArgs, parse_args, require, require_positive, require_range, start_run
 
 REWARD_CLIP = 10.0
 """Normalised rewards are clipped to ±10 (CleanRL's and PPG's)."""
@@ -210,7 +209,7 @@ class ValueNetwork(nn.Module):
         return self.critic(self.trunk(frames(x))).squeeze(-1)
 
 
-def log_prob_and_entropy(logits: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def score_actions(logits: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """log π(action) ``[B]`` and the entropy of π ``[B]`` from ``logits [B, A]`` and int64 ``action [B]``."""
     log_probs = torch.log_softmax(logits, dim=-1)
     return log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1), -(log_probs.exp() * log_probs).sum(-1)
@@ -369,9 +368,8 @@ def check_args(args: Args) -> None:
     for name in ("ent_coef", "vf_coef", "beta_clone"):
         require(getattr(args, name) >= 0, f"--{name.replace('_', '-')}", f"must be >= 0, got {getattr(args, name)}")
     require(args.target_kl is None or args.target_kl > 0, "--target-kl", f"must be positive, got {args.target_kl}")
-    args.batch_size = args.num_envs * args.num_steps
+    args.batch_size, args.aux_batch_rollouts = args.num_envs * args.num_steps, args.num_envs * args.n_iteration
     args.minibatch_size = args.batch_size // args.num_minibatches
-    args.aux_batch_rollouts = args.num_envs * args.n_iteration
     args.num_phases = args.total_timesteps // (args.batch_size * args.n_iteration)
     args.num_iterations = args.num_phases * args.n_iteration
     batch = f"the batch of {args.batch_size} (--num-envs {args.num_envs} x --num-steps {args.num_steps})"
@@ -381,25 +379,16 @@ def check_args(args: Args) -> None:
     require(args.num_phases > 0, "--total-timesteps", f"less than one phase of {phase}")
     check_procgen(args)
     # after every check: a refused command prints nothing else
-    if args.num_phases * args.n_iteration * args.batch_size != args.total_timesteps:
-        total = args.num_phases * args.n_iteration * args.batch_size
+    if (total := args.num_iterations * args.batch_size) != args.total_timesteps:
         print(f"training {total} steps: --total-timesteps rounded down to whole phases of {phase}")
 
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
-    """Game returns ``[eval_episodes]`` of a model saved by this script, on every level of its distribution mode.
-
-    Actions are sampled from π (``deterministic=True``: the most probable action). ``options``: see
-    :class:`cleanrl_utils.evals.Evaluation`.
-    """
-    try:  # on the full level distribution of the model's distribution mode
-        evaluation = Evaluation(
-            __file__, model_path, eval_episodes, None, make_envs=make_envs, env_args=("distribution_mode",), **options
-        )
-    except ValueError as error:  # ProcgenVectorEnv refuses the game or distribution mode a damaged file records
-        if options.get("env_id") is not None:
-            raise
-        raise FileRefused(f"{model_path}: {error}") from None
+    """Game returns ``[eval_episodes]`` of a saved model on every level of its distribution mode, actions sampled
+    from π (``deterministic``: the most probable). ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
+    evaluation = Evaluation(
+        __file__, model_path, eval_episodes, None, make_envs=make_envs, env_args=("distribution_mode",), **options
+    )
     policy_network = evaluation.load(PolicyNetwork(evaluation.envs), "policy")
     generator = torch.Generator(evaluation.device).manual_seed(evaluation.seed)
 
@@ -449,8 +438,7 @@ if __name__ == "__main__":
     if run.resumed:  # the checkpoint's networks, optimiser, statistics and generators, in place; the envs are new
         saved = run.restore(state, steps_per_iteration=args.batch_size)
         global_step, start_phase = saved["global_step"], saved["iteration"] // args.n_iteration + 1
-        if saved["iteration"] % args.n_iteration:
-            fail("--resume", f"{saved['path']} is damaged or forged: its iteration is not at a phase's end")
+        require(saved["iteration"] % args.n_iteration == 0, "--resume", f"{saved['path']}: not at a phase's end")
     next_obs, _ = normalization.envs.reset()
 
     for phase in range(start_phase, args.num_phases + 1):
@@ -469,7 +457,7 @@ if __name__ == "__main__":
                 with torch.inference_mode():
                     logits, _ = policy(obs[step])
                     action = torch.multinomial(logits.softmax(-1), 1).squeeze(-1)
-                    logprobs[step] = log_prob_and_entropy(logits, action)[0]
+                    logprobs[step] = score_actions(logits, action)[0]
                     # V(s_t): also the bootstrap value of a truncation at this step (Procgen hides the final obs)
                     values[step], actions[step] = value(obs[step]), action
                 next_obs, reward, termination, truncation, info = normalization.envs.step(action.cpu().numpy())
@@ -500,7 +488,7 @@ if __name__ == "__main__":
                     mb = b_inds[start : start + args.minibatch_size]
                     newlogprob, entropy = b_logprobs[mb], torch.zeros_like(b_logprobs[mb])  # constants when not trained
                     if train_policy:
-                        newlogprob, entropy = log_prob_and_entropy(policy.logits(b_obs[mb]), b_actions[mb])
+                        newlogprob, entropy = score_actions(policy.logits(b_obs[mb]), b_actions[mb])
                     newvalue = value(b_obs[mb]) if train_value else b_values[mb]
                     losses = ppo_losses(
                         newlogprob, entropy, newvalue, b_logprobs[mb], b_values[mb], b_advantages[mb], b_returns[mb],

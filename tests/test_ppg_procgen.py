@@ -106,6 +106,30 @@ def test_aux_losses_are_the_value_distillation_the_kl_to_the_old_policy_and_the_
     assert same["kl_loss"].item() == pytest.approx(0.0, abs=1e-6) and same["joint_loss"].item() == pytest.approx(0.0, abs=1e-6)
 
 
+def test_a_time_limit_truncation_in_a_run_bootstraps_from_the_value_of_the_last_observation(monkeypatch, tmp_path):
+    """Maze, level 1 only (easy): the near-uniform initial policy of both envs wanders the whole 500-step limit,
+    so both episodes are truncated at their 500th step, row 243 of the second rollout of 256 steps. A learning rate of
+    1e-30 keeps the weights those of the rollout: the stored values are V of the stored frames, and there the
+    advantage is r + γ V(s_t) - V(s_t), nothing of the next episode."""
+    g = run_in_process(
+        "ppg_procgen.py",
+        monkeypatch,
+        tmp_path,
+        *["--env-id", "maze", "--num-levels", "1", "--start-level", "1", "--num-envs", "2", "--num-steps", "256"],
+        *["--n-iteration", "2", "--num-minibatches", "2", "--e-auxiliary", "1", "--total-timesteps", "1024"],
+        *["--learning-rate", "1e-30"],
+    )
+    truncations, terminations = g["truncations"], g["terminations"]
+    assert np.argwhere(truncations).tolist() == [[243, 0], [243, 1]] and not terminations.any()
+    with torch.no_grad():
+        values = g["value"](g["obs"].reshape(-1, 64, 64, 3)).reshape(256, 2).numpy()
+    np.testing.assert_allclose(g["values"].numpy(), values, rtol=1e-4, atol=1e-5)
+    advantages = g["advantages"]
+    np.testing.assert_allclose(advantages[243], g["rewards"][243] + (0.999 - 1.0) * values[243], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(g["aux_returns"][:, 2:].numpy(), advantages + g["values"].numpy(), rtol=1e-6)
+    assert [value for _, value in scalars(run_dir(tmp_path))["charts/episodic_length"]] == [500.0, 500.0]
+
+
 # ---- the networks
 
 
