@@ -438,7 +438,7 @@ if __name__ == "__main__":
     if run.resumed:  # the checkpoint's networks, optimiser, statistics and generators, in place; the envs are new
         saved = run.restore(state, steps_per_iteration=args.batch_size)
         global_step, start_phase = saved["global_step"], saved["iteration"] // args.n_iteration + 1
-        require(saved["iteration"] % args.n_iteration == 0, "--resume", f"{saved['path']}: not at a phase's end")
+        require(saved["iteration"] % args.n_iteration == 0, "--resume", f"{resumed['path']}: not at a phase's end")
     next_obs, _ = normalization.envs.reset()
 
     for phase in range(start_phase, args.num_phases + 1):
