@@ -287,6 +287,7 @@ CLEANRL_EQUIVALENT = {
     "sac_atari": "sac_atari",
     "ppo_atari_envpool": "ppo_atari_envpool",
     "ppo_rnd_envpool": "ppo_rnd_envpool",
+    "ppg_procgen": "ppg_procgen",
     "ppo_atari_lstm": "ppo_atari_lstm",
     "ppo_lstm": None,
     "ppo_continuous_lstm": None,

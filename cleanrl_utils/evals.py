@@ -82,8 +82,8 @@ class Evaluation:
         device: torch device of the networks.
         make_envs: instead of ``make_env``, for a script whose envs are one vector env of their own
             (EnvPool's, Procgen's): ``make_envs(env_id, seed, capture_video, video_dir, training=False,
-            video_episodes=...)`` returns the evaluation vector env, seeded when made.
-        env_args: names of the model's recorded arguments that ``make_env`` (or ``make_envs``) also takes, passed as
+            video_episodes=..., **env_args)`` returns the evaluation vector env, seeded when made.
+        env_args: names of the model's recorded arguments that ``make_env`` (``make_envs``) also takes, passed as
             keywords, so that the evaluation env is built as the training envs were (for one,
             ``("action_mask",)``: where the action mask comes from). Their values are plain
             strings, numbers or booleans; ``make_env`` checks them.

@@ -13,6 +13,7 @@ seeding and video.
 from __future__ import annotations
 
 import difflib
+import weakref
 from typing import Any, Optional
 
 import gymnasium as gym
@@ -98,6 +99,9 @@ class ProcgenVectorEnv(gym.vector.VectorEnv):
             rand_seed=seed,
             **({"render_mode": "rgb_array"} if render else {}),
         )
+        # the C env closed with this one, or at exit while still open: gym3 closes it in __del__, which fails once
+        # the interpreter is shutting down (a run stopped by a refusal or a fault, its envs not closed)
+        self._close_env = weakref.finalize(self, self.env.close)
         self.num_envs = num_envs
         self.timeout = TIMEOUTS.get(env_id, 1000)
         self.single_observation_space = gym.spaces.Box(0, 255, (64, 64, 3), np.uint8)
@@ -140,6 +144,7 @@ class ProcgenVectorEnv(gym.vector.VectorEnv):
         return [info["rgb"] for info in self.env.get_info()]
 
     def close_extras(self, **kwargs: Any) -> None:
+        self._close_env()
         self.env = None
 
 

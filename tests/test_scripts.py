@@ -426,6 +426,8 @@ def test_sac_atari_on_breakout_logs_game_scores_and_evaluates(tmp_path):
         ("ppo_atari_envpool.py", "--num-iterations"),
         ("ppo_rnd_envpool.py", "--minibatch-size"),
         ("ppo_procgen.py", "--batch-size"),
+        ("ppg_procgen.py", "--num-phases"),
+        ("ppg_procgen.py", "--aux-batch-rollouts"),
     ],
 )
 def test_computed_fields_are_not_flags(script, flag, tmp_path):
