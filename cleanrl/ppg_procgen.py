@@ -28,7 +28,7 @@ Run:
 import copy
 import signal
 from dataclasses import dataclass
-from typing import Optional
+from typing import Literal, Optional
 
 import numpy as np
 import torch
@@ -54,7 +54,7 @@ class Args(RunArgs):
 
     env_id: str = "starpilot"
     """Procgen game (bigfish, coinrun, starpilot, ...)"""
-    distribution_mode: str = "easy"
+    distribution_mode: Literal["easy", "hard"] = "easy"
     """Procgen's level distribution: easy or hard"""
     num_levels: int = 0
     """levels to train on (0: every level)"""
@@ -384,11 +384,11 @@ def check_args(args: Args) -> None:
 
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
-    """Game returns ``[eval_episodes]`` of a saved model on every level of its distribution mode, actions sampled
-    from π (``deterministic``: the most probable). ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
-    evaluation = Evaluation(
-        __file__, model_path, eval_episodes, None, make_envs=make_envs, env_args=("distribution_mode",), **options
-    )
+    """Game returns ``[eval_episodes]`` of a saved model in the levels it trained on (its distribution mode, number of
+    levels and start level), actions sampled from π (``deterministic``: the most probable). ``options``: see
+    :class:`cleanrl_utils.evals.Evaluation`."""
+    levels = ("distribution_mode", "num_levels", "start_level")
+    evaluation = Evaluation(__file__, model_path, eval_episodes, None, make_envs=make_envs, env_args=levels, **options)
     policy_network = evaluation.load(PolicyNetwork(evaluation.envs), "policy")
     generator = torch.Generator(evaluation.device).manual_seed(evaluation.seed)
 

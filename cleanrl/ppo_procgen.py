@@ -53,7 +53,7 @@ class Args(RunArgs):
 
     env_id: str = "starpilot"
     """Procgen game, one of the 16 of cleanrl_utils/procgen.py's GAMES (starpilot, coinrun, jumper, maze ...)"""
-    distribution_mode: str = "easy"
+    distribution_mode: Literal["easy", "hard"] = "easy"
     """Procgen's level difficulty: easy or hard"""
     num_levels: int = 0
     """levels to train on (0: every level)"""

@@ -131,9 +131,12 @@ class Evaluation:
             if not isinstance(value, (str, int, float, bool)):
                 raise FileRefused(f"{self.model['path']} records {name} = {value!r}, not a plain value")
         if make_envs is not None:  # EnvPool's or Procgen's envs: one vector env, seeded when made
-            self.envs = make_envs(
-                env_id, self.seed, capture_video, video_dir, training=False, video_episodes=video_episodes, **recorded_args
-            )
+            try:
+                self.envs = make_envs(
+                    env_id, self.seed, capture_video, video_dir, training=False, video_episodes=video_episodes, **recorded_args
+                )
+            except ValueError as error:  # the recorded arguments make no env (a level count out of range, ...)
+                raise FileRefused(f"{self.model['path']}: its saved {', '.join(env_args)} make no env: {error}") from None
         else:
             env_fn = make_env(
                 env_id, 0, capture_video, video_dir, training=False, video_episodes=video_episodes, **recorded_args

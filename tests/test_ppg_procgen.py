@@ -266,7 +266,7 @@ def test_resume_refuses_a_forged_checkpoint_in_one_line(forged, checkpointed_run
 BAD_INPUT = [
     (["--env-id", "starpilots"], "--env-id", "did you mean starpilot?"),
     (["--env-id", "CartPole-v1"], "--env-id", "unknown Procgen game"),
-    (["--distribution-mode", "memory"], "--distribution-mode", "must be easy or hard"),
+    (["--distribution-mode", "memory"], "--distribution-mode", "invalid choice 'memory'"),
     (["--num-minibatches", "3"], "--num-minibatches", "does not divide the batch of 16384"),
     (["--total-timesteps", "100000"], "--total-timesteps", "less than one phase of 524288 steps"),
     (["--num-aux-rollouts", "2049"], "--num-aux-rollouts", "exceeds the rollouts of a phase"),

@@ -204,8 +204,14 @@ def test_evaluation_plays_the_levels_the_model_trained_on(monkeypatch, tmp_path)
     from tests.test_run_files import forge
 
     forge(model, "num_levels", -5)
-    with pytest.raises(ValueError, match=r"num_levels must be in \[0, 2\*\*31\), got -5"):
+    with pytest.raises(ValueError, match=r"make no env: num_levels must be in \[0, 2\*\*31\), got -5"):
         ppo_procgen.evaluate(str(model), eval_episodes=1)
+    forge(model, "num_levels", 3)
+    forge(model, "distribution_mode", "memory")  # the evaluation tool: one line, no traceback
+    result = enjoy(str(model), "--eval-episodes", "1", cwd=tmp_path, check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    line = result.stderr.strip().splitlines()[-1]
+    assert "its saved distribution_mode is 'memory' (str), not one of 'easy', 'hard'" in line, line
 
 
 def test_same_seed_same_numbers(tmp_path):
@@ -247,7 +253,7 @@ def test_resume_continues_the_run_with_new_envs_and_the_saved_statistics(monkeyp
 BAD_INPUT = [
     ("ppo_procgen.py", ["--env-id", "starpilots"], "--env-id", "unknown Procgen game 'starpilots'; did you mean starpilot?"),
     ("ppo_procgen.py", ["--env-id", "CartPole-v1"], "--env-id", "unknown Procgen game 'CartPole-v1'"),
-    ("ppo_procgen.py", ["--distribution-mode", "memory"], "--distribution-mode", "must be easy or hard"),
+    ("ppo_procgen.py", ["--distribution-mode", "memory"], "--distribution-mode", "invalid choice 'memory'"),
     ("ppo_procgen.py", ["--env-mode", "async"], "--env-mode", "Procgen steps its envs in C++ already"),
     ("ppo_procgen.py", ["--num-levels", "-1"], "--num-levels", "must be in [0, 2147483647]"),
     ("ppo_procgen.py", ["--start-level", str(2**31)], "--start-level", "must be in [0, 2147483647]"),
