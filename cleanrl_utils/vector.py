@@ -516,7 +516,10 @@ class AsyncVectorEnv(gym.vector.AsyncVectorEnv):
             for process in processes:
                 process.join(timeout=1.0)  # a worker that closed its pipe is exiting
             index = next((i for i, process in enumerate(processes) if process.exitcode is not None), None)
-        if index is not None and processes[index].exitcode is not None:
+        queued = self._queued_error()
+        if queued is not None:  # the worker sent its env's error, then ended: that error, not its exit, is the fault
+            index, what = queued
+        elif index is not None and processes[index].exitcode is not None:
             what = f"its worker process (pid {processes[index].pid}) died: {describe_exit(processes[index].exitcode)}"
         for process in processes:
             if process.exitcode is None:
@@ -524,6 +527,22 @@ class AsyncVectorEnv(gym.vector.AsyncVectorEnv):
         self.closed = True  # nothing left to close: the workers are gone
         name = f"env {index}" if index is not None else "an env worker"
         return EnvFault(f"{name}: {what}")
+
+    def _queued_error(self) -> tuple[int, str] | None:
+        """``(env index, "its env raised Kind: message")`` of an error a worker queued before it ended, else None."""
+        try:
+            index, kind, value, _ = self.error_queue.get(timeout=0.2)
+        except (queue.Empty, AttributeError, OSError, ValueError):
+            return None
+        if issubclass(kind, EnvFault):  # the worker's own checks: left to the worker's exit as before
+            return None
+        message = (str(value).strip().splitlines() or [""])[0][:300]
+        return index, f"its env raised {kind.__name__}" + (f": {message}" if message else "") + f" ({self._when()})"
+
+    def _when(self) -> str:
+        """Where the envs were when a worker failed: ``at vector step N`` or ``in reset``."""
+        states = {AsyncState.WAITING_STEP: f"at vector step {self.steps + 1}", AsyncState.WAITING_RESET: "in reset"}
+        return states.get(self._state, f"in {self._state.value}")
 
     def _poll_pipe_envs(self, timeout: float | None = None) -> bool:
         timeout = self.timeout if timeout is None else timeout
@@ -572,8 +591,7 @@ class AsyncVectorEnv(gym.vector.AsyncVectorEnv):
             index = next((i for i, ok in enumerate(successes) if not ok), None)
             raise self._fault(index, "its env raised an exception that cannot be sent between processes") from None
         message = (str(value).strip().splitlines() or [""])[0][:300]
-        states = {AsyncState.WAITING_STEP: f"at vector step {self.steps + 1}", AsyncState.WAITING_RESET: "in reset"}
-        when = states.get(self._state, f"in {self._state.value}")
+        when = self._when()
         if issubclass(kind, EnvFault):  # the worker's own checks (_Snapshots, _FirstCallsChecked): said as they are
             self._fault(index, "")  # kills the workers
             raise EnvFault(message if "at its first" in message else f"{message} {when}")
