@@ -536,8 +536,7 @@ class AsyncVectorEnv(gym.vector.AsyncVectorEnv):
             return None
         if issubclass(kind, EnvFault):  # the worker's own checks: left to the worker's exit as before
             return None
-        message = (str(value).strip().splitlines() or [""])[0][:300]
-        return index, f"its env raised {kind.__name__}" + (f": {message}" if message else "") + f" ({self._when()})"
+        return index, _raised(kind, value, self._when())
 
     def _when(self) -> str:
         """Where the envs were when a worker failed: ``at vector step N`` or ``in reset``."""
@@ -595,7 +594,7 @@ class AsyncVectorEnv(gym.vector.AsyncVectorEnv):
         if issubclass(kind, EnvFault):  # the worker's own checks (_Snapshots, _FirstCallsChecked): said as they are
             self._fault(index, "")  # kills the workers
             raise EnvFault(message if "at its first" in message else f"{message} {when}")
-        raise self._fault(index, f"its env raised {kind.__name__}" + (f": {message}" if message else "") + f" ({when})")
+        raise self._fault(index, _raised(kind, value, when))
 
     def close_extras(self, timeout: float | None = None, terminate: bool = False):
         """Ask the workers to close their envs; kill those that have not ended within 10 s (or at once with ``terminate``)."""
@@ -623,6 +622,12 @@ class AsyncVectorEnv(gym.vector.AsyncVectorEnv):
         for pipe in self.parent_pipes:
             if pipe is not None:
                 pipe.close()
+
+
+def _raised(kind: type, value: BaseException, when: str) -> str:
+    """``its env raised Kind: first line of the message (when)``, as a fault names an env's exception."""
+    message = (str(value).strip().splitlines() or [""])[0][:300]
+    return f"its env raised {kind.__name__}" + (f": {message}" if message else "") + f" ({when})"
 
 
 class _Worker:
