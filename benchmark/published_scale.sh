@@ -9,9 +9,11 @@
 # CleanRL's published tables) by cleanrl_utils.plot, and the per-run curves by
 # benchmark/curve.py, into benchmark/.
 #
-# usage: benchmark/published_scale.sh [WORKERS] [RUNS_PARENT]
+# usage: benchmark/published_scale.sh [WORKERS] [RUNS_PARENT] [GRIDS]
 #   WORKERS      runs at a time, each pinned to its own 1/WORKERS of the cores (default 2)
 #   RUNS_PARENT  where the runs/ folder is made (default runs/published_scale)
+#   GRIDS        which grids to run and draw, separated by spaces (default all four:
+#                "ppo_continuous rpo_continuous dqn c51")
 # With WORKERS equal to the number of cores, each run has one core and one torch thread. On 2 cores:
 # about 1 h 15 min for the 9 MuJoCo runs (12-21 min each) and 45 min for the 18 classic-control
 # runs (3.5-7 min each); the 15 RPO runs are not timed yet. CleanRL's RPO results
@@ -23,6 +25,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 WORKERS="${1:-2}"
 PARENT="${2:-$ROOT/runs/published_scale}"
+GRIDS=" ${3:-ppo_continuous rpo_continuous dqn c51} "
+wanted() { [[ "$GRIDS" == *" $1 "* ]]; }  # wanted NAME: whether that grid was asked for
 mkdir -p "$PARENT"
 cd "$PARENT"
 launch() {  # launch LOG_NAME SCRIPT ENV_IDS... [-- FLAGS...]
@@ -31,11 +35,11 @@ launch() {  # launch LOG_NAME SCRIPT ENV_IDS... [-- FLAGS...]
   python -m cleanrl_utils.benchmark --workers "$WORKERS" --torch-threads-flag --num-seeds 3 \
     --log-dir "runs/benchmark_logs/$name" --command "python $ROOT/cleanrl/$script" --env-ids "$@"
 }
-launch ppo_continuous ppo_continuous.py Hopper-v4 HalfCheetah-v4 Walker2d-v4 -- --total-timesteps 1000000
-launch rpo_continuous rpo_continuous.py Hopper-v4 HalfCheetah-v4 Walker2d-v4 dm_control/cartpole-balance-v0 \
-  dm_control/walker-walk-v0 -- --total-timesteps 1000000
-launch dqn dqn.py CartPole-v1 Acrobot-v1 MountainCar-v0
-launch c51 c51.py CartPole-v1 Acrobot-v1 MountainCar-v0
+wanted ppo_continuous && launch ppo_continuous ppo_continuous.py Hopper-v4 HalfCheetah-v4 Walker2d-v4 -- --total-timesteps 1000000
+wanted rpo_continuous && launch rpo_continuous rpo_continuous.py Hopper-v4 HalfCheetah-v4 Walker2d-v4 \
+  dm_control/cartpole-balance-v0 dm_control/walker-walk-v0 -- --total-timesteps 1000000
+wanted dqn && launch dqn dqn.py CartPole-v1 Acrobot-v1 MountainCar-v0
+wanted c51 && launch c51 c51.py CartPole-v1 Acrobot-v1 MountainCar-v0
 
 commit="$(git -C "$ROOT" rev-parse --short HEAD)"
 runs_of() {  # runs_of NAME ENV_ID: the run directories of that grid and environment
@@ -52,6 +56,7 @@ height_of() {  # height_of NAME: the figure's height in inches (3 subplots a row
   if [ "$1" = rpo_continuous ]; then echo 5.2; else echo 2.8; fi
 }
 for name in ppo_continuous rpo_continuous dqn c51; do
+  wanted "$name" || continue
   mkdir -p "$ROOT/benchmark/published_scale/$name"
   python -c 'import json, sys; json.dump([{"commit": sys.argv[2], **e} for e in json.load(open(sys.argv[1]))],
       open(sys.argv[3], "w"), indent=2)' "runs/benchmark_logs/$name/summary.json" "$commit" \
@@ -62,16 +67,19 @@ for name in ppo_continuous rpo_continuous dqn c51; do
     --format png pdf svg --out "$ROOT/benchmark/published_scale/$name"
 done
 for env in Hopper-v4 HalfCheetah-v4 Walker2d-v4; do
+  wanted ppo_continuous || break
   # shellcheck disable=SC2046  # one argument per run directory
   python "$ROOT/benchmark/curve.py" $(runs_of ppo_continuous "$env") --bin 50000 --random-games 100 \
     --json "$ROOT/benchmark/published_scale/$env.json"
 done
 for env in Hopper-v4 HalfCheetah-v4 Walker2d-v4 dm_control/cartpole-balance-v0 dm_control/walker-walk-v0; do
+  wanted rpo_continuous || break
   # shellcheck disable=SC2046
   python "$ROOT/benchmark/curve.py" $(runs_of rpo_continuous "$env") --bin 50000 --random-games 100 \
     --json "$ROOT/benchmark/published_scale/${env//\//-}_rpo_continuous.json"
 done
 for script in dqn c51; do
+  wanted "$script" || continue
   for env in CartPole-v1 Acrobot-v1 MountainCar-v0; do
     # shellcheck disable=SC2046
     python "$ROOT/benchmark/curve.py" $(runs_of "$script" "$env") --bin 50000 --random-games 100 \

@@ -46,6 +46,7 @@ import os
 import signal
 import sys
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Literal, Optional
 
 import gymnasium as gym
@@ -89,6 +90,8 @@ class Args(RunArgs):
     """gymnasium id: an Atari NoFrameskip-v4 game, or an env with 1-D Box observations (classic control)"""
     env_mode: Literal["sync", "async"] = "sync"
     """step each rank's envs in its process (sync) or in one subprocess each (async)"""
+    collective_timeout: float = 600.0
+    """seconds a rank waits in a collective for the other ranks before it stops (another rank died or hung)"""
     total_timesteps: int = 10000000
     """total environment (agent) steps, summed over the envs of all ranks"""
     learning_rate: float = 2.5e-4
@@ -380,7 +383,9 @@ def leave_group(envs: gym.vector.VectorEnv) -> None:
 def check_args(args: Args) -> None:
     """Fill in the computed fields for torchrun's world size; stop with one line naming the flag on bad input."""
     require_positive(args, "total_timesteps num_envs num_steps num_minibatches update_epochs learning_rate clip_coef")
-    require_positive(args, "max_grad_norm")
+    require_positive(args, "max_grad_norm collective_timeout")
+    timeout = args.collective_timeout
+    require(timeout <= 1e7, "--collective-timeout", f"must be at most 1e7 seconds, got {timeout}")
     require_range(args, num_envs=(1, 2**16), num_steps=(1, 2**20))  # each by its own flag, before their product
     require_range(args, update_epochs=(1, 10**4))  # a stop signal waits for the update under way
     require_range(args, gamma=(0, 1), gae_lambda=(0, 1))
@@ -433,10 +438,13 @@ if __name__ == "__main__":
     use_cuda = args.cuda and torch.cuda.is_available()
     if use_cuda:
         torch.cuda.set_device(local_rank)
+    # a collective that waits longer than --collective-timeout raises (one line): a rank that died is usually seen at
+    # once, but a dead peer can leave the gradient all-reduce waiting, and a hung rank always does
+    timeout = timedelta(seconds=args.collective_timeout)
     if "MASTER_ADDR" in os.environ:  # launched by torchrun: its rendezvous gives the store
-        dist.init_process_group("nccl" if use_cuda else "gloo")
+        dist.init_process_group("nccl" if use_cuda else "gloo", timeout=timeout)
     else:  # plain `python ddp_ppo.py`: a group of one, no network
-        dist.init_process_group("nccl" if use_cuda else "gloo", store=dist.HashStore(), rank=0, world_size=1)
+        dist.init_process_group("nccl" if use_cuda else "gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
     run = start_run(args, resumed, record=rank == 0)
     writer, device = run.writer, torch.device(f"cuda:{local_rank}" if use_cuda else "cpu")
     seed_everything(args.seed + RANK_SEED_STRIDE * rank, args.torch_deterministic)
