@@ -393,14 +393,34 @@ def test_bad_input_stops_with_one_line(flag, flags, message, tmp_path):
 
 # ---- learning
 
-LEARNING_STEPS = 0  # measured below
+LEARNING_STEPS = 49152  # whole rollouts of both scripts (24 of ppo_trxl.py's 16 x 128, 96 of ppo.py's 4 x 128)
 
 
-def last100(script, tmp_path, *flags):
-    run_script(
-        script, "--env-id", POM, "--seed", "1", "--total-timesteps", str(LEARNING_STEPS), *flags, cwd=tmp_path, timeout=1800
-    )
+def last100(script, tmp_path):
+    run_script(script, "--env-id", POM, "--seed", "1", "--total-timesteps", str(LEARNING_STEPS), cwd=tmp_path, timeout=1800)
     returns = episodic_returns(run_dir(tmp_path))
     print(f"{script}: mean return over the last 100 episodes {np.mean(returns[-100:]):.2f} ({len(returns)} episodes)")
-    assert len(returns) >= 100
+    assert len(returns) >= 1000
     return float(np.mean(returns[-100:]))
+
+
+@pytest.mark.learning
+def test_ppo_trxl_remembers_the_cue(tmp_path):
+    """Across 4 to 12 blank steps, the transformer's memory carries the cue to the choice.
+
+    Budget: 49,152 steps (24 rollouts of 16 envs x 128 steps), seed 1, the script's defaults; pass: mean
+    return of the last 100 episodes >= 0.6 (1 is every choice right; chance, the expected return of any
+    policy without memory, is 0: see test_proof_of_memory_is_at_chance_without_memory). Measured: seed 1
+    ended at 1.0 (4,885 episodes), 16 s of CPU time (44 s of wall time on the shared 2-core machine).
+    """
+    assert last100("ppo_trxl.py", tmp_path) >= 0.6
+
+
+@pytest.mark.learning
+def test_ppo_without_memory_stays_at_chance(tmp_path):
+    """The contrast: ppo.py (a memoryless MLP policy), the same steps on the same task, cannot beat chance (0).
+
+    Budget: the same 49,152 steps (96 rollouts of 4 envs x 128 steps), seed 1, ppo.py's defaults; pass:
+    mean return of the last 100 episodes below 0.3. Measured: -0.02 (4,890 episodes), 7 s of CPU time.
+    """
+    assert last100("ppo.py", tmp_path) < 0.3
