@@ -2,8 +2,8 @@
 # Reproduces the ppo_trxl.py section of benchmark/README.md: on the proof-of-memory task
 # (cleanrl_utils.envs:ProofOfMemory-v0: a cue, 4-12 blank steps, a choice worth +1 or -1), ppo_trxl.py,
 # ppo_lstm.py and ppo.py (no memory) at the same steps, each at its defaults, seeds 1-3, one torch thread, one core;
-# a uniformly random policy's return (chance); then, if CleanRL's side is set up, the speed of ours and of CleanRL's
-# ppo_trxl.py (unmodified) at the same steps and hyperparameters on CleanRL's own ProofofMemory-v0 (pom_env.py).
+# a uniformly random policy's return over 10,000 episodes (chance); then, if CleanRL's side is set up, the speed of
+# ours and of CleanRL's ppo_trxl.py (unmodified) at the same steps and hyperparameters on CleanRL's own ProofofMemory-v0 (pom_env.py).
 #
 #   bash benchmark/proof_of_memory.sh [STEPS] [CORE] [RUNS_DIR]    # defaults 49152, 1, /tmp/proof-of-memory-bench
 #
@@ -46,31 +46,20 @@ if [ -f "$PEER/cleanrl_peer/ppo_trxl.py" ]; then
       "$PEER/cleanrl_peer/ppo_trxl.py" "${SAME[@]}" --seed "$seed" --no-cuda
   done
 fi
-python - "$RUNS" "$STEPS" "$PEER" <<'EOF'
+PYTHONPATH="$PWD:$PWD/benchmark" python - "$RUNS" "$STEPS" "$PEER" <<'EOF'
 import json
 import sys
 from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import cleanrl_utils.envs  # noqa: F401
+from benchmark.curve import binned, random_policy_returns, read_run
 from benchmark.provenance import describe
 
 runs, steps, peer = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
 BIN = 4096
-env = gym.make("cleanrl_utils.envs:ProofOfMemory-v0")
-env.reset(seed=0)
-env.action_space.seed(0)
-chance = []
-for _ in range(10000):
-    env.reset()
-    done, total = False, 0.0
-    while not done:
-        _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
-        total, done = total + reward, terminated or truncated
-    chance.append(total)
+chance = random_policy_returns("cleanrl_utils.envs:ProofOfMemory-v0", 10000, seed=0)
 result = {
     **describe(),
     "command": f"bash benchmark/proof_of_memory.sh {steps}",
@@ -91,19 +80,15 @@ def wall(out: Path) -> float:
 for script in ("ppo_trxl", "ppo_lstm", "ppo"):
     for seed in (1, 2, 3):
         out = runs / f"{script}-{seed}"
-        events = EventAccumulator(str(next((out / "runs").iterdir())), size_guidance={"scalars": 0})
-        events.Reload()
-        episodes = [(e.step, e.value) for e in events.Scalars("charts/episodic_return")]
-        returns = np.array([v for _, v in episodes])
-        bins = np.array([s for s, _ in episodes]) // BIN
-        curve = [[int((b + 1) * BIN), round(float(returns[bins == b].mean()), 4)] for b in np.unique(bins)]
+        run = read_run(next((out / "runs").iterdir()))
+        curve = binned(run["steps"], run["returns"], BIN, steps)
         result["runs"][f"{script}-{seed}"] = {
             "script": f"{script}.py",
             "seed": seed,
-            "episodes": len(returns),
-            "return_last_100": round(float(returns[-100:].mean()), 4),
+            "episodes": len(run["returns"]),
+            "return_last_100": round(float(np.mean(run["returns"][-100:])), 4),
             "wall_seconds": round(wall(out), 1),
-            "curve": curve,
+            "curve": [None if value is None else round(value, 4) for value in curve],
         }
     rows = [result["runs"][f"{script}-{seed}"]["return_last_100"] for seed in (1, 2, 3)]
     result[f"{script}.py"] = {"return_last_100_mean": round(float(np.mean(rows)), 4), "per_seed": rows}
