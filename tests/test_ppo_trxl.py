@@ -25,6 +25,7 @@ import tests.envs  # noqa: F401  (registers Counter-v0)
 from cleanrl import ppo_lstm, ppo_trxl
 from tests.conftest import (
     assert_stops_with_one_line,
+    enjoy,
     episodic_returns,
     run_dir,
     run_in_process,
@@ -284,6 +285,10 @@ def test_smoke_logs_saves_and_evaluates(tmp_path):
     assert PPO_TAGS | {"eval/episodic_return", "eval/episodic_return_std"} <= set(scalars(directory))
     assert "evaluation over 2 episodes" in result.stdout
     assert list((directory / "videos").glob("*.mp4")) and list((directory / "videos-eval").glob("*.mp4"))
+    # the evaluation tool scores the model as training's evaluation did (same episodes, seed and policy)
+    trained = scalars(directory)["eval/episodic_return"][-1][1]
+    out = enjoy(str(directory), "--env-id", POM, "--eval-episodes", "2", cwd=tmp_path).stdout
+    assert out.startswith("ppo_trxl.py, ") and float(out.split("return ")[1].split(" ±")[0]) == pytest.approx(trained)
     model = directory / "ppo_trxl.cleanrl_model"
     returns = ppo_trxl.evaluate(str(model), eval_episodes=4)
     assert returns.shape == (4,) and set(returns) <= {-1.0, 1.0}
