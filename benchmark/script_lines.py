@@ -290,6 +290,7 @@ CLEANRL_EQUIVALENT = {
     "ppg_procgen": "ppg_procgen",
     "ppo_atari_lstm": "ppo_atari_lstm",
     "ppo_lstm": None,
+    "ppo_trxl": "ppo_trxl/ppo_trxl",
     "ppo_continuous_lstm": None,
     "rainbow_atari": "rainbow_atari",
     "r2d2_async": None,

@@ -420,6 +420,7 @@ def test_sac_atari_on_breakout_logs_game_scores_and_evaluates(tmp_path):
         ("ppo.py", "--batch-size"),
         ("a2c.py", "--num-iterations"),
         ("ppo_lstm.py", "--minibatch-size"),
+        ("ppo_trxl.py", "--minibatch-size"),
         ("ppo_continuous_lstm.py", "--minibatch-size"),
         ("ppo_atari.py", "--batch-size"),
         ("ppo_atari_lstm.py", "--minibatch-size"),
