@@ -215,7 +215,9 @@ class ParallelEnvs:
         self._frames = None  # env 0's episode under way is not recorded
 
     def close(self) -> None:
-        """Close every env."""
+        """Close every env; a video under way is saved (as gymnasium's ``RecordVideo`` does)."""
+        if getattr(self, "_frames", None):  # (None while the envs are being made)
+            self._save_video()
         for env in self.envs:
             env.close()
 
