@@ -99,8 +99,8 @@ def test_minibatches_hold_every_live_row_once_and_no_dead_row():
     assert [len(b) for b in minibatches(torch.tensor([True, False, True]), 4)] == [1, 1]  # no empty minibatch
 
 
-def test_dead_rows_change_nothing_in_the_update(monkeypatch, tmp_path):
-    """The rows of agents that were not acting are in no loss: the run's minibatches hold live rows only, and
+def test_dead_rows_are_in_no_minibatch_and_have_no_advantage(monkeypatch, tmp_path):
+    """The rows of agents that were not acting are in no loss (its minibatches hold live rows only) and have advantage 0;
     MinefieldRace's racers die mid-episode (rows masked while the other racer goes on)."""
     from tests.conftest import run_in_process
 
