@@ -44,6 +44,8 @@ CASES = [
     ("ppg_procgen.py", ["--e-auxiliary", "10001"], "--e-auxiliary", "must be in [1, 10000]"),
     ("ppg_procgen.py", ["--ent-coef", "-1"], "--ent-coef", "must be >= 0"),
     ("ppg_procgen.py", ["--target-kl", "0"], "--target-kl", "must be positive"),
+    ("ppo_pettingzoo.py", ["--num-envs", HUGE], "--num-envs", "must be in [1, 4096]"),
+    ("ppo_pettingzoo.py", ["--gae-lambda", "1.5"], "--gae-lambda", "must be in [0, 1]"),
     ("ppo_atari_lstm.py", ["--ent-coef", "-1"], "--ent-coef", "must be >= 0"),
     ("ppo_atari_lstm.py", ["--target-kl", "0"], "--target-kl", "must be positive"),
     ("ppo_continuous.py", ["--vf-coef", "-0.5"], "--vf-coef", "must be >= 0"),

@@ -429,6 +429,7 @@ def test_sac_atari_on_breakout_logs_game_scores_and_evaluates(tmp_path):
         ("ppo_procgen.py", "--batch-size"),
         ("ppg_procgen.py", "--num-phases"),
         ("ppg_procgen.py", "--aux-batch-rollouts"),
+        ("ppo_pettingzoo.py", "--num-agents"),
     ],
 )
 def test_computed_fields_are_not_flags(script, flag, tmp_path):

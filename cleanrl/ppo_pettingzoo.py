@@ -1,0 +1,574 @@
+"""Parameter-shared PPO on a PettingZoo parallel env: one policy acts for every agent, self-play on multi-agent Atari.
+
+Proximal Policy Optimization (clipped objective, GAE) with the details of CleanRL's ppo_atari.py:
+    Schulman et al. (2017), arXiv:1707.06347; Schulman et al. (2016), arXiv:1506.02438; Mnih et al. (2015),
+    Nature 518 (the Nature CNN); Huang et al. (2022), "The 37 Implementation Details of PPO" (ICLR blog track),
+with one network shared by all agents (parameter sharing: Gupta, Egorov, Kochenderfer 2017, "Cooperative
+Multi-agent Control Using Deep Reinforcement Learning", AAMAS workshops; Terry et al. 2020, arXiv:2005.13625)
+on PettingZoo's parallel API (Terry et al. 2021, arXiv:2009.14471), multi-agent ALE games preprocessed by
+SuperSuit as CleanRL's ppo_pettingzoo_ma_atari.py does (max of 2 frames, frame skip 4, rewards clipped to
+[-1, 1], 84x84 luma, 4 stacked frames); in pong_v3 the policy plays both paddles (self-play).
+
+What this file changes against CleanRL's file: the agents of each env are folded into rows of the batch
+here (row = env * num_agents + agent, :func:`fold_agents`), not by SuperSuit's vector env, so agents that
+die or leave mid-episode are handled: their rows are masked out of GAE and of the loss, and their last step
+ends their episode by termination or truncation as the env flags it (a truncation bootstraps from V(final
+observation); CleanRL's vector env treats every end as a termination). The agent's id is appended to its
+observation (:func:`add_agent_id`: one-hot planes for images, as SuperSuit's agent_indicator_v0, or a
+one-hot vector). Episode statistics per agent (``charts/episodic_return/<agent>``); --total-timesteps counts
+rows (env steps x agents, CleanRL's count); checkpoints replay each env's episode from its seed.
+Evaluation plays the policy as one agent (--eval-agent) against uniformly random opponents (or itself).
+
+Run:
+    python cleanrl/ppo_pettingzoo.py --env-id pong_v3
+    python cleanrl/ppo_pettingzoo.py --env-id cleanrl_utils.envs:MinefieldRace --total-timesteps 100000
+"""
+
+import importlib
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.optim as optim
+import tyro
+
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.pettingzoo import ParallelEnvs, log_agent_episodes
+from cleanrl_utils.run import RunArgs, fail, parse_args, require, require_positive, require_range, start_run
+
+FAMILIES = ("atari", "butterfly", "sisl", "classic")
+"""PettingZoo's packages searched for a plain --env-id (``pong_v3`` is ``pettingzoo.atari.pong_v3``)."""
+
+
+@dataclass
+class Args(RunArgs):
+    """PPO's hyperparameters; the flags every script takes (--seed, --track, --save-model, --resume ...) come from RunArgs."""
+
+    env_id: str = "pong_v3"
+    """a PettingZoo parallel env: a module of pettingzoo.atari (pong_v3, ...), or package.module:factory"""
+    total_timesteps: int = 20000000
+    """total agent steps: env steps x agents, summed over envs (each Atari step is 4 frames)"""
+    learning_rate: float = 2.5e-4
+    """Adam learning rate at the start (annealed linearly to 0 with --anneal-lr)"""
+    num_envs: int = 8
+    """number of parallel environments (each holds every agent: 8 pong_v3 games are 16 rows)"""
+    num_steps: int = 128
+    """steps per environment in each rollout"""
+    anneal_lr: bool = True
+    """if toggled, anneal the learning rate linearly to 0 over training"""
+    gamma: float = 0.99
+    """discount factor γ"""
+    gae_lambda: float = 0.95
+    """GAE λ"""
+    num_minibatches: int = 4
+    """minibatches per epoch (of the rows of agents that acted)"""
+    update_epochs: int = 4
+    """epochs over each rollout"""
+    norm_adv: bool = True
+    """if toggled, normalise advantages within each minibatch"""
+    clip_coef: float = 0.1
+    """surrogate clipping ε (ratio kept in [1-ε, 1+ε]); also the value clip"""
+    clip_vloss: bool = True
+    """if toggled, clip the value loss as in the reference implementation"""
+    ent_coef: float = 0.01
+    """entropy bonus coefficient"""
+    vf_coef: float = 0.5
+    """value loss coefficient"""
+    max_grad_norm: float = 0.5
+    """global gradient-norm clip"""
+    target_kl: Optional[float] = None
+    """stop the epochs of an update early when the approximate KL exceeds this"""
+    agent_id: bool = True
+    """if toggled, append each agent's one-hot id to its observation (pong's players see the same screen)"""
+    eval_agent: int = 0
+    """the agent (its index) the saved model plays in evaluation, against uniformly random opponents"""
+    eval_opponent: Literal["random", "self"] = "random"
+    """who plays the other agents in evaluation: uniformly random actions, or the policy itself"""
+
+    # filled in at run time
+    num_agents: tyro.conf.Suppress[int] = 0
+    """agents per env (read from the env; not a flag)"""
+    batch_size: tyro.conf.Suppress[int] = 0
+    """rollout rows, num_envs * num_agents * num_steps (computed; not a flag)"""
+    num_iterations: tyro.conf.Suppress[int] = 0
+    """total_timesteps // batch_size (computed; not a flag)"""
+
+
+def env_factory(env_id: str):
+    """The callable that makes a parallel env of ``env_id`` (``pettingzoo.<family>.<env_id>.parallel_env``, or the
+    ``factory`` of ``package.module:factory``), and whether it is a multi-agent ALE game.
+
+    Raises:
+        ValueError: no such env (the message says what was looked for).
+    """
+    module_name, _, name = env_id.rpartition(":")
+    if module_name:
+        try:
+            module = importlib.import_module(module_name)
+        except (ImportError, TypeError, ValueError) as error:
+            raise ValueError(f"cannot import {module_name!r}: {error}") from None
+        if not callable(getattr(module, name, None)):
+            raise ValueError(f"{module_name} has no env factory {name!r}")
+        return getattr(module, name), False
+    for family in FAMILIES:
+        try:
+            module = importlib.import_module(f"pettingzoo.{family}.{env_id}")
+        except ModuleNotFoundError as error:
+            if error.name == "pettingzoo":
+                raise ValueError("PettingZoo envs need the pettingzoo extra: pip install -e '.[pettingzoo]'") from None
+            continue
+        if not hasattr(module, "parallel_env"):
+            raise ValueError(f"pettingzoo.{family}.{env_id} has no parallel API (parallel_env)")
+        return module.parallel_env, family == "atari"
+    raise ValueError(f"unknown PettingZoo env {env_id!r} (looked in pettingzoo.{{{','.join(FAMILIES)}}})")
+
+
+def make_env(env_id: str, idx: int, capture_video: bool, training: bool = True):
+    """A thunk creating parallel env ``idx``: a multi-agent ALE game preprocessed by SuperSuit, or the env as it is.
+
+    ALE games: observations uint8 ``[84, 84, 4]`` (4 stacked 84x84 luma frames, each the max of the last 2
+    frames of a 4-frame skip); rewards clipped to [-1, 1] in training (a Pong point is ±1 either way); a game is
+    truncated at the env's ``max_cycles`` frames (100,000). The ROM comes from ale-py (``roms/<game>.bin``).
+    Env 0 renders ``rgb_array`` frames when ``capture_video``.
+    """
+
+    def thunk():
+        factory, atari = env_factory(env_id)
+        render = {"render_mode": "rgb_array"} if capture_video and idx == 0 else {}
+        if not atari:
+            return factory(**render)
+        import ale_py
+        import supersuit as ss
+
+        env = factory(auto_rom_install_path=Path(ale_py.__file__).parent, **render)
+        env = ss.max_observation_v0(env, 2)
+        env = ss.frame_skip_v0(env, 4)
+        if training:
+            env = ss.clip_reward_v0(env, lower_bound=-1, upper_bound=1)
+        env = ss.color_reduction_v0(env, mode="B")
+        env = ss.resize_v1(env, x_size=84, y_size=84)
+        return ss.frame_stack_v1(env, 4)
+
+    return thunk
+
+
+def fold_agents(dicts: list[dict], agents: list[str], shape: tuple, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Fold per-env dicts ``{agent: value}`` into rows: row ``env * len(agents) + a`` holds agent ``agents[a]`` of env ``env``.
+
+    Args:
+        dicts: ``num_envs`` dicts; an agent may be absent (dead, left, not yet joined).
+        agents: every agent's name, in row order (``possible_agents``).
+        shape, dtype: of one value (``()`` for rewards and flags).
+
+    Returns:
+        ``(rows [num_envs * num_agents, *shape], present [num_envs * num_agents] bool)``; absent agents' rows are zeros.
+    """
+    rows = np.zeros((len(dicts) * len(agents),) + tuple(shape), dtype=dtype)
+    present = np.zeros(len(dicts) * len(agents), dtype=bool)
+    for env, values in enumerate(dicts):
+        for a, agent in enumerate(agents):
+            if agent in values:
+                rows[env * len(agents) + a], present[env * len(agents) + a] = values[agent], True
+    return rows, present
+
+
+def unfold_agents(rows: np.ndarray, agents: list[str], present: np.ndarray) -> list[dict]:
+    """The inverse of :func:`fold_agents`: rows ``[num_envs * num_agents, ...]`` -> per env ``{agent: row}``, the
+    present agents only."""
+    num_agents = len(agents)
+    return [
+        {agent: rows[env * num_agents + a] for a, agent in enumerate(agents) if present[env * num_agents + a]}
+        for env in range(len(rows) // num_agents)
+    ]
+
+
+def add_agent_id(rows: np.ndarray, num_agents: int) -> np.ndarray:
+    """Append each row's one-hot agent id (row r is agent ``r % num_agents``) along the last axis.
+
+    Vectors ``[B, D]`` -> ``[B, D + num_agents]`` (0/1); images ``[B, H, W, C]`` (uint8) -> ``[B, H, W, C + num_agents]``,
+    one constant plane per agent, 255 for the row's own agent and 0 for the others (1 and 0 once scaled by 1/255).
+    """
+    one = 255 if rows.dtype == np.uint8 else 1
+    ids = (np.arange(len(rows))[:, None] % num_agents == np.arange(num_agents)).astype(rows.dtype) * one
+    planes = np.broadcast_to(
+        ids.reshape((len(rows),) + (1,) * (rows.ndim - 2) + (num_agents,)), rows.shape[:-1] + (num_agents,)
+    )
+    return np.concatenate([rows, planes], axis=-1)
+
+
+def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Module:
+    """Orthogonal weights with gain ``std`` and constant bias (Huang et al. 2022, detail 2)."""
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    """One trunk shared by a categorical policy head and a value head, for every agent.
+
+    Images ``[B, 84, 84, C]`` (uint8, channels last: the frames and the id planes): the Nature CNN, conv 8x8/4 (32) -
+    4x4/2 (64) - 3x3/1 (64) - linear 512, ReLU after each, inputs divided by 255. Vectors ``[B, D]``: linear 64 - tanh -
+    linear 64 - tanh. Heads: ``actor`` (num_actions logits, gain 0.01), ``critic`` (1, gain 1).
+    """
+
+    def __init__(self, obs_shape: tuple, num_actions: int):
+        super().__init__()
+        self.image = len(obs_shape) == 3
+        if self.image:
+            self.trunk = nn.Sequential(
+                layer_init(nn.Conv2d(obs_shape[-1], 32, 8, stride=4)),
+                nn.ReLU(),
+                layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+                nn.ReLU(),
+                layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+                nn.ReLU(),
+                nn.Flatten(),
+                layer_init(nn.Linear(64 * 7 * 7, 512)),
+                nn.ReLU(),
+            )
+        else:
+            self.trunk = nn.Sequential(
+                layer_init(nn.Linear(obs_shape[0], 64)), nn.Tanh(), layer_init(nn.Linear(64, 64)), nn.Tanh()
+            )
+        width = 512 if self.image else 64
+        self.actor = layer_init(nn.Linear(width, num_actions), std=0.01)
+        self.critic = layer_init(nn.Linear(width, 1), std=1)
+
+    def hidden(self, x: torch.Tensor) -> torch.Tensor:
+        """Trunk features ``[B, width]``. Images ``[B, 84, 84, C]`` are permuted to ``[B, C, 84, 84]`` in channels-last
+        layout (no copy: the layout the convolutions run fastest in on CPU)."""
+        if self.image:
+            x = x.permute(0, 3, 1, 2).to(torch.float32) / 255.0
+        return self.trunk(x)
+
+    def get_value(self, x: torch.Tensor) -> torch.Tensor:
+        """V(x): observations ``[B, ...]`` -> values ``[B]``."""
+        return self.critic(self.hidden(x)).squeeze(-1)
+
+    def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
+        """Sample (or score) actions under the categorical policy and evaluate V, in one pass of the trunk.
+
+        Args:
+            x: observations ``[B, ...]`` (with the agent id).
+            action: actions ``[B]`` (int64) to score; sampled from π(·|x) when None.
+
+        Returns:
+            ``(action [B], log π(action|x) [B], entropy of π(·|x) [B], V(x) [B])``.
+        """
+        hidden = self.hidden(x)
+        log_probs = torch.log_softmax(self.actor(hidden), dim=-1)
+        if action is None:
+            action = torch.multinomial(log_probs.exp(), 1).squeeze(-1)
+        log_prob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        entropy = -(log_probs.exp() * log_probs).sum(-1)
+        return action, log_prob, entropy, self.critic(hidden).squeeze(-1)
+
+
+def compute_gae(
+    rewards: np.ndarray,
+    values: np.ndarray,
+    last_values: np.ndarray,
+    final_values: np.ndarray,
+    terminations: np.ndarray,
+    dones: np.ndarray,
+    alive: np.ndarray,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Generalized advantage estimation over a rollout of rows, correct at truncations, 0 where no agent acted.
+
+    δ_t = r_t + γ (1 - terminated_t) V(s'_t) - V(s_t)
+    A_t = alive_t (δ_t + γ λ (1 - done_t) A_{t+1})
+    (Schulman et al. 2016, arXiv:1506.02438, eq. 16, with the recursion cut at each agent's episode end.)
+
+    s'_t is the real next state of step t: s_{t+1} while the agent's episode goes on (an agent that does not end
+    acts at the next step), its final observation where its episode ended at t, the observation after the rollout
+    at t = T-1. A row where the agent did not act (dead, waiting for the others' episode to end, not yet joined)
+    has advantage 0 and is masked out of the loss.
+
+    Args:
+        rewards: r_t, float ``[T, R]`` (T steps of R = envs x agents rows).
+        values: V(s_t), ``[T, R]``.
+        last_values: V of the observations after the rollout, ``[R]``.
+        final_values: V(final observation) where an agent's episode ended at t, ``[T, R]``; read at truncations only.
+        terminations: 1.0 where the agent's episode ended by termination at t, ``[T, R]``.
+        dones: 1.0 where the agent's episode ended at t (termination or truncation), ``[T, R]``.
+        alive: 1.0 where the agent acted at t, ``[T, R]``.
+        gamma, gae_lambda: γ and λ in [0, 1].
+
+    Returns:
+        ``(advantages [T, R], returns [T, R])``, returns = advantages + values (the critic's target where alive).
+    """
+    next_values = np.concatenate([values[1:], last_values[None]], axis=0)
+    next_values = np.where(dones > 0, final_values, next_values)
+    deltas = rewards + gamma * (1.0 - terminations) * next_values - values
+    carry = gamma * gae_lambda * (1.0 - dones)
+    advantages = np.zeros_like(deltas)
+    last = np.zeros_like(deltas[0])
+    for t in reversed(range(rewards.shape[0])):
+        last = alive[t] * (deltas[t] + carry[t] * last)
+        advantages[t] = last
+    return advantages, advantages + values
+
+
+def minibatches(alive: torch.Tensor, num_minibatches: int) -> list[torch.Tensor]:
+    """A random split of the rows where an agent acted: up to ``num_minibatches`` non-empty index tensors whose
+    sizes differ by at most one (fewer when fewer rows are alive).
+
+    Args:
+        alive: bool ``[B]``; the rows where it is False (dead or absent agents) are in no minibatch.
+    """
+    rows = torch.nonzero(alive).squeeze(-1)
+    split = torch.tensor_split(rows[torch.randperm(len(rows), device=rows.device)], num_minibatches)
+    return [indices for indices in split if len(indices)]
+
+
+# ---- plumbing a reader may skip: argument checks and the evaluation of a saved model
+
+
+def check_args(args: Args) -> None:
+    """Fill in the computed fields; stop with one line naming the flag on bad input."""
+    require_positive(args, "total_timesteps num_envs num_steps num_minibatches update_epochs learning_rate clip_coef")
+    require_positive(args, "max_grad_norm")
+    require_range(args, num_envs=(1, 2**12), num_steps=(1, 2**20))
+    require_range(args, update_epochs=(1, 10**4))
+    require_range(args, gamma=(0, 1), gae_lambda=(0, 1))
+    require(args.ent_coef >= 0, "--ent-coef", f"must be >= 0, got {args.ent_coef}")
+    require(args.vf_coef >= 0, "--vf-coef", f"must be >= 0, got {args.vf_coef}")
+    require(args.target_kl is None or args.target_kl > 0, "--target-kl", f"must be positive, got {args.target_kl}")
+    try:
+        env = make_env(args.env_id, 0, False)()
+        agents = list(env.possible_agents)
+        observation_space, action_space = env.observation_space(agents[0]), env.action_space(agents[0])
+        same = all(env.observation_space(a) == observation_space and env.action_space(a) == action_space for a in agents)
+        env.close()
+    except ValueError as error:
+        fail("--env-id", str(error))
+    except Exception as error:  # a missing ROM, a broken env
+        fail("--env-id", f"cannot create {args.env_id!r}: {type(error).__name__}: {error}")
+    script = f"{args.script}.py"
+    require(same, "--env-id", f"{args.env_id}'s agents have different spaces; {script} shares one policy (pad them)")
+    require(isinstance(action_space, gym.spaces.Discrete) and action_space.start == 0, "--env-id",
+            f"{args.env_id} has action space {action_space}; {script} supports Discrete (from 0) only")  # fmt: skip
+    shape = getattr(observation_space, "shape", None)
+    require(
+        isinstance(observation_space, gym.spaces.Box) and (len(shape) == 1 or shape[:2] == (84, 84)),
+        "--env-id",
+        f"{args.env_id} has observation space {observation_space}; {script} supports vectors and 84x84 images only",
+    )
+    args.num_agents = len(agents)
+    require_range(args, eval_agent=(0, args.num_agents - 1))
+    args.batch_size = args.num_envs * args.num_agents * args.num_steps
+    args.num_iterations = args.total_timesteps // args.batch_size
+    rows = f"{args.num_envs * args.num_agents} rows (--num-envs {args.num_envs} x {args.num_agents} agents)"
+    require(args.num_minibatches <= args.batch_size // 2, "--num-minibatches", f"too many for {rows} x {args.num_steps} steps")
+    rollout = f"{args.batch_size} agent steps ({rows} x --num-steps {args.num_steps})"
+    require(args.num_iterations > 0, "--total-timesteps", f"less than one rollout of {rollout}")
+    if args.num_iterations * args.batch_size != args.total_timesteps:
+        total = args.num_iterations * args.batch_size
+        print(f"training {total} steps: --total-timesteps rounded down to whole rollouts of {args.batch_size}")
+
+
+def make_envs(env_id: str, seed: int, capture_video: bool, video_dir: str, training: bool = True, video_episodes=None):
+    """``ParallelEnvs`` of one env (evaluation: whole games, unclipped rewards), reset with ``seed``."""
+    envs = ParallelEnvs([make_env(env_id, 0, capture_video, training)], video_dir if capture_video else None, video_episodes)
+    envs.reset(seed=seed)
+    return envs
+
+
+def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, eval_agent: int = -1, **options) -> np.ndarray:
+    """Episodic returns ``[eval_episodes]`` of the agent the saved model plays (``eval_agent``, an index; -1: the run's
+    ``--eval-agent``), the other agents
+    played by uniformly random actions (``eval_opponent="random"``) or by the model. Actions are sampled from π by
+    default (``deterministic=True``: the most probable). ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
+    evaluation = Evaluation(__file__, model_path, eval_episodes, None, make_envs=make_envs, **options)
+    envs, saved = evaluation.envs, evaluation.model["args"]
+    agents = envs.possible_agents
+    player = agents[saved["eval_agent"] if eval_agent == -1 else eval_agent]
+    shape = envs.observation_space.shape[:-1] + (envs.observation_space.shape[-1] + len(agents) * saved["agent_id"],)
+    agent = evaluation.load(Agent(shape, int(envs.action_space.n)), "agent")
+    generator = torch.Generator().manual_seed(evaluation.seed)
+    returns: list[float] = []
+    obs = envs.obs
+    try:
+        with torch.inference_mode():
+            while len(returns) < eval_episodes:
+                rows, present = fold_agents(obs, agents, envs.observation_space.shape, envs.observation_space.dtype)
+                rows = add_agent_id(rows, len(agents)) if saved["agent_id"] else rows
+                logits = agent.actor(agent.hidden(torch.as_tensor(rows, device=evaluation.device))).cpu()
+                if deterministic:
+                    actions = logits.argmax(-1)
+                else:
+                    actions = torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0]
+                if saved["eval_opponent"] == "random":
+                    random = torch.randint(int(envs.action_space.n), actions.shape, generator=generator)
+                    actions = torch.where(torch.tensor([a != player for a in agents] * envs.num_envs), random, actions)
+                obs, _, _, _, infos = envs.step(unfold_agents(actions.numpy(), agents, present))
+                returns += [info[player]["episode"]["r"] for info in infos if "episode" in info.get(player, {})]
+    finally:
+        envs.close()
+    return np.asarray(returns[:eval_episodes], dtype=np.float64)
+
+
+if __name__ == "__main__":
+    # ---- plumbing: flags and --resume (bad input stops here), run directory, trackers, seeding, signals
+    args, resumed = parse_args(Args, __file__, check_args)
+    run = start_run(args, resumed)
+    writer, device = run.writer, run.device
+    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
+    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+
+    # The envs keep PettingZoo's dicts; an env whose agents have all ended is reset within the step, and each
+    # ended agent's last observation is in its info["final_obs"]
+    envs = ParallelEnvs(
+        [make_env(args.env_id, i, args.capture_video) for i in range(args.num_envs)],
+        run.video_dir if args.capture_video else None,
+    )
+    agents, space = envs.possible_agents, envs.observation_space
+    A, N, T = len(agents), args.num_envs, args.num_steps
+    R = N * A  # rows: row env * A + a is agent agents[a] of env env
+
+    def observe(obs_dicts: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+        """Rows ``[R, *obs_shape]`` (with the agent id) and where an agent is present, ``[R]``."""
+        rows, present = fold_agents(obs_dicts, agents, space.shape, space.dtype)
+        return (add_agent_id(rows, A) if args.agent_id else rows), present
+
+    obs_shape = space.shape[:-1] + (space.shape[-1] + A * args.agent_id,)
+    agent = Agent(obs_shape, int(envs.action_space.n)).to(device, memory_format=torch.channels_last)
+    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
+
+    # Rollout storage [num_steps, rows]: what the network reads in torch, the rest in numpy for GAE
+    obs = torch.zeros((T, R) + obs_shape, dtype=torch.from_numpy(np.zeros(0, space.dtype)).dtype, device=device)
+    actions = torch.zeros((T, R), dtype=torch.long, device=device)
+    logprobs = torch.zeros((T, R), device=device)
+    values = torch.zeros((T, R), device=device)
+    rewards, terminations, dones, alive = (np.zeros((T, R), dtype=np.float32) for _ in range(4))
+    truncated = np.zeros((T, R), dtype=bool)  # the agent's episode ended by truncation, not termination
+    final_obs = np.zeros((T, R) + obs_shape, dtype=space.dtype)  # its real final observation
+
+    state = {"agent": agent, "optimizer": optimizer, "envs": envs}  # what a checkpoint holds, besides the generators
+    global_step, start_iteration = 0, 1
+    if run.resumed:  # the checkpoint's networks, optimiser, generators and envs (replayed), in place
+        saved = run.restore(state, steps_per_iteration=args.batch_size)
+        global_step, start_iteration = saved["global_step"], saved["iteration"] + 1
+        next_obs = envs.obs
+    else:
+        next_obs, _ = envs.reset(seed=args.seed)
+
+    for iteration in range(start_iteration, args.num_iterations + 1):
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / args.num_iterations
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+        for step in range(T):
+            global_step += R
+            rows, present = observe(next_obs)
+            obs[step], alive[step] = torch.as_tensor(rows), present
+            with torch.inference_mode():
+                action, logprob, _, value = agent.get_action_and_value(obs[step])
+            actions[step], logprobs[step], values[step] = action, logprob, value
+
+            next_obs, reward, termination, truncation, infos = envs.step(unfold_agents(action.cpu().numpy(), agents, present))
+            rewards[step] = fold_agents(reward, agents, (), np.float32)[0]
+            terminated = fold_agents(termination, agents, (), bool)[0]
+            truncated[step] = fold_agents(truncation, agents, (), bool)[0] & ~terminated
+            terminations[step], dones[step] = terminated, terminated | truncated[step]
+            # Truncated (not terminated) agents will bootstrap from their real final observation
+            if truncated[step].any():
+                finals = [
+                    {agent: info["final_obs"] for agent, info in env_infos.items() if "final_obs" in info}
+                    for env_infos in infos
+                ]
+                final_obs[step, truncated[step]] = observe(finals)[0][truncated[step]]
+            log_agent_episodes(run, global_step, infos)
+
+        # Bootstrap values: V(final obs) at truncations and V(obs after the rollout); then GAE over the rows
+        with torch.no_grad():
+            last_values = agent.get_value(torch.as_tensor(observe(next_obs)[0], device=device)).cpu().numpy()
+            final_values = np.zeros((T, R), dtype=np.float32)
+            if truncated.any():
+                final_values[truncated] = agent.get_value(torch.as_tensor(final_obs[truncated], device=device)).cpu().numpy()
+        advantages, returns = compute_gae(
+            rewards, values.cpu().numpy(), last_values, final_values, terminations, dones, alive, args.gamma, args.gae_lambda
+        )
+
+        # Flatten the batch; minibatches hold the rows where an agent acted (dead or absent agents' rows in none)
+        b_obs = obs.reshape((-1,) + obs_shape)
+        b_logprobs, b_actions, b_values = logprobs.reshape(-1), actions.reshape(-1), values.reshape(-1)
+        b_advantages = torch.as_tensor(advantages.reshape(-1), device=device)
+        b_returns = torch.as_tensor(returns.reshape(-1), device=device)
+        b_alive = torch.as_tensor(alive.reshape(-1) > 0, device=device)
+
+        # Optimise the policy and value networks
+        clipfracs = []
+        for epoch in range(args.update_epochs):
+            for mb_inds in minibatches(b_alive, args.num_minibatches):
+                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
+                logratio = newlogprob - b_logprobs[mb_inds]
+                ratio = logratio.exp()
+
+                with torch.no_grad():
+                    # http://joschu.net/blog/kl-approx.html
+                    old_approx_kl = (-logratio).mean()
+                    approx_kl = ((ratio - 1) - logratio).mean()
+                    clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
+
+                mb_advantages = b_advantages[mb_inds]
+                if args.norm_adv and len(mb_inds) > 1:
+                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+
+                # Policy loss (clipped surrogate, eq. 7)
+                pg_loss1 = -mb_advantages * ratio
+                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+                # Value loss
+                if args.clip_vloss:
+                    v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
+                    v_clipped = b_values[mb_inds] + torch.clamp(newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef)
+                    v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
+                    v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+                else:
+                    v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
+
+                entropy_loss = entropy.mean()
+                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+
+                optimizer.zero_grad()
+                loss.backward()
+                grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+                check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
+                optimizer.step()
+
+            if args.target_kl is not None and approx_kl.item() > args.target_kl:
+                break
+
+        y_pred, y_true = b_values[b_alive].cpu().numpy(), b_returns[b_alive].cpu().numpy()
+        var_y = np.var(y_true)
+        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("charts/alive_fraction", alive.mean(), global_step)
+        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
+        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
+        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
+        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
+        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
+        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+        writer.add_scalar("losses/explained_variance", explained_var, global_step)
+        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+            run.save_checkpoint(state, global_step, iteration=iteration)
+        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+            run.exit(envs)
+
+    if args.save_model:
+        run.save_model({"agent": agent}, evaluate)
+    envs.close()
+    run.close()
