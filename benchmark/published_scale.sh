@@ -16,7 +16,7 @@
 #                "ppo_continuous rpo_continuous dqn c51")
 # With WORKERS equal to the number of cores, each run has one core and one torch thread. On 2 cores:
 # about 1 h 15 min for the 9 MuJoCo runs (12-21 min each) and 45 min for the 18 classic-control
-# runs (3.5-7 min each); the 15 RPO runs are not timed yet. CleanRL's RPO results
+# runs (3.5-7 min each); the 15 RPO runs took 9-19 min each (about 1 h 50 min, 2 at a time, on a partly shared machine). CleanRL's RPO results
 # (benchmark/published_rpo.json) are at 8M steps: drawn at 8M, beside runs of 1M.
 # Each figure, table and curve file is made from the runs that its grid's
 # summary lists, so earlier runs in RUNS_PARENT are not mixed in; each summary is copied beside its
