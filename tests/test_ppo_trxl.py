@@ -327,22 +327,17 @@ def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
     )
 
 
+IMAGE_SMOKE = ["--total-timesteps", "256", "--num-envs", "2", "--num-steps", "64", "--num-minibatches", "2"]
+IMAGE_SMOKE += ["--update-epochs", "1"]  # the smallest run of the image tasks: one update of 2 envs x 64 steps
+
+
 def test_minigrid_memory_task_runs_and_evaluates(tmp_path):
     """MiniGrid-MemoryS7-v0 as CleanRL's ppo_trxl sees it: 84x84 RGB of a 3x3 view, through the Nature CNN."""
     run_script(
         "ppo_trxl.py",
         "--env-id",
         "MiniGrid-MemoryS7-v0",
-        "--total-timesteps",
-        "256",
-        "--num-envs",
-        "2",
-        "--num-steps",
-        "64",
-        "--num-minibatches",
-        "2",
-        "--update-epochs",
-        "1",
+        *IMAGE_SMOKE,
         "--save-model",
         "--eval-episodes",
         "1",
@@ -362,16 +357,7 @@ def test_memory_gym_grid_task_runs(tmp_path):
         "ppo_trxl.py",
         "--env-id",
         "memory_gym:MysteryPath-Grid-v0",
-        "--total-timesteps",
-        "256",
-        "--num-envs",
-        "2",
-        "--num-steps",
-        "64",
-        "--num-minibatches",
-        "2",
-        "--update-epochs",
-        "1",
+        *IMAGE_SMOKE,
         cwd=tmp_path,
         timeout=600,
     )
