@@ -6,6 +6,7 @@
 #
 #   bash benchmark/pettingzoo_pong.sh [STEPS] [PAIRS] [CORE] [RUNS_DIR]   # defaults 12288, 3, 1, /tmp/pettingzoo-pong
 #   CURVES="ours=DIR cleanrl=DIR" bash benchmark/pettingzoo_pong.sh ...    # add longer runs' curves to the JSON
+#   CURVES=... bash benchmark/pettingzoo_pong.sh 0 0                      # only the curves; the speed kept as it is
 #
 # CleanRL's side needs its pins (PettingZoo 1.18.1, SuperSuit 3.4.0, multi-agent-ale-py 0.1.11, gym 0.23.1,
 # numpy < 2; multi-agent-ale-py has no wheel past Python 3.10): the venv at $PEER (default /tmp/pz-peer), e.g.
@@ -53,7 +54,8 @@ for line in (runs / "times.txt").read_text().split("\n"):
         times[name].append(round(float(seconds), 1))
 cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
 avx512 = "avx512f" in open("/proc/cpuinfo").read()
-report = {
+old = json.loads(Path("benchmark/pettingzoo_pong.json").read_text()) if not times["ours"] else None
+report = old or {
     "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
     "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
     "cpu": f"{cpu}, {'with' if avx512 else 'without'} AVX-512",
@@ -64,6 +66,7 @@ report = {
     "ratio_of_medians": round(median(times["cleanrl"]) / median(times["ours"]), 2),
     "curves": {},
 }
+report["curves"] = {}
 for item in os.environ["CURVES"].split():  # side=DIR: the run directory (or a folder holding one) of a self-play run
     side, directory = item.split("=", 1)
     events = EventAccumulator(str(next(Path(directory).rglob("events.out.tfevents.*")).parent))
