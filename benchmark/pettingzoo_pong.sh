@@ -40,39 +40,38 @@ for seed in $(seq 1 "$PAIRS"); do
     --total-timesteps "$STEPS" --seed "$seed"
 done
 STEPS=$STEPS RUNS=$RUNS CURVES=${CURVES:-} python - <<'PY'
-import json, os, platform, subprocess, time
+import json, os, platform
 from pathlib import Path
 from statistics import median
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-runs = Path(os.environ["RUNS"])
+from benchmark.provenance import describe
+
+runs, output = Path(os.environ["RUNS"]), Path("benchmark/pettingzoo_pong.json")
 times = {"ours": [], "cleanrl": []}
 for line in (runs / "times.txt").read_text().split("\n"):
     if line:
         name, seconds = line.split()
         times[name].append(round(float(seconds), 1))
-cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-avx512 = "avx512f" in open("/proc/cpuinfo").read()
-old = json.loads(Path("benchmark/pettingzoo_pong.json").read_text()) if not times["ours"] else None
-report = old or {
-    "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
-    "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-    "cpu": f"{cpu}, {'with' if avx512 else 'without'} AVX-512",
-    "cpus": os.cpu_count(),
-    "python": platform.python_version(),
-    "steps": int(os.environ["STEPS"]),
-    "wall_seconds": times,
-    "ratio_of_medians": round(median(times["cleanrl"]) / median(times["ours"]), 2),
-    "curves": {},
-}
+if times["ours"]:
+    report = {
+        **describe(),
+        "python": platform.python_version(),
+        "steps": int(os.environ["STEPS"]),
+        "wall_seconds": times,
+        "ratio_of_medians": round(median(times["cleanrl"]) / median(times["ours"]), 2),
+    }
+else:  # no pairs run: keep the speed measured before
+    report = json.loads(output.read_text())
 report["curves"] = {}
 for item in os.environ["CURVES"].split():  # side=DIR: the run directory (or a folder holding one) of a self-play run
     side, directory = item.split("=", 1)
-    events = EventAccumulator(str(next(Path(directory).rglob("events.out.tfevents.*")).parent))
+    events = EventAccumulator(str(next(Path(directory).rglob("events.out.tfevents.*")).parent), size_guidance={"scalars": 0})
     events.Reload()
-    tag = next(t for t in events.Tags()["scalars"] if "episodic_length" in t)  # one agent's: both share the length
+    # one agent's episodes (ours: charts/episodic_length/first_0, CleanRL's: -player0); both agents share the length
+    tag = min(t for t in events.Tags()["scalars"] if t.startswith("charts/episodic_length") and t != "charts/episodic_length")
     report["curves"][side] = {"tag": tag, "episodic_length": [[e.step, e.value] for e in events.Scalars(tag)]}
-Path("benchmark/pettingzoo_pong.json").write_text(json.dumps(report, indent=1) + "\n")
+output.write_text(json.dumps(report, indent=1) + "\n")
 print(json.dumps({k: v for k, v in report.items() if k != "curves"}))
 PY
