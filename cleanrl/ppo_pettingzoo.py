@@ -21,7 +21,8 @@ Evaluation plays the policy as one agent (--eval-agent) against uniformly random
 
 Run:
     python cleanrl/ppo_pettingzoo.py --env-id pong_v3
-    python cleanrl/ppo_pettingzoo.py --env-id cleanrl_utils.envs:MinefieldRace --total-timesteps 100000
+    python cleanrl/ppo_pettingzoo.py --env-id cleanrl_utils.envs:MinefieldRace --total-timesteps 61440 \
+        --num-steps 64 --learning-rate 2.5e-3 --clip-coef 0.2 --save-model
 """
 
 import importlib
@@ -38,7 +39,7 @@ import torch.optim as optim
 import tyro
 
 from cleanrl_utils.evals import Evaluation
-from cleanrl_utils.faults import check_finite
+from cleanrl_utils.faults import check_finite, time_limit
 from cleanrl_utils.pettingzoo import ParallelEnvs, log_agent_episodes
 from cleanrl_utils.run import RunArgs, fail, parse_args, require, require_positive, require_range, start_run
 
@@ -90,6 +91,10 @@ class Args(RunArgs):
     """the agent (its index) the saved model plays in evaluation, against uniformly random opponents"""
     eval_opponent: Literal["random", "self"] = "random"
     """who plays the other agents in evaluation: uniformly random actions, or the policy itself"""
+    checkpoint_interval: int = 0
+    """agent steps (as --total-timesteps) between checkpoints in `{run_dir}/checkpoints/` (0: only on SIGTERM or Ctrl-C)"""
+    env_timeout: float = 600.0
+    """seconds to make the env (its envs step in this process, untimed) before the run stops"""
 
     # filled in at run time
     num_agents: tyro.conf.Suppress[int] = 0
@@ -343,7 +348,8 @@ def check_args(args: Args) -> None:
     require(args.vf_coef >= 0, "--vf-coef", f"must be >= 0, got {args.vf_coef}")
     require(args.target_kl is None or args.target_kl > 0, "--target-kl", f"must be positive, got {args.target_kl}")
     try:
-        env = make_env(args.env_id, 0, False)()
+        with time_limit(args.env_timeout, f"creating {args.env_id}"):
+            env = make_env(args.env_id, 0, False)()
         agents = list(env.possible_agents)
         observation_space, action_space = env.observation_space(agents[0]), env.action_space(agents[0])
         same = all(env.observation_space(a) == observation_space and env.action_space(a) == action_space for a in agents)
@@ -382,15 +388,27 @@ def make_envs(env_id: str, seed: int, capture_video: bool, video_dir: str, train
     return envs
 
 
-def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, eval_agent: int = -1, **options) -> np.ndarray:
+def evaluate(
+    model_path: str, eval_episodes: int, deterministic: bool = False, eval_agent: int = -1, eval_opponent: str = "", **options
+) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` of the agent the saved model plays (``eval_agent``, an index; -1: the run's
-    ``--eval-agent``), the other agents
-    played by uniformly random actions (``eval_opponent="random"``) or by the model. Actions are sampled from π by
-    default (``deterministic=True``: the most probable). ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
+    ``--eval-agent``), the other agents played by uniformly random actions (``eval_opponent="random"``) or by the
+    model (``"self"``; "": the run's ``--eval-opponent``). Actions are sampled from π by default
+    (``deterministic=True``: the most probable). ``options``: see :class:`cleanrl_utils.evals.Evaluation`.
+
+    Raises:
+        ValueError: ``eval_agent`` is not an agent's index, or ``eval_opponent`` is not "random", "self" or "".
+    """
+    if eval_opponent not in ("random", "self", ""):
+        raise ValueError(f"eval_opponent must be 'random', 'self' or '', got {eval_opponent!r}")
     evaluation = Evaluation(__file__, model_path, eval_episodes, None, make_envs=make_envs, **options)
     envs, saved = evaluation.envs, evaluation.model["args"]
     agents = envs.possible_agents
+    if not -1 <= eval_agent < len(agents):
+        envs.close()
+        raise ValueError(f"eval_agent must be -1 or an index of {agents}, got {eval_agent}")
     player = agents[saved["eval_agent"] if eval_agent == -1 else eval_agent]
+    opponent = eval_opponent or saved["eval_opponent"]
     shape = envs.observation_space.shape[:-1] + (envs.observation_space.shape[-1] + len(agents) * saved["agent_id"],)
     agent = evaluation.load(Agent(shape, int(envs.action_space.n)), "agent")
     generator = torch.Generator().manual_seed(evaluation.seed)
@@ -406,7 +424,7 @@ def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, e
                     actions = logits.argmax(-1)
                 else:
                     actions = torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0]
-                if saved["eval_opponent"] == "random":
+                if opponent == "random":
                     random = torch.randint(int(envs.action_space.n), actions.shape, generator=generator)
                     actions = torch.where(torch.tensor([a != player for a in agents] * envs.num_envs), random, actions)
                 obs, _, _, _, infos = envs.step(unfold_agents(actions.numpy(), agents, present))

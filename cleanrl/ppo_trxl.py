@@ -372,7 +372,8 @@ def check_args(args: Args) -> None:
     args.batch_size = args.num_envs * args.num_steps
     args.minibatch_size = args.batch_size // args.num_minibatches
     args.num_iterations = args.total_timesteps // args.batch_size
-    require(args.minibatch_size >= 1, "--num-minibatches", f"more than the {args.batch_size} steps of a rollout")
+    batch = f"the batch of {args.batch_size} (--num-envs {args.num_envs} x --num-steps {args.num_steps})"
+    require(args.batch_size % args.num_minibatches == 0, "--num-minibatches", f"does not divide {batch}")
     require(not args.norm_adv or args.minibatch_size >= 2, "--num-minibatches", "too small to normalise advantages")
     rollout = f"{args.batch_size} steps (--num-envs {args.num_envs} x --num-steps {args.num_steps})"
     require(args.num_iterations > 0, "--total-timesteps", f"less than one rollout of {rollout}")

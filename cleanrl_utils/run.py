@@ -1003,8 +1003,8 @@ class Progress:
     def update(self, global_step: int) -> None:
         """Report that the run has reached ``global_step``; prints at most every interval."""
         now = self.last_update = time.perf_counter()
-        if self.start is None:  # the first env step of the loop: the clock starts here
-            self.start, self.start_step = now, global_step
+        if self.start is None:  # the first env step of the loop: the clock starts here (a long set-up, such as
+            self.start, self.start_step, self.last_print = now, global_step, now  # a resume's replay, prints no SPS 0)
             self.announce()
         if self.bar is not None:
             self.bar.update(global_step - self.step)

@@ -205,6 +205,12 @@ def test_smoke_on_minefield_race_per_agent_tags_video_model_and_evaluation(tmp_p
     returns = ppo_pettingzoo.evaluate(model, eval_episodes=5, eval_agent=1)
     assert returns.shape == (5,) and set(returns) <= {-1.0, 0.0, 1.0}
     np.testing.assert_array_equal(ppo_pettingzoo.evaluate(model, eval_episodes=5, eval_agent=1), returns)  # seeded
+    itself = ppo_pettingzoo.evaluate(model, eval_episodes=5, eval_agent=1, eval_opponent="self")
+    assert itself.shape == (5,) and set(itself) <= {-1.0, 0.0, 1.0}
+    with pytest.raises(ValueError, match=r"eval_agent must be -1 or an index of \['racer_0', 'racer_1'\], got 2"):
+        ppo_pettingzoo.evaluate(model, eval_episodes=1, eval_agent=2)
+    with pytest.raises(ValueError, match="eval_opponent must be 'random', 'self' or '', got 'itself'"):
+        ppo_pettingzoo.evaluate(model, eval_episodes=1, eval_opponent="itself")
     from cleanrl import ppo
 
     with pytest.raises(ValueError, match="written by ppo_pettingzoo.py, not by ppo.py"):

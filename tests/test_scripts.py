@@ -242,6 +242,12 @@ def test_progress_bar_on_a_terminal_and_lines_otherwise():
     ]
     assert lines[1].startswith("step 100/100 (100%)")
 
+    slow = io.StringIO()
+    progress = Progress(100, interval=10.0, stream=slow)
+    progress.last_print -= 60  # a set-up longer than the interval (a resume replaying its envs' episodes)
+    progress.update(10)
+    assert slow.getvalue() == ""  # the loop's first step prints no line: its SPS would read 0
+
 
 def test_total_timesteps_rounded_to_whole_rollouts_is_announced(tmp_path):
     result = run_script("ppo.py", "--total-timesteps", "1000", cwd=tmp_path)
