@@ -38,7 +38,7 @@ import torch.nn as nn
 import torch.optim as optim
 import tyro
 
-from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.evals import Evaluation, OptionRefused
 from cleanrl_utils.faults import check_finite, time_limit
 from cleanrl_utils.pettingzoo import ParallelEnvs, log_agent_episodes
 from cleanrl_utils.run import RunArgs, fail, parse_args, require, require_positive, require_range, start_run
@@ -88,7 +88,7 @@ class Args(RunArgs):
     agent_id: bool = True
     """if toggled, append each agent's one-hot id to its observation (pong's players see the same screen)"""
     eval_agent: int = 0
-    """the agent (its index) the saved model plays in evaluation, against uniformly random opponents"""
+    """the agent (its index) the saved model plays in evaluation, against --eval-opponent"""
     eval_opponent: Literal["random", "self"] = "random"
     """who plays the other agents in evaluation: uniformly random actions, or the policy itself"""
     checkpoint_interval: int = 0
@@ -397,16 +397,17 @@ def evaluate(
     (``deterministic=True``: the most probable). ``options``: see :class:`cleanrl_utils.evals.Evaluation`.
 
     Raises:
-        ValueError: ``eval_agent`` is not an agent's index, or ``eval_opponent`` is not "random", "self" or "".
+        OptionRefused: (a ValueError) ``eval_agent`` is not an agent's index, or ``eval_opponent`` is not
+            "random", "self" or "".
     """
     if eval_opponent not in ("random", "self", ""):
-        raise ValueError(f"eval_opponent must be 'random', 'self' or '', got {eval_opponent!r}")
+        raise OptionRefused(f"eval_opponent must be 'random', 'self' or '', got {eval_opponent!r}")
     evaluation = Evaluation(__file__, model_path, eval_episodes, None, make_envs=make_envs, **options)
     envs, saved = evaluation.envs, evaluation.model["args"]
     agents = envs.possible_agents
     if not -1 <= eval_agent < len(agents):
         envs.close()
-        raise ValueError(f"eval_agent must be -1 or an index of {agents}, got {eval_agent}")
+        raise OptionRefused(f"eval_agent must be -1 or an index of {agents}, got {eval_agent}")
     player = agents[saved["eval_agent"] if eval_agent == -1 else eval_agent]
     opponent = eval_opponent or saved["eval_opponent"]
     shape = envs.observation_space.shape[:-1] + (envs.observation_space.shape[-1] + len(agents) * saved["agent_id"],)

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from cleanrl_utils.cli import fail
+from cleanrl_utils.evals import OptionRefused
 from cleanrl_utils.files import MODEL_SUFFIX, FileRefused, read_file
 
 SCRIPTS_DIR = Path(__file__).resolve().parent.parent / "cleanrl"
@@ -189,6 +190,8 @@ def main(argv: list[str] | None = None) -> np.ndarray:
         )
     except FileRefused as error:
         fail("model", str(error))
+    except OptionRefused as error:  # eval_agent=5 for a two-agent env, ...
+        fail("--option", str(error))
     except ModuleNotFoundError as error:  # the model's env needs an extra (dm_control's ids: shimmy)
         fail("--env-id" if args.env_id else "model", str(error))
     except Exception as error:  # an --env-id whose spaces do not fit the model's networks

@@ -21,6 +21,11 @@ from cleanrl_utils.run import RunArgs, check_run_args, episode_returns
 from cleanrl_utils.vector import SAME_STEP, register_dm_control, vector_env
 
 
+class OptionRefused(ValueError):
+    """An option of a script's ``evaluate()`` out of its range (``python -m cleanrl_utils.enjoy`` reports it as
+    ``--option`` in one line)."""
+
+
 def run_episodes(
     envs,
     policy: Callable[[Any], np.ndarray],

@@ -15,7 +15,7 @@ from cleanrl.ppo_pettingzoo import add_agent_id, compute_gae, fold_agents, minib
 from cleanrl_utils.envs import MinefieldRace
 from cleanrl_utils.faults import EnvFault
 from cleanrl_utils.pettingzoo import ParallelEnvs
-from tests.conftest import assert_stops_with_one_line, run_dir, run_script, scalars, sigterm_then_resume
+from tests.conftest import assert_stops_with_one_line, enjoy, run_dir, run_script, scalars, sigterm_then_resume
 
 RACE = "cleanrl_utils.envs:MinefieldRace"
 AGENTS = ["a", "b", "c"]
@@ -211,6 +211,9 @@ def test_smoke_on_minefield_race_per_agent_tags_video_model_and_evaluation(tmp_p
         ppo_pettingzoo.evaluate(model, eval_episodes=1, eval_agent=2)
     with pytest.raises(ValueError, match="eval_opponent must be 'random', 'self' or '', got 'itself'"):
         ppo_pettingzoo.evaluate(model, eval_episodes=1, eval_opponent="itself")
+    refused = enjoy(model, "--option", "eval_agent=5", cwd=tmp_path, check=False)  # the tool: one line, exit 2
+    assert refused.returncode == 2 and not refused.stdout
+    assert refused.stderr.strip() == "error: --option: eval_agent must be -1 or an index of ['racer_0', 'racer_1'], got 5"
     from cleanrl import ppo
 
     with pytest.raises(ValueError, match="written by ppo_pettingzoo.py, not by ppo.py"):
