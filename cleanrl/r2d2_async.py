@@ -73,16 +73,12 @@ learner on 2 cores). More actors pay off when there are cores for them.
 """
 
 import concurrent.futures
-import multiprocessing as mp
 import os
-import queue
 import signal
 import sys
 import time
-import traceback
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Literal, Optional
 
 import gymnasium as gym
@@ -91,16 +87,15 @@ import torch
 import torch.nn as nn
 import torch.optim as optim
 from stable_baselines3.common import atari_wrappers  # SB3's Atari preprocessing
-from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
+from cleanrl_utils.actors import Shared, check_actors, check_parent, spawn_actors, start_actors, stop_actors
 from cleanrl_utils.buffers import SequenceBuilder, SequenceReplayBuffer, sequence_priority
 from cleanrl_utils.cli import fail, flag_name, require, require_positive, require_range
 from cleanrl_utils.evals import Evaluation, run_episodes
-from cleanrl_utils.faults import EnvFault, Fault, check_finite, describe_exit, ignore_stop_signals, stop_signals_held
+from cleanrl_utils.faults import EnvFault, check_finite, stop_signals_held
 from cleanrl_utils.files import read_file, script_name
 from cleanrl_utils.run import RunArgs, check_env, parse_args, start_run
 from cleanrl_utils.vector import SAME_STEP, real_next_obs, vector_env
-from cleanrl_utils.writes import write_atomic
 
 try:  # the Atari games come with the atari extra; without it, --env-id says so
     import ale_py
@@ -360,83 +355,14 @@ def n_step_targets(
 
 
 # ---------------------------------------------------------------------------------------------
-# Shared state between learner and actors
-
-
-class Shared:
-    """What learner and actors share: tensors in shared memory and two queues.
-
-    - ``params`` float32 ``[P]``, ``version`` int64 ``[1]``: the published online network; a
-      seqlock (odd while the learner writes).
-    - ``actor_steps`` int64 ``[num_actors]``: env steps each actor collected in this process
-      (each actor writes only its own entry; the learner sums them).
-    - ``updates`` int64 ``[1]``: gradient steps of this process (written by the learner).
-    - ``stop`` int64 ``[1]``: set by the learner to end the actors.
-    - ``hold`` int64 ``[1]``: set by the learner when ``--total-timesteps`` are collected: the
-      actors wait (stepping no more) while it finishes the gradient steps the ratio owes.
-    - ``episodes``: queue of (actor, env, return, length) of finished episodes.
-    - ``errors``: queue of (actor, traceback text, its exception's lines joined) of failed actors.
-    """
-
-    def __init__(self, num_params: int, num_actors: int):
-        context = mp.get_context("spawn")
-        self.params = torch.zeros(num_params).share_memory_()
-        self.version = torch.zeros(1, dtype=torch.int64).share_memory_()
-        self.actor_steps = torch.zeros(num_actors, dtype=torch.int64).share_memory_()
-        self.updates = torch.zeros(1, dtype=torch.int64).share_memory_()
-        self.stop = torch.zeros(1, dtype=torch.int64).share_memory_()
-        self.hold = torch.zeros(1, dtype=torch.int64).share_memory_()
-        self.episodes = context.Queue()
-        self.errors = context.Queue()
-
-    def publish(self, network: nn.Module) -> None:
-        """Learner: write the network's parameters (version odd while writing, even after)."""
-        self.version += 1
-        self.params.copy_(parameters_to_vector(network.parameters()).detach().cpu())
-        self.version += 1
-
-    def pull(self, network: nn.Module, known: int) -> int:
-        """Actor: copy the published parameters into ``network`` if their version is newer than
-        ``known`` and was not being written; returns the version now in ``network``. Never waits."""
-        version = int(self.version[0])
-        if version == known or version % 2:
-            return known
-        flat = self.params.clone()
-        if int(self.version[0]) != version:  # written meanwhile: try again at the next step
-            return known
-        vector_to_parameters(flat, network.parameters())
-        return version
-
-
-# ---------------------------------------------------------------------------------------------
 # Actor process
 
 
-def actor_main(
-    actor_id: int, args: Args, atari: bool, shared: Shared, rb: SequenceReplayBuffer, parent_pid: int, video_dir: str
-) -> None:
-    """Entry point of actor ``actor_id`` (a spawned process): run :func:`run_actor`, report failures.
-
-    SIGINT, SIGTERM and SIGHUP are ignored: the learner stops the actors (``shared.stop``) after its
-    checkpoint. A failure goes to ``shared.errors`` (a :class:`Fault`'s one line, or a traceback)
-    and the process exits with 1.
-    Actors are not daemonic (their async envs are child processes); they exit on their own
-    when the learner's process is gone.
-    """
-    ignore_stop_signals()
-    shared.episodes.cancel_join_thread()  # at exit, do not wait for a learner that no longer reads
-    try:
-        run_actor(actor_id, args, atari, shared, rb, parent_pid, video_dir)
-    except BaseException as error:
-        summary = " ".join(line.strip() for line in traceback.format_exception_only(error))  # with its notes
-        shared.errors.put((actor_id, str(error) if isinstance(error, Fault) else traceback.format_exc(), summary))
-        sys.exit(1)  # a normal exit: multiprocessing's finalizers unlink this process's semaphores
-
-
 def run_actor(
-    actor_id: int, args: Args, atari: bool, shared: Shared, rb: SequenceReplayBuffer, parent_pid: int, video_dir: str
+    actor_id: int, shared: Shared, args: Args, atari: bool, rb: SequenceReplayBuffer, parent_pid: int, video_dir: str
 ) -> None:
-    """Step two alternating env groups with the ε-greedy LSTM policy until ``shared.stop``.
+    """Actor ``actor_id`` (a spawned process, started by :func:`cleanrl_utils.actors.start_actors`): step two
+    alternating env groups with the ε-greedy LSTM policy until ``shared.stop``.
 
     While one group's envs step (in a worker thread), the policy runs for the other group.
     """
@@ -498,12 +424,8 @@ def run_actor(
                 collected = int(shared.actor_steps.sum()) - args.learning_starts
                 if collected <= int(shared.updates[0]) * per_update + lead and not shared.hold[0]:
                     return
-                check_parent()
+                check_parent(parent_pid)
                 time.sleep(0.001)
-
-        def check_parent() -> None:
-            if os.getppid() != parent_pid:
-                raise RuntimeError("the learner process is gone")
 
         def result(j: int) -> tuple:  # group j's step, under --env-timeout (a sync env steps in a thread, untimed)
             try:
@@ -538,7 +460,7 @@ def run_actor(
                     episode = (actor_id, group_envs[j][e], float(final["episode"]["r"][e]), int(final["episode"]["l"][e]))
                     shared.episodes.put(episode)
                 shared.actor_steps[actor_id] += len(group_envs[j])
-                check_parent()
+                check_parent(parent_pid)
                 wait_for_learner()
                 k = j
             for j in (0, 1):
@@ -572,52 +494,6 @@ def recurrent_policy(network: RecurrentQNetwork, num_actions: int, seed: int, ep
             state = network.initial_state(1, device)
 
     return policy, on_done
-
-
-# ---------------------------------------------------------------------------------------------
-# Learner helpers
-
-
-def stop_actors(actors: list, shared: Shared, timeout: float = 10.0) -> None:
-    """Ask the actors to stop, wait up to ``timeout`` s, then kill those still alive."""
-    shared.stop[0] = 1
-    deadline = time.time() + timeout
-    for process in actors:
-        process.join(max(0.0, deadline - time.time()))
-    for process in actors:
-        if process.is_alive():
-            process.kill()
-            process.join(5)
-
-
-def check_actors(actors: list, shared: Shared, run_dir) -> None:
-    """Raise :class:`ActorFailed` if an actor reported a failure or died.
-
-    Its message is one line: the actor's :class:`Fault` (a dead, hung or misbehaving env), or
-    the last line of another error's traceback, which is written in full to
-    ``{run_dir}/actor_{i}_traceback.txt`` (named in the line).
-    """
-    try:
-        actor_id, text, summary = shared.errors.get_nowait()
-        exitcode = None
-    except queue.Empty:
-        dead = [(actor_id, process.exitcode) for actor_id, process in enumerate(actors) if not process.is_alive()]
-        if not dead:
-            return
-        try:  # its report may still be on its way
-            (actor_id, text, summary), exitcode = shared.errors.get(timeout=2.0), dead[0][1]
-        except queue.Empty:
-            (actor_id, exitcode), text = dead[0], ""
-    if not text:
-        raise ActorFailed(f"actor {actor_id} died ({describe_exit(exitcode)}) without a word")
-    if "\n" not in text.strip():  # a Fault: one line already
-        raise ActorFailed(f"actor {actor_id}: {text.strip()}")
-    path = write_atomic(Path(run_dir) / f"actor_{actor_id}_traceback.txt", text)
-    raise ActorFailed(f"actor {actor_id} failed with {summary} (its traceback: {path})")
-
-
-class ActorFailed(Fault):
-    """An actor process failed or died (one line; see :func:`check_actors`)."""
 
 
 # ---- plumbing a reader may skip: argument checks and the evaluation of a saved model
@@ -714,27 +590,17 @@ if __name__ == "__main__":
     for i in range(args.num_actors):
         ladder = epsilons[i * args.num_envs : (i + 1) * args.num_envs]
         writer.add_scalar(f"charts/epsilon/actor_{i}", ladder.mean(), step_offset)
-    context = mp.get_context("spawn")
-    actor_args = (args, atari, shared, rb, os.getpid(), run.video_dir)
-    actors = [
-        context.Process(target=actor_main, name=f"r2d2-actor-{i}", args=(i, *actor_args)) for i in range(args.num_actors)
-    ]
+    actors = spawn_actors(run_actor, args.num_actors, shared, args, atari, rb, os.getpid(), run.video_dir, name="r2d2-actor")
     if args.eval_interval:  # the learner's network, every --eval-interval env steps (the actors wait meanwhile)
         eval_envs = vector_env([make_env(args.env_id, 0, False, "", False, frame_stack=args.frame_stack)], "sync", SAME_STEP)
         next_eval = (step_offset // args.eval_interval + 1) * args.eval_interval
     per_update = args.batch_size * args.learn_length / args.replay_ratio  # env steps each gradient step needs
     global_step, updates, last_log, td_loss, q_mean = step_offset, 0, time.time(), float("nan"), float("nan")
     try:
-        with stop_signals_held():  # a signal to the process group while an actor starts cannot kill it
-            for process in actors:
-                process.start()
+        start_actors(actors)  # with stop signals held: a signal to the process group cannot kill one half-started
         while True:
             # episodes, failures, checkpoints, progress
-            while True:
-                try:
-                    actor_id, env_index, episodic_return, length = shared.episodes.get_nowait()
-                except queue.Empty:
-                    break
+            for actor_id, env_index, episodic_return, length in shared.episodes_ended():
                 writer.add_scalar("charts/episodic_return", episodic_return, global_step)
                 writer.add_scalar("charts/episodic_length", length, global_step)
                 run.progress.episodes([episodic_return])

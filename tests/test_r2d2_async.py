@@ -12,10 +12,7 @@ continues. Learning (marked ``learning``): greedy evaluation on the velocity-mas
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,8 +20,10 @@ import torch
 
 import tests.envs  # noqa: F401  (registers Counter-v0, CrashingCounter-v0, SlowCounter-v0)
 from cleanrl import r2d2_async
+from cleanrl_utils.actors import Shared
 from cleanrl_utils.files import latest_checkpoint
-from tests.conftest import ROOT, assert_stops_with_one_line, run_dir, run_script, scalars
+from tests.conftest import assert_stops_with_one_line, run_dir, run_script, scalars
+from tests.processes import alive, shm_in_use, start, wait_for_training
 
 MASKED = "cleanrl_utils.envs:CartPoleNoVelocity-v1"
 # a small, fast configuration on the 3-step Counter-v0 episodes
@@ -103,7 +102,7 @@ def test_epsilon_ladder():
 def test_parameter_publishing_is_a_seqlock():
     learner = r2d2_async.RecurrentQNetwork((2,), 2, 8, 8, atari=False)
     actor = r2d2_async.RecurrentQNetwork((2,), 2, 8, 8, atari=False)
-    shared = r2d2_async.Shared(sum(p.numel() for p in learner.parameters()), 1)
+    shared = Shared(sum(p.numel() for p in learner.parameters()), 1)
     shared.publish(learner)
     assert int(shared.version[0]) == 2
     version = shared.pull(actor, -1)
@@ -222,73 +221,6 @@ def test_a_hung_env_in_sync_mode_is_stopped_after_env_timeout(tmp_path):
     assert time.monotonic() - started < 60
 
 
-def descendants(pid: int) -> set[int]:
-    """PIDs of all processes below ``pid`` (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def start(flags: list[str], cwd: Path) -> subprocess.Popen:
-    environ = {**os.environ, "PYTHONPATH": str(ROOT)}
-    # SIGINT as in a terminal's foreground job: a job started in the background by a non-interactive
-    # shell (as CI may run pytest) inherits SIGINT ignored, and Python then installs no handler for it
-    return subprocess.Popen(
-        [sys.executable, str(ROOT / "cleanrl" / "r2d2_async.py"), *flags],
-        cwd=cwd,
-        env=environ,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-
-
-def wait_for_training(process: subprocess.Popen, cwd: Path, processes: int) -> set[int]:
-    """Wait until the run directory exists and ``processes`` descendants run; return them."""
-    for _ in range(1200):
-        assert process.poll() is None, process.communicate()
-        found = descendants(process.pid)
-        if list(cwd.glob("runs/*/events*")) and len(found) >= processes:
-            time.sleep(2.0)  # the actors are stepping, the learner updating
-            return descendants(process.pid)
-        time.sleep(0.1)
-    raise AssertionError("the run did not start")
-
-
-def shm_in_use() -> set[str]:
-    """Names of /dev/shm files that a live process maps (semaphores, shared arrays)."""
-    names = set()
-    for maps in Path("/proc").glob("[0-9]*/maps"):
-        try:
-            text = maps.read_text()
-        except OSError:
-            continue
-        names.update(line.split("/dev/shm/", 1)[1].split()[0] for line in text.splitlines() if "/dev/shm/" in line)
-    return names
-
-
 @pytest.mark.parametrize("env_mode", ["sync", "async"])
 def test_ctrl_c_leaves_no_process_and_no_shared_memory(env_mode, tmp_path):
     shm_before = set(os.listdir("/dev/shm"))
@@ -304,7 +236,7 @@ def test_ctrl_c_leaves_no_process_and_no_shared_memory(env_mode, tmp_path):
         "--env-mode",
         env_mode,
     ]
-    process = start(flags, tmp_path)
+    process = start("r2d2_async.py", flags, tmp_path)
     # the actors (+ the resource tracker; async: a forkserver and 4 env processes per actor)
     pids = wait_for_training(process, tmp_path, 2 if env_mode == "sync" else 6)
     os.killpg(process.pid, signal.SIGINT)  # as Ctrl-C in a terminal: the whole process group
@@ -343,7 +275,7 @@ def test_sigterm_writes_a_checkpoint_and_resume_continues(tmp_path):
         "--checkpoint-interval",
         "500",
     ]
-    process = start(flags, tmp_path)
+    process = start("r2d2_async.py", flags, tmp_path)
     while not list(tmp_path.glob("runs/*/checkpoints/step_*.pt")):  # training is under way
         assert process.poll() is None, process.communicate()
         time.sleep(0.05)

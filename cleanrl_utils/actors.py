@@ -1,0 +1,183 @@
+"""Actor processes of the asynchronous scripts (r2d2_async.py, impala_atari.py): what a learner and its actors
+share, how actors start, report failures and stop.
+
+The layout is rlpyt's asynchronous runner (Stooke & Abbeel 2019, arXiv:1909.01500, section 3): the learner is
+the main process; actors are spawned processes that step their own envs with a copy of the policy, read its
+parameters from shared memory without waiting (:meth:`Shared.pull`) and hand their data to the learner through
+shared memory (a replay buffer, or trajectory slots). What the actors collect and how the learner learns from
+it stays in each script; this module holds only the plumbing the scripts would otherwise repeat.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+from cleanrl_utils.faults import Fault, describe_exit, ignore_stop_signals, stop_signals_held
+from cleanrl_utils.writes import write_atomic
+
+
+class Shared:
+    """What a learner and its actors share: tensors in shared memory and two queues.
+
+    - ``params`` float32 ``[P]``, ``version`` int64 ``[1]``: the published network; a seqlock (odd while the
+      learner writes, even after; :meth:`publish`, :meth:`pull`).
+    - ``actor_steps`` int64 ``[num_actors]``: env steps each actor collected in this process (each actor
+      writes only its own entry; the learner sums them).
+    - ``updates`` int64 ``[1]``: gradient steps of this process (written by the learner).
+    - ``stop`` int64 ``[1]``: set by the learner to end the actors.
+    - ``hold`` int64 ``[1]``: set by the learner when the actors must step no more (``--total-timesteps``
+      collected) while it finishes its work.
+    - ``episodes``: queue of ``(actor, env, return, length)`` of finished episodes.
+    - ``errors``: queue of ``(actor, traceback text, its exception's lines joined)`` of failed actors.
+
+    Create it in the learner inside :func:`cleanrl_utils.faults.stop_signals_held` (multiprocessing's resource
+    tracker starts with the first queue).
+    """
+
+    def __init__(self, num_params: int, num_actors: int):
+        context = mp.get_context("spawn")
+        self.params = torch.zeros(num_params).share_memory_()
+        self.version = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self.actor_steps = torch.zeros(num_actors, dtype=torch.int64).share_memory_()
+        self.updates = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self.stop = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self.hold = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self.episodes = context.Queue()
+        self.errors = context.Queue()
+
+    def publish(self, network: nn.Module) -> None:
+        """Learner: write the network's parameters (version odd while writing, even after)."""
+        self.version += 1
+        self.params.copy_(parameters_to_vector(network.parameters()).detach().cpu())
+        self.version += 1
+
+    def pull(self, network: nn.Module, known: int) -> int:
+        """Actor: copy the published parameters into ``network`` if their version is newer than ``known`` and
+        was not being written; returns the version now in ``network``. Never waits."""
+        version = int(self.version[0])
+        if version == known or version % 2:
+            return known
+        flat = self.params.clone()
+        if int(self.version[0]) != version:  # written meanwhile: try again at the next step
+            return known
+        vector_to_parameters(flat, network.parameters())
+        return version
+
+    def episodes_ended(self) -> list[tuple[int, int, float, int]]:
+        """Learner: the ``(actor, env, return, length)`` of the episodes reported since the last call."""
+        ended = []
+        while True:
+            try:
+                ended.append(self.episodes.get_nowait())
+            except queue.Empty:
+                return ended
+
+
+class ActorFailed(Fault):
+    """An actor process failed or died (one line; see :func:`check_actors`)."""
+
+
+def actor_main(run_actor: Callable[..., None], actor_id: int, shared: Shared, *args: Any) -> None:
+    """Entry point of actor ``actor_id`` (a spawned process): ``run_actor(actor_id, shared, *args)``, with
+    failures reported to the learner.
+
+    SIGINT, SIGTERM and SIGHUP are ignored: the learner stops the actors (``shared.stop``) after its
+    checkpoint. A failure goes to ``shared.errors`` (a :class:`~cleanrl_utils.faults.Fault`'s one line, or a
+    traceback) and the process exits with 1. Actors are not daemonic (their async envs are child processes);
+    ``run_actor`` should call :func:`check_parent` in its loop so that it ends when the learner is gone.
+    """
+    ignore_stop_signals()
+    shared.episodes.cancel_join_thread()  # at exit, do not wait for a learner that no longer reads
+    try:
+        run_actor(actor_id, shared, *args)
+    except BaseException as error:
+        summary = " ".join(line.strip() for line in traceback.format_exception_only(error))  # with its notes
+        shared.errors.put((actor_id, str(error) if isinstance(error, Fault) else traceback.format_exc(), summary))
+        sys.exit(1)  # a normal exit: multiprocessing's finalizers unlink this process's semaphores
+
+
+def check_parent(parent_pid: int) -> None:
+    """Actor: raise ``RuntimeError`` if the learner (process ``parent_pid``) is gone."""
+    if os.getppid() != parent_pid:
+        raise RuntimeError("the learner process is gone")
+
+
+def spawn_actors(run_actor: Callable[..., None], num_actors: int, shared: Shared, *args: Any, name: str = "actor") -> list:
+    """``num_actors`` processes (spawn context, not started; ``name-0``, ``name-1``, ...) that will run
+    :func:`actor_main` with ``run_actor`` (a module-level function: it is pickled by name), ``actor_id`` and
+    ``shared``, then ``args``. Start them with :func:`start_actors` inside the ``try`` whose ``finally``
+    calls :func:`stop_actors`."""
+    context = mp.get_context("spawn")
+    return [
+        context.Process(target=actor_main, name=f"{name}-{i}", args=(run_actor, i, shared, *args)) for i in range(num_actors)
+    ]
+
+
+def start_actors(actors: list) -> None:
+    """Start the processes of :func:`spawn_actors` with the stop signals held, so that a signal to the whole
+    process group cannot kill one half-started."""
+    with stop_signals_held():
+        for process in actors:
+            process.start()
+
+
+def stop_actors(actors: list, shared: Shared, timeout: float = 10.0) -> None:
+    """Ask the actors to stop, wait up to ``timeout`` s, then kill those still alive."""
+    shared.stop[0] = 1
+    deadline = time.time() + timeout
+    for process in actors:
+        if process.pid is not None:
+            process.join(max(0.0, deadline - time.time()))
+    for process in actors:
+        if process.is_alive():
+            process.kill()
+            process.join(5)
+
+
+def check_actors(actors: list, shared: Shared, run_dir: str | Path) -> None:
+    """Raise :class:`ActorFailed` if an actor reported a failure or died.
+
+    Its message is one line: the actor's :class:`~cleanrl_utils.faults.Fault` (a dead, hung or misbehaving
+    env), or the last line of another error's traceback, which is written in full to
+    ``{run_dir}/actor_{i}_traceback.txt`` (named in the line).
+    """
+    try:
+        actor_id, text, summary = shared.errors.get_nowait()
+        exitcode = None
+    except queue.Empty:
+        dead = [(actor_id, process.exitcode) for actor_id, process in enumerate(actors) if not process.is_alive()]
+        if not dead:
+            return
+        try:  # its report may still be on its way
+            (actor_id, text, summary), exitcode = shared.errors.get(timeout=2.0), dead[0][1]
+        except queue.Empty:
+            (actor_id, exitcode), text = dead[0], ""
+    if not text:
+        raise ActorFailed(f"actor {actor_id} died ({describe_exit(exitcode)}) without a word")
+    if "\n" not in text.strip():  # a Fault: one line already
+        raise ActorFailed(f"actor {actor_id}: {text.strip()}")
+    path = write_atomic(Path(run_dir) / f"actor_{actor_id}_traceback.txt", text)
+    raise ActorFailed(f"actor {actor_id} failed with {summary} (its traceback: {path})")
+
+
+__all__ = [
+    "Shared",
+    "ActorFailed",
+    "actor_main",
+    "check_parent",
+    "spawn_actors",
+    "start_actors",
+    "stop_actors",
+    "check_actors",
+]

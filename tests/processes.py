@@ -1,0 +1,79 @@
+"""Process helpers of the tests of the asynchronous scripts (r2d2_async.py, impala_atari.py): start a script in its
+own process group, find its descendants, and the shared-memory files live processes map."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+
+def descendants(pid: int) -> set[int]:
+    """PIDs of all processes below ``pid`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def start(script: str, flags: list[str], cwd: Path) -> subprocess.Popen:
+    """Run ``cleanrl/<script>`` with ``flags`` in a new session (its own process group), SIGINT at its default."""
+    environ = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # SIGINT as in a terminal's foreground job: a job started in the background by a non-interactive
+    # shell (as CI may run pytest) inherits SIGINT ignored, and Python then installs no handler for it
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "cleanrl" / script), *flags],
+        cwd=cwd,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+def wait_for_training(process: subprocess.Popen, cwd: Path, processes: int) -> set[int]:
+    """Wait until the run directory exists and ``processes`` descendants run; return them."""
+    for _ in range(1200):
+        assert process.poll() is None, process.communicate()
+        found = descendants(process.pid)
+        if list(cwd.glob("runs/*/events*")) and len(found) >= processes:
+            time.sleep(2.0)  # the actors are stepping, the learner updating
+            return descendants(process.pid)
+        time.sleep(0.1)
+    raise AssertionError("the run did not start")
+
+
+def shm_in_use() -> set[str]:
+    """Names of /dev/shm files that a live process maps (semaphores, shared arrays)."""
+    names = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            text = maps.read_text()
+        except OSError:
+            continue
+        names.update(line.split("/dev/shm/", 1)[1].split()[0] for line in text.splitlines() if "/dev/shm/" in line)
+    return names
