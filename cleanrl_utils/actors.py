@@ -21,7 +21,6 @@ from typing import Any, Callable
 
 import torch
 import torch.nn as nn
-from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from cleanrl_utils.faults import Fault, describe_exit, ignore_stop_signals, stop_signals_held
 from cleanrl_utils.writes import write_atomic
@@ -59,7 +58,7 @@ class Shared:
     def publish(self, network: nn.Module) -> None:
         """Learner: write the network's parameters (version odd while writing, even after)."""
         self.version += 1
-        self.params.copy_(parameters_to_vector(network.parameters()).detach().cpu())
+        self.params.copy_(torch.cat([p.detach().reshape(-1) for p in network.parameters()]).cpu())  # any memory layout
         self.version += 1
 
     def pull(self, network: nn.Module, known: int) -> int:
@@ -71,7 +70,11 @@ class Shared:
         flat = self.params.clone()
         if int(self.version[0]) != version:  # written meanwhile: try again at the next step
             return known
-        vector_to_parameters(flat, network.parameters())
+        with torch.no_grad():  # into each parameter in place, keeping its memory layout (channels-last convolutions)
+            offset = 0
+            for parameter in network.parameters():
+                parameter.copy_(flat[offset : offset + parameter.numel()].view(parameter.shape))
+                offset += parameter.numel()
         return version
 
     def episodes_ended(self) -> list[tuple[int, int, float, int]]:

@@ -8,7 +8,10 @@ import sys
 import time
 from pathlib import Path
 
-from tests.conftest import ROOT
+import torch
+
+from cleanrl_utils.files import latest_checkpoint
+from tests.conftest import ROOT, run_dir
 
 
 def descendants(pid: int) -> set[int]:
@@ -77,3 +80,38 @@ def shm_in_use() -> set[str]:
             continue
         names.update(line.split("/dev/shm/", 1)[1].split()[0] for line in text.splitlines() if "/dev/shm/" in line)
     return names
+
+
+def assert_gone(pids: set[int], shm_before: set[str]) -> None:
+    """The processes ``pids`` end within 10 s, and every /dev/shm file made since ``shm_before`` (multiprocessing's
+    semaphores, torch's shared tensors) is removed within 10 s, but for those another live process maps."""
+    for _ in range(100):
+        if not any(alive(pid) for pid in pids):
+            break
+        time.sleep(0.1)
+    assert not [pid for pid in pids if alive(pid)]
+
+    def left() -> set[str]:  # a name another live process maps is not ours
+        new = {name for name in set(os.listdir("/dev/shm")) - shm_before if name.startswith(("sem.mp", "torch_", "psm_"))}
+        return new - shm_in_use()
+
+    for _ in range(50):  # with two test processes, another test's semaphores may await its resource tracker a moment
+        if not left():
+            break
+        time.sleep(0.2)
+    assert not left(), left()
+
+
+def sigterm_after_a_checkpoint(script: str, flags: list[str], cwd: Path) -> tuple[Path, dict]:
+    """Start ``script``, send SIGTERM to its main process (as a scheduler would) once a checkpoint exists, check that
+    it wrote its checkpoint and exited 143, and return the run directory and its newest checkpoint (loaded)."""
+    process = start(script, flags, cwd)
+    while not list(cwd.glob("runs/*/checkpoints/step_*.pt")):  # training is under way
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 143, err
+    assert "SIGTERM: checkpoint written" in out
+    run = run_dir(cwd)
+    return run, torch.load(latest_checkpoint(run), weights_only=True)

@@ -21,9 +21,8 @@ import torch
 import tests.envs  # noqa: F401  (registers Counter-v0, CrashingCounter-v0, SlowCounter-v0)
 from cleanrl import r2d2_async
 from cleanrl_utils.actors import Shared
-from cleanrl_utils.files import latest_checkpoint
 from tests.conftest import assert_stops_with_one_line, run_dir, run_script, scalars
-from tests.processes import alive, shm_in_use, start, wait_for_training
+from tests.processes import assert_gone, sigterm_after_a_checkpoint, start, wait_for_training
 
 MASKED = "cleanrl_utils.envs:CartPoleNoVelocity-v1"
 # a small, fast configuration on the 3-step Counter-v0 episodes
@@ -243,21 +242,7 @@ def test_ctrl_c_leaves_no_process_and_no_shared_memory(env_mode, tmp_path):
     out, err = process.communicate(timeout=60)
     assert process.returncode == 130 and "Traceback" not in err, err
     assert "SIGINT: checkpoint written" in out
-    for _ in range(100):
-        if not any(alive(pid) for pid in pids):
-            break
-        time.sleep(0.1)
-    assert not [pid for pid in pids if alive(pid)]
-
-    def left() -> set[str]:  # a name another live process maps is not ours
-        new = {name for name in set(os.listdir("/dev/shm")) - shm_before if name.startswith(("sem.mp", "torch_", "psm_"))}
-        return new - shm_in_use()
-
-    for _ in range(50):  # with two test processes, another test's semaphores may await its resource tracker a moment
-        if not left():
-            break
-        time.sleep(0.2)
-    assert not left(), left()
+    assert_gone(pids, shm_before)
 
 
 def test_sigterm_writes_a_checkpoint_and_resume_continues(tmp_path):
@@ -275,16 +260,7 @@ def test_sigterm_writes_a_checkpoint_and_resume_continues(tmp_path):
         "--checkpoint-interval",
         "500",
     ]
-    process = start("r2d2_async.py", flags, tmp_path)
-    while not list(tmp_path.glob("runs/*/checkpoints/step_*.pt")):  # training is under way
-        assert process.poll() is None, process.communicate()
-        time.sleep(0.05)
-    process.send_signal(signal.SIGTERM)  # to the learner only, as a scheduler would
-    out, err = process.communicate(timeout=60)
-    assert process.returncode == 143, err
-    assert "SIGTERM: checkpoint written" in out
-    run = run_dir(tmp_path)
-    checkpoint = torch.load(latest_checkpoint(run), weights_only=True)
+    run, checkpoint = sigterm_after_a_checkpoint("r2d2_async.py", flags, tmp_path)
     assert set(checkpoint["state"]) == {"q_network", "target_network", "optimizer"}  # not the replay
     assert checkpoint["counters"]["updates"] > 0
     step = checkpoint["global_step"]
