@@ -1003,8 +1003,9 @@ class Progress:
     def update(self, global_step: int) -> None:
         """Report that the run has reached ``global_step``; prints at most every interval."""
         now = self.last_update = time.perf_counter()
-        if self.start is None:  # the first env step of the loop: the clock starts here (a long set-up, such as
-            self.start, self.start_step, self.last_print = now, global_step, now  # a resume's replay, prints no SPS 0)
+        if self.start is None:  # the first env step of the loop: the clock and the print interval start here, so
+            # that a set-up longer than the interval (a resume replaying its envs) prints no line reading "SPS 0"
+            self.start, self.start_step, self.last_print = now, global_step, now
             self.announce()
         if self.bar is not None:
             self.bar.update(global_step - self.step)
