@@ -294,6 +294,7 @@ CLEANRL_EQUIVALENT = {
     "ppo_continuous_lstm": None,
     "rainbow_atari": "rainbow_atari",
     "r2d2_async": None,
+    "impala_atari": None,
 }
 """Our script -> CleanRL's file of the same algorithm (``cleanrl/<name>.py`` in its repository), if any."""
 

@@ -1,4 +1,4 @@
-"""Actor processes of the asynchronous scripts (r2d2_async.py): what a learner and its actors
+"""Actor processes of the asynchronous scripts (r2d2_async.py, impala_atari.py): what a learner and its actors
 share, how actors start, report failures and stop.
 
 The layout is rlpyt's asynchronous runner (Stooke & Abbeel 2019, arXiv:1909.01500, section 3): the learner is

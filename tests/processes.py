@@ -1,4 +1,4 @@
-"""Process helpers of the tests of the asynchronous scripts (r2d2_async.py): start a script in its
+"""Process helpers of the tests of the asynchronous scripts (r2d2_async.py, impala_atari.py): start a script in its
 own process group, find its descendants, and the shared-memory files live processes map."""
 
 import os
