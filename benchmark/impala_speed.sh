@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Speed of impala_atari.py beside CleanRL's ppo_atari.py and our ppo_atari.py on BreakoutNoFrameskip-v4: each run a
 # fresh process of STEPS env steps at the script's defaults, seed 1, its wall time measured; in each of PAIRS rounds,
-# in this order: ours impala_atari.py --env-mode sync, ours impala_atari.py (its default --env-mode async), CleanRL's
+# in this order: ours impala_atari.py --env-mode sync, ours impala_atari.py --env-mode async, CleanRL's
 # ppo_atari.py, ours ppo_atari.py --torch-threads 2. Then benchmark/impala_speed.json: per-run wall seconds and
 # steps/s (STEPS / wall), the steps each of our runs reports, and the speed ratios of the medians.
 #
@@ -58,7 +58,7 @@ ours=(env PYTHONPATH="$PWD" "$PYTHON")
 common=(--env-id BreakoutNoFrameskip-v4 --total-timesteps "$STEPS" --seed 1)
 for _ in $(seq 1 "$PAIRS"); do
     timed impala_sync "${ours[@]}" "$PWD/cleanrl/impala_atari.py" "${common[@]}" --env-mode sync
-    timed impala_async "${ours[@]}" "$PWD/cleanrl/impala_atari.py" "${common[@]}"
+    timed impala_async "${ours[@]}" "$PWD/cleanrl/impala_atari.py" "${common[@]}" --env-mode async
     timed cleanrl_ppo_atari "$PEER/bin/python" "$PEER/cleanrl_peer/ppo_atari.py" "${common[@]}"
     timed ours_ppo_atari "${ours[@]}" "$PWD/cleanrl/ppo_atari.py" "${common[@]}" --torch-threads 2
 done
@@ -101,8 +101,8 @@ report = {
     "pairs": int(os.environ["PAIRS"]),
     "order": list(names),
     "flags": {
-        "impala_sync": "cleanrl/impala_atari.py --env-mode sync (defaults: 2 actors x 8 envs, learner 1 torch thread)",
-        "impala_async": "cleanrl/impala_atari.py (default --env-mode async: one subprocess per env)",
+        "impala_sync": "cleanrl/impala_atari.py --env-mode sync (the default: 2 actors x 8 envs, learner 1 torch thread)",
+        "impala_async": "cleanrl/impala_atari.py --env-mode async: one subprocess per env",
         "cleanrl_ppo_atari": "CleanRL's cleanrl/ppo_atari.py at its defaults (torch's default threads)",
         "ours_ppo_atari": "cleanrl/ppo_atari.py --torch-threads 2",
     },

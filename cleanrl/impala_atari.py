@@ -7,7 +7,7 @@ Importance Weighted Actor-Learner Architecture:
     losses; Table G.1 the Atari hyperparameters; Figure 3 the deep CNN),
 laid out as rlpyt's asynchronous runner (Stooke & Abbeel 2019, arXiv:1909.01500) and TorchBeast's
 MonoBeast (Küttler et al. 2019, arXiv:1910.03552): ``--num-actors`` spawned processes each step
-``--num-envs`` envs (``--env-mode async``: one subprocess per env) and write trajectories of
+``--num-envs`` envs (in the actor, or with ``--env-mode async`` one subprocess per env) and write trajectories of
 ``--unroll-length`` steps, with the behaviour policy's log-probabilities, into slots of shared memory; the
 learner (this process) takes ``--batch-size`` trajectories from the full slots, computes V-trace targets
 below and the policy-gradient, value and entropy losses, and publishes its weights after every gradient
@@ -26,7 +26,7 @@ bit-exact promise of the synchronous scripts.
 
 Run:
     python cleanrl/impala_atari.py --env-id BreakoutNoFrameskip-v4 --num-actors 2
-    python cleanrl/impala_atari.py --env-id CartPole-v1 --env-mode sync --num-actors 2 --num-envs 4 \\
+    python cleanrl/impala_atari.py --env-id CartPole-v1 --num-actors 2 --num-envs 4 \\
         --unroll-length 16 --batch-size 16 --learning-rate 3e-3 --ent-coef 0.0003 --reward-scale 0.1 \\
         --total-timesteps 800000
 """
@@ -72,8 +72,8 @@ class Args(RunArgs):
 
     env_id: str = "BreakoutNoFrameskip-v4"
     """gymnasium id: an Atari NoFrameskip-v4 game, or an env with 1-D Box observations and Discrete actions"""
-    env_mode: Literal["sync", "async"] = "async"
-    """each actor steps its envs in one subprocess per env (async) or in its own process (sync, for cheap envs)"""
+    env_mode: Literal["sync", "async"] = "sync"
+    """each actor steps its envs in its own process (sync: the faster on 2 cores) or in one subprocess per env (async)"""
     total_timesteps: int = 10000000
     """total environment steps, summed over all envs of all actors (Atari: agent steps of 4 frames)"""
     num_actors: int = 2

@@ -200,7 +200,7 @@ def test_sigterm_writes_a_checkpoint_and_resume_continues(tmp_path):
 # ---- learning
 
 
-CARTPOLE = ["--env-id", "CartPole-v1", "--env-mode", "sync", "--num-actors", "2", "--num-envs", "4", "--unroll-length", "16"]
+CARTPOLE = ["--env-id", "CartPole-v1", "--num-actors", "2", "--num-envs", "4", "--unroll-length", "16"]
 CARTPOLE += ["--batch-size", "16", "--learning-rate", "3e-3", "--ent-coef", "0.0003", "--reward-scale", "0.1"]
 CARTPOLE += ["--total-timesteps", "800000"]
 """The learning test's flags (the README's and the docstring's CartPole command)."""
