@@ -99,7 +99,8 @@ class Args(RunArgs):
     gamma: float = 0.99
     """discount factor γ"""
     reward_scale: float = 1.0
-    """the learner multiplies rewards by this (values of order 1 keep a tanh critic out of saturation: CartPole 0.1)"""
+    """the learner multiplies rewards by this before V-trace (logged returns stay unscaled); keep values within
+    tens for the MLP's tanh layers (CartPole, returns up to 500: 0.1); Atari's clipped rewards need none"""
     rho_bar: float = 1.0
     """ρ̄: truncation of the importance weights in the V-trace temporal differences (and the policy gradient)"""
     c_bar: float = 1.0
@@ -438,6 +439,8 @@ def check_environment(args: Args) -> tuple[gym.Space, gym.Space]:
     observation_space, action_space = check_env(args, gym.spaces.Discrete, gym.spaces.Box)
     with gym.make(args.env_id) as env:
         atari, frameskip = hasattr(env.unwrapped, "ale"), env.spec.kwargs.get("frameskip", 1)
+    trunk = f"is an Atari trunk; {args.env_id} gets the MLP (leave --network at its default)"
+    require(atari or args.network == "nature", "--network", f"{args.network} {trunk}")
     if not atari:
         shape = observation_space.shape
         only = "impala_atari.py supports Atari games and 1-dimensional observations only"

@@ -151,6 +151,8 @@ def test_smoke_on_breakout(network, tmp_path):
         (["--rho-bar", "0"], "--rho-bar", "must be positive"),
         (["--env-id", "tests.envs:Image-v0"], "--env-id", "1-dimensional observations"),
         (["--env-id", "Pendulum-v1"], "--env-id", "supports Discrete only"),
+        (["--network", "impala"], "--network", "impala is an Atari trunk"),
+        (["--reward-scale", "0"], "--reward-scale", "must be positive"),
     ],
 )
 def test_bad_input_stops_with_one_line(flags, flag, message, tmp_path):
