@@ -46,7 +46,7 @@ import torch.nn as nn
 import torch.optim as optim
 from stable_baselines3.common import atari_wrappers  # SB3's Atari preprocessing
 
-from cleanrl_utils.actors import Shared, check_actors, check_parent, spawn_actors, start_actors, stop_actors
+from cleanrl_utils.actors import Shared, check_actors, check_parent, learner_turn, spawn_actors, start_actors, stop_actors
 from cleanrl_utils.cli import require, require_positive, require_range
 from cleanrl_utils.evals import Evaluation
 from cleanrl_utils.faults import check_finite, stop_signals_held
@@ -336,8 +336,8 @@ class Slots:
     @property
     def nbytes(self) -> int:
         """Bytes of shared memory the slots take."""
-        tensors = (self.obs, self.actions, self.logprobs, self.rewards, self.next_values, self.terminations)
-        return sum(t.numel() * t.element_size() for t in tensors) + self.truncations.numel()
+        tensors = (self.obs, self.actions, self.logprobs, self.rewards, self.next_values, self.terminations, self.truncations)
+        return sum(t.numel() * t.element_size() for t in tensors)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -509,14 +509,8 @@ if __name__ == "__main__":
                 except queue.Empty:
                     check_actors(actors, shared, run.directory)
             waited += time.perf_counter() - start_wait
-            for actor_id, env_index, episodic_return, length in shared.episodes_ended():
-                writer.add_scalar("charts/episodic_return", episodic_return, global_step)
-                writer.add_scalar("charts/episodic_length", length, global_step)
-                run.progress.episodes([episodic_return])
-            global_step = step_offset + int(shared.actor_steps.sum())
-            run.progress.update(global_step)
-            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM
-                run.save_checkpoint(state, global_step, updates=update_offset + updates)
+            counters = dict(updates=update_offset + updates)
+            _, global_step = learner_turn(run, shared, actors, state, step_offset, global_step, **counters)
             if run.stop_signal:  # after SIGTERM, with the checkpoint written: the actors stop, then exit 143
                 break
             index = torch.tensor(taken)

@@ -88,7 +88,7 @@ import torch.nn as nn
 import torch.optim as optim
 from stable_baselines3.common import atari_wrappers  # SB3's Atari preprocessing
 
-from cleanrl_utils.actors import Shared, check_actors, check_parent, spawn_actors, start_actors, stop_actors
+from cleanrl_utils.actors import Shared, check_parent, learner_turn, spawn_actors, start_actors, stop_actors
 from cleanrl_utils.buffers import SequenceBuilder, SequenceReplayBuffer, sequence_priority
 from cleanrl_utils.cli import fail, flag_name, require, require_positive, require_range
 from cleanrl_utils.evals import Evaluation, run_episodes
@@ -599,17 +599,9 @@ if __name__ == "__main__":
     try:
         start_actors(actors)  # with stop signals held: a signal to the process group cannot kill one half-started
         while True:
-            # episodes, failures, checkpoints, progress
-            for actor_id, env_index, episodic_return, length in shared.episodes_ended():
-                writer.add_scalar("charts/episodic_return", episodic_return, global_step)
-                writer.add_scalar("charts/episodic_length", length, global_step)
-                run.progress.episodes([episodic_return])
-            check_actors(actors, shared, run.directory)
-            collected = int(shared.actor_steps.sum())
-            global_step = step_offset + collected
-            run.progress.update(global_step)
-            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM
-                run.save_checkpoint(state, global_step, updates=update_offset + updates)
+            # episodes, failures, progress, checkpoints (every --checkpoint-interval steps, and after SIGTERM)
+            counters = dict(updates=update_offset + updates)
+            collected, global_step = learner_turn(run, shared, actors, state, step_offset, global_step, **counters)
             if run.stop_signal:  # after SIGTERM, with the checkpoint written: the actors stop, then exit 143
                 break
             owed = (updates + 1) * per_update <= collected - args.learning_starts and len(rb) >= args.batch_size

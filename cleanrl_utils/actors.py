@@ -58,7 +58,11 @@ class Shared:
     def publish(self, network: nn.Module) -> None:
         """Learner: write the network's parameters (version odd while writing, even after)."""
         self.version += 1
-        self.params.copy_(torch.cat([p.detach().reshape(-1) for p in network.parameters()]).cpu())  # any memory layout
+        with torch.no_grad():  # each parameter into its slice, whatever its memory layout (as pull reads them back)
+            offset = 0
+            for parameter in network.parameters():
+                self.params[offset : offset + parameter.numel()].view(parameter.shape).copy_(parameter)
+                offset += parameter.numel()
         self.version += 1
 
     def pull(self, network: nn.Module, known: int) -> int:
@@ -174,6 +178,37 @@ def check_actors(actors: list, shared: Shared, run_dir: str | Path) -> None:
     raise ActorFailed(f"actor {actor_id} failed with {summary} (its traceback: {path})")
 
 
+def learner_turn(
+    run: Any, shared: Shared, actors: list, state: dict, step_offset: int, global_step: int, **counters: Any
+) -> tuple[int, int]:
+    """Learner, at each turn of its loop: log the episodes the actors ended since the last turn at ``global_step``
+    (``charts/episodic_return``, ``charts/episodic_length``, the progress line), stop with :class:`ActorFailed` if
+    an actor failed (:func:`check_actors`), advance the progress to the steps collected now, and write a
+    checkpoint of ``state`` with ``counters`` when one is due (every --checkpoint-interval steps, and after SIGTERM
+    or Ctrl-C: the caller then stops).
+
+    Args:
+        run: the script's :class:`cleanrl_utils.run.Run`.
+        step_offset: env steps of the run before this process (a resumed run's checkpoint).
+        global_step: the env steps at the last turn, where the episodes ended since are logged.
+
+    Returns:
+        ``(collected, global_step)``: the env steps the actors collected in this process, and ``step_offset``
+        plus those.
+    """
+    for _, _, episodic_return, length in shared.episodes_ended():
+        run.writer.add_scalar("charts/episodic_return", episodic_return, global_step)
+        run.writer.add_scalar("charts/episodic_length", length, global_step)
+        run.progress.episodes([episodic_return])
+    check_actors(actors, shared, run.directory)
+    collected = int(shared.actor_steps.sum())
+    global_step = step_offset + collected
+    run.progress.update(global_step)
+    if run.checkpoint_due(global_step):
+        run.save_checkpoint(state, global_step, **counters)
+    return collected, global_step
+
+
 __all__ = [
     "Shared",
     "ActorFailed",
@@ -183,4 +218,5 @@ __all__ = [
     "start_actors",
     "stop_actors",
     "check_actors",
+    "learner_turn",
 ]

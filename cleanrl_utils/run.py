@@ -631,8 +631,7 @@ class Run:
 
         After a stop it prints where the checkpoint is and how to resume.
         """
-        self.progress.announce()
-        self.progress.close()  # the last progress line comes before the stop's message
+        self.progress.close()  # the last progress line (and any announcement) before the stop's message
         if self.stop_signal and self.records:
             name = signal.Signals(self.stop_signal).name
             print(f"{name}: checkpoint written to {self.last_checkpoint}; resume with: {self.resume_command()}", flush=True)

@@ -102,6 +102,20 @@ def assert_gone(pids: set[int], shm_before: set[str]) -> None:
     assert not left(), left()
 
 
+def ctrl_c_leaves_nothing(script: str, flags: list[str], cwd: Path, processes: int) -> None:
+    """Start ``script``, wait for ``processes`` descendants (its actors ...) to run, send SIGINT to its process group
+    (Ctrl-C in a terminal), and check that it wrote its checkpoint, exited 130 without a traceback, and left no
+    process and no shared-memory file behind (:func:`assert_gone`)."""
+    shm_before = set(os.listdir("/dev/shm"))
+    process = start(script, flags, cwd)
+    pids = wait_for_training(process, cwd, processes)
+    os.killpg(process.pid, signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130 and "Traceback" not in err, err
+    assert "SIGINT: checkpoint written" in out
+    assert_gone(pids, shm_before)
+
+
 def sigterm_after_a_checkpoint(script: str, flags: list[str], cwd: Path) -> tuple[Path, dict]:
     """Start ``script``, send SIGTERM to its main process (as a scheduler would) once a checkpoint exists, check that
     it wrote its checkpoint and exited 143, and return the run directory and its newest checkpoint (loaded)."""

@@ -8,9 +8,6 @@ and no shared memory; SIGTERM writes a checkpoint and --resume continues. Learni
 CartPole-v1 with two actors.
 """
 
-import os
-import signal
-
 import numpy as np
 import pytest
 import torch
@@ -19,7 +16,7 @@ import tests.envs  # noqa: F401  (registers Counter-v0, CrashingCounter-v0)
 from cleanrl import impala_atari
 from cleanrl.impala_atari import vtrace
 from tests.conftest import assert_stops_with_one_line, episodic_returns, run_dir, run_script, scalars
-from tests.processes import assert_gone, sigterm_after_a_checkpoint, start, wait_for_training
+from tests.processes import ctrl_c_leaves_nothing, sigterm_after_a_checkpoint
 
 
 def column(*values: float) -> torch.Tensor:
@@ -171,15 +168,8 @@ def test_crashing_actor_stops_the_run_in_one_line(env_mode, tmp_path):
 
 
 def test_ctrl_c_leaves_no_process_and_no_shared_memory(tmp_path):
-    shm_before = set(os.listdir("/dev/shm"))
     flags = ["--env-id", "tests.envs:Counter-v0", *TINY, "--num-actors", "2", "--total-timesteps", "100000000"]
-    process = start("impala_atari.py", flags, tmp_path)
-    pids = wait_for_training(process, tmp_path, 2)  # the two actors (and the resource tracker)
-    os.killpg(process.pid, signal.SIGINT)  # as Ctrl-C in a terminal: the whole process group
-    out, err = process.communicate(timeout=60)
-    assert process.returncode == 130 and "Traceback" not in err, err
-    assert "SIGINT: checkpoint written" in out
-    assert_gone(pids, shm_before)
+    ctrl_c_leaves_nothing("impala_atari.py", flags, tmp_path, 2)  # the two actors (and the resource tracker)
 
 
 def test_sigterm_writes_a_checkpoint_and_resume_continues(tmp_path):

@@ -9,9 +9,7 @@ process and no shared-memory file; SIGTERM writes a checkpoint (no replay) and -
 continues. Learning (marked ``learning``): greedy evaluation on the velocity-masked CartPole.
 """
 
-import os
 import re
-import signal
 import time
 
 import numpy as np
@@ -22,7 +20,7 @@ import tests.envs  # noqa: F401  (registers Counter-v0, CrashingCounter-v0, Slow
 from cleanrl import r2d2_async
 from cleanrl_utils.actors import Shared
 from tests.conftest import assert_stops_with_one_line, run_dir, run_script, scalars
-from tests.processes import assert_gone, sigterm_after_a_checkpoint, start, wait_for_training
+from tests.processes import ctrl_c_leaves_nothing, sigterm_after_a_checkpoint
 
 MASKED = "cleanrl_utils.envs:CartPoleNoVelocity-v1"
 # a small, fast configuration on the 3-step Counter-v0 episodes
@@ -222,7 +220,6 @@ def test_a_hung_env_in_sync_mode_is_stopped_after_env_timeout(tmp_path):
 
 @pytest.mark.parametrize("env_mode", ["sync", "async"])
 def test_ctrl_c_leaves_no_process_and_no_shared_memory(env_mode, tmp_path):
-    shm_before = set(os.listdir("/dev/shm"))
     actors = 2 if env_mode == "sync" else 1
     flags = [
         *SMALL,
@@ -235,14 +232,8 @@ def test_ctrl_c_leaves_no_process_and_no_shared_memory(env_mode, tmp_path):
         "--env-mode",
         env_mode,
     ]
-    process = start("r2d2_async.py", flags, tmp_path)
     # the actors (+ the resource tracker; async: a forkserver and 4 env processes per actor)
-    pids = wait_for_training(process, tmp_path, 2 if env_mode == "sync" else 6)
-    os.killpg(process.pid, signal.SIGINT)  # as Ctrl-C in a terminal: the whole process group
-    out, err = process.communicate(timeout=60)
-    assert process.returncode == 130 and "Traceback" not in err, err
-    assert "SIGINT: checkpoint written" in out
-    assert_gone(pids, shm_before)
+    ctrl_c_leaves_nothing("r2d2_async.py", flags, tmp_path, 2 if env_mode == "sync" else 6)
 
 
 def test_sigterm_writes_a_checkpoint_and_resume_continues(tmp_path):
