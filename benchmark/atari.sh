@@ -2,7 +2,7 @@
 # Reproduces the Breakout learning runs in benchmark/README.md: what each Atari script learns
 # in about 30 minutes of training on this 2-core machine (120k agent steps = 480k frames).
 # Usage: benchmark/atari.sh SCRIPT [SEED]   (SCRIPT: dqn_atari, c51_atari, rainbow_atari, sac_atari,
-# ppo_atari, ppo_atari_lstm, ppo_atari_envpool, r2d2_async or impala_atari; sac_atari, the PPO scripts and IMPALA run other
+# ppo_atari, ppo_atari_lstm, ppo_atari_envpool, r2d2_async, apex_dqn_atari or impala_atari; sac_atari, the PPO scripts and IMPALA run other
 # step counts, see their cases below)
 # The short budget moves the schedules forward against the 10M-step defaults: training starts
 # after 10k steps and ε (where there is one) reaches its final value at 30k steps. Everything
@@ -12,7 +12,7 @@
 # scores); benchmark/curve.py summarises it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-script="${1:?usage: benchmark/atari.sh dqn_atari|c51_atari|rainbow_atari|sac_atari|ppo_atari|ppo_atari_lstm|ppo_atari_envpool|r2d2_async|impala_atari [SEED]}"
+script="${1:?usage: benchmark/atari.sh dqn_atari|c51_atari|rainbow_atari|sac_atari|ppo_atari|ppo_atari_lstm|ppo_atari_envpool|r2d2_async|apex_dqn_atari|impala_atari [SEED]}"
 seed="${2:-1}"
 common=(--env-id BreakoutNoFrameskip-v4 --seed "$seed" --total-timesteps 120000
         --learning-starts 10000 --buffer-size 120000)
@@ -40,6 +40,10 @@ case "$script" in
   r2d2_async) common=(--env-id BreakoutNoFrameskip-v4 --seed "$seed" --total-timesteps 120000
                       --learning-starts 10000 --buffer-size 1000)
               extra=(--num-actors 1 --num-envs 8 --replay-ratio 4 --target-network-frequency 200) ;;
+  # Ape-X: its defaults (2 actors x 4 envs on the ε ladder, batch 32 at dqn_atari.py's replay ratio 8, centered
+  # RMSProp, n = 3) with dqn_atari's 120k budget, buffer and warm-up; its target copied every 250 gradient steps,
+  # dqn_atari's 1000 env steps at a gradient step every 4
+  apex_dqn_atari) extra=(--target-network-frequency 250) ;;
   # IMPALA: its defaults (2 actors x 8 envs in subprocesses, unrolls of 20, batches of 32, RMSProp 6e-4 annealed
   # to 0 over the run) for PPO's 245,760 steps, the equal-steps comparison with ppo_atari.py
   impala_atari) common=(--env-id BreakoutNoFrameskip-v4 --seed "$seed" --total-timesteps 245760); extra=() ;;

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# The peer side of benchmark/impala_speed.sh: CleanRL's cleanrl/ppo_atari.py, unmodified, in a virtual environment
-# with the APIs it was written for, the Atari ROMs included (nothing is downloaded when it runs).
+# The peer side of benchmark/impala_speed.sh and benchmark/apex_speed.sh: CleanRL's cleanrl/ppo_atari.py and
+# cleanrl/dqn_atari.py, unmodified, in a virtual environment with the APIs they were written for, the Atari ROMs
+# included (nothing is downloaded when they run).
 #
 #   bash benchmark/cleanrl_atari_venv.sh [VENV] [CLEANRL]
 #
-# VENV     where to build it (default /tmp/crl-atari); ppo_atari.py goes to VENV/cleanrl_peer/ with the two files of
-#          CleanRL's cleanrl_utils it imports (__init__.py, atari_wrappers.py: its own copy of SB3's Atari wrappers,
-#          since CleanRL's "Remove SB3 as a necessary module", so no stable-baselines3 here) and the CleanRL commit
-#          they come from in VENV/cleanrl_peer/COMMIT. Run it as VENV/bin/python VENV/cleanrl_peer/ppo_atari.py:
-#          the script's folder comes first on sys.path, so it imports CleanRL's cleanrl_utils, not ours.
+# VENV     where to build it (default /tmp/crl-atari); ppo_atari.py and dqn_atari.py go to VENV/cleanrl_peer/ with
+#          the three files of CleanRL's cleanrl_utils they import (__init__.py; atari_wrappers.py and buffers.py, its
+#          own copies of SB3's Atari wrappers and replay buffer, since CleanRL's "Remove SB3 as a necessary module",
+#          so no stable-baselines3 here) and the CleanRL commit they come from in VENV/cleanrl_peer/COMMIT. Run one
+#          as VENV/bin/python VENV/cleanrl_peer/ppo_atari.py: the script's folder comes first on sys.path, so it
+#          imports CleanRL's cleanrl_utils, not ours.
 # CLEANRL  a clone (or bare git directory) of vwxyzjn/cleanrl; default $CLEANRL_REPO, else a clone into
 #          VENV/cleanrl-src. CLEANRL_REV picks the commit (default the one checked here).
 # PYTHON   the interpreter (default python3.11, this repository's; CleanRL pins python <3.11, and every pin below has a
@@ -54,8 +56,10 @@ if [ -z "$CLEANRL" ]; then
     [ -d "$CLEANRL" ] || git clone --quiet --filter=blob:none https://github.com/vwxyzjn/cleanrl "$CLEANRL"
 fi
 mkdir -p "$VENV/cleanrl_peer/cleanrl_utils"
-git -C "$CLEANRL" show "$REV:cleanrl/ppo_atari.py" > "$VENV/cleanrl_peer/ppo_atari.py"
-for file in __init__.py atari_wrappers.py; do
+for script in ppo_atari.py dqn_atari.py; do
+    git -C "$CLEANRL" show "$REV:cleanrl/$script" > "$VENV/cleanrl_peer/$script"
+done
+for file in __init__.py atari_wrappers.py buffers.py; do
     git -C "$CLEANRL" show "$REV:cleanrl_utils/$file" > "$VENV/cleanrl_peer/cleanrl_utils/$file"
 done
 git -C "$CLEANRL" rev-parse "$REV" > "$VENV/cleanrl_peer/COMMIT"
@@ -65,6 +69,7 @@ git -C "$CLEANRL" rev-parse "$REV" > "$VENV/cleanrl_peer/COMMIT"
 import ale_py, cv2, gymnasium as gym, numpy, shimmy, torch, tyro
 from torch.utils.tensorboard import SummaryWriter
 from cleanrl_utils.atari_wrappers import ClipRewardEnv, EpisodicLifeEnv, FireResetEnv, MaxAndSkipEnv, NoopResetEnv
+from cleanrl_utils.buffers import ReplayBuffer
 
 env = gym.make("BreakoutNoFrameskip-v4")
 assert env.spec.entry_point == "shimmy.atari_env:AtariEnv", env.spec.entry_point
@@ -75,4 +80,4 @@ print(f"peer venv ready: torch {torch.__version__}, gymnasium {gym.__version__},
       f"shimmy {shimmy.__version__}, numpy {numpy.__version__}, opencv {cv2.__version__}, tyro {tyro.__version__}")
 EOF
 )
-echo "CleanRL's ppo_atari.py at $(cat "$VENV/cleanrl_peer/COMMIT") in $VENV/cleanrl_peer"
+echo "CleanRL's ppo_atari.py and dqn_atari.py at $(cat "$VENV/cleanrl_peer/COMMIT") in $VENV/cleanrl_peer"

@@ -295,6 +295,7 @@ CLEANRL_EQUIVALENT = {
     "rainbow_atari": "rainbow_atari",
     "r2d2_async": None,
     "impala_atari": None,
+    "apex_dqn_atari": None,
 }
 """Our script -> CleanRL's file of the same algorithm (``cleanrl/<name>.py`` in its repository), if any."""
 

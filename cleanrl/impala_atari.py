@@ -51,7 +51,7 @@ from cleanrl_utils.cli import require, require_positive, require_range
 from cleanrl_utils.evals import Evaluation
 from cleanrl_utils.faults import check_finite, stop_signals_held
 from cleanrl_utils.files import read_file, script_name
-from cleanrl_utils.run import RunArgs, check_env, parse_args, start_run
+from cleanrl_utils.run import RunArgs, check_atari_or_vector_env, parse_args, start_run
 from cleanrl_utils.vector import SAME_STEP, vector_env
 
 try:  # the Atari games come with the atari extra; without it, --env-id says so
@@ -433,24 +433,6 @@ def check_args(args: Args) -> None:
     require(args.total_timesteps >= batch, "--total-timesteps", f"less than one batch of {batch} steps")
 
 
-def check_environment(args: Args) -> tuple[gym.Space, gym.Space]:
-    """Stop with one line unless --env-id is an Atari NoFrameskip game or has 1-D Box observations, with Discrete
-    actions; returns the observation space (Atari: after the preprocessing) and the action space."""
-    observation_space, action_space = check_env(args, gym.spaces.Discrete, gym.spaces.Box)
-    with gym.make(args.env_id) as env:
-        atari, frameskip = hasattr(env.unwrapped, "ale"), env.spec.kwargs.get("frameskip", 1)
-    trunk = f"is an Atari trunk; {args.env_id} gets the MLP (leave --network at its default)"
-    require(atari or args.network == "nature", "--network", f"{args.network} {trunk}")
-    if not atari:
-        shape = observation_space.shape
-        only = "impala_atari.py supports Atari games and 1-dimensional observations only"
-        require(len(shape) == 1, "--env-id", f"{args.env_id} has observations of shape {shape}; {only}")
-        return observation_space, action_space
-    require(frameskip == 1, "--env-id", f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id")
-    with make_env(args.env_id, 0, False, "")() as probe:
-        return probe.observation_space, probe.action_space
-
-
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` of a model saved by this script: actions sampled from π, as it trained
     (``deterministic=True``: the most probable); on Atari whole games with game rewards. ``options``: see
@@ -474,7 +456,9 @@ def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, *
 if __name__ == "__main__":
     # ---- plumbing: flags and --resume (bad input stops here), run directory, trackers, seeding, signals
     args, resumed = parse_args(Args, __file__, check_args)
-    observation_space, action_space = check_environment(args)
+    observation_space, action_space, atari = check_atari_or_vector_env(args, make_env(args.env_id, 0, False, ""))
+    trunk = f"is an Atari trunk; {args.env_id} gets the MLP (leave --network at its default)"
+    require(atari or args.network == "nature", "--network", f"{args.network} {trunk}")
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
     signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint, stop the actors, exit 143

@@ -88,13 +88,23 @@ import torch.nn as nn
 import torch.optim as optim
 from stable_baselines3.common import atari_wrappers  # SB3's Atari preprocessing
 
-from cleanrl_utils.actors import Shared, check_parent, learner_turn, spawn_actors, start_actors, stop_actors
+from cleanrl_utils.actors import (
+    Shared,
+    actors_may_step,
+    check_parent,
+    epsilon_ladder,
+    learner_may_update,
+    learner_turn,
+    spawn_actors,
+    start_actors,
+    stop_actors,
+)
 from cleanrl_utils.buffers import SequenceBuilder, SequenceReplayBuffer, sequence_priority
 from cleanrl_utils.cli import fail, flag_name, require, require_positive, require_range
 from cleanrl_utils.evals import Evaluation, run_episodes
 from cleanrl_utils.faults import EnvFault, check_finite, stop_signals_held
 from cleanrl_utils.files import read_file, script_name
-from cleanrl_utils.run import RunArgs, check_env, parse_args, start_run
+from cleanrl_utils.run import RunArgs, check_atari_or_vector_env, parse_args, start_run
 from cleanrl_utils.vector import SAME_STEP, real_next_obs, vector_env
 
 try:  # the Atari games come with the atari extra; without it, --env-id says so
@@ -294,17 +304,6 @@ def inverse_value_rescale(x: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:
     return torch.sign(x) * (((torch.sqrt(1.0 + 4.0 * eps * (x.abs() + 1.0 + eps)) - 1.0) / (2.0 * eps)) ** 2 - 1.0)
 
 
-def epsilon_ladder(num_envs: int, epsilon: float = 0.4, alpha: float = 7.0) -> np.ndarray:
-    """Ape-X exploration: env i of N acts with ε_i = ε^(1 + α i / (N − 1)) (Horgan et al. 2018, section 4.1).
-
-    Returns:
-        float64 ``[num_envs]``, from ε (i = 0) down to ε^(1+α) (i = N − 1); ``[ε]`` when N = 1.
-    """
-    if num_envs == 1:
-        return np.array([epsilon], dtype=np.float64)
-    return epsilon ** (1.0 + alpha * np.arange(num_envs) / (num_envs - 1))
-
-
 def n_step_targets(
     rewards: torch.Tensor,
     terminations: torch.Tensor,
@@ -421,9 +420,10 @@ def run_actor(
 
         def wait_for_learner() -> None:  # the throttle: do not run too far ahead of the learner
             while not shared.stop[0]:
-                collected = int(shared.actor_steps.sum()) - args.learning_starts
-                if collected <= int(shared.updates[0]) * per_update + lead and not shared.hold[0]:
-                    return
+                collected = int(shared.actor_steps.sum())
+                if actors_may_step(int(shared.updates[0]), collected, per_update, args.learning_starts, lead):
+                    if not shared.hold[0]:
+                        return
                 check_parent(parent_pid)
                 time.sleep(0.001)
 
@@ -523,22 +523,6 @@ def check_args(args: Args) -> None:
     require(not args.eval_interval or args.eval_episodes > 0, "--eval-episodes", "must be positive with --eval-interval")
 
 
-def check_environment(args: Args) -> tuple[gym.Space, gym.Space, bool]:
-    """Stop with one line unless --env-id is an Atari NoFrameskip game or has 1-D Box observations, with Discrete
-    actions; returns the observation space (Atari: after the preprocessing), the action space, and whether it is Atari."""
-    observation_space, action_space = check_env(args, gym.spaces.Discrete, gym.spaces.Box)
-    with gym.make(args.env_id) as env:
-        atari, frameskip = hasattr(env.unwrapped, "ale"), env.spec.kwargs.get("frameskip", 1)
-    if not atari:
-        shape = observation_space.shape
-        only = "r2d2_async.py supports Atari games and 1-dimensional observations only"
-        require(len(shape) == 1, "--env-id", f"{args.env_id} has observations of shape {shape}; {only}")
-        return observation_space, action_space, False
-    require(frameskip == 1, "--env-id", f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id")
-    with make_env(args.env_id, 0, False, "", frame_stack=args.frame_stack)() as probe:
-        return probe.observation_space, probe.action_space, True
-
-
 def evaluate(model_path: str, eval_episodes: int, epsilon: Optional[float] = None, **options) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` of a model saved by this script, ε-greedy (ε None: 0 on classic control,
     0.01 on Atari, where a greedy policy that never presses FIRE could stall a game); the LSTM state is reset to
@@ -556,7 +540,8 @@ def evaluate(model_path: str, eval_episodes: int, epsilon: Optional[float] = Non
 if __name__ == "__main__":
     # ---- plumbing: flags and --resume (bad input stops here), shared replay, run directory, trackers, seeding, signals
     args, resumed = parse_args(Args, __file__, check_args)
-    observation_space, action_space, atari = check_environment(args)
+    probe = make_env(args.env_id, 0, False, "", frame_stack=args.frame_stack)  # Atari: the preprocessed spaces
+    observation_space, action_space, atari = check_atari_or_vector_env(args, probe)
     T = args.burn_in + args.learn_length
     state_example = np.zeros((2, args.lstm_size), np.float32)
     builder = SequenceBuilder(1, args.burn_in, args.learn_length, observation_space, action_space, state_example)
@@ -604,7 +589,7 @@ if __name__ == "__main__":
             collected, global_step = learner_turn(run, shared, actors, state, step_offset, global_step, **counters)
             if run.stop_signal:  # after SIGTERM, with the checkpoint written: the actors stop, then exit 143
                 break
-            owed = (updates + 1) * per_update <= collected - args.learning_starts and len(rb) >= args.batch_size
+            owed = learner_may_update(updates, collected, per_update, args.learning_starts) and len(rb) >= args.batch_size
             if global_step >= args.total_timesteps:  # enough env steps: the actors hold, the learner
                 shared.hold[0] = 1  # makes the gradient steps the ratio still owes
                 if not owed:

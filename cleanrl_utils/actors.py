@@ -1,5 +1,5 @@
-"""Actor processes of the asynchronous scripts (r2d2_async.py, impala_atari.py): what a learner and its actors
-share, how actors start, report failures and stop.
+"""Actor processes of the asynchronous scripts (r2d2_async.py, apex_dqn_atari.py, impala_atari.py): what a learner
+and its actors share, how actors start, report failures and stop, the Ape-X ε ladder and the replay-ratio throttle.
 
 The layout is rlpyt's asynchronous runner (Stooke & Abbeel 2019, arXiv:1909.01500, section 3): the learner is
 the main process; actors are spawned processes that step their own envs with a copy of the policy, read its
@@ -19,6 +19,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
 import torch.nn as nn
 
@@ -178,6 +179,38 @@ def check_actors(actors: list, shared: Shared, run_dir: str | Path) -> None:
     raise ActorFailed(f"actor {actor_id} failed with {summary} (its traceback: {path})")
 
 
+def epsilon_ladder(num_envs: int, epsilon: float = 0.4, alpha: float = 7.0) -> np.ndarray:
+    """Ape-X exploration: env i of N acts with ε_i = ε^(1 + α i / (N − 1)) (Horgan et al. 2018, section 4.1).
+
+    Returns:
+        float64 ``[num_envs]``, from ε (i = 0) down to ε^(1+α) (i = N − 1); ``[ε]`` when N = 1.
+    """
+    if num_envs == 1:
+        return np.array([epsilon], dtype=np.float64)
+    return epsilon ** (1.0 + alpha * np.arange(num_envs) / (num_envs - 1))
+
+
+def learner_may_update(updates: int, collected: int, per_update: float, learning_starts: int) -> bool:
+    """The replay-ratio throttle, learner side: gradient step ``updates + 1`` is owed once the actors have collected
+    ``(updates + 1) x per_update`` env steps beyond ``learning_starts``.
+
+    Args:
+        updates: gradient steps made (in this process).
+        collected: env steps the actors collected (in this process).
+        per_update: env steps each gradient step needs: samples per batch / the replay ratio (samples learned on
+            per env step collected).
+        learning_starts: env steps collected before the first gradient step.
+    """
+    return (updates + 1) * per_update <= collected - learning_starts
+
+
+def actors_may_step(updates: int, collected: int, per_update: float, learning_starts: int, lead: float) -> bool:
+    """The replay-ratio throttle, actor side: the actors step on while what they collected beyond ``learning_starts``
+    is at most ``lead`` env steps more than the learner's ``updates`` have consumed (``updates x per_update``);
+    otherwise they wait for the learner. Arguments as :func:`learner_may_update`."""
+    return collected - learning_starts <= updates * per_update + lead
+
+
 def learner_turn(
     run: Any, shared: Shared, actors: list, state: dict, step_offset: int, global_step: int, **counters: Any
 ) -> tuple[int, int]:
@@ -219,4 +252,7 @@ __all__ = [
     "stop_actors",
     "check_actors",
     "learner_turn",
+    "epsilon_ladder",
+    "learner_may_update",
+    "actors_may_step",
 ]

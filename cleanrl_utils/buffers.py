@@ -537,8 +537,9 @@ class ReplayBuffer(_Storage):
         terminations: np.ndarray,
         truncations: np.ndarray,
         next_obs: Any,
-    ) -> None:
-        """Store one vector step, arrays ``[num_envs, ...]``.
+        columns: np.ndarray | list[int] | None = None,
+    ) -> np.ndarray:
+        """Store one vector step, arrays ``[num_envs, ...]`` (or ``[len(columns), ...]``).
 
         Args:
             obs: s_t of each env; for Dict/Tuple spaces the vector env's dict/tuple of arrays
@@ -550,47 +551,58 @@ class ReplayBuffer(_Storage):
                 observation (``infos["final_obs"]``), see :func:`cleanrl_utils.run.real_next_obs`.
                 Only the entries of envs whose episode ended are read; the others are the
                 ``obs`` of the next call.
+            columns: the columns this step writes, in the order of the arrays' rows (None: all):
+                several processes adding to one shared buffer each write their own columns
+                (Ape-X's actors).
+
+        Returns:
+            int64 ``[K]``: the flat slots ``row * num_envs + column`` that became sampleable in this
+            step (their n-step windows completed), for a caller that computes their priorities.
 
         Raises:
-            ValueError: the arrays are not ``[num_envs, ...]``, or (frame stacking) an episode's
-                first stack is not zero-padded.
+            ValueError: the arrays are not ``[num_envs, ...]`` (``[len(columns), ...]``), a column is out
+                of range, or (frame stacking) an episode's first stack is not zero-padded.
         """
+        columns = range(self.num_envs) if columns is None else [int(c) for c in columns]
+        if any(not 0 <= c < self.num_envs for c in columns):
+            raise ValueError(f"columns must be in [0, {self.num_envs}), got {list(columns)}")
         terminations, truncations = np.asarray(terminations, bool), np.asarray(truncations, bool)
-        if np.shape(rewards)[:1] != (self.num_envs,) or terminations.shape != (self.num_envs,):
+        if np.shape(rewards)[:1] != (len(columns),) or terminations.shape != (len(columns),):
             raise ValueError(
-                f"add takes one vector step of num_envs={self.num_envs} envs: rewards and "
-                f"terminations shaped [{self.num_envs}], got {np.shape(rewards)} and {terminations.shape}"
+                f"add takes one vector step of {len(columns)} envs (num_envs={self.num_envs}, or its columns): rewards "
+                f"and terminations shaped [{len(columns)}], got {np.shape(rewards)} and {terminations.shape}"
             )
         obs, next_obs = self._as_observation(obs), self._as_observation(next_obs)
         with self._lock:
-            self._add(obs, actions, rewards, terminations, truncations, next_obs)
+            changed = self._add(obs, actions, rewards, terminations, truncations, next_obs, columns)
+        return np.array([slot for slot, valid in changed if valid], dtype=np.int64)
 
     def _as_observation(self, obs: Any) -> Any:
         """A vector env's dict / tuple observation as the namedarraytuple the storage uses."""
         return conform(obs, self.observations)
 
-    def _add(self, obs, actions, rewards, terminations, truncations, next_obs) -> None:
+    def _add(self, obs, actions, rewards, terminations, truncations, next_obs, columns) -> list[tuple[int, bool]]:
         # One environment at a time, in plain Python: for the few envs of an off-policy run this
         # is several times faster than numpy calls on arrays of num_envs elements.
         cap, n, E, k = self.capacity, self.n_step, self.num_envs, self.frame_stack
         frames = self._newest_frame(obs)
         changed: list[tuple[int, bool]] = []  # slots that became (un)sampleable
-        for e in range(E):
-            row, ended = int(self.pos[e]), bool(terminations[e] or truncations[e])
+        for i, e in enumerate(columns):  # row i of the arrays, column e of the buffer
+            row, ended = int(self.pos[e]), bool(terminations[i] or truncations[i])
             # The rows about to be written (the transition, and the final observation where the
             # episode ended) stop being sampleable; so do the k - 1 rows after them, the oldest
             # of the ring, whose frame stacks would reach back into the new data.
             for j in range(k + ended):
                 self._mark((row + j) % cap * E + e, False, changed)
             self.versions[row, e] += 1
-            self.observations[row, e] = frames[e]
-            self.actions[row, e] = actions[e]
-            self.rewards[row, e] = rewards[e]
-            self.terminations[row, e] = terminations[e]
-            self.truncations[row, e] = truncations[e]
+            self.observations[row, e] = frames[i]
+            self.actions[row, e] = actions[i]
+            self.rewards[row, e] = rewards[i]
+            self.terminations[row, e] = terminations[i]
+            self.truncations[row, e] = truncations[i]
             length = int(self.episode_rows[e]) + 1  # transitions of this episode so far
             self.first[row, e] = length == 1
-            if length == 1 and k > 1 and obs[e, :-1].any():
+            if length == 1 and k > 1 and obs[i, :-1].any():
                 raise ValueError(
                     "the first frame stack of an episode must be zero-padded before its first frame, as "
                     "FrameStackObservation(padding_type='zero') or SB3's VecFrameStack give (and each "
@@ -602,7 +614,7 @@ class ReplayBuffer(_Storage):
             if ended:  # and the last min(n, length) transitions of an ended episode.
                 final = (row + 1) % cap
                 self.versions[final, e] += 1
-                self.observations[final, e] = self._newest_frame(next_obs)[e]
+                self.observations[final, e] = self._newest_frame(next_obs)[i]
                 self.rewards[final, e] = 0.0
                 self.terminations[final, e] = self.truncations[final, e] = self.first[final, e] = False
                 for j in range(min(n, length)):
@@ -613,6 +625,7 @@ class ReplayBuffer(_Storage):
             self.written[e] += 1 + ended
         if changed:
             self._on_valid_change(changed)
+        return changed
 
     def _newest_frame(self, obs: Any) -> Any:
         return obs[:, -1] if self.frame_stack > 1 else obs
@@ -641,6 +654,18 @@ class ReplayBuffer(_Storage):
         with self._lock:
             flat = self._uniform_indices(batch_size)
             return self._gather(flat, None)
+
+    def transitions(self, slots: np.ndarray) -> tuple[ReplaySamples, np.ndarray]:
+        """The transitions at flat slots ``slots`` (``[K]``, sampleable ones, such as :meth:`add` returns) with their
+        n-step windows, and the slots' versions (int64 ``[K]``, for :meth:`PrioritizedReplayBuffer.update_priorities`),
+        read together under the lock.
+
+        Returns:
+            :data:`ReplaySamples` with ``weights`` None, and the versions.
+        """
+        flat = np.asarray(slots, dtype=np.int64)
+        with self._lock:
+            return self._gather(flat, None), self.versions.reshape(-1)[flat].copy()
 
     def _uniform_indices(self, batch_size: int) -> np.ndarray:
         if self.counts[0] == 0:
@@ -736,6 +761,17 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.alpha, self.eps = alpha, eps
         super().__init__(capacity, num_envs, observation_space, action_space, n_step, frame_stack, device, seed, shared)
         self.max_priority[0] = 1.0
+        self._initial_priority: float | None = None
+
+    def add(self, *step: Any, columns: Any = None, initial_priority: float | None = None) -> np.ndarray:
+        """:meth:`ReplayBuffer.add`; each transition that becomes sampleable gets the largest priority seen so far
+        (Schaul et al. 2016, Algorithm 1, line 6) or, given, ``initial_priority`` p (0 keeps it out of sampling until
+        :meth:`update_priorities` sets its own, as Ape-X's actors do: Horgan et al. 2018, section 3)."""
+        self._initial_priority = initial_priority
+        try:
+            return super().add(*step, columns=columns)
+        finally:
+            self._initial_priority = None
 
     def _bind(self) -> None:
         super()._bind()
@@ -756,9 +792,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.tree.update(np.arange(self.tree.size), leaves[: self.tree.size].copy())  # every sum recomputed from the leaves
 
     def _on_valid_change(self, changed: list[tuple[int, bool]]) -> None:
-        # a transition becomes sampleable with the largest priority so far; a stale one with 0
+        # a transition becomes sampleable with the largest priority so far (or the caller's); a stale one with 0
         slots, valid = zip(*changed)
-        self.tree.update(np.array(slots), np.where(valid, self.max_priority[0] ** self.alpha, 0.0))
+        initial = self.max_priority[0] if self._initial_priority is None else self._initial_priority
+        self.tree.update(np.array(slots), np.where(valid, initial**self.alpha, 0.0))
 
     def sample(self, batch_size: int, beta: float = 1.0) -> ReplaySamples:
         """Draw ``batch_size`` transitions with probability P(i), with their importance weights.

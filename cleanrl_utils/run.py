@@ -379,6 +379,35 @@ def check_env(
     return observation_space, action_space
 
 
+def check_atari_or_vector_env(args: Any, make_env: Callable[[], gym.Env]) -> tuple[gym.Space, gym.Space, bool]:
+    """:func:`check_env` for the scripts that take an Atari game or a task with flat observations (the asynchronous
+    ones): stop with one line unless ``args.env_id`` is an Atari NoFrameskip game or has 1-D Box observations, with
+    Discrete actions.
+
+    Args:
+        args: the run's ``Args`` (as :func:`check_env`).
+        make_env: makes one env of the script's own preprocessing (a ``make_env(...)`` thunk); called for an Atari
+            game only, whose spaces are those after the preprocessing.
+
+    Returns:
+        ``(observation_space, action_space, atari)``.
+
+    Raises:
+        SystemExit: (status 2, one line on stderr) for an unknown id, unsupported spaces, or a game that skips frames
+            itself.
+    """
+    observation_space, action_space = check_env(args, gym.spaces.Discrete, gym.spaces.Box)
+    with gym.make(args.env_id) as env:
+        atari, frameskip = hasattr(env.unwrapped, "ale"), env.spec.kwargs.get("frameskip", 1)
+    if not atari:
+        shape, only = observation_space.shape, f"{args.script}.py supports Atari games and 1-dimensional observations only"
+        require(len(shape) == 1, "--env-id", f"{args.env_id} has observations of shape {shape}; {only}")
+        return observation_space, action_space, False
+    require(frameskip == 1, "--env-id", f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id")
+    with make_env() as probe:
+        return probe.observation_space, probe.action_space, True
+
+
 def seed_everything(seed: int, torch_deterministic: bool) -> None:
     """Seed python's, numpy's and torch's global generators; ask cuDNN for determinism.
 
@@ -1041,6 +1070,7 @@ __all__ = [
     "parse_args",
     "check_run_args",
     "check_env",
+    "check_atari_or_vector_env",
     "seed_everything",
     "start_run",
     "Run",

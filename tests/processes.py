@@ -1,5 +1,5 @@
-"""Process helpers of the tests of the asynchronous scripts (r2d2_async.py, impala_atari.py): start a script in its
-own process group, find its descendants, and the shared-memory files live processes map."""
+"""Process helpers of the tests of the asynchronous scripts (r2d2_async.py, apex_dqn_atari.py, impala_atari.py): start
+a script in its own process group, find its descendants, and the shared-memory files live processes map."""
 
 import os
 import signal
