@@ -18,9 +18,9 @@ collected) keeps actors and learner in step: the learner waits when it is ahead,
 What this file changes against the paper: a few actors on one machine instead of 360, and a batch of 32 at
 dqn_atari.py's replay ratio of 8 by default instead of 512 at whatever rate the actors give; fused Adam, as
 dqn_atari.py, instead of centered RMSProp (on a CPU its update of the 3.3M parameters is several times cheaper:
-benchmark/README.md, Ape-X); truncation is not
-termination (a time-limit truncation bootstraps from its real final observation); actors compute the priority
-of a transition when its n-step window completes, with their network as both online and target network.
+benchmark/README.md, Ape-X); the learner on two torch threads and the actors niced below it; truncation is not
+termination (a time-limit truncation bootstraps from its real final observation); actors compute the priority of
+a transition when its n-step window completes, with their network as both online and target network.
 
 Asynchronous, so not reproducible: ``--resume`` continues from the checkpoint (networks, optimiser, counters)
 with an empty replay refilled for ``--learning-starts`` steps and fresh episodes in the actors' envs, and loses
@@ -30,7 +30,7 @@ Run:
     python cleanrl/apex_dqn_atari.py --env-id BreakoutNoFrameskip-v4 --num-actors 2
     python cleanrl/apex_dqn_atari.py --env-id CartPole-v1 --num-actors 2 --num-envs 4 --hidden-size 128 \\
         --n-step 1 --learning-rate 5e-4 --adam-eps 1e-5 --batch-size 64 --replay-ratio 32 --publish-interval 1 \\
-        --buffer-size 100000 --target-network-frequency 50 --learning-starts 1000 --total-timesteps 80000 --torch-threads 1
+        --buffer-size 100000 --target-network-frequency 50 --learning-starts 1000 --total-timesteps 96000 --torch-threads 1
 """
 
 import os
