@@ -99,7 +99,8 @@ class Args(RunArgs):
     replay_ratio: float = 8.0
     """transitions learned on per env step collected (dqn_atari.py: a batch of 32 every 4 steps, 8)"""
     actor_lead: int = 0
-    """env steps the actors may run ahead of the replay ratio before they wait (0: see actor_lead())"""
+    """env steps the actors may run ahead of the replay ratio before they wait (0: four batches' worth, plus one step of
+    every env)"""
     learning_starts: int = 50000
     """env steps collected before the first gradient step (also the refill after --resume)"""
     learning_rate: float = 1e-4
