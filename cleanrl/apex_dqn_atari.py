@@ -48,14 +48,13 @@ from stable_baselines3.common import atari_wrappers  # SB3's Atari preprocessing
 
 from cleanrl_utils.actors import (
     Shared,
-    actors_may_step,
-    check_parent,
     epsilon_ladder,
     learner_may_update,
     learner_turn,
     spawn_actors,
     start_actors,
     stop_actors,
+    wait_for_learner,
 )
 from cleanrl_utils.buffers import PrioritizedReplayBuffer, ReplaySamples
 from cleanrl_utils.cli import fail, flag_name, require, require_positive, require_range
@@ -304,13 +303,8 @@ def run_actor(actor_id: int, shared: Shared, args: Args, rb: PrioritizedReplayBu
                 shared.episodes.put((actor_id, first + e, float(final["episode"]["r"][e]), int(final["episode"]["l"][e])))
             obs = next_obs
             shared.actor_steps[actor_id] += E
-            while not shared.stop[0]:  # the throttle: do not run too far ahead of the learner
-                check_parent(parent_pid)
-                collected = int(shared.actor_steps.sum())
-                if actors_may_step(int(shared.updates[0]), collected, per_update, args.learning_starts, lead):
-                    if not shared.hold[0]:  # (held once --total-timesteps are collected)
-                        break
-                time.sleep(0.005)  # waking less often leaves the learner's threads their cores
+            # the throttle: not too far ahead of the learner (waking every 5 ms leaves the learner's threads their cores)
+            wait_for_learner(shared, per_update, args.learning_starts, lead, parent_pid, poll=0.005)
     finally:
         envs.close()
 

@@ -90,14 +90,13 @@ from stable_baselines3.common import atari_wrappers  # SB3's Atari preprocessing
 
 from cleanrl_utils.actors import (
     Shared,
-    actors_may_step,
-    check_parent,
     epsilon_ladder,
     learner_may_update,
     learner_turn,
     spawn_actors,
     start_actors,
     stop_actors,
+    wait_for_learner,
 )
 from cleanrl_utils.buffers import SequenceBuilder, SequenceReplayBuffer, sequence_priority
 from cleanrl_utils.cli import fail, flag_name, require, require_positive, require_range
@@ -418,15 +417,6 @@ def run_actor(
             before[k], states[k] = states[k], after
             return np.where(explore, rng.integers(num_actions, size=len(greedy)), greedy)
 
-        def wait_for_learner() -> None:  # the throttle: do not run too far ahead of the learner
-            while not shared.stop[0]:
-                collected = int(shared.actor_steps.sum())
-                if actors_may_step(int(shared.updates[0]), collected, per_update, args.learning_starts, lead):
-                    if not shared.hold[0]:
-                        return
-                check_parent(parent_pid)
-                time.sleep(0.001)
-
         def result(j: int) -> tuple:  # group j's step, under --env-timeout (a sync env steps in a thread, untimed)
             try:
                 return pending[j].result(timeout=args.env_timeout)
@@ -460,8 +450,7 @@ def run_actor(
                     episode = (actor_id, group_envs[j][e], float(final["episode"]["r"][e]), int(final["episode"]["l"][e]))
                     shared.episodes.put(episode)
                 shared.actor_steps[actor_id] += len(group_envs[j])
-                check_parent(parent_pid)
-                wait_for_learner()
+                wait_for_learner(shared, per_update, args.learning_starts, lead, parent_pid)  # not too far ahead
                 k = j
             for j in (0, 1):
                 result(j)

@@ -211,6 +211,20 @@ def actors_may_step(updates: int, collected: int, per_update: float, learning_st
     return collected - learning_starts <= updates * per_update + lead
 
 
+def wait_for_learner(
+    shared: Shared, per_update: float, learning_starts: int, lead: float, parent_pid: int, poll: float = 0.001
+) -> None:
+    """Actor, after each step: wait while :func:`actors_may_step` says the actors are too far ahead of the learner, or
+    the learner holds them (``shared.hold``: --total-timesteps collected); return at once on ``shared.stop``. Checks
+    every ``poll`` seconds, and raises ``RuntimeError`` if the learner (process ``parent_pid``) is gone."""
+    while not shared.stop[0]:
+        check_parent(parent_pid)
+        if actors_may_step(int(shared.updates[0]), int(shared.actor_steps.sum()), per_update, learning_starts, lead):
+            if not shared.hold[0]:
+                return
+        time.sleep(poll)
+
+
 def learner_turn(
     run: Any, shared: Shared, actors: list, state: dict, step_offset: int, global_step: int, **counters: Any
 ) -> tuple[int, int]:
@@ -255,4 +269,5 @@ __all__ = [
     "epsilon_ladder",
     "learner_may_update",
     "actors_may_step",
+    "wait_for_learner",
 ]

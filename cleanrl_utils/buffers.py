@@ -563,9 +563,12 @@ class ReplayBuffer(_Storage):
             ValueError: the arrays are not ``[num_envs, ...]`` (``[len(columns), ...]``), a column is out
                 of range, or (frame stacking) an episode's first stack is not zero-padded.
         """
-        columns = range(self.num_envs) if columns is None else [int(c) for c in columns]
-        if any(not 0 <= c < self.num_envs for c in columns):
-            raise ValueError(f"columns must be in [0, {self.num_envs}), got {list(columns)}")
+        if columns is None:
+            columns = range(self.num_envs)
+        else:
+            columns = [int(c) for c in columns]
+            if any(not 0 <= c < self.num_envs for c in columns):
+                raise ValueError(f"columns must be in [0, {self.num_envs}), got {columns}")
         terminations, truncations = np.asarray(terminations, bool), np.asarray(truncations, bool)
         if np.shape(rewards)[:1] != (len(columns),) or terminations.shape != (len(columns),):
             raise ValueError(
