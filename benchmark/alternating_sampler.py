@@ -14,7 +14,13 @@ control), one torch thread, no learning. The three samplers:
 Modes alternate round by round (the machine's load falls on each alike); each round times ``--steps`` vector
 steps after ``--warmup``. Steps per second are env steps (``num_envs`` per vector step) over the wall time.
 
+With ``--whole-script``, whole training runs of ppo_atari.py with each ``--env-mode`` (its loop pipelines the two
+groups as ``run_alternating`` does) are timed instead, alternating mode by mode in each round, each a fresh
+process on one torch thread for ``--total-timesteps``; a run's steady rate is read from its TensorBoard events
+(env steps per second of wall time from its first rollout's end to its last: start-up excluded).
+
     python benchmark/alternating_sampler.py --env-id BreakoutNoFrameskip-v4 --num-envs 8 --rounds 3
+    python benchmark/alternating_sampler.py --whole-script --total-timesteps 10240 --rounds 3
 """
 
 from __future__ import annotations
@@ -22,7 +28,9 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -100,6 +108,19 @@ def run_alternating(env_id: str, num_envs: int, steps: int, warmup: int) -> floa
             g.close()
 
 
+def run_script(env_id: str, num_envs: int, mode: str, total_timesteps: int) -> float:
+    """Steady env steps per second of one training run of ppo_atari.py with ``--env-mode mode``."""
+    from apex_speed import steady_rate
+
+    command = [sys.executable, str(ROOT / "cleanrl/ppo_atari.py"), "--env-id", env_id, "--env-mode", mode]
+    command += ["--num-envs", str(num_envs)]
+    command += ["--total-timesteps", str(total_timesteps), "--seed", "1", "--torch-threads", "1"]
+    with tempfile.TemporaryDirectory() as folder:
+        subprocess.run(command, cwd=folder, check=True, capture_output=True)
+        (run_dir,) = list((Path(folder) / "runs").iterdir())
+        return steady_rate(run_dir, num_envs * 128)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env-id", default="BreakoutNoFrameskip-v4")
@@ -108,6 +129,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--modes", nargs="+", default=["sync", "async", "alternating"])
+    parser.add_argument("--whole-script", action="store_true", help="time whole ppo_atari.py runs instead")
+    parser.add_argument("--total-timesteps", type=int, default=10240, help="each whole run's steps")
     parser.add_argument("--json", help="append the results to this JSON file")
     args = parser.parse_args()
     if args.num_envs < 2 or args.num_envs % 2:
@@ -116,7 +139,9 @@ def main() -> None:
     results = {mode: [] for mode in args.modes}
     for r in range(args.rounds):
         for mode in args.modes:
-            if mode == "alternating":
+            if args.whole_script:
+                sps = run_script(args.env_id, args.num_envs, mode, args.total_timesteps)
+            elif mode == "alternating":
                 sps = run_alternating(args.env_id, args.num_envs, args.steps, args.warmup)
             else:
                 sps = run_single(args.env_id, args.num_envs, mode, args.steps, args.warmup)
@@ -130,7 +155,11 @@ def main() -> None:
         path = Path(args.json)
         data = json.loads(path.read_text()) if path.exists() else {"results": []}
         data = {**data, **provenance.describe()}  # the latest measurement's commit and machine
-        data["results"].append({"env_id": args.env_id, "num_envs": args.num_envs, "steps": args.steps, "sps": results})
+        if args.whole_script:
+            run = {"script": "ppo_atari.py", "total_timesteps": args.total_timesteps, "torch_threads": 1}
+        else:
+            run = {"steps": args.steps}
+        data["results"].append({"env_id": args.env_id, "num_envs": args.num_envs, **run, "sps": results})
         path.write_text(json.dumps(data, indent=1) + "\n")
 
 

@@ -2,11 +2,12 @@
 CleanRL's) at the same replay ratio.
 
 1. The learner's bound: the script's learner step (a prioritized batch of 32 from a replay of real Breakout
-   transitions, ``td_errors`` with online and target network, backward, gradient clip, centered RMSProp, the
-   priority update, the publication to shared memory), timed alone on one torch thread with nothing else running;
+   transitions, ``td_errors`` with online and target network, backward, gradient clip, the script's fused Adam, the
+   priority update, a publication to shared memory every ``--publish-interval`` updates), timed alone on the
+   learner's torch threads (the script's default) with nothing else running;
    env steps per second = updates per second x batch / replay ratio (32 / 8: 4 env steps per update).
 2. Whole runs, alternating in each of ``--rounds`` rounds, each side using both cores its own way: apex_dqn_atari.py
-   at its defaults (2 actors x 4 envs stepped in the actors, the learner on one torch thread), ours dqn_atari.py
+   at its defaults (2 actors x 4 envs stepped in the actors, the learner on its 2 torch threads), ours dqn_atari.py
    with ``--torch-threads 2``, at its defaults and with ``--double-q --dueling`` (the networks and passes of Ape-X's
    learner), and CleanRL's dqn_atari.py (fe8d8a0, from the venv of benchmark/cleanrl_atari_venv.sh, torch at its
    default threads): each ``--steps`` env steps, learning from ``--learning-starts``, batch 32 every 4 steps,
@@ -65,34 +66,34 @@ def learner_bound(fill: int, updates: int, threads: int) -> dict:
     args = apex_dqn_atari.Args()
     q_network = apex_dqn_atari.DuelingQNetwork(space.shape, int(actions_space.n), args.hidden_size)
     target_network = apex_dqn_atari.DuelingQNetwork(space.shape, int(actions_space.n), args.hidden_size)
-    optimizer = torch.optim.RMSprop(q_network.parameters(), lr=args.learning_rate, alpha=0.95, eps=1.5e-7, centered=True)
+    optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=True)
     shared = Shared(sum(p.numel() for p in q_network.parameters()), 1)
 
-    def update() -> None:  # the script's learner step, as its loop makes it
+    def update(count: int) -> None:  # the script's learner step, as its loop makes it
         data = rb.sample(BATCH, args.importance_beta)
         versions = rb.versions.reshape(-1)[data.indices.numpy()].copy()
-        td_error, _ = apex_dqn_atari.td_errors(q_network, target_network, data, args.gamma)
+        td_error, q_taken = apex_dqn_atari.td_errors(q_network, target_network, data, args.gamma)
         loss = (data.weights * td_error.square()).mean()
         optimizer.zero_grad()
         loss.backward()
-        nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm)
+        nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm, foreach=True)
         optimizer.step()
         rb.update_priorities(data.indices, td_error.detach().abs(), versions)
-        shared.publish(q_network)
+        if count % args.publish_interval == 0:
+            shared.publish(q_network)
+        loss.item(), q_taken.mean().item()
 
-    for _ in range(20):
-        update()
-    times = []
-    for _ in range(updates):
-        start = time.perf_counter()
-        update()
-        times.append(time.perf_counter() - start)
-    per_update = statistics.median(times)
+    for count in range(20):
+        update(count)
+    start = time.perf_counter()
+    for count in range(updates):  # timed as a whole: a publication falls on one update in publish_interval
+        update(count)
+    per_update = (time.perf_counter() - start) / updates
     return {
         "torch_threads": threads,
         "fill_steps": fill,
         "updates_timed": updates,
-        "median_update_ms": round(1000 * per_update, 2),
+        "mean_update_ms": round(1000 * per_update, 2),
         "updates_per_second": round(1 / per_update, 1),
         "bound_env_steps_per_second": round(BATCH / RATIO / per_update, 1),
     }

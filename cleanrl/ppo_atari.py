@@ -67,8 +67,9 @@ class Args(RunArgs):
 
     env_id: str = "BreakoutNoFrameskip-v4"
     """gymnasium id of an Atari game (a NoFrameskip-v4 id: frame skipping is done here)"""
-    env_mode: Literal["sync", "async"] = "sync"
-    """step the envs in this process (sync) or in one subprocess each (async)"""
+    env_mode: Literal["sync", "async", "alternating"] = "sync"
+    """step the envs in this process (sync), in one subprocess each (async), or in two groups of subprocesses, the
+    policy acting for one group while the other steps (alternating)"""
     total_timesteps: int = 10000000
     """total agent steps, summed over envs (4 frames each)"""
     learning_rate: float = 2.5e-4
@@ -288,6 +289,7 @@ def check_args(args: Args) -> None:
     require(not args.norm_adv or args.minibatch_size >= 2, "--num-minibatches", "too small to normalise advantages")
     rollout = f"{args.batch_size} steps (--num-envs {args.num_envs} x --num-steps {args.num_steps})"
     require(args.num_iterations > 0, "--total-timesteps", f"less than one rollout of {rollout}")
+    require(args.env_mode != "alternating" or args.num_envs >= 2, "--env-mode", "alternating needs --num-envs 2 or more")
     check_env(args, gym.spaces.Discrete, gym.spaces.Box, id_suffix="NoFrameskip-v4")
     with gym.make(args.env_id) as game:  # an ALE game that leaves the frame skipping to make_env
         ids = f"{args.script}.py takes ALE ids such as BreakoutNoFrameskip-v4"
@@ -364,20 +366,28 @@ if __name__ == "__main__":
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
-        for step in range(T):
-            global_step += N
-            obs[step] = torch.as_tensor(next_obs)
-            with torch.inference_mode():
-                action, logprob, _, value = agent.get_action_and_value(obs[step])
-            actions[step], logprobs[step], values[step] = action, logprob, value
-
-            next_obs, reward, termination, truncation, infos = envs.step(action.cpu().numpy())
-            rewards[step], terminations[step], dones[step] = reward, termination, termination | truncation
-            # Truncated (not terminated) envs will bootstrap from their real final observation.
-            truncated[step] = truncation & ~termination
-            if truncated[step].any():
-                final_obs[step, truncated[step]] = real_next_obs(next_obs, infos)[truncated[step]]
-            run.log_episodes(global_step, infos)
+        # The envs step in groups of columns: one group of all N, or with --env-mode alternating two halves, so
+        # that the policy acts for one half while the other steps. Step t's results are received at loop step
+        # t + 1 (step T only receives).
+        for step in range(T + 1):
+            for g, cols in enumerate(envs.groups):
+                if step > 0:
+                    next_obs[cols], reward, termination, truncation, infos = envs.receive(g)
+                    t = step - 1
+                    rewards[t, cols], terminations[t, cols], dones[t, cols] = reward, termination, termination | truncation
+                    # Truncated (not terminated) envs will bootstrap from their real final observation.
+                    truncated[t, cols] = ended = truncation & ~termination
+                    if ended.any():
+                        final_obs[t, cols][ended] = real_next_obs(next_obs[cols], infos)[ended]
+                    run.log_episodes(global_step, infos)
+                if step < T:
+                    obs[step, cols] = torch.as_tensor(next_obs[cols])
+                    with torch.inference_mode():
+                        action, logprob, _, value = agent.get_action_and_value(obs[step, cols])
+                    actions[step, cols], logprobs[step, cols], values[step, cols] = action, logprob, value
+                    envs.send(g, action.cpu().numpy())
+            if step < T:
+                global_step += N
 
         # Bootstrap values: V(final obs) at truncations and V(obs after the rollout); then GAE
         with torch.no_grad():

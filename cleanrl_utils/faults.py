@@ -121,7 +121,7 @@ def check_parameters(modules: dict[str, Any], what: str) -> None:
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
-def check_env_step(rewards: np.ndarray, observations: Any, infos: dict, step: int) -> None:
+def check_env_step(rewards: np.ndarray, observations: Any, infos: dict, step: int, first: int = 0) -> None:
     """Raise :class:`EnvFault` naming the env whose reward or (floating) observation is not finite.
 
     A float64 reward beyond float32's range (1e300) is refused too: the scripts store rewards as float32.
@@ -132,6 +132,7 @@ def check_env_step(rewards: np.ndarray, observations: Any, infos: dict, step: in
             or a dict/tuple of such arrays.
         infos: the step's infos; the final observations of ended episodes (``"final_obs"``) are checked too.
         step: the vector env's step count, for the message.
+        first: the run's index of the env in row 0 (a group of an alternating sampler), for the message.
     """
     # The common case (all finite, no episode ended) in two sums: NaN and infinity carry through a sum, a
     # reward beyond float32's range is infinite once summed in float32; a sum that merely overflows only
@@ -144,17 +145,18 @@ def check_env_step(rewards: np.ndarray, observations: Any, infos: dict, step: in
             return
     if not np.isfinite(rewards).all():
         index = int(np.flatnonzero(~np.isfinite(rewards))[0])
-        raise EnvFault(f"env {index} returned a non-finite reward ({rewards[index]}) at vector step {step}")
+        raise EnvFault(f"env {first + index} returned a non-finite reward ({rewards[index]}) at vector step {step}")
     if np.abs(rewards).max(initial=0.0) > _FLOAT32_MAX:  # stored as float32: inf
         index = int(np.flatnonzero(np.abs(rewards) > _FLOAT32_MAX)[0])
-        raise EnvFault(f"env {index} returned a reward ({rewards[index]:g}) beyond float32's range at vector step {step}")
+        reward = f"a reward ({rewards[index]:g}) beyond float32's range"
+        raise EnvFault(f"env {first + index} returned {reward} at vector step {step}")
     index = _non_finite_row(observations)
     if index is not None:
-        raise EnvFault(f"env {index} returned a non-finite observation at vector step {step}")
+        raise EnvFault(f"env {first + index} returned a non-finite observation at vector step {step}")
     if "final_obs" in infos:
         for index in np.flatnonzero(infos["_final_obs"]):
             if _non_finite_row(infos["final_obs"][index], batched=False) is not None:
-                raise EnvFault(f"env {index} returned a non-finite final observation at vector step {step}")
+                raise EnvFault(f"env {first + index} returned a non-finite final observation at vector step {step}")
 
 
 def _non_finite_row(observations: Any, batched: bool = True) -> int | None:

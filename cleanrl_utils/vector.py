@@ -3,7 +3,8 @@
 The scripts build their environments themselves (``make_env`` in each script shows every
 wrapper); this module holds what is not specific to a script:
 
-- :func:`vector_env`: ``env_fns`` stepped in this process or in one subprocess each, with the
+- :func:`vector_env`: ``env_fns`` stepped in this process, in one subprocess each, or in two groups of
+  subprocesses stepped in turn (:class:`AlternatingVectorEnv`, rlpyt's alternating sampler), with the
   autoreset mode the script names;
 - :class:`ReplayableEnv`: the wrapper that lets a checkpoint rebuild an env's exact state, and
   :func:`envs_state` / :func:`restore_envs` that save and restore every env of a vector env;
@@ -65,7 +66,11 @@ def vector_env(
     autoreset_mode: gym.vector.AutoresetMode = SAME_STEP,
     timeout: float = 600.0,
 ) -> gym.vector.VectorEnv:
-    """``env_fns`` vectorised in this process (``"sync"``) or in one subprocess each (``"async"``).
+    """``env_fns`` vectorised in this process (``"sync"``), in one subprocess each (``"async"``), or in two groups of
+    subprocesses stepped in turn (``"alternating"``).
+
+    Each vector env also has ``groups``, ``send`` and ``receive`` (:class:`AlternatingVectorEnv`; one group of
+    every env in the other modes), so that one rollout loop serves every mode.
 
     Async subprocesses start from a ``forkserver`` (a fresh interpreter: a fork of a process
     whose torch/OpenMP thread pools run can crash the child), so ``env_fns`` must be picklable
@@ -90,13 +95,14 @@ def vector_env(
 
     Args:
         env_fns: one thunk per env, each returning a ``gym.Env``.
-        env_mode: ``"sync"`` or ``"async"``.
+        env_mode: ``"sync"``, ``"async"`` or ``"alternating"`` (two groups of async envs, see
+            :class:`AlternatingVectorEnv`).
         autoreset_mode: gymnasium's autoreset mode (the scripts use :data:`SAME_STEP`).
         timeout: seconds an async worker may take to answer (``--env-timeout``); sync envs run
             in this process and are not timed.
 
     Raises:
-        ValueError: ``env_mode`` is neither ``"sync"`` nor ``"async"``.
+        ValueError: ``env_mode`` is none of these; ``"alternating"`` with fewer than 2 envs.
     """
     headless_rendering()
     if env_mode == "sync":
@@ -111,7 +117,14 @@ def vector_env(
             except BaseException as error:
                 _stopped_while_starting(error)
                 raise
-    raise ValueError(f"env_mode must be 'sync' or 'async', got {env_mode!r}")
+    if env_mode == "alternating":
+        with stop_signals_held():
+            try:
+                return AlternatingVectorEnv(env_fns, autoreset_mode, timeout)
+            except BaseException as error:
+                _stopped_while_starting(error)
+                raise
+    raise ValueError(f"env_mode must be 'sync', 'async' or 'alternating', got {env_mode!r}")
 
 
 def headless_rendering() -> None:
@@ -281,13 +294,14 @@ def reset_problem(result: Any, space: gym.Space | None = None) -> str | None:
     return problem
 
 
-def check_final_observations(space: gym.Space, infos: dict, step: int) -> None:
+def check_final_observations(space: gym.Space, infos: dict, step: int, first: int = 0) -> None:
     """Raise :class:`EnvFault` naming the first env whose final observation (``infos["final_obs"]``, where an
-    episode ended) does not fit ``space`` (:func:`space_problem`); ``step``: the vector step, for the message."""
+    episode ended) does not fit ``space`` (:func:`space_problem`); ``step``: the vector step, for the message;
+    ``first``: the run's index of the env in row 0 (a group of an alternating sampler)."""
     for index in np.flatnonzero(infos["_final_obs"]):
         problem = space_problem(space, infos["final_obs"][index], "final observation")
         if problem is not None:
-            raise EnvFault(f"env {index} returned a {problem} at vector step {step}")
+            raise EnvFault(f"env {first + index} returned a {problem} at vector step {step}")
 
 
 def unpacked_step(result: Any, index: int, step: int | None = None) -> tuple:
@@ -357,7 +371,26 @@ class _FirstCallsChecked:
         setattr(base, name, checked)
 
 
-class SyncVectorEnv(gym.vector.SyncVectorEnv):
+class _OneGroup:
+    """The stepping interface of :class:`AlternatingVectorEnv` for a vector env whose envs form one group, so that a
+    rollout loop written for groups runs with every ``--env-mode``: ``groups`` is ``[slice(0, num_envs)]``, and
+    ``send(0, actions)`` then ``receive(0)`` is one ``step(actions)``."""
+
+    @property
+    def groups(self) -> list[slice]:
+        """The one group of all envs."""
+        return [slice(0, self.num_envs)]
+
+    def send(self, group: int, actions) -> None:
+        """Start a step of every env with its action ``actions[i]`` (``group`` is 0)."""
+        self.step_async(actions)
+
+    def receive(self, group: int) -> tuple:
+        """The step :meth:`send` started: ``(obs, rewards, terminations, truncations, infos)`` of every env."""
+        return self.step_wait()
+
+
+class SyncVectorEnv(_OneGroup, gym.vector.SyncVectorEnv):
     """gymnasium's ``SyncVectorEnv`` with same-step autoreset and a leaner ``step``.
 
     Steps the envs one after another in this process and returns exactly what gymnasium's
@@ -419,6 +452,14 @@ class SyncVectorEnv(gym.vector.SyncVectorEnv):
         finally:
             if timed:
                 self._timer(False)
+
+    def step_async(self, actions) -> None:
+        """Keep ``actions`` for :meth:`step_wait`, which steps the envs (in this process: nothing overlaps)."""
+        self._actions = actions
+
+    def step_wait(self) -> tuple:
+        """Step every env with the actions given to :meth:`step_async` (see :meth:`step`)."""
+        return self.step(self._actions)
 
     def step(self, actions):
         """Step every env with its action ``actions[i]``; an env whose episode ends is reset in the same call."""
@@ -489,7 +530,7 @@ def _on_alarm(signum, frame):
         raise EnvFault(f"{which}: no answer within --env-timeout {_timed.timeout:g} s (hung in reset or step?)")
 
 
-class AsyncVectorEnv(gym.vector.AsyncVectorEnv):
+class AsyncVectorEnv(_OneGroup, gym.vector.AsyncVectorEnv):
     """gymnasium's ``AsyncVectorEnv`` (forkserver workers) that names the env behind a fault.
 
     A worker that died (its exit code or signal), or that does not answer within ``timeout``
@@ -501,11 +542,18 @@ class AsyncVectorEnv(gym.vector.AsyncVectorEnv):
         env_fns: one thunk per env.
         autoreset_mode: gymnasium's autoreset mode.
         timeout: seconds a worker may take to answer a call.
+        first: the run's index of ``env_fns[0]``'s env, for messages (a group of :class:`AlternatingVectorEnv`).
     """
 
-    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], autoreset_mode: gym.vector.AutoresetMode, timeout: float):
-        self.timeout, self.steps = timeout, 0
-        workers = [_Worker(_FirstCallsChecked(env_fn, index), index) for index, env_fn in enumerate(env_fns)]
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        autoreset_mode: gym.vector.AutoresetMode,
+        timeout: float,
+        first: int = 0,
+    ):
+        self.timeout, self.steps, self.first = timeout, 0, first
+        workers = [_Worker(_FirstCallsChecked(env_fn, first + i), first + i) for i, env_fn in enumerate(env_fns)]
         super().__init__(workers, autoreset_mode=autoreset_mode, context="forkserver")
         close_on_fault(self)
 
@@ -525,7 +573,7 @@ class AsyncVectorEnv(gym.vector.AsyncVectorEnv):
             if process.exitcode is None:
                 process.kill()
         self.closed = True  # nothing left to close: the workers are gone
-        name = f"env {index}" if index is not None else "an env worker"
+        name = f"env {self.first + index}" if index is not None else "an env worker"
         return EnvFault(f"{name}: {what}")
 
     def _queued_error(self) -> tuple[int, str] | None:
@@ -577,8 +625,8 @@ class AsyncVectorEnv(gym.vector.AsyncVectorEnv):
             raise self._fault(None, f"returned what cannot be batched at vector step {self.steps + 1}: {error}") from None
         self.steps += 1
         if "final_obs" in result[4]:
-            check_final_observations(self.single_observation_space, result[4], self.steps)
-        check_env_step(result[1], result[0], result[4], self.steps)
+            check_final_observations(self.single_observation_space, result[4], self.steps, self.first)
+        check_env_step(result[1], result[0], result[4], self.steps, self.first)
         return result
 
     def _raise_if_errors(self, successes):
@@ -622,6 +670,143 @@ class AsyncVectorEnv(gym.vector.AsyncVectorEnv):
         for pipe in self.parent_pipes:
             if pipe is not None:
                 pipe.close()
+
+
+class AlternatingVectorEnv(gym.vector.VectorEnv):
+    """rlpyt's alternating sampler: the envs in two groups of worker processes, stepped in turn so that the policy
+    chooses one group's actions while the other group steps (Stooke & Abbeel 2019, arXiv:1909.01500, section 3.1).
+
+    Envs ``0 .. h-1`` form group 0 and envs ``h .. N-1`` group 1 (``h = N // 2``), each an
+    :class:`AsyncVectorEnv` (one subprocess per env, the same checks, faults and signal handling). A rollout loop
+    steps the groups through :attr:`groups`, :meth:`send` and :meth:`receive`: group g's step runs from its
+    ``send`` until its ``receive``, while this process computes the other group's actions::
+
+        for g, cols in enumerate(envs.groups):
+            obs_g, rewards_g, terminations_g, truncations_g, infos_g = envs.receive(g)  # columns cols
+            envs.send(g, policy(obs_g))
+
+    ``reset`` and ``step`` act on all ``N`` envs at once (both groups step together), with the results and infos
+    of the two groups joined as one vector env of ``N`` returns them; ``call``, ``get_attr`` and ``set_attr``
+    reach every env in order, as checkpoints need.
+
+    Args:
+        env_fns: one thunk per env, at least 2.
+        autoreset_mode: gymnasium's autoreset mode.
+        timeout: seconds a worker may take to answer a call.
+
+    Raises:
+        ValueError: fewer than 2 envs.
+    """
+
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], autoreset_mode: gym.vector.AutoresetMode, timeout: float):
+        if len(env_fns) < 2:
+            raise ValueError(f"the alternating sampler needs at least 2 envs, got {len(env_fns)}")
+        half = len(env_fns) // 2
+        self.group_envs: list[AsyncVectorEnv] = []
+        try:
+            for first, fns in ((0, env_fns[:half]), (half, env_fns[half:])):
+                self.group_envs.append(AsyncVectorEnv(fns, autoreset_mode, timeout, first=first))
+        except BaseException:
+            for made in self.group_envs:
+                made.close(terminate=True)
+            raise
+        self.groups = [slice(0, half), slice(half, len(env_fns))]
+        group = self.group_envs[0]
+        self.num_envs = len(env_fns)
+        self.single_observation_space, self.single_action_space = group.single_observation_space, group.single_action_space
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
+        self.metadata, self.render_mode, self.spec = group.metadata, group.render_mode, group.spec
+        self.timeout = timeout
+
+    @property
+    def steps(self) -> int:
+        """Vector steps so far (each group's count; they step in turn)."""
+        return self.group_envs[0].steps
+
+    @steps.setter
+    def steps(self, value: int) -> None:
+        for group in self.group_envs:
+            group.steps = value
+
+    def send(self, group: int, actions) -> None:
+        """Start a step of group ``group``'s envs with their actions ``actions [len(group), ...]``; returns at once."""
+        self.group_envs[group].step_async(actions)
+
+    def receive(self, group: int) -> tuple:
+        """Wait for the step :meth:`send` started in group ``group``: ``(obs, rewards, terminations, truncations,
+        infos)`` of its envs only (row i is env ``groups[group].start + i``)."""
+        return self.group_envs[group].step_wait()
+
+    def reset(self, *, seed=None, options=None):
+        """Reset every env; an int ``seed`` seeds env i with ``seed + i``, as gymnasium's vector envs do."""
+        for group, cols in zip(self.group_envs, self.groups):
+            if isinstance(seed, int):
+                group_seed = seed + cols.start
+            else:
+                group_seed = None if seed is None else list(seed)[cols]
+            group.reset_async(seed=group_seed, options=options)
+        results = [group.reset_wait() for group in self.group_envs]
+        return self._joined([obs for obs, _ in results]), _joined_infos(*(info for _, info in results), self.groups)
+
+    def step(self, actions):
+        """Step every env with its action ``actions[i]``, both groups at once."""
+        for g, cols in enumerate(self.groups):
+            self.send(g, actions[cols])
+        results = [self.receive(g) for g in range(len(self.groups))]
+        obs, rewards, terminations, truncations = (self._joined([r[i] for r in results]) for i in range(4))
+        return obs, rewards, terminations, truncations, _joined_infos(results[0][4], results[1][4], self.groups)
+
+    def _joined(self, parts: list) -> Any:
+        if isinstance(parts[0], np.ndarray):
+            return np.concatenate(parts)
+        space = self.single_observation_space  # a Dict or Tuple observation
+        return gym.vector.utils.concatenate(
+            space,
+            [
+                *gym.vector.utils.iterate(self.group_envs[0].observation_space, parts[0]),
+                *gym.vector.utils.iterate(self.group_envs[1].observation_space, parts[1]),
+            ],
+            gym.vector.utils.create_empty_array(space, n=self.num_envs),
+        )
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple:
+        """``name`` called (or read) on every env, in order."""
+        return tuple(result for group in self.group_envs for result in group.call(name, *args, **kwargs))
+
+    def get_attr(self, name: str) -> tuple:
+        """Attribute ``name`` of every env, in order."""
+        return tuple(value for group in self.group_envs for value in group.get_attr(name))
+
+    def set_attr(self, name: str, values: Any) -> None:
+        """Set attribute ``name`` of every env: to ``values[i]`` for a list or tuple, else to ``values``."""
+        for group, cols in zip(self.group_envs, self.groups):
+            group.set_attr(name, list(values)[cols] if isinstance(values, (list, tuple)) else values)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Close both groups (``terminate=True``: kill their workers at once)."""
+        for group in self.group_envs:
+            group.close(**kwargs)
+
+
+def _joined_infos(first: dict, second: dict, groups: list[slice]) -> dict:
+    """The infos of two groups of envs as one vector env's: each array of per-env values (and its ``_key`` mask) of
+    ``first`` [len(groups[0])] followed by ``second``'s [len(groups[1])]; a key only one group has is filled with
+    gymnasium's blanks (zeros, False, None) for the other."""
+    sizes = [cols.stop - cols.start for cols in groups]
+    joined: dict = {}
+    for key in [*first, *(key for key in second if key not in first)]:
+        parts = [first.get(key), second.get(key)]
+        if any(isinstance(part, dict) for part in parts):
+            joined[key] = _joined_infos(parts[0] or {}, parts[1] or {}, groups)
+            continue
+        given = next(part for part in parts if part is not None)
+        for i, part in enumerate(parts):
+            if part is None:
+                blank = None if given.dtype == object else 0
+                parts[i] = np.full((sizes[i], *given.shape[1:]), blank, dtype=given.dtype)
+        joined[key] = np.concatenate(parts)
+    return joined
 
 
 def _raised(kind: type, value: BaseException, when: str) -> str:

@@ -538,3 +538,69 @@ def test_output_piped_into_a_reader_that_stops_does_not_stop_the_run(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     assert list(tmp_path.glob("runs/*/events*"))
+
+
+# ---- the alternating sampler: two groups of async envs, one stepping while the policy acts for the other
+
+
+def _fault_at(index: int, fault: str, after: int = 5):
+    """Env thunks for 4 envs, env ``index`` faulty (``fault`` after ``after`` steps), the others honest (env i's
+    episodes truncated after 7 + i steps)."""
+
+    def make(i):
+        faulty = FaultyEnv(fault=fault, after=after) if i == index else FaultyEnv(after=100 + i)
+        return lambda: gym.wrappers.RecordEpisodeStatistics(gym.wrappers.TimeLimit(faulty, 7 + i))
+
+    return [make(i) for i in range(4)]
+
+
+def test_the_alternating_sampler_steps_as_the_sync_envs_do():
+    """Group by group (send / receive) or all at once (step), the alternating sampler returns the sync envs'
+    observations, rewards, flags, final observations and episode statistics, in the same columns."""
+    sync, alternating = (vector_env(_fault_at(-1, "none"), mode, SAME_STEP, timeout=60) for mode in ("sync", "alternating"))
+    assert alternating.groups == [slice(0, 2), slice(2, 4)] and sync.groups == [slice(0, 4)]
+    obs_sync, _ = sync.reset(seed=5)
+    obs_alt, _ = alternating.reset(seed=5)
+    np.testing.assert_array_equal(obs_sync, obs_alt)
+    episodes = 0
+    for step in range(30):
+        actions = np.array([step % 2, 1, 0, (step // 3) % 2])
+        expected = sync.step(actions)
+        if step % 2:
+            got = alternating.step(actions)
+        else:
+            for g, cols in enumerate(alternating.groups):
+                alternating.send(g, actions[cols])
+            parts = [alternating.receive(g) for g in (0, 1)]
+            for (obs, rewards, *_, infos), cols in zip(parts, alternating.groups):
+                np.testing.assert_array_equal(expected[0][cols], obs)
+                np.testing.assert_array_equal(expected[1][cols], rewards)
+                np.testing.assert_array_equal(real_next_obs(expected[0], expected[4])[cols], real_next_obs(obs, infos))
+            continue
+        for a, b in zip(expected[:4], got[:4]):
+            np.testing.assert_array_equal(a, b)
+        assert expected[4].keys() == got[4].keys()
+        if "final_info" in expected[4]:
+            episodes += 1
+            np.testing.assert_array_equal(real_next_obs(expected[0], expected[4]), real_next_obs(got[0], got[4]))
+            for key in ("r", "l"):
+                np.testing.assert_array_equal(expected[4]["final_info"]["episode"][key], got[4]["final_info"]["episode"][key])
+    assert episodes >= 2 and alternating.steps == 30
+    assert alternating.get_attr("after") == (100, 101, 102, 103)  # every env, in order
+    sync.close()
+    alternating.close()
+
+
+@pytest.mark.parametrize(
+    "fault, message",
+    [("nan_reward", "env 3 returned a non-finite reward"), ("die", "env 3: its worker process")],
+)
+def test_a_fault_in_the_alternating_samplers_second_group_names_its_env(fault, message):
+    envs = vector_env(_fault_at(3, fault), "alternating", SAME_STEP, timeout=60)
+    envs.reset(seed=1)
+    with pytest.raises(faults.EnvFault, match=message):
+        for _ in range(10):
+            for g, cols in enumerate(envs.groups):
+                envs.send(g, np.zeros(cols.stop - cols.start, dtype=np.int64))
+                envs.receive(g)
+    envs.close(terminate=True)

@@ -323,10 +323,10 @@ def test_gymnasium_atari_time_limit_is_108k_frames_and_a_truncation():
 
 
 def test_async_and_sync_envs_give_identical_observations():
-    """--env-mode async: the same observations (structure, dtype, shape and values) as sync,
+    """--env-mode async and alternating: the same observations (structure, dtype, shape and values) as sync,
     and the same as EnvPool's in structure: uint8 [N, 4, 84, 84]."""
     results = {}
-    for mode in ("sync", "async"):
+    for mode in ("sync", "async", "alternating"):
         envs = vector_env([ppo_atari.make_env("BreakoutNoFrameskip-v4", i, False, "") for i in range(2)], mode)
         first, _ = envs.reset(seed=3)
         observations = [first]
@@ -339,6 +339,7 @@ def test_async_and_sync_envs_give_identical_observations():
     assert space_sync == space_async == gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
     assert obs_sync.dtype == obs_async.dtype == np.uint8 and obs_sync.shape == (41, 2, 4, 84, 84)
     np.testing.assert_array_equal(obs_sync, obs_async)
+    np.testing.assert_array_equal(obs_sync, results["alternating"][1])
     envpool_envs = ppo_atari_envpool.make_envs("Breakout-v5", 3, False, "", num_envs=2, num_threads=1)
     obs, _ = envpool_envs.reset()
     assert envpool_envs.single_observation_space.shape == (4, 84, 84) and obs.dtype == np.uint8
@@ -515,6 +516,26 @@ def test_same_seed_same_numbers(script, tmp_path):
     assert runs[0] == runs[1]
 
 
+def test_the_alternating_sampler_trains_on_the_sync_runs_data(tmp_path):
+    """--env-mode alternating: the policy acts for one half of the envs while the other half steps, and each
+    half's results are stored in its own columns. Its actions, drawn half by half from the same generator, are
+    the sync run's, so the two runs play the same games: the same scores and lengths at the same steps, and
+    losses equal up to float rounding (the network sees batches of 2 rather than 4)."""
+    runs = {}
+    for mode in ("sync", "alternating"):
+        (tmp_path / mode).mkdir()
+        flags = ["--num-envs", "4", "--num-steps", "64", "--total-timesteps", "1024", "--torch-threads", "1"]
+        run_script("ppo_atari.py", *flags, "--seed", "3", "--env-mode", mode, cwd=tmp_path / mode)
+        runs[mode] = scalars(run_dir(tmp_path / mode))
+    sync, alternating = runs["sync"], runs["alternating"]
+    assert len(sync["charts/episodic_return"]) >= 2 and len(sync["losses/value_loss"]) == 4
+    for tag in ("charts/episodic_return", "charts/episodic_length"):
+        assert alternating[tag] == sync[tag], tag
+    for tag in ("losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/approx_kl"):
+        assert [step for step, _ in alternating[tag]] == [step for step, _ in sync[tag]]
+        np.testing.assert_allclose([v for _, v in alternating[tag]], [v for _, v in sync[tag]], rtol=1e-3, atol=1e-4)
+
+
 # ---- checkpoints: SIGTERM, then --resume
 
 SMALL = [
@@ -586,6 +607,7 @@ BAD_INPUT = [
     ("ppo_atari.py", ["--env-id", "ALE/Breakout-v5"], "--env-id", "skips frames itself"),
     ("ppo_atari.py", ["--env-id", "Pong-v5"], "--env-id", "did you mean PongNoFrameskip-v4?"),
     ("ppo_atari.py", ["--num-minibatches", "3"], "--num-minibatches", "does not divide the batch of 1024"),
+    ("ppo_atari.py", ["--env-mode", "alternating", "--num-envs", "1"], "--env-mode", "alternating needs --num-envs 2"),
     ("ppo_atari_envpool.py", ["--env-id", "CartPole-v1"], "--env-id", "is not an Atari game"),
     ("ppo_atari_envpool.py", ["--env-id", "BreakoutNoFrameskip-v4"], "--env-id", "did you mean Breakout-v5?"),
     ("ppo_atari_envpool.py", ["--env-id", "NoSuchGame-v5"], "--env-id", "unknown EnvPool Atari game"),
