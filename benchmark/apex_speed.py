@@ -4,7 +4,8 @@ CleanRL's) at the same replay ratio.
 1. The learner's bound: the script's learner step (a prioritized batch of 32 from a replay of real Breakout
    transitions, ``td_errors`` with online and target network, backward, gradient clip, the script's fused Adam, the
    priority update, a publication to shared memory every ``--publish-interval`` updates), timed alone on the
-   learner's torch threads (the script's default) with nothing else running;
+   learner's torch threads (the script's default) with nothing else running, at the start of every round (the
+   median is the bound; a machine's speed drifts within a session);
    env steps per second = updates per second x batch / replay ratio (32 / 8: 4 env steps per update).
 2. Whole runs, alternating in each of ``--rounds`` rounds, each side using both cores its own way: apex_dqn_atari.py
    at its defaults (2 actors x 4 envs stepped in the actors, the learner on its 2 torch threads), ours dqn_atari.py
@@ -125,8 +126,7 @@ def main() -> None:
     peer = Path(a.peer)
     if not (peer / "cleanrl_peer" / "dqn_atari.py").is_file():
         sys.exit(f"no CleanRL venv at {peer}: run benchmark/cleanrl_atari_venv.sh {peer} first")
-    bound = learner_bound(fill=4000, updates=200, threads=apex_dqn_atari.Args().torch_threads)
-    print("learner alone:", bound, flush=True)
+    threads = apex_dqn_atari.Args().torch_threads
 
     common = ["--env-id", ENV_ID, "--seed", "1", "--total-timesteps", str(a.steps), "--buffer-size", str(a.buffer_size)]
     common += ["--learning-starts", str(a.learning_starts)]
@@ -142,7 +142,10 @@ def main() -> None:
     environ["PYTHONPATH"] = str(ROOT)
     wall = {name: [] for name in runs}
     steady = {name: [] for name in runs}
+    bounds = []
     for _ in range(a.rounds):
+        bounds.append(learner_bound(fill=4000, updates=200, threads=threads))  # each round: the machine's speed drifts
+        print("learner alone:", bounds[-1], flush=True)
         for name, command in runs.items():
             with tempfile.TemporaryDirectory() as folder:
                 start = time.perf_counter()
@@ -156,6 +159,10 @@ def main() -> None:
             print(f"{name}: {seconds:.1f} s whole process, steady {steady[name][-1]} steps/s", flush=True)
 
     medians = {name: statistics.median(values) for name, values in steady.items()}
+    bound = {**bounds[0], "bound_env_steps_per_second": statistics.median(b["bound_env_steps_per_second"] for b in bounds)}
+    bound["mean_update_ms"] = statistics.median(b["mean_update_ms"] for b in bounds)
+    bound["updates_per_second"] = statistics.median(b["updates_per_second"] for b in bounds)
+    bound["rounds"] = [b["bound_env_steps_per_second"] for b in bounds]
     report = {
         **provenance.describe(),
         "env_id": ENV_ID,

@@ -40,8 +40,8 @@ case "$script" in
   r2d2_async) common=(--env-id BreakoutNoFrameskip-v4 --seed "$seed" --total-timesteps 120000
                       --learning-starts 10000 --buffer-size 1000)
               extra=(--num-actors 1 --num-envs 8 --replay-ratio 4 --target-network-frequency 200) ;;
-  # Ape-X: its defaults (2 actors x 4 envs on the ε ladder, batch 32 at dqn_atari.py's replay ratio 8, centered
-  # RMSProp, n = 3) with dqn_atari's 120k budget, buffer and warm-up; its target copied every 250 gradient steps,
+  # Ape-X: its defaults (2 actors x 4 envs on the ε ladder, batch 32 at dqn_atari.py's replay ratio 8, fused
+  # Adam, n = 3) with dqn_atari's 120k budget, buffer and warm-up; its target copied every 250 gradient steps,
   # dqn_atari's 1000 env steps at a gradient step every 4
   apex_dqn_atari) extra=(--target-network-frequency 250) ;;
   # IMPALA: its defaults (2 actors x 8 envs in subprocesses, unrolls of 20, batches of 32, RMSProp 6e-4 annealed

@@ -257,7 +257,7 @@ def run_actor(actor_id: int, shared: Shared, args: Args, rb: PrioritizedReplayBu
     (each env on its rung of the ε ladder), write them into the replay's columns of this actor with the priority
     |δ| of each transition whose n-step window completed, until ``shared.stop``."""
     torch.set_num_threads(1)
-    os.nice(10)  # below the learner: it gets the cores it asks for, the actors what is left
+    os.nice(19)  # the lowest priority, below the learner: it gets the cores it asks for, the actors what is left
     rb.device = torch.device("cpu")  # the transitions this actor reads back for their priorities
     rng = np.random.default_rng([args.seed, actor_id])
     first, E = actor_id * args.num_envs, args.num_envs
