@@ -303,10 +303,13 @@ def check_env(
         except ImportError:
             pass
     if module:  # "package.module:Env-v0": importing the module registers the env
+        if os.getcwd() not in sys.path and "" not in sys.path:  # `python cleanrl/x.py` puts cleanrl/ there, not here
+            sys.path.append(os.getcwd())  # a module in the current directory, after the installed ones
         try:
             importlib.import_module(module)
         except (ImportError, TypeError, ValueError) as error:  # TypeError: a relative name (".mod")
-            fail("--env-id", f"cannot import {module!r} to register {name!r}: {error}")
+            where = "looked in the current directory and on PYTHONPATH"
+            fail("--env-id", f"cannot import {module!r} to register {name!r} ({where}): {error}")
     missing_extra = ""
     try:  # dm_control's ids are registered by Shimmy, which only the processes that use them import
         register_dm_control(name)

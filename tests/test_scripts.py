@@ -249,6 +249,24 @@ def test_progress_bar_on_a_terminal_and_lines_otherwise():
     assert slow.getvalue() == ""  # the loop's first step prints no line: its SPS would read 0
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_custom_env_module_in_the_current_directory_is_found(mode, tmp_path):
+    """``--env-id mymodule:Env-v0`` with mymodule.py where the command runs: found without PYTHONPATH naming the
+    directory (``python cleanrl/ppo.py`` puts cleanrl/ on the path, not the current directory), in the main process
+    and in the env workers; a module that is nowhere says where it was looked for."""
+    (tmp_path / "my_tasks.py").write_text(
+        "import gymnasium as gym\n"
+        "gym.register('ShortCartPole-v0', entry_point='gymnasium.envs.classic_control:CartPoleEnv', max_episode_steps=20)\n"
+    )
+    flags = ["--env-id", "my_tasks:ShortCartPole-v0", "--env-mode", mode, "--num-envs", "2", "--num-steps", "64"]
+    run_script("ppo.py", *flags, "--total-timesteps", "256", cwd=tmp_path)
+    lengths = [length for _, length in scalars(run_dir(tmp_path))["charts/episodic_length"]]
+    assert lengths and max(lengths) <= 20  # the module's task, with its 20-step limit
+    (tmp_path / "elsewhere").mkdir()
+    message = "cannot import 'my_tasks' to register 'ShortCartPole-v0' (looked in the current directory and on PYTHONPATH)"
+    assert_stops_with_one_line("ppo.py", flags, "--env-id", message, tmp_path / "elsewhere")
+
+
 def test_total_timesteps_rounded_to_whole_rollouts_is_announced(tmp_path):
     result = run_script("ppo.py", "--total-timesteps", "1000", cwd=tmp_path)
     assert "training 512 steps: --total-timesteps rounded down to whole rollouts of 512" in result.stdout
