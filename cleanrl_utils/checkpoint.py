@@ -29,6 +29,7 @@ import dataclasses
 import json
 import random
 import sys
+from pathlib import Path
 from typing import Any, Sequence
 
 import gymnasium as gym
@@ -36,7 +37,7 @@ import numpy as np
 import torch
 
 from cleanrl_utils.cli import check_saved_types, fail, flag_name
-from cleanrl_utils.files import FileDamaged, FileRefused, read_file, untrusted_env_module
+from cleanrl_utils.files import MODEL_SUFFIX, FileDamaged, FileRefused, read_file, untrusted_env_module
 from cleanrl_utils.files import checkpoints as checkpoint_files
 from cleanrl_utils.vector import envs_state, restore_envs
 
@@ -232,7 +233,6 @@ def load_checkpoint(path: str, script: str) -> dict:
         cleanrl_utils.files.FileRefused: (one line) nothing there, not ``script``'s checkpoint, or
             damaged (every checkpoint of the run directory).
     """
-    from pathlib import Path
 
     candidates = checkpoint_files(path) if Path(path).is_dir() else [Path(path)]
     if not candidates:
@@ -312,6 +312,14 @@ def resume_args(args: Any, script: str, argv: Sequence[str] | None = None) -> tu
                 f"{getattr(args, name)!r} differs from the resumed run's {saved[name]!r}; "
                 f"leave it out to continue the run as it was started",
             )
+    run_dir = Path(checkpoint["path"]).parent.parent  # {run}/checkpoints/step_N.pt
+    model = run_dir / f"{saved.get('exp_name', script)}{MODEL_SUFFIX}"
+    if model.exists():  # written once, when training ended: resuming would train the end again and write it anew
+        fail(
+            "--resume",
+            f"{run_dir} has finished: its model {model} exists and resuming would overwrite it; "
+            f"evaluate it with python -m cleanrl_utils.enjoy {run_dir}, or move it away to train the run's end again",
+        )
     values = {}
     for name in fields:
         if name == "resume" or name not in saved or (name in RESUMABLE_WITH_OTHER_VALUES and name in given):

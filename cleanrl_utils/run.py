@@ -800,6 +800,7 @@ class Run:
             modules,
         )
         print(f"model saved to {path}")
+        self.model_path = path
         if self.stop_signal:  # a signal after the loop's last check: training is complete, the evaluation skipped
             print(f"{signal.Signals(self.stop_signal).name}: evaluation skipped; the model is saved at {path}", flush=True)
             self.stop_reported = True
@@ -818,6 +819,30 @@ class Run:
         self.writer.add_scalar("eval/episodic_return_std", returns.std(), self.progress.step)
         print(f"evaluation over {len(returns)} episodes: {returns.mean():.1f} ± {returns.std():.1f}")
         return path
+
+    def summary(self) -> str:
+        """The closing lines of a run that ran to its end: its last step and recent return, what its directory
+        holds, and the commands that plot it (and evaluate its model)."""
+        progress, directory = self.progress, self.directory
+        if progress.returns:
+            recent = f"mean return of its last {len(progress.returns)} episodes {progress.mean_return:.2f}"
+        else:
+            recent = "no episode ended"
+        held = ["TensorBoard events"]
+        saved = checkpoint_files(directory)
+        if saved:
+            held.append(f"checkpoints {', '.join(file.name for file in saved)}")
+        model = getattr(self, "model_path", None)
+        if model is not None:
+            held.append(f"the model {model.name}")
+        lines = [
+            f"run finished at step {progress.step}: {recent}",
+            f"{directory} holds {', '.join(held)}",
+            f"plot it: python -m cleanrl_utils.plot {directory} --out plots",
+        ]
+        if model is not None:
+            lines.append(f"evaluate it again: python -m cleanrl_utils.enjoy {directory} --eval-episodes 10")
+        return "\n".join(lines)
 
     @property
     def wandb_id(self) -> str | None:
@@ -843,6 +868,8 @@ class Run:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
         self.writer.close()
+        if self.records and not self.stop_signal:
+            print(self.summary(), flush=True)
         if self.args.track and self.records:
             import wandb
 

@@ -422,9 +422,11 @@ class SyncVectorEnv(_OneGroup, gym.vector.SyncVectorEnv):
         self._obs_dtype, self._obs_shape = self.single_observation_space.dtype, self.single_observation_space.shape
 
     def close_extras(self, **kwargs: Any) -> None:
-        """Close the envs, within ``timeout`` seconds (an env whose ``close`` hangs is an ``EnvFault``)."""
+        """Close the envs, within ``timeout`` seconds (an env whose ``close`` hangs is an ``EnvFault``), and let them go:
+        an env held until the interpreter's exit is reported there as a leak by its bindings (ale-py's ALE)."""
         with time_limit(self.timeout, "closing the envs"):
             super().close_extras(**kwargs)
+        self.envs = []
 
     def _check_observations(self) -> None:
         """Raise :class:`EnvFault` naming the first env whose observation does not fit the observation space."""

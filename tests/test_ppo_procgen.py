@@ -242,6 +242,7 @@ def test_resume_continues_the_run_with_new_envs_and_the_saved_statistics(monkeyp
     checkpoint = latest_checkpoint(run_dir(tmp_path / "cut"))
     step, saved = checkpoint_step(checkpoint), load_checkpoint(checkpoint, "ppo_procgen")["state"]
     monkeypatch.setattr(torch.optim.Adam, "step", lambda self, closure=None: None)
+    (run_dir(tmp_path / "cut") / "ppo_procgen.cleanrl_model").unlink()  # finished: resumable without its model
     g = run_in_process("ppo_procgen.py", monkeypatch, tmp_path / "cut", "--resume", str(checkpoint))
     assert g["global_step"] == 384 and g["start_iteration"] == step // 64 + 1
     for name, tensor in saved["agent"].items():  # loaded, and not updated (the optimiser's steps disabled)

@@ -379,6 +379,7 @@ def test_resume_loads_the_networks_and_the_rnd_statistics_exactly(monkeypatch, t
         return result
 
     monkeypatch.setattr(checkpoints, "restore", restore_and_keep)
+    (run_dir(tmp_path / "cut") / "ppo_rnd_envpool.cleanrl_model").unlink()  # finished: resumable without its model
     g = run_in_process("ppo_rnd_envpool.py", monkeypatch, tmp_path / "cut", "--resume", str(checkpoint))
     assert g["global_step"] == 192
     for name, tensor in saved["rnd_statistics"].items():

@@ -213,6 +213,7 @@ def test_resume_after_sigterm_continues_the_run_with_new_envs(script, monkeypatc
     checkpoint = checkpoints(run_dir(tmp_path / "cut"))[0]  # the older of the two kept: the run's last rollouts follow it
     assert checkpoint_step(checkpoint) < 192
     monkeypatch.setattr(torch.optim.RAdam, "step", lambda self, closure=None: None)
+    (run_dir(tmp_path / "cut") / script.replace(".py", ".cleanrl_model")).unlink()  # finished: resumable without its model
     g = run_in_process(script, monkeypatch, tmp_path / "cut", "--resume", str(checkpoint), "--no-save-model")
     assert g["global_step"] == 192 and g["start_iteration"] == checkpoint_step(checkpoint) // 32 + 1
     for name, tensor in load_checkpoint(checkpoint, script[:-3])["state"]["q_network"].items():

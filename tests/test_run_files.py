@@ -20,7 +20,7 @@ import torch
 from cleanrl_utils import files
 from cleanrl_utils.run import parse_args
 from cleanrl_utils.writes import UnsafePath, check_tree, create_new, make_folder, open_regular, write_atomic
-from tests.conftest import ROOT, enjoy, run_dir, run_script
+from tests.conftest import ROOT, assert_stops_with_one_line, enjoy, run_dir, run_script
 
 FLAGS = ["--num-envs", "1", "--num-steps", "128", "--total-timesteps", "1024", "--checkpoint-interval", "512"]
 
@@ -34,9 +34,22 @@ def finished_run(tmp_path_factory) -> Path:
 
 
 def copy_run(finished_run: Path, tmp_path: Path) -> Path:
+    """A copy of ``finished_run`` without its model: a run stopped before its end, which ``--resume`` continues
+    (a run with its model has finished, and resuming it is refused)."""
     run = tmp_path / "runs" / finished_run.name
     shutil.copytree(finished_run, run)
+    (run / "ppo.cleanrl_model").unlink()
     return run
+
+
+def test_resuming_a_finished_run_is_refused_and_its_model_kept(finished_run, tmp_path):
+    run = tmp_path / "runs" / finished_run.name
+    shutil.copytree(finished_run, run)
+    model = (run / "ppo.cleanrl_model").read_bytes()
+    message = f"{run} has finished: its model {run / 'ppo.cleanrl_model'} exists and resuming would overwrite it"
+    (tmp_path / "elsewhere").mkdir()
+    assert_stops_with_one_line("ppo.py", ["--resume", str(run), "--save-model"], "--resume", message, tmp_path / "elsewhere")
+    assert (run / "ppo.cleanrl_model").read_bytes() == model
 
 
 # ---- links planted in a run directory

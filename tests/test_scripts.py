@@ -270,7 +270,22 @@ def test_a_custom_env_module_in_the_current_directory_is_found(mode, tmp_path):
 def test_total_timesteps_rounded_to_whole_rollouts_is_announced(tmp_path):
     result = run_script("ppo.py", "--total-timesteps", "1000", cwd=tmp_path)
     assert "training 512 steps: --total-timesteps rounded down to whole rollouts of 512" in result.stdout
-    assert result.stdout.strip().splitlines()[-1].startswith("step 512/512 (100%)")
+    progress = [line for line in result.stdout.splitlines() if line.startswith("step ")]
+    assert progress[-1].startswith("step 512/512 (100%)")
+
+
+def test_a_run_that_ends_says_what_it_reached_where_its_files_are_and_how_to_plot_them(tmp_path):
+    flags = ["--total-timesteps", "1024", "--checkpoint-interval", "512", "--save-model", "--eval-episodes", "1"]
+    lines = run_script("ppo.py", *flags, cwd=tmp_path).stdout.strip().splitlines()
+    run = f"runs/{run_dir(tmp_path).name}"
+    assert lines[-4].startswith("run finished at step 1024: mean return of its last 20 episodes ")
+    assert lines[-3] == f"{run} holds TensorBoard events, checkpoints step_512.pt, step_1024.pt, the model ppo.cleanrl_model"
+    assert lines[-2] == f"plot it: python -m cleanrl_utils.plot {run} --out plots"
+    assert lines[-1] == f"evaluate it again: python -m cleanrl_utils.enjoy {run} --eval-episodes 10"
+    (tmp_path / "other").mkdir()  # without a model or checkpoints
+    lines = run_script("ppo.py", "--total-timesteps", "512", cwd=tmp_path / "other").stdout.strip().splitlines()
+    assert lines[-2] == f"runs/{run_dir(tmp_path / 'other').name} holds TensorBoard events"
+    assert lines[-1].startswith("plot it: ")
 
 
 def test_dqn_atari_on_breakout_logs_game_scores_and_evaluates(tmp_path):
