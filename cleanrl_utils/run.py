@@ -109,7 +109,8 @@ class RunArgs:
     torch_threads: int = 1
     """CPU threads for torch"""
     env_timeout: float = 600.0
-    """seconds to make an env, and for an env worker (--env-mode async) to answer a reset or step, before the run stops"""
+    """seconds to make an env, and for an env worker (--env-mode async or alternating) to answer a reset or step, before the
+    run stops"""
     script: tyro.conf.Suppress[str] = ""
     """the name of the script file that runs (filled in; not a flag)"""
 
