@@ -581,8 +581,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "--workers",
         type=int,
         default=None,
-        help="local: runs at a time, each on its own 1/N of the cores (default 1); "
-        "Slurm: at most this many array tasks at once (default: no limit)",
+        help="local: runs at a time, each on its own 1/N of the cores (default 1; 0: print the commands, run nothing, "
+        "as CleanRL's launcher); Slurm: at most this many array tasks at once (default: no limit)",
     )
     parser.add_argument(
         "--extra",
@@ -656,8 +656,9 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         for name, tokens in (("--command", command[1:]), ("--extra", extra)):
             if any(token == flag or token.startswith(flag + "=") for token in tokens):
                 fail(name, f"{flag} is set by the launcher for each run; remove it")
-    if args.workers is not None and args.workers < 1:
-        fail("--workers", f"must be at least 1, got {args.workers}")
+    slurm = getattr(args, "slurm", False)  # (submit_exp's grid has none)
+    if args.workers is not None and (args.workers < 0 or (args.workers == 0 and slurm)):
+        fail("--workers", f"must be at least {1 if slurm else 0}, got {args.workers}")
     if getattr(args, "log_dir", None) is not None:  # (submit_exp's grid has none)
         check_text(args.log_dir, "--log-dir")
     if args.slurm:
@@ -782,6 +783,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"logs will be in {log_dir}")
         return 0
 
+    if args.workers == 0:  # print-only: the grid's commands, one per line, as a shell reads them
+        for job in jobs:
+            print(shlex.join(job.argv))
+        return 0
     cores = available_cores()
     workers = args.workers or 1
     if workers > len(cores):

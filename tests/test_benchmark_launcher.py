@@ -301,6 +301,24 @@ def alive(pid: int, wait: float = 5.0) -> bool:
     return True
 
 
+def test_workers_0_prints_the_commands_and_runs_nothing(tmp_path):
+    """CleanRL's ``--workers 0``: the grid's commands, seed-major, one per line; no run, no log directory."""
+    (tmp_path / "probe.py").write_text(PROBE)
+    flags = ["--env-ids", "A", "B c", "--command", f"{sys.executable} probe.py", "--num-seeds", "2", "--workers", "0"]
+    result = launch(*flags, "--", "--total-timesteps", "5", cwd=tmp_path)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    tail = "--total-timesteps 5"
+    assert result.stdout.splitlines() == [
+        f"{sys.executable} probe.py --env-id A --seed 1 {tail}",
+        f"{sys.executable} probe.py --env-id 'B c' --seed 1 {tail}",
+        f"{sys.executable} probe.py --env-id A --seed 2 {tail}",
+        f"{sys.executable} probe.py --env-id 'B c' --seed 2 {tail}",
+    ]
+    assert not (tmp_path / "runs").exists()
+    result = launch(*flags[:-2], "--workers", "-1", cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.strip() == "error: --workers: must be at least 0, got -1"
+
+
 @pytest.mark.parametrize(
     "flags, flag, message",
     [
