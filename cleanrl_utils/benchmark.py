@@ -656,9 +656,8 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         for name, tokens in (("--command", command[1:]), ("--extra", extra)):
             if any(token == flag or token.startswith(flag + "=") for token in tokens):
                 fail(name, f"{flag} is set by the launcher for each run; remove it")
-    slurm = getattr(args, "slurm", False)  # (submit_exp's grid has none)
-    if args.workers is not None and (args.workers < 0 or (args.workers == 0 and slurm)):
-        fail("--workers", f"must be at least {1 if slurm else 0}, got {args.workers}")
+    if args.workers is not None and (args.workers < 0 or (args.workers == 0 and args.slurm)):
+        fail("--workers", f"must be at least {1 if args.slurm else 0}, got {args.workers}")
     if getattr(args, "log_dir", None) is not None:  # (submit_exp's grid has none)
         check_text(args.log_dir, "--log-dir")
     if args.slurm:

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from cleanrl_utils.cli import check_saved_types, fail, flag_name
-from cleanrl_utils.files import MODEL_SUFFIX, FileDamaged, FileRefused, read_file, untrusted_env_module
+from cleanrl_utils.files import FileDamaged, FileRefused, model_path, read_file, untrusted_env_module
 from cleanrl_utils.files import checkpoints as checkpoint_files
 from cleanrl_utils.vector import envs_state, restore_envs
 
@@ -313,7 +313,7 @@ def resume_args(args: Any, script: str, argv: Sequence[str] | None = None) -> tu
                 f"leave it out to continue the run as it was started",
             )
     run_dir = Path(checkpoint["path"]).parent.parent  # {run}/checkpoints/step_N.pt
-    model = run_dir / f"{saved.get('exp_name', script)}{MODEL_SUFFIX}"
+    model = model_path(run_dir, saved.get("exp_name", script))
     if model.exists():  # written once, when training ended: resuming would train the end again and write it anew
         fail(
             "--resume",

@@ -272,6 +272,11 @@ def untrusted_env_module(env_id: Any) -> str | None:
     return module if module and module not in TRUSTED_ENV_MODULES else None
 
 
+def model_path(run_dir: str | os.PathLike, exp_name: str) -> Path:
+    """``{run_dir}/{exp_name}.cleanrl_model``: where ``--save-model`` writes a run's model when training ends."""
+    return Path(run_dir) / f"{exp_name}{MODEL_SUFFIX}"
+
+
 def checkpoint_path(run_dir: str | os.PathLike, global_step: int) -> Path:
     """``{run_dir}/checkpoints/step_{global_step}.pt``."""
     return Path(run_dir) / "checkpoints" / f"step_{global_step}.pt"

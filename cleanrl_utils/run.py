@@ -72,7 +72,7 @@ from cleanrl_utils.faults import (
     stop_now,
     time_limit,
 )
-from cleanrl_utils.files import MODEL_SUFFIX, checkpoint_path, script_name, untrusted_env_module, write_file
+from cleanrl_utils.files import checkpoint_path, model_path, script_name, untrusted_env_module, write_file
 from cleanrl_utils.files import checkpoints as checkpoint_files
 from cleanrl_utils.vector import register_dm_control
 from cleanrl_utils.writes import UnsafePath, check_tree, open_regular, write_atomic
@@ -793,7 +793,7 @@ class Run:
         check_parameters(models, "the model")
         content = {name: value.state_dict() if name in modules else value for name, value in models.items()}
         path = write_file(
-            self.directory / f"{self.args.exp_name}{MODEL_SUFFIX}",
+            model_path(self.directory, self.args.exp_name),
             "model",
             self.args.script,
             self.args,
@@ -801,7 +801,6 @@ class Run:
             modules,
         )
         print(f"model saved to {path}")
-        self.model_path = path
         if self.stop_signal:  # a signal after the loop's last check: training is complete, the evaluation skipped
             print(f"{signal.Signals(self.stop_signal).name}: evaluation skipped; the model is saved at {path}", flush=True)
             self.stop_reported = True
@@ -833,15 +832,15 @@ class Run:
         saved = checkpoint_files(directory)
         if saved:
             held.append(f"checkpoints {', '.join(file.name for file in saved)}")
-        model = getattr(self, "model_path", None)
-        if model is not None:
+        model = model_path(directory, self.args.exp_name)  # written by save_model (a finished run is not resumed)
+        if model.exists():
             held.append(f"the model {model.name}")
         lines = [
             f"run finished at step {progress.step}: {recent}",
             f"{directory} holds {', '.join(held)}",
             f"plot it: python -m cleanrl_utils.plot {directory} --out plots",
         ]
-        if model is not None:
+        if model.exists():
             lines.append(f"evaluate it again: python -m cleanrl_utils.enjoy {directory} --eval-episodes 10")
         return "\n".join(lines)
 
