@@ -296,6 +296,16 @@ CLEANRL_EQUIVALENT = {
     "r2d2_async": None,
     "impala_atari": None,
     "apex_dqn_atari": None,
+    "ppo_procgen": "ppo_procgen",
+    "rpo_continuous": "rpo_continuous_action",
+    "ppo_pettingzoo": "ppo_pettingzoo_ma_atari",
+    "pqn": "pqn",
+    "pqn_atari_envpool": "pqn_atari_envpool",
+    "pqn_atari_envpool_lstm": "pqn_atari_envpool_lstm",
+    "dqn_structured": None,
+    "ppo_structured": None,
+    "qrdqn": None,
+    "qrdqn_atari": None,
 }
 """Our script -> CleanRL's file of the same algorithm (``cleanrl/<name>.py`` in its repository), if any."""
 
@@ -307,8 +317,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     root = Path(__file__).resolve().parent.parent
     scripts = args.scripts or sorted(p for p in (root / "cleanrl").glob("*.py") if p.name != "__init__.py")
-    print("| script | lines | algorithm | plumbing | CleanRL file | lines | algorithm | plumbing | plumbing ratio |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| script | lines | algorithm | plumbing | CleanRL file | lines | algorithm | plumbing"
+        " | lines ratio | plumbing ratio |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    paired = {"ours": 0, "theirs": 0}
     for script in scripts:
         ours = classify(script)
         row = f"| {script.name} | {ours['total']} | {ours['algorithm']} | {ours['plumbing']} |"
@@ -317,10 +331,17 @@ def main(argv: list[str] | None = None) -> None:
         if theirs_path is not None and theirs_path.is_file():
             theirs = classify(theirs_path)
             ratio = ours["plumbing"] / theirs["plumbing"]
-            row += f" {theirs_name}.py | {theirs['total']} | {theirs['algorithm']} | {theirs['plumbing']} | {ratio:.2f} |"
+            lines_ratio = ours["total"] / theirs["total"]
+            row += f" {theirs_name}.py | {theirs['total']} | {theirs['algorithm']} | {theirs['plumbing']} |"
+            row += f" {lines_ratio:.2f} | {ratio:.2f} |"
+            paired["ours"] += ours["total"]
+            paired["theirs"] += theirs["total"]
         else:
-            row += " — | | | | |"
+            row += " — | | | | | |"
         print(row)
+    if paired["theirs"]:
+        total_ratio = paired["ours"] / paired["theirs"]
+        print(f"| paired scripts | {paired['ours']} | | | all pairs | {paired['theirs']} | | | {total_ratio:.2f} | |")
 
 
 if __name__ == "__main__":
