@@ -1,25 +1,18 @@
 """PPG on Procgen: Phasic Policy Gradient with the IMPALA CNN, separate policy and value networks.
 
-Phasic Policy Gradient: Cobbe, Hilton, Klimov, Schulman (2020), arXiv:2009.04416 (Algorithm 1: a policy phase of
-N_pi PPO iterations, E_pi policy and E_V value epochs each, then an auxiliary phase of E_aux epochs over the phase's
-rollouts: L_joint = L_aux + beta_clone KL(pi_old || pi), eq. 2-3, and L_value on the value network, sec. 2); PPO:
-Schulman et al. (2017), arXiv:1707.06347; GAE: arXiv:1506.02438; the IMPALA CNN: Espeholt et al. (2018),
-arXiv:1802.01561; Procgen: Cobbe et al. (2020), arXiv:1912.01588. Hyperparameters are CleanRL's ppg_procgen.py's.
+Papers: Cobbe, Hilton, Klimov, Schulman (2020), "Phasic Policy Gradient", arXiv:2009.04416 (Algorithm 1: a policy
+phase of N_pi PPO iterations, then an auxiliary phase: L_joint = L_aux + beta_clone KL(pi_old || pi), eq. 2-3, and
+L_value on the value network); PPO: Schulman et al. (2017), arXiv:1707.06347; GAE: arXiv:1506.02438; the IMPALA
+CNN: Espeholt et al. (2018), arXiv:1802.01561; Procgen: Cobbe et al. (2020), arXiv:1912.01588. Hyperparameters are
+CleanRL's ppg_procgen.py's.
 
-What this file changes against them (and against CleanRL's ppg_procgen.py):
-- Two networks, the paper's "dual" architecture: the value network has its own IMPALA trunk (CleanRL's value
-  head reads the policy trunk's detached features). Gradients are clipped per network (CleanRL: jointly).
-- Procgen does not return an episode's final observation: a time-limit truncation bootstraps from V(s_{T-1}), the
-  value of the last observation of the episode; a termination does not (CleanRL treats both as terminations).
-- E_V may differ from E_pi (CleanRL asserts E_V = 1); no --n-aux-grad-accum (a GPU-memory device); one Adam for
-  both phases (CleanRL's; the paper's code has a second for the auxiliary phase); --anneal-lr over the whole run.
-- Whole phases only: --total-timesteps is rounded down to num_envs x num_steps x n_iteration steps.
-
-Checkpoints are written only at phase boundaries (the auxiliary buffer, 6.4 GB at the defaults, is not saved):
---checkpoint-interval's at the first boundary after each interval; after SIGTERM or Ctrl-C the run returns to the
-state kept in memory at its phase's start (networks, optimiser, reward statistics, generators) and writes that, so
-the unfinished phase's steps are redone after --resume. The envs are not saved either: --resume makes them anew,
-seeded from --seed and the checkpoint's step (numpy's SeedSequence), so it is not exact (other levels are played).
+What this file changes against CleanRL's ppg_procgen.py:
+- two networks, the paper's "dual" architecture: the value network has its own IMPALA trunk; gradients are clipped
+  per network;
+- a time-limit truncation bootstraps from V of the episode's last observation (Procgen returns no final one);
+- E_V may differ from E_pi; no --n-aux-grad-accum; whole phases only;
+- checkpoints only at phase boundaries (SIGTERM returns to the phase's start); --resume makes new envs.
+Details and results: docs/scripts/ppg_procgen.md.
 
 Run:
     python cleanrl/ppg_procgen.py --env-id starpilot
@@ -128,12 +121,7 @@ def make_envs(
     start_level: int = 0,
     distribution_mode: str = "easy",
 ):
-    """Procgen's envs (same-step autoreset, uint8 ``[num_envs, 64, 64, 3]`` observations) with episode statistics.
-
-    :class:`GameStatistics` adds each ended episode's game return and length to ``info["episode"]`` and records env
-    0's episodes that ``video_episodes(episode_index)`` picks into ``video_dir``. Rewards are the game's: the run
-    scales them (:class:`RewardNormalization`), evaluation (``training=False``) does not.
-    """
+    """Procgen's envs (same-step autoreset, uint8 ``[num_envs, 64, 64, 3]``) with game statistics; rewards are the game's."""
     envs = ProcgenVectorEnv(env_id, num_envs, seed, num_levels, start_level, distribution_mode, render=capture_video)
     return GameStatistics(envs, 1, video_dir if capture_video else None, video_episodes)
 
@@ -224,22 +212,10 @@ def compute_gae(
     gamma: float,
     gae_lambda: float,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Generalized advantage estimation over a Procgen rollout (same-step autoreset).
+    """GAE over a Procgen rollout (same-step autoreset; Schulman et al. 2016, eq. 16, cut at episode ends).
 
-    δ_t = r_t + γ V_next(t) - V(s_t), A_t = δ_t + γ λ (1 - done_t) A_{t+1} (Schulman et al. 2016, eq. 16, cut at
-    episode ends). V_next(t) is V(s_{t+1}) within an episode (``last_values`` after the last step), 0 after a
-    termination, and V(s_t) after a time-limit truncation: Procgen returns the next episode's first observation in
-    place of the final one, so the value of the last observation the agent saw in the episode stands in for it.
-
-    Args:
-        rewards: r_t (normalised), float ``[T, N]``.
-        values: V(s_t), float ``[T, N]``.
-        last_values: V of the observations after the rollout, ``[N]``.
-        terminations, truncations: 1 where step t ended the episode so, ``[T, N]``.
-        gamma, gae_lambda: γ and λ in [0, 1].
-
-    Returns:
-        ``(advantages [T, N], returns [T, N])``, returns = advantages + values, the dtype of ``values``.
+    δ_t = r_t + γ V_next(t) - V(s_t), A_t = δ_t + γ λ (1 - done_t) A_{t+1}. V_next(t) is V(s_{t+1}) within an episode,
+    0 after a termination, and V(s_t) after a truncation (Procgen returns no final observation). Returns ``(A, A + V)``.
     """
     next_values = np.concatenate([values[1:], last_values[None]], axis=0)
     next_values = np.where(truncations.astype(bool), values, next_values)  # V(s_{T-1}) for the unseen final obs
@@ -271,23 +247,8 @@ def ppo_losses(
     clip_coef: float,
     clip_vloss: bool = True,
 ) -> dict[str, torch.Tensor]:
-    """The policy phase's loss terms (PPG sec. 2: L_clip on π's network, L_value on V's network).
-
-    Policy loss (Schulman et al. 2017, eq. 7): mean of max(-A ρ, -A clip(ρ, 1-ε, 1+ε)), ρ = π(a|s)/π_old(a|s);
-    value loss: 0.5 mean (V - R)², or with ``clip_vloss`` 0.5 mean max((V - R)², (V_old + clip(V - V_old, ±ε) - R)²)
-    (CleanRL's); entropy: mean H(π(·|s)). ``advantages`` come normalised (or not) over the whole rollout.
-
-    Args:
-        newlogprob, entropy: log π(a|s) and H(π(·|s)) under the current policy, ``[B]``.
-        newvalue: V(s) under the current value network, ``[B]``.
-        oldlogprob, oldvalue: log π_old(a|s) and V_old(s) from the rollout, ``[B]``.
-        advantages, returns: A and R = GAE advantage + V_old, ``[B]``.
-        clip_coef: ε.
-
-    Returns:
-        ``{"policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac"}``, scalars; the first
-        three carry gradients.
-    """
+    """The policy phase's loss terms (PPG sec. 2): clipped surrogate on π's network, value loss on V's (CleanRL's
+    clipped form with ``clip_vloss``), entropy, the two KL estimates and the clip fraction."""
     logratio = newlogprob - oldlogprob
     ratio = logratio.exp()
     with torch.no_grad():  # http://joschu.net/blog/kl-approx.html
@@ -317,22 +278,8 @@ def aux_losses(
     returns: torch.Tensor,
     beta_clone: float,
 ) -> dict[str, torch.Tensor]:
-    """The auxiliary phase's loss terms (PPG sec. 2, eq. 2-3).
-
-    L_joint = L_aux + β_clone KL(π_old(·|s) || π(·|s)) on π's network, with L_aux = 0.5 mean (V_aux(s) - R)² the
-    auxiliary value head's distillation of the value targets; L_value = 0.5 mean (V(s) - R)² on V's network. R is
-    the GAE return stored with the rollout in the policy phase, π_old the policy before the auxiliary phase.
-
-    Args:
-        new_logits, old_logits: π's and π_old's logits, ``[B, A]`` (``old_logits`` carries no gradient).
-        aux_values: the auxiliary value head's V_aux(s), ``[B]``.
-        values: the value network's V(s), ``[B]``.
-        returns: R, ``[B]``.
-        beta_clone: β_clone >= 0.
-
-    Returns:
-        ``{"joint_loss", "aux_value_loss", "kl_loss", "real_value_loss"}``, scalars with gradients.
-    """
+    """The auxiliary phase's loss terms (PPG eq. 2-3): L_joint = 0.5 mean (V_aux - R)² + β_clone KL(π_old || π) on
+    π's network, L_value = 0.5 mean (V - R)² on V's network; R is the return stored in the policy phase."""
     old_log_probs, new_log_probs = torch.log_softmax(old_logits, -1), torch.log_softmax(new_logits, -1)
     kl = (old_log_probs.exp() * (old_log_probs - new_log_probs)).sum(-1).mean()
     aux_value_loss = 0.5 * ((aux_values - returns) ** 2).mean()
@@ -345,9 +292,7 @@ def aux_losses(
 
 
 def gradient_step(optimizer: optim.Optimizer, loss: torch.Tensor, networks: dict, max_grad_norm: float, where: str, step: int):
-    """One gradient step on ``loss``: each network of ``networks`` (name -> module) has its gradient norm clipped to
-    ``max_grad_norm`` on its own; a non-finite loss or norm stops the run before the step (``where``, ``step``: the
-    update and global step the message names)."""
+    """One gradient step on ``loss`` with each network's gradient norm clipped on its own; non-finite values stop the run."""
     optimizer.zero_grad()
     loss.backward()
     norms = {f"{name}_grad_norm": nn.utils.clip_grad_norm_(net.parameters(), max_grad_norm) for name, net in networks.items()}
@@ -384,9 +329,8 @@ def check_args(args: Args) -> None:
 
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
-    """Game returns ``[eval_episodes]`` of a saved model in the levels it trained on (its distribution mode, number of
-    levels and start level), actions sampled from π (``deterministic``: the most probable). ``options``: see
-    :class:`cleanrl_utils.evals.Evaluation`."""
+    """Game returns ``[eval_episodes]`` of a saved model in the levels it trained on; actions sampled from π
+    (``deterministic``: the most probable). ``options``: :class:`cleanrl_utils.evals.Evaluation`."""
     levels = ("distribution_mode", "num_levels", "start_level")
     evaluation = Evaluation(__file__, model_path, eval_episodes, None, make_envs=make_envs, env_args=levels, **options)
     policy_network = evaluation.load(PolicyNetwork(evaluation.envs), "policy")

@@ -1,25 +1,14 @@
 """Recurrent PPO (Nature CNN -> LSTM) on Atari.
 
-Proximal Policy Optimization with the clipped surrogate objective:
-    Schulman, Wolski, Dhariwal, Radford, Klimov (2017), "Proximal Policy Optimization
-    Algorithms", arXiv:1707.06347 (eq. 7 clipped objective, eq. 9 total loss, eq. 11-12 GAE),
-with generalized advantage estimation (Schulman et al. 2016, arXiv:1506.02438), the Nature
-CNN and Atari preprocessing of Mnih et al. (2015), Nature 518:529-533, and a recurrent (LSTM,
-Hochreiter & Schmidhuber 1997) core as in CleanRL's ppo_atari_lstm.py (Huang et al. 2022,
-"The 37 Implementation Details of Proximal Policy Optimization", ICLR blog track, the LSTM
-details): Nature CNN -> 512 ReLU -> LSTM(128) -> linear actor and critic heads, one 84x84
-grayscale frame per observation (no frame stack: the LSTM carries the history; CleanRL's
-``FrameStack(env, 1)``), the LSTM state reset to zero at each episode start (a lost life
-included, as episodic life makes it one), and minibatches of whole environment sequences
-replayed from the LSTM state stored at the rollout's first step. Hyperparameters are
-CleanRL's: 8 envs, 128 steps, learning rate 2.5e-4 annealed linearly, 4 epochs, 4 minibatches
-(of 2 envs each), clip 0.1, entropy 0.01, value 0.5, γ 0.99, λ 0.95, 10M steps.
+Papers: Schulman et al. (2017), "Proximal Policy Optimization Algorithms", arXiv:1707.06347; GAE (Schulman et al.
+2016, arXiv:1506.02438); the Nature CNN and Atari preprocessing of Mnih et al. (2015), Nature 518:529-533; an LSTM
+core (Hochreiter & Schmidhuber 1997) as in CleanRL's ppo_atari_lstm.py (Huang et al. 2022, "The 37 Implementation
+Details of PPO", the LSTM details): one 84x84 frame per observation, the LSTM state reset at each episode start,
+minibatches of whole env sequences replayed from the state stored at the rollout's start. CleanRL's hyperparameters.
 
-What this file changes against them: a time-limit truncation is not a termination. At a
-truncation the advantage bootstraps from V(real final observation) (gymnasium's
-``infos["final_obs"]``), never from the observation after the reset; that value is computed
-with the LSTM state after the step that produced the final observation (its own episode's
-memory), not a reset state. Only a termination stops bootstrapping.
+What this file changes against them: a time-limit truncation is not a termination. At a truncation the advantage
+bootstraps from V(real final observation), computed with the LSTM state after the step that produced it (its own
+episode's memory). Only a termination stops bootstrapping. Details and results: docs/scripts/ppo_atari_lstm.md.
 
 Run:
     python cleanrl/ppo_atari_lstm.py --env-id BreakoutNoFrameskip-v4
@@ -102,18 +91,8 @@ class Args(RunArgs):
 
 
 def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, training: bool = True, video_episodes=None):
-    """A thunk creating env ``idx`` with the standard Atari preprocessing, its game statistics and (training) its replay log.
-
-    The wrappers of dqn_atari.py (no-op starts, frame skip 4 with max-pooling, episodic life,
-    FIRE on reset, rewards clipped to their sign, 84x84 grayscale) with one frame per
-    observation, ``[1, 84, 84]`` uint8, instead of a stack of 4: the LSTM carries the history,
-    as in CleanRL's ppo_atari_lstm.py (``FrameStack(env, 1)``). Episode statistics are
-    recorded per game (before episodic life and reward clipping), so
-    ``charts/episodic_return`` is the game score. Env 0 records videos into ``video_dir`` if
-    asked, of the episodes ``video_episodes(index)`` picks (gymnasium's schedule by default).
-    ``training=False``: an evaluation env, without replay log; its preprocessing is the training
-    one (the policy's LSTM state is reset at each lost life, as in training), its returns game scores.
-    """
+    """A thunk creating env ``idx``: dqn_atari.py's wrappers with one frame per observation (``[1, 84, 84]`` uint8,
+    the LSTM carries the history), game statistics (scores over all lives) and (training) its replay log."""
 
     def thunk():
         if capture_video and idx == 0:
@@ -144,11 +123,7 @@ def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.
 
 
 class Agent(nn.Module):
-    """Nature CNN (Mnih et al. 2015) -> 512 ReLU -> LSTM(128) -> linear actor and critic heads.
-
-    The LSTM has orthogonal weights (gain 1) and zero biases; the heads gains 0.01 (actor)
-    and 1 (critic), as CleanRL's ppo_atari_lstm.py; the actor is sized for ``envs``' Discrete actions.
-    """
+    """Nature CNN (Mnih et al. 2015) -> 512 ReLU -> LSTM(128) -> linear actor and critic heads, as CleanRL's."""
 
     def __init__(self, envs: gym.vector.VectorEnv):
         super().__init__()
@@ -180,23 +155,9 @@ class Agent(nn.Module):
     def unroll(
         self, obs: torch.Tensor, starts: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """Run the CNN on all frames and the LSTM through T steps of B sequences, resetting it at episode starts.
-
-        Before step t the state of sequence b is multiplied by ``1 - starts[t, b]``: zero where
-        ``obs[t, b]`` is the first frame of an episode, so no memory crosses an episode
-        boundary. The rollout calls this with T = 1 each step; the update calls it with a
-        whole rollout of its envs and the state stored at the rollout's first step, which
-        reproduces the rollout's outputs.
-
-        Args:
-            obs: frames uint8 ``[T, B, 1, 84, 84]`` (0-255).
-            starts: 1.0 where ``obs[t, b]`` begins an episode, ``[T, B]``.
-            state: LSTM state before step 0, ``(h, c)`` each ``[B, 128]``.
-
-        Returns:
-            ``(hidden [T, B, 128], state after step T-1)``: the LSTM outputs, on which the
-            heads act, and the state to continue from.
-        """
+        """Run the CNN on all frames ``[T, B, 1, 84, 84]`` and the LSTM through T steps of B sequences from ``state``,
+        zeroing the state before each step where ``starts[t, b]`` (an episode's first frame). Returns ``(hidden [T, B, 128],
+        state after step T-1)``; with a rollout's stored first state it reproduces the rollout's outputs."""
         T, B = obs.shape[:2]
         x = self.network(obs.reshape((T * B,) + obs.shape[2:]).float() / 255.0).reshape(T, B, -1)
         h, c = state[0].unsqueeze(0), state[1].unsqueeze(0)  # nn.LSTM's [num_layers=1, B, 128]
@@ -223,18 +184,7 @@ class Agent(nn.Module):
         state: tuple[torch.Tensor, torch.Tensor],
         action: Optional[torch.Tensor] = None,
     ):
-        """Sample (or score) actions under the categorical policy and evaluate V, along sequences.
-
-        Args:
-            obs: frames uint8 ``[T, B, 1, 84, 84]``.
-            starts: episode-start flags ``[T, B]`` (see :meth:`unroll`).
-            state: LSTM state before step 0, ``(h, c)`` each ``[B, 128]``.
-            action: actions ``[T, B]`` (int64) to score; sampled from π(·|history) when None.
-
-        Returns:
-            ``(action [T, B], log π(action|history) [T, B], entropy of π(·|history) [T, B],
-            V [T, B], state after step T-1)``.
-        """
+        """``(action, log π(action|history), entropy, V, state)`` along sequences (:meth:`unroll`)."""
         hidden, state = self.unroll(obs, starts, state)
         log_probs = torch.log_softmax(self.actor(hidden), dim=-1)
         if action is None:
@@ -254,30 +204,10 @@ def compute_gae(
     gamma: float,
     gae_lambda: float,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Generalized advantage estimation over a rollout, correct at truncations (as ppo.py's).
+    """GAE over a rollout, correct at truncations (as ppo.py's; Schulman et al. 2016, eq. 16, cut at episode ends).
 
-    δ_t = r_t + γ (1 - terminated_t) V(s'_t) - V(s_t)
-    A_t = δ_t + γ λ (1 - done_t) A_{t+1}
-    (Schulman et al. 2016, arXiv:1506.02438, eq. 16, with the recursion cut at episode ends.)
-
-    s'_t is the real next state of step t: s_{t+1} within an episode, the episode's final
-    observation where it ended at t (not the reset one), and the observation after the
-    rollout at t = T-1. Only a termination stops bootstrapping; done_t (termination or
-    truncation) stops the recursion.
-
-    Args:
-        rewards: r_t, float ``[T, N]`` (T steps of N envs).
-        values: V(s_t), float ``[T, N]``.
-        last_values: V of the observations after the rollout, ``[N]``.
-        final_values: V(final observation) where step t ended an episode, ``[T, N]``;
-            read only at truncations (a termination does not bootstrap).
-        terminations: 1.0 where step t ended the episode by termination, ``[T, N]``.
-        dones: 1.0 where step t ended the episode (termination or truncation), ``[T, N]``.
-        gamma: discount γ in [0, 1].
-        gae_lambda: λ in [0, 1].
-
-    Returns:
-        ``(advantages [T, N], returns [T, N])`` with returns = advantages + values.
+    δ_t = r_t + γ (1 - terminated_t) V(s'_t) - V(s_t);  A_t = δ_t + γ λ (1 - done_t) A_{t+1}; s'_t is s_{t+1}, the final
+    observation where step t ended an episode (``final_values``), or the one after the rollout. Returns ``(A, A + V)``.
     """
     next_values = np.concatenate([values[1:], last_values[None]], axis=0)
     next_values = np.where(dones > 0, final_values, next_values)
@@ -324,13 +254,8 @@ def check_args(args: Args) -> None:
 
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
-    """Game scores ``[eval_episodes]`` of a model saved by this script.
-
-    The LSTM state is carried from step to step and reset at each episode start (each lost life,
-    as in training). Actions are sampled from π by default, as CleanRL evaluates its Atari PPO
-    agents (a greedy recurrent policy can get stuck repeating one action). ``options``: see
-    :class:`cleanrl_utils.evals.Evaluation`.
-    """
+    """Game scores ``[eval_episodes]`` of a saved model, the LSTM state carried and reset at each episode start;
+    actions sampled from π by default, as CleanRL evaluates. ``options``: :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     agent, device = evaluation.load(Agent(evaluation.envs), "agent"), evaluation.device
     generator = torch.Generator(device).manual_seed(evaluation.seed)

@@ -1,33 +1,17 @@
 """Recurrent PPO (an LSTM policy) for continuous (Box) actions, with observation and reward normalisation.
 
-Proximal Policy Optimization with the clipped surrogate objective:
-    Schulman, Wolski, Dhariwal, Radford, Klimov (2017), "Proximal Policy Optimization
-    Algorithms", arXiv:1707.06347 (eq. 7 clipped objective, eq. 9 total loss, eq. 11-12 GAE),
-with generalized advantage estimation (Schulman et al. 2016, arXiv:1506.02438), the
-continuous-action details of Huang et al. (2022), "The 37 Implementation Details of Proximal
-Policy Optimization" (ICLR blog track) as ppo_continuous.py has them (a Gaussian N(μ, σ²) with a
-state-independent log σ, the unclipped sample stored and scored while the env clips it to its
-bounds, observations and rewards normalised by running statistics and clipped to ±10), and an
-LSTM core (Hochreiter & Schmidhuber 1997) trained on whole rollout sequences from their stored
-initial state, as ppo_lstm.py has it (the LSTM details of Huang et al. 2022). The network:
+Papers: Schulman et al. (2017), "Proximal Policy Optimization Algorithms", arXiv:1707.06347; GAE (Schulman et al.
+2016, arXiv:1506.02438); the continuous-action details of Huang et al. (2022), "The 37 Implementation Details of
+PPO", as ppo_continuous.py has them (a Gaussian with a state-independent log σ, the unclipped sample stored while
+the env clips it, observations and rewards normalised and clipped to ±10); an LSTM core (Hochreiter & Schmidhuber
+1997) trained on whole rollout sequences from their stored initial state, as ppo_lstm.py has it. The network:
 encoder (64 tanh) -> LSTM -> Gaussian-mean and critic heads (64 tanh each), and log σ.
 
-- The LSTM state is reset to zero before the step that reads an episode's first observation,
-  in the rollout and in the update.
-- A minibatch is a set of whole environment sequences: all ``--num-steps`` steps of
-  ``--num-envs / --num-minibatches`` envs, re-run from the LSTM state stored at the rollout's
-  first step with the same resets (before the first gradient step this reproduces the
-  rollout's log-probabilities and values).
-
-What this file changes against them: at a time-limit truncation the advantage bootstraps from
-V(real final observation) (``infos["final_obs"]``, normalised with the statistics of that
-step), read with the LSTM state of its own episode, the state after the step that produced it
-(not a reset state); only a termination stops bootstrapping. The normalisation statistics live
-in the main process, on the vector env; they are saved with the model and frozen in evaluation.
-Defaults: ppo_continuous.py's rollout size, epochs and optimiser (2048 steps a rollout, 10 epochs,
-lr 3e-4, γ 0.99, λ 0.95), but the rollout is 8 envs x 256 steps and a minibatch one env's whole
-sequence (8 minibatches of 256 steps, where ppo_continuous.py has 32 of 64 single steps), and
-200k steps, a budget for InvertedPendulumNoVelocity-v5 (measurements: benchmark/ and the tests).
+What this file changes against them: at a time-limit truncation the advantage bootstraps from V(real final
+observation), normalised with that step's statistics and read with the LSTM state of its own episode; only a
+termination stops bootstrapping. The normalisation statistics are saved with the model and frozen in evaluation.
+Defaults: ppo_continuous.py's rollout size, epochs and optimiser, as 8 envs x 256 steps with one env's whole
+sequence a minibatch, 200k steps. Details and results: docs/scripts/ppo_continuous_lstm.md.
 
 Run (InvertedPendulum with the velocities hidden, see cleanrl_utils/envs.py; needs the mujoco extra):
     python cleanrl/ppo_continuous_lstm.py --env-id cleanrl_utils.envs:InvertedPendulumNoVelocity-v5
@@ -139,47 +123,20 @@ def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.
 
 
 def gaussian_log_prob(mean: torch.Tensor, log_std: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """log N(actions; mean, diag(σ²)), summed over action dimensions.
-
-    log π(a|h) = Σ_i [ -(a_i - μ_i)² / (2 σ_i²) - log σ_i - ½ log(2π) ]
-
-    Args:
-        mean: μ ``[..., A]`` (here ``[T, B, A]``).
-        log_std: log σ ``[1, A]`` (broadcast) or the shape of ``mean``.
-        actions: a ``[..., A]``, the unclipped samples.
-
-    Returns:
-        ``[...]`` log-densities in nats.
-    """
+    """log N(actions; mean, diag(σ²)) summed over action dimensions: Σ_i [-(a_i - μ_i)² / (2 σ_i²) - log σ_i - ½ log(2π)]."""
     z = (actions - mean) * torch.exp(-log_std)
     return (-0.5 * z * z - log_std).sum(-1) - 0.5 * math.log(2 * math.pi) * mean.shape[-1]
 
 
 def gaussian_entropy(log_std: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
-    """Entropy of N(μ, diag(σ²)) with a state-independent σ, Σ_i [½ + ½ log(2π) + log σ_i], for every entry of ``shape``.
-
-    Args:
-        log_std: log σ ``[1, A]``.
-        shape: the batch shape, e.g. ``(T, B)``.
-
-    Returns:
-        ``[*shape]`` entropies in nats.
-    """
+    """Entropy of N(μ, diag(σ²)), Σ_i [½ + ½ log(2π) + log σ_i], for every entry of ``shape``."""
     entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(-1)
     return entropy.expand(shape)
 
 
 class Agent(nn.Module):
-    """Encoder (64 tanh) -> LSTM -> Gaussian-mean and critic heads (64 tanh each), and a state-independent log σ.
-
-    The LSTM has orthogonal weights (gain 1) and zero biases, as in ppo_lstm.py; the other
-    layers are initialised as ppo_continuous.py's (gain √2, and 0.01 and 1 for the mean's and
-    the critic's output layers), and log σ starts at 0 (σ = 1).
-
-    Args:
-        envs: the vector env it acts in (flat observations, 1-D Box actions), for the sizes.
-        lstm_size: units of the LSTM's hidden and cell states.
-    """
+    """Encoder (64 tanh) -> LSTM -> Gaussian-mean and critic heads (64 tanh each), and a state-independent log σ (0 at
+    the start); the LSTM as ppo_lstm.py's, the other layers as ppo_continuous.py's."""
 
     def __init__(self, envs: gym.vector.VectorEnv, lstm_size: int = 128):
         super().__init__()
@@ -206,23 +163,9 @@ class Agent(nn.Module):
     def unroll(
         self, obs: torch.Tensor, starts: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """Run the LSTM through T steps of B sequences, resetting it at episode starts.
-
-        Before step t the state of sequence b is multiplied by ``1 - starts[t, b]``: zero where
-        ``obs[t, b]`` is the first observation of an episode, so no memory crosses an episode
-        boundary. The rollout calls this with T = 1 each step; the update calls it with a
-        whole rollout of its envs and the state stored at the rollout's first step, which
-        reproduces the rollout's outputs.
-
-        Args:
-            obs: observations ``[T, B, obs_dim]`` (normalised).
-            starts: 1.0 where ``obs[t, b]`` begins an episode, ``[T, B]``.
-            state: LSTM state before step 0, ``(h, c)`` each ``[B, lstm_size]``.
-
-        Returns:
-            ``(hidden [T, B, lstm_size], state after step T-1)``: the LSTM outputs h_t, on which
-            the heads act, and the state to continue from.
-        """
+        """Run the LSTM through T steps of B sequences ``[T, B, obs_dim]`` from ``state``, zeroing the state before each
+        step where ``starts[t, b]`` (an episode's first observation). Returns ``(hidden [T, B, lstm_size], state after step
+        T-1)``; with a rollout's stored first state it reproduces the rollout's outputs."""
         x = self.encoder(obs)
         h, c = state[0].unsqueeze(0), state[1].unsqueeze(0)  # nn.LSTM's [num_layers=1, B, lstm_size]
         # nn.LSTM runs a whole segment in one call (much faster than a Python loop of cells), so
@@ -249,18 +192,7 @@ class Agent(nn.Module):
         state: tuple[torch.Tensor, torch.Tensor],
         action: Optional[torch.Tensor] = None,
     ):
-        """Sample (or score) actions under π(·|history) = N(μ(history), σ²) and evaluate V, along sequences.
-
-        Args:
-            obs: observations ``[T, B, obs_dim]`` (normalised).
-            starts: episode-start flags ``[T, B]`` (see :meth:`unroll`).
-            state: LSTM state before step 0, ``(h, c)`` each ``[B, lstm_size]``.
-            action: unclipped actions ``[T, B, A]`` to score; sampled a = μ + σ ε, ε ~ N(0, I), when None.
-
-        Returns:
-            ``(action [T, B, A], log π(action|history) [T, B], entropy of π(·|history) [T, B], V [T, B],
-            state after step T-1)``.
-        """
+        """``(action, log π(action|history), entropy, V, state)`` under N(μ(history), σ²) along sequences (:meth:`unroll`)."""
         hidden, state = self.unroll(obs, starts, state)
         mean = self.actor_mean(hidden)
         if action is None:
@@ -280,34 +212,10 @@ def compute_gae(
     gamma: float,
     gae_lambda: float,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Generalized advantage estimation over a rollout, correct at truncations (as ppo.py's).
+    """GAE over a rollout, correct at truncations (as ppo.py's; Schulman et al. 2016, eq. 16, cut at episode ends).
 
-    δ_t = r_t + γ (1 - terminated_t) V(s'_t) - V(s_t)
-    A_t = δ_t + γ λ (1 - done_t) A_{t+1}
-    (Schulman et al. 2016, arXiv:1506.02438, eq. 16, with the recursion cut at episode ends.)
-
-    s'_t is the real next state of step t: s_{t+1} within an episode, the episode's final
-    observation where it ended at t (not the reset one), and the observation after the
-    rollout at t = T-1. So a time limit still bootstraps from V(final observation); only a
-    termination stops bootstrapping, and done_t (termination or truncation) stops the
-    recursion, since step t+1 belongs to the next episode. With an LSTM, V(s_t) is the value
-    given the history of the episode up to s_t (the recurrent state), which is what the
-    rollout stores.
-
-    Args:
-        rewards: r_t, float ``[T, N]`` (T steps of N envs; here the normalised rewards).
-        values: V(s_t), float ``[T, N]``.
-        last_values: V of the observations after the rollout, ``[N]``.
-        final_values: V(final observation) where step t ended an episode, ``[T, N]``;
-            read only at truncations (a termination does not bootstrap).
-        terminations: 1.0 where step t ended the episode by termination, ``[T, N]``.
-        dones: 1.0 where step t ended the episode (termination or truncation), ``[T, N]``.
-        gamma: discount γ in [0, 1].
-        gae_lambda: λ in [0, 1].
-
-    Returns:
-        ``(advantages [T, N], returns [T, N])`` with returns = advantages + values, the
-        critic's regression target (the λ-return).
+    δ_t = r_t + γ (1 - terminated_t) V(s'_t) - V(s_t);  A_t = δ_t + γ λ (1 - done_t) A_{t+1}; s'_t is s_{t+1}, the final
+    observation where step t ended an episode (``final_values``), or the one after the rollout. Returns ``(A, A + V)``.
     """
     next_values = np.concatenate([values[1:], last_values[None]], axis=0)
     next_values = np.where(dones > 0, final_values, next_values)

@@ -1,36 +1,16 @@
 """Recurrent PPO (an LSTM policy) for discrete actions on vector observations.
 
-Proximal Policy Optimization with the clipped surrogate objective:
-    Schulman, Wolski, Dhariwal, Radford, Klimov (2017), "Proximal Policy Optimization
-    Algorithms", arXiv:1707.06347 (eq. 7 clipped objective, eq. 9 total loss, eq. 11-12 GAE),
-with generalized advantage estimation (Schulman et al. 2016, arXiv:1506.02438) and a recurrent
-(LSTM, Hochreiter & Schmidhuber 1997) policy and value core trained on whole rollout sequences
-from their stored initial state, as in the LSTM agents of the PPO paper's reference code
-(OpenAI baselines ``ppo2`` with ``lstm``) and CleanRL's ``ppo_atari_lstm.py`` (Huang et al.
-2022, "The 37 Implementation Details of Proximal Policy Optimization", ICLR blog track,
-details on LSTM). The network: encoder (64 tanh) -> LSTM -> actor and critic heads (64 tanh each).
+Papers: Schulman et al. (2017), "Proximal Policy Optimization Algorithms", arXiv:1707.06347; GAE (Schulman et al.
+2016, arXiv:1506.02438); an LSTM (Hochreiter & Schmidhuber 1997) policy and value core trained on whole rollout
+sequences from their stored initial state, as the LSTM agents of OpenAI baselines' ppo2 and CleanRL's
+ppo_atari_lstm.py (Huang et al. 2022, "The 37 Implementation Details of PPO", the LSTM details).
+The network: encoder (64 tanh) -> LSTM -> actor and critic heads (64 tanh each); the LSTM state is reset at each
+episode start; a minibatch is all --num-steps steps of a group of envs, replayed from the stored state.
 
-- The LSTM state is reset to zero at each episode start, in the rollout and in the update
-  (the state is multiplied by 1 - start before the step that reads the episode's first
-  observation).
-- A minibatch is a set of whole environment sequences: the envs are split into
-  ``--num-minibatches`` groups, each minibatch is all ``--num-steps`` steps of its envs, and
-  the network is re-run through them from the LSTM state stored at the rollout's first step,
-  with the same resets. Before the first gradient step this reproduces the rollout's
-  log-probabilities and values.
-
-What this file changes against them: a time-limit truncation is not a termination. At a
-truncation the advantage bootstraps from V(real final observation) (gymnasium's
-``infos["final_obs"]``), never from the observation after the reset; and that value is
-computed with the LSTM state the final observation belongs to, the state after the step that
-produced it (the final observation continues the same episode, so the agent's memory of it
-is what a continuing episode would use), not a reset state and not the next episode's.
-Only a termination stops bootstrapping. The default hyperparameters follow
-rl-baselines3-zoo's RecurrentPPO settings for the velocity-masked CartPole (8 envs, 32 steps,
-one minibatch, 20 epochs, γ 0.98, λ 0.8, learning rate 1e-3 annealed linearly, no entropy
-bonus), with the clip range fixed at 0.2 (the zoo anneals it) and the value loss not clipped
-(as in stable-baselines3; the clipped value loss of ppo.py lets V move by at most 0.2 per
-update, slow when returns reach 50).
+What this file changes against them: a time-limit truncation bootstraps from V(real final observation), computed
+with the LSTM state after the step that produced it; only a termination stops bootstrapping. The defaults follow
+rl-baselines3-zoo's RecurrentPPO settings for the velocity-masked CartPole, with the clip range fixed at 0.2 and the
+value loss not clipped. Details and results: docs/scripts/ppo_lstm.md.
 
 Run (CartPole with the velocities hidden, see cleanrl_utils/envs.py):
     python cleanrl/ppo_lstm.py --env-id cleanrl_utils.envs:CartPoleNoVelocity-v1
@@ -86,7 +66,7 @@ class Args(RunArgs):
     clip_coef: float = 0.2
     """surrogate clipping ε (ratio kept in [1-ε, 1+ε])"""
     clip_vloss: bool = False
-    """if toggled, clip the value loss as in the reference implementation (off by default: see the module docstring)"""
+    """if toggled, clip the value loss as in the reference implementation (off by default, as in stable-baselines3)"""
     ent_coef: float = 0.0
     """entropy bonus coefficient"""
     vf_coef: float = 0.5
@@ -132,18 +112,8 @@ def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.
 
 
 class Agent(nn.Module):
-    """Encoder (64 tanh) -> LSTM -> actor and critic heads (64 tanh each).
-
-    The LSTM has orthogonal weights (gain 1) and zero biases, as in CleanRL's
-    ppo_atari_lstm.py; the other layers are initialised as ppo.py's (gain √2, and 0.01 and 1
-    for the actor's and the critic's output layers). The hidden layer of each head lets the
-    policy and the value read the LSTM's memory nonlinearly (as the 64-64 tanh networks after
-    the LSTM of sb3-contrib's RecurrentPPO do).
-
-    Args:
-        envs: the vector env it acts in (flat observations, Discrete actions), for the sizes.
-        lstm_size: units of the LSTM's hidden and cell states.
-    """
+    """Encoder (64 tanh) -> LSTM -> actor and critic heads (64 tanh each); the LSTM orthogonal (gain 1) with zero
+    biases as CleanRL's ppo_atari_lstm.py, the other layers as ppo.py's."""
 
     def __init__(self, envs: gym.vector.VectorEnv, lstm_size: int = 128):
         super().__init__()
@@ -168,23 +138,9 @@ class Agent(nn.Module):
     def unroll(
         self, obs: torch.Tensor, starts: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """Run the LSTM through T steps of B sequences, resetting it at episode starts.
-
-        Before step t the state of sequence b is multiplied by ``1 - starts[t, b]``: zero where
-        ``obs[t, b]`` is the first observation of an episode, so no memory crosses an episode
-        boundary. The rollout calls this with T = 1 each step; the update calls it with a
-        whole rollout of its envs and the state stored at the rollout's first step, which
-        reproduces the rollout's outputs.
-
-        Args:
-            obs: observations ``[T, B, obs_dim]``.
-            starts: 1.0 where ``obs[t, b]`` begins an episode, ``[T, B]``.
-            state: LSTM state before step 0, ``(h, c)`` each ``[B, lstm_size]``.
-
-        Returns:
-            ``(hidden [T, B, lstm_size], state after step T-1)``: the LSTM outputs h_t, on which
-            the heads act, and the state to continue from.
-        """
+        """Run the LSTM through T steps of B sequences ``[T, B, obs_dim]`` from ``state``, zeroing the state before each
+        step where ``starts[t, b]`` (an episode's first observation). Returns ``(hidden [T, B, lstm_size], state after step
+        T-1)``; with a rollout's stored first state it reproduces the rollout's outputs."""
         x = self.encoder(obs)
         h, c = state[0].unsqueeze(0), state[1].unsqueeze(0)  # nn.LSTM's [num_layers=1, B, lstm_size]
         # nn.LSTM runs a whole segment in one call (much faster than a Python loop of cells), so
@@ -211,18 +167,7 @@ class Agent(nn.Module):
         state: tuple[torch.Tensor, torch.Tensor],
         action: Optional[torch.Tensor] = None,
     ):
-        """Sample (or score) actions under the categorical policy and evaluate V, along sequences.
-
-        Args:
-            obs: observations ``[T, B, obs_dim]``.
-            starts: episode-start flags ``[T, B]`` (see :meth:`unroll`).
-            state: LSTM state before step 0, ``(h, c)`` each ``[B, lstm_size]``.
-            action: actions ``[T, B]`` (int64) to score; sampled from π(·|history) when None.
-
-        Returns:
-            ``(action [T, B], log π(action|history) [T, B], entropy of π(·|history) [T, B], V [T, B],
-            state after step T-1)``.
-        """
+        """``(action, log π(action|history), entropy, V, state)`` along ``[T, B]`` sequences (:meth:`unroll`)."""
         hidden, state = self.unroll(obs, starts, state)
         log_probs = torch.log_softmax(self.actor(hidden), dim=-1)
         if action is None:
@@ -242,34 +187,10 @@ def compute_gae(
     gamma: float,
     gae_lambda: float,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Generalized advantage estimation over a rollout, correct at truncations (as ppo.py's).
+    """GAE over a rollout, correct at truncations (as ppo.py's; Schulman et al. 2016, eq. 16, cut at episode ends).
 
-    δ_t = r_t + γ (1 - terminated_t) V(s'_t) - V(s_t)
-    A_t = δ_t + γ λ (1 - done_t) A_{t+1}
-    (Schulman et al. 2016, arXiv:1506.02438, eq. 16, with the recursion cut at episode ends.)
-
-    s'_t is the real next state of step t: s_{t+1} within an episode, the episode's final
-    observation where it ended at t (not the reset one), and the observation after the
-    rollout at t = T-1. So a time limit still bootstraps from V(final observation); only a
-    termination stops bootstrapping, and done_t (termination or truncation) stops the
-    recursion, since step t+1 belongs to the next episode. With an LSTM, V(s_t) is the value
-    given the history of the episode up to s_t (the recurrent state), which is what the
-    rollout stores.
-
-    Args:
-        rewards: r_t, float ``[T, N]`` (T steps of N envs).
-        values: V(s_t), float ``[T, N]``.
-        last_values: V of the observations after the rollout, ``[N]``.
-        final_values: V(final observation) where step t ended an episode, ``[T, N]``;
-            read only at truncations (a termination does not bootstrap).
-        terminations: 1.0 where step t ended the episode by termination, ``[T, N]``.
-        dones: 1.0 where step t ended the episode (termination or truncation), ``[T, N]``.
-        gamma: discount γ in [0, 1].
-        gae_lambda: λ in [0, 1].
-
-    Returns:
-        ``(advantages [T, N], returns [T, N])`` with returns = advantages + values, the
-        critic's regression target (the λ-return).
+    δ_t = r_t + γ (1 - terminated_t) V(s'_t) - V(s_t);  A_t = δ_t + γ λ (1 - done_t) A_{t+1}; s'_t is s_{t+1}, the final
+    observation where step t ended an episode (``final_values``), or the one after the rollout. Returns ``(A, A + V)``.
     """
     next_values = np.concatenate([values[1:], last_values[None]], axis=0)
     next_values = np.where(dones > 0, final_values, next_values)

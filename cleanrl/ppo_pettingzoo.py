@@ -1,23 +1,10 @@
 """Parameter-shared PPO on a PettingZoo parallel env: one policy acts for every agent, self-play on multi-agent Atari.
 
-Proximal Policy Optimization (clipped objective, GAE) with the details of CleanRL's ppo_atari.py:
-    Schulman et al. (2017), arXiv:1707.06347; Schulman et al. (2016), arXiv:1506.02438; Mnih et al. (2015),
-    Nature 518 (the Nature CNN); Huang et al. (2022), "The 37 Implementation Details of PPO" (ICLR blog track),
-with one network shared by all agents (parameter sharing: Gupta, Egorov, Kochenderfer 2017, "Cooperative
-Multi-agent Control Using Deep Reinforcement Learning", AAMAS workshops; Terry et al. 2020, arXiv:2005.13625)
-on PettingZoo's parallel API (Terry et al. 2021, arXiv:2009.14471), multi-agent ALE games preprocessed by
-SuperSuit as CleanRL's ppo_pettingzoo_ma_atari.py does (max of 2 frames, frame skip 4, rewards clipped to
-[-1, 1], 84x84 luma, 4 stacked frames); in pong_v3 the policy plays both paddles (self-play).
-
-What this file changes against CleanRL's file: the agents of each env are folded into rows of the batch
-here (row = env * num_agents + agent, :func:`fold_agents`), not by SuperSuit's vector env, so agents that
-die or leave mid-episode are handled: their rows are masked out of GAE and of the loss, and their last step
-ends their episode by termination or truncation as the env flags it (a truncation bootstraps from V(final
-observation); CleanRL's vector env treats every end as a termination). The agent's id is appended to its
-observation (:func:`add_agent_id`: one-hot planes for images, as SuperSuit's agent_indicator_v0, or a
-one-hot vector). Episode statistics per agent (``charts/episodic_return/<agent>``); --total-timesteps counts
-rows (env steps x agents, CleanRL's count); checkpoints replay each env's episode from its seed.
-Evaluation plays the policy as one agent (--eval-agent) against uniformly random opponents (or itself).
+Papers: Schulman et al. (2017), arXiv:1707.06347 (PPO); Terry et al. (2021), arXiv:2009.14471 (PettingZoo); Terry et
+al. (2020), arXiv:2005.13625 (parameter sharing). Against CleanRL's ppo_pettingzoo_ma_atari.py (same SuperSuit
+preprocessing): agents are rows of the batch (env * num_agents + agent); agents that die or leave mid-episode are
+masked out of GAE and the loss; a truncation bootstraps from V(final observation); each agent sees its one-hot id;
+returns per agent; evaluation plays one agent against random opponents or itself. Page: docs/scripts/ppo_pettingzoo.md.
 
 Run:
     python cleanrl/ppo_pettingzoo.py --env-id pong_v3
@@ -95,23 +82,13 @@ class Args(RunArgs):
     """agent steps (as --total-timesteps) between checkpoints in `{run_dir}/checkpoints/` (0: only on SIGTERM or Ctrl-C)"""
     env_timeout: float = 600.0
     """seconds to make the env (its envs step in this process, untimed) before the run stops"""
-
-    # filled in at run time
-    num_agents: tyro.conf.Suppress[int] = 0
-    """agents per env (read from the env; not a flag)"""
-    batch_size: tyro.conf.Suppress[int] = 0
-    """rollout rows, num_envs * num_agents * num_steps (computed; not a flag)"""
-    num_iterations: tyro.conf.Suppress[int] = 0
-    """total_timesteps // batch_size (computed; not a flag)"""
+    num_agents: tyro.conf.Suppress[int] = 0  # agents per env, read from the env (not a flag)
+    batch_size: tyro.conf.Suppress[int] = 0  # num_envs * num_agents * num_steps (computed; not a flag)
+    num_iterations: tyro.conf.Suppress[int] = 0  # total_timesteps // batch_size (computed; not a flag)
 
 
 def env_factory(env_id: str):
-    """The callable that makes a parallel env of ``env_id`` (``pettingzoo.<family>.<env_id>.parallel_env``, or the
-    ``factory`` of ``package.module:factory``), and whether it is a multi-agent ALE game.
-
-    Raises:
-        ValueError: no such env (the message says what was looked for).
-    """
+    """``(parallel_env factory of env_id, whether it is an ALE game)``; ValueError if there is no such env."""
     module_name, _, name = env_id.rpartition(":")
     if module_name:
         try:
@@ -135,13 +112,7 @@ def env_factory(env_id: str):
 
 
 def make_env(env_id: str, idx: int, capture_video: bool, training: bool = True):
-    """A thunk creating parallel env ``idx``: a multi-agent ALE game preprocessed by SuperSuit, or the env as it is.
-
-    ALE games: observations uint8 ``[84, 84, 4]`` (4 stacked 84x84 luma frames, each the max of the last 2
-    frames of a 4-frame skip); rewards clipped to [-1, 1] in training (a Pong point is ±1 either way); a game is
-    truncated at the env's ``max_cycles`` frames (100,000). The ROM comes from ale-py (``roms/<game>.bin``).
-    Env 0 renders ``rgb_array`` frames when ``capture_video``.
-    """
+    """A thunk creating parallel env ``idx``: an ALE game preprocessed by SuperSuit (uint8 [84, 84, 4]), or as it is."""
 
     def thunk():
         factory, atari = env_factory(env_id)
@@ -164,16 +135,8 @@ def make_env(env_id: str, idx: int, capture_video: bool, training: bool = True):
 
 
 def fold_agents(dicts: list[dict], agents: list[str], shape: tuple, dtype) -> tuple[np.ndarray, np.ndarray]:
-    """Fold per-env dicts ``{agent: value}`` into rows: row ``env * len(agents) + a`` holds agent ``agents[a]`` of env ``env``.
-
-    Args:
-        dicts: ``num_envs`` dicts; an agent may be absent (dead, left, not yet joined).
-        agents: every agent's name, in row order (``possible_agents``).
-        shape, dtype: of one value (``()`` for rewards and flags).
-
-    Returns:
-        ``(rows [num_envs * num_agents, *shape], present [num_envs * num_agents] bool)``; absent agents' rows are zeros.
-    """
+    """Per-env dicts ``{agent: value}`` -> ``(rows, present)``: row ``env * len(agents) + a`` is ``agents[a]`` of
+    ``env``; absent agents' rows are zeros and not ``present``."""
     rows = np.zeros((len(dicts) * len(agents),) + tuple(shape), dtype=dtype)
     present = np.zeros(len(dicts) * len(agents), dtype=bool)
     for env, values in enumerate(dicts):
@@ -184,8 +147,7 @@ def fold_agents(dicts: list[dict], agents: list[str], shape: tuple, dtype) -> tu
 
 
 def unfold_agents(rows: np.ndarray, agents: list[str], present: np.ndarray) -> list[dict]:
-    """The inverse of :func:`fold_agents`: rows ``[num_envs * num_agents, ...]`` -> per env ``{agent: row}``, the
-    present agents only."""
+    """The inverse of :func:`fold_agents`: rows -> per env ``{agent: row}``, the present agents only."""
     num_agents = len(agents)
     return [
         {agent: rows[env * num_agents + a] for a, agent in enumerate(agents) if present[env * num_agents + a]}
@@ -194,16 +156,11 @@ def unfold_agents(rows: np.ndarray, agents: list[str], present: np.ndarray) -> l
 
 
 def add_agent_id(rows: np.ndarray, num_agents: int) -> np.ndarray:
-    """Append each row's one-hot agent id (row r is agent ``r % num_agents``) along the last axis.
-
-    Vectors ``[B, D]`` -> ``[B, D + num_agents]`` (0/1); images ``[B, H, W, C]`` (uint8) -> ``[B, H, W, C + num_agents]``,
-    one constant plane per agent, 255 for the row's own agent and 0 for the others (1 and 0 once scaled by 1/255).
-    """
+    """Append row r's one-hot agent id (``r % num_agents``) on the last axis: 0/1 for vectors, 255/0 planes for images."""
     one = 255 if rows.dtype == np.uint8 else 1
     ids = (np.arange(len(rows))[:, None] % num_agents == np.arange(num_agents)).astype(rows.dtype) * one
-    planes = np.broadcast_to(
-        ids.reshape((len(rows),) + (1,) * (rows.ndim - 2) + (num_agents,)), rows.shape[:-1] + (num_agents,)
-    )
+    shape = (len(rows),) + (1,) * (rows.ndim - 2) + (num_agents,)
+    planes = np.broadcast_to(ids.reshape(shape), rows.shape[:-1] + (num_agents,))
     return np.concatenate([rows, planes], axis=-1)
 
 
@@ -215,28 +172,18 @@ def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.
 
 
 class Agent(nn.Module):
-    """One trunk shared by a categorical policy head and a value head, for every agent.
-
-    Images ``[B, 84, 84, C]`` (uint8, channels last: the frames and the id planes): the Nature CNN, conv 8x8/4 (32) -
-    4x4/2 (64) - 3x3/1 (64) - linear 512, ReLU after each, inputs divided by 255. Vectors ``[B, D]``: linear 64 - tanh -
-    linear 64 - tanh. Heads: ``actor`` (num_actions logits, gain 0.01), ``critic`` (1, gain 1).
-    """
+    """One trunk (Nature CNN for images, 64-64 tanh MLP for vectors) shared by the actor and critic heads."""
 
     def __init__(self, obs_shape: tuple, num_actions: int):
         super().__init__()
         self.image = len(obs_shape) == 3
         if self.image:
             self.trunk = nn.Sequential(
-                layer_init(nn.Conv2d(obs_shape[-1], 32, 8, stride=4)),
-                nn.ReLU(),
-                layer_init(nn.Conv2d(32, 64, 4, stride=2)),
-                nn.ReLU(),
-                layer_init(nn.Conv2d(64, 64, 3, stride=1)),
-                nn.ReLU(),
-                nn.Flatten(),
-                layer_init(nn.Linear(64 * 7 * 7, 512)),
-                nn.ReLU(),
-            )
+                layer_init(nn.Conv2d(obs_shape[-1], 32, 8, stride=4)), nn.ReLU(),
+                layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+                layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
+                nn.Flatten(), layer_init(nn.Linear(64 * 7 * 7, 512)), nn.ReLU(),
+            )  # fmt: skip
         else:
             self.trunk = nn.Sequential(
                 layer_init(nn.Linear(obs_shape[0], 64)), nn.Tanh(), layer_init(nn.Linear(64, 64)), nn.Tanh()
@@ -246,8 +193,7 @@ class Agent(nn.Module):
         self.critic = layer_init(nn.Linear(width, 1), std=1)
 
     def hidden(self, x: torch.Tensor) -> torch.Tensor:
-        """Trunk features ``[B, width]``. Images ``[B, 84, 84, C]`` are permuted to ``[B, C, 84, 84]`` in channels-last
-        layout (no copy: the layout the convolutions run fastest in on CPU)."""
+        """Trunk features ``[B, width]``; images are permuted to channels-last ``[B, C, 84, 84]`` (no copy)."""
         if self.image:
             x = x.permute(0, 3, 1, 2).to(torch.float32) / 255.0
         return self.trunk(x)
@@ -257,15 +203,7 @@ class Agent(nn.Module):
         return self.critic(self.hidden(x)).squeeze(-1)
 
     def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
-        """Sample (or score) actions under the categorical policy and evaluate V, in one pass of the trunk.
-
-        Args:
-            x: observations ``[B, ...]`` (with the agent id).
-            action: actions ``[B]`` (int64) to score; sampled from π(·|x) when None.
-
-        Returns:
-            ``(action [B], log π(action|x) [B], entropy of π(·|x) [B], V(x) [B])``.
-        """
+        """``(action [B], log π(action|x), entropy of π(·|x), V(x))``; ``action`` sampled from π when None."""
         hidden = self.hidden(x)
         log_probs = torch.log_softmax(self.actor(hidden), dim=-1)
         if action is None:
@@ -275,41 +213,10 @@ class Agent(nn.Module):
         return action, log_prob, entropy, self.critic(hidden).squeeze(-1)
 
 
-def compute_gae(
-    rewards: np.ndarray,
-    values: np.ndarray,
-    last_values: np.ndarray,
-    final_values: np.ndarray,
-    terminations: np.ndarray,
-    dones: np.ndarray,
-    alive: np.ndarray,
-    gamma: float,
-    gae_lambda: float,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Generalized advantage estimation over a rollout of rows, correct at truncations, 0 where no agent acted.
-
-    δ_t = r_t + γ (1 - terminated_t) V(s'_t) - V(s_t)
-    A_t = alive_t (δ_t + γ λ (1 - done_t) A_{t+1})
-    (Schulman et al. 2016, arXiv:1506.02438, eq. 16, with the recursion cut at each agent's episode end.)
-
-    s'_t is the real next state of step t: s_{t+1} while the agent's episode goes on (an agent that does not end
-    acts at the next step), its final observation where its episode ended at t, the observation after the rollout
-    at t = T-1. A row where the agent did not act (dead, waiting for the others' episode to end, not yet joined)
-    has advantage 0 and is masked out of the loss.
-
-    Args:
-        rewards: r_t, float ``[T, R]`` (T steps of R = envs x agents rows).
-        values: V(s_t), ``[T, R]``.
-        last_values: V of the observations after the rollout, ``[R]``.
-        final_values: V(final observation) where an agent's episode ended at t, ``[T, R]``; read at truncations only.
-        terminations: 1.0 where the agent's episode ended by termination at t, ``[T, R]``.
-        dones: 1.0 where the agent's episode ended at t (termination or truncation), ``[T, R]``.
-        alive: 1.0 where the agent acted at t, ``[T, R]``.
-        gamma, gae_lambda: γ and λ in [0, 1].
-
-    Returns:
-        ``(advantages [T, R], returns [T, R])``, returns = advantages + values (the critic's target where alive).
-    """
+def compute_gae(rewards, values, last_values, final_values, terminations, dones, alive, gamma: float, gae_lambda: float):
+    """GAE over ``[T, R]`` rows (Schulman et al. 2016, eq. 16) cut at each agent's episode end, 0 where it did not act:
+    δ_t = r_t + γ (1 - terminated_t) V(s'_t) - V(s_t), A_t = alive_t (δ_t + γ λ (1 - done_t) A_{t+1}); s'_t is the final
+    observation where an episode ended (``final_values``). Returns ``(advantages, advantages + values)``."""
     next_values = np.concatenate([values[1:], last_values[None]], axis=0)
     next_values = np.where(dones > 0, final_values, next_values)
     deltas = rewards + gamma * (1.0 - terminations) * next_values - values
@@ -323,12 +230,7 @@ def compute_gae(
 
 
 def minibatches(alive: torch.Tensor, num_minibatches: int) -> list[torch.Tensor]:
-    """A random split of the rows where an agent acted: up to ``num_minibatches`` non-empty index tensors whose
-    sizes differ by at most one (fewer when fewer rows are alive).
-
-    Args:
-        alive: bool ``[B]``; the rows where it is False (dead or absent agents) are in no minibatch.
-    """
+    """A random split of the rows where ``alive`` into at most ``num_minibatches`` non-empty index tensors."""
     rows = torch.nonzero(alive).squeeze(-1)
     split = torch.tensor_split(rows[torch.randperm(len(rows), device=rows.device)], num_minibatches)
     return [indices for indices in split if len(indices)]
@@ -341,9 +243,7 @@ def check_args(args: Args) -> None:
     """Fill in the computed fields; stop with one line naming the flag on bad input."""
     require_positive(args, "total_timesteps num_envs num_steps num_minibatches update_epochs learning_rate clip_coef")
     require_positive(args, "max_grad_norm")
-    require_range(args, num_envs=(1, 2**12), num_steps=(1, 2**20))
-    require_range(args, update_epochs=(1, 10**4))
-    require_range(args, gamma=(0, 1), gae_lambda=(0, 1))
+    require_range(args, num_envs=(1, 2**12), num_steps=(1, 2**20), update_epochs=(1, 10**4), gamma=(0, 1), gae_lambda=(0, 1))
     require(args.ent_coef >= 0, "--ent-coef", f"must be >= 0, got {args.ent_coef}")
     require(args.vf_coef >= 0, "--vf-coef", f"must be >= 0, got {args.vf_coef}")
     require(args.target_kl is None or args.target_kl > 0, "--target-kl", f"must be positive, got {args.target_kl}")
@@ -363,11 +263,9 @@ def check_args(args: Args) -> None:
     require(isinstance(action_space, gym.spaces.Discrete) and action_space.start == 0, "--env-id",
             f"{args.env_id} has action space {action_space}; {script} supports Discrete (from 0) only")  # fmt: skip
     shape = getattr(observation_space, "shape", None)
-    require(
-        isinstance(observation_space, gym.spaces.Box) and (len(shape) == 1 or shape[:2] == (84, 84)),
-        "--env-id",
-        f"{args.env_id} has observation space {observation_space}; {script} supports vectors and 84x84 images only",
-    )
+    box = isinstance(observation_space, gym.spaces.Box) and (len(shape) == 1 or shape[:2] == (84, 84))
+    require(box, "--env-id", f"{args.env_id} has observation space {observation_space}; "
+            f"{script} supports vectors and 84x84 images only")  # fmt: skip
     args.num_agents = len(agents)
     require_range(args, eval_agent=(0, args.num_agents - 1))
     args.batch_size = args.num_envs * args.num_agents * args.num_steps
@@ -388,18 +286,9 @@ def make_envs(env_id: str, seed: int, capture_video: bool, video_dir: str, train
     return envs
 
 
-def evaluate(
-    model_path: str, eval_episodes: int, deterministic: bool = False, eval_agent: int = -1, eval_opponent: str = "", **options
-) -> np.ndarray:
-    """Episodic returns ``[eval_episodes]`` of the agent the saved model plays (``eval_agent``, an index; -1: the run's
-    ``--eval-agent``), the other agents played by uniformly random actions (``eval_opponent="random"``) or by the
-    model (``"self"``; "": the run's ``--eval-opponent``). Actions are sampled from π by default
-    (``deterministic=True``: the most probable). ``options``: see :class:`cleanrl_utils.evals.Evaluation`.
-
-    Raises:
-        OptionRefused: (a ValueError) ``eval_agent`` is not an agent's index, or ``eval_opponent`` is not
-            "random", "self" or "".
-    """
+def evaluate(model_path, eval_episodes, deterministic=False, eval_agent=-1, eval_opponent="", **options) -> np.ndarray:
+    """Returns ``[eval_episodes]`` of agent ``eval_agent`` (-1: the run's) against ``eval_opponent`` ("random",
+    "self"; "": the run's); OptionRefused on other values. ``options``: :class:`cleanrl_utils.evals.Evaluation`."""
     if eval_opponent not in ("random", "self", ""):
         raise OptionRefused(f"eval_opponent must be 'random', 'self' or '', got {eval_opponent!r}")
     evaluation = Evaluation(__file__, model_path, eval_episodes, None, make_envs=make_envs, **options)
@@ -413,18 +302,14 @@ def evaluate(
     shape = envs.observation_space.shape[:-1] + (envs.observation_space.shape[-1] + len(agents) * saved["agent_id"],)
     agent = evaluation.load(Agent(shape, int(envs.action_space.n)), "agent")
     generator = torch.Generator().manual_seed(evaluation.seed)
-    returns: list[float] = []
-    obs = envs.obs
+    returns, obs = [], envs.obs
     try:
         with torch.inference_mode():
             while len(returns) < eval_episodes:
                 rows, present = fold_agents(obs, agents, envs.observation_space.shape, envs.observation_space.dtype)
                 rows = add_agent_id(rows, len(agents)) if saved["agent_id"] else rows
                 logits = agent.actor(agent.hidden(torch.as_tensor(rows, device=evaluation.device))).cpu()
-                if deterministic:
-                    actions = logits.argmax(-1)
-                else:
-                    actions = torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0]
+                actions = logits.argmax(-1) if deterministic else logits.softmax(-1).multinomial(1, generator=generator)[:, 0]
                 if opponent == "random":
                     random = torch.randint(int(envs.action_space.n), actions.shape, generator=generator)
                     actions = torch.where(torch.tensor([a != player for a in agents] * envs.num_envs), random, actions)
@@ -443,18 +328,14 @@ if __name__ == "__main__":
     signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
     signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
 
-    # The envs keep PettingZoo's dicts; an env whose agents have all ended is reset within the step, and each
-    # ended agent's last observation is in its info["final_obs"]
-    envs = ParallelEnvs(
-        [make_env(args.env_id, i, args.capture_video) for i in range(args.num_envs)],
-        run.video_dir if args.capture_video else None,
-    )
+    # PettingZoo's dicts; an env whose agents have all ended resets within the step (ended agents: info["final_obs"])
+    video_dir = run.video_dir if args.capture_video else None
+    envs = ParallelEnvs([make_env(args.env_id, i, args.capture_video) for i in range(args.num_envs)], video_dir)
     agents, space = envs.possible_agents, envs.observation_space
     A, N, T = len(agents), args.num_envs, args.num_steps
     R = N * A  # rows: row env * A + a is agent agents[a] of env env
 
-    def observe(obs_dicts: list[dict]) -> tuple[np.ndarray, np.ndarray]:
-        """Rows ``[R, *obs_shape]`` (with the agent id) and where an agent is present, ``[R]``."""
+    def observe(obs_dicts: list[dict]) -> tuple[np.ndarray, np.ndarray]:  # rows [R, *obs_shape] with the id, present [R]
         rows, present = fold_agents(obs_dicts, agents, space.shape, space.dtype)
         return (add_agent_id(rows, A) if args.agent_id else rows), present
 
@@ -465,8 +346,7 @@ if __name__ == "__main__":
     # Rollout storage [num_steps, rows]: what the network reads in torch, the rest in numpy for GAE
     obs = torch.zeros((T, R) + obs_shape, dtype=torch.from_numpy(np.zeros(0, space.dtype)).dtype, device=device)
     actions = torch.zeros((T, R), dtype=torch.long, device=device)
-    logprobs = torch.zeros((T, R), device=device)
-    values = torch.zeros((T, R), device=device)
+    logprobs, values = (torch.zeros((T, R), device=device) for _ in range(2))
     rewards, terminations, dones, alive = (np.zeros((T, R), dtype=np.float32) for _ in range(4))
     truncated = np.zeros((T, R), dtype=bool)  # the agent's episode ended by truncation, not termination
     final_obs = np.zeros((T, R) + obs_shape, dtype=space.dtype)  # its real final observation
@@ -498,12 +378,8 @@ if __name__ == "__main__":
             terminated = fold_agents(termination, agents, (), bool)[0]
             truncated[step] = fold_agents(truncation, agents, (), bool)[0] & ~terminated
             terminations[step], dones[step] = terminated, terminated | truncated[step]
-            # Truncated (not terminated) agents will bootstrap from their real final observation
-            if truncated[step].any():
-                finals = [
-                    {agent: info["final_obs"] for agent, info in env_infos.items() if "final_obs" in info}
-                    for env_infos in infos
-                ]
+            if truncated[step].any():  # truncated (not terminated) agents bootstrap from their real final observation
+                finals = [{a: i["final_obs"] for a, i in env_infos.items() if "final_obs" in i} for env_infos in infos]
                 final_obs[step, truncated[step]] = observe(finals)[0][truncated[step]]
             log_agent_episodes(run, global_step, infos)
 
@@ -533,8 +409,7 @@ if __name__ == "__main__":
                 ratio = logratio.exp()
 
                 with torch.no_grad():
-                    # http://joschu.net/blog/kl-approx.html
-                    old_approx_kl = (-logratio).mean()
+                    old_approx_kl = (-logratio).mean()  # http://joschu.net/blog/kl-approx.html
                     approx_kl = ((ratio - 1) - logratio).mean()
                     clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
 

@@ -1,26 +1,18 @@
 """PPO on Procgen with the IMPALA CNN: procedurally generated games stepped in C++, 64x64 RGB frames.
 
-Proximal Policy Optimization with the clipped surrogate objective:
-    Schulman, Wolski, Dhariwal, Radford, Klimov (2017), arXiv:1707.06347 (eq. 7 clipped objective, eq. 9 loss),
-with generalized advantage estimation: Schulman, Moritz, Levine, Jordan, Abbeel (2016), arXiv:1506.02438;
-the network of Espeholt et al. (2018), "IMPALA", arXiv:1802.01561 (3 stacks of conv + max-pool + 2 residual
-blocks, 16/32/32 channels, then a 256-unit layer), and the games and hyperparameters of Cobbe, Hesse, Hilton,
-Schulman (2020), "Leveraging Procedural Generation to Benchmark Reinforcement Learning", arXiv:1912.01588
-(64 envs x 256 steps, γ 0.999, 3 epochs of 8 minibatches, lr 5e-4, rewards scaled by the running standard
-deviation of the discounted return and clipped to ±10), as CleanRL's ppo_procgen.py uses them.
+Papers: Schulman et al. (2017), arXiv:1707.06347 (PPO); Schulman et al. (2016), arXiv:1506.02438 (GAE);
+Espeholt et al. (2018), "IMPALA", arXiv:1802.01561 (the network); Cobbe et al. (2020), "Leveraging Procedural
+Generation to Benchmark Reinforcement Learning", arXiv:1912.01588 (the games and hyperparameters: 64 envs x 256
+steps, γ 0.999, 3 epochs of 8 minibatches, lr 5e-4, rewards scaled by the running std of the discounted return),
+as CleanRL's ppo_procgen.py uses them.
 
-What this file changes against them (and against CleanRL's ppo_procgen.py):
-- A time-limit end is a truncation, not a termination (CleanRL bootstraps at neither). Procgen resets within
-  the step that ends an episode and does not return its final observation, so a truncation bootstraps from
-  V(s_{T-1}), the value of the last observation the agent saw in the episode (computed at that step); a
-  termination (the level completed, or the agent died) does not bootstrap (see :func:`compute_gae`).
-- Episode statistics are Procgen's game rewards (:class:`~cleanrl_utils.envpool_atari.GameStatistics`), as
-  CleanRL's RecordEpisodeStatistics below the reward scaling records them.
-
-Checkpoints (``--checkpoint-interval``, SIGTERM, Ctrl-C) hold the network, the optimiser, the reward scaling's
-statistics, the iteration, the global step and the random generators, but not the envs: Procgen's games live
-in C++ and cannot be saved. So ``--resume`` is not exact: it makes the envs anew, seeded from ``--seed`` and
-the checkpoint's global step (numpy's ``SeedSequence``); the episodes in progress are abandoned (never logged).
+What this file changes against CleanRL's ppo_procgen.py:
+- a time-limit end is a truncation: it bootstraps from V of the episode's last observation (Procgen returns no
+  final one); a termination does not bootstrap (CleanRL bootstraps at neither);
+- episode statistics are Procgen's game rewards (GameStatistics);
+- checkpoints hold the network, optimiser, reward-scaling statistics and generators, not the envs: --resume
+  makes new envs (episodes in progress are abandoned).
+Details and results: docs/scripts/ppo_procgen.md.
 
 Run:
     python cleanrl/ppo_procgen.py --env-id starpilot
@@ -115,14 +107,7 @@ def make_envs(
     num_levels: int = 0,
     start_level: int = 0,
 ):
-    """``num_envs`` envs of a Procgen game (same-step autoreset, Procgen's own), with game statistics.
-
-    Observations: uint8 ``[num_envs, 64, 64, 3]`` (RGB, height-width-channels); 15 discrete actions.
-    ``info["reward"]`` holds the game reward, ``info["terminated"]`` 1 at a termination, ``info["elapsed_step"]``
-    the steps of the episode; the returns and lengths are added by :class:`GameStatistics`, which records env
-    0's episodes that ``video_episodes(episode_index)`` picks into ``video_dir`` (512x512 frames) if asked.
-    ``training`` changes nothing: training and evaluation play the same games; the rewards are scaled outside.
-    """
+    """``num_envs`` envs of a Procgen game (same-step autoreset), uint8 ``[num_envs, 64, 64, 3]``, with game statistics."""
     envs = ProcgenVectorEnv(env_id, num_envs, seed, num_levels, start_level, distribution_mode, render=capture_video)
     return GameStatistics(envs, frame_skip=1, video_dir=video_dir if capture_video else None, video_episodes=video_episodes)
 
@@ -163,13 +148,7 @@ class ConvSequence(nn.Module):
 
 
 class Agent(nn.Module):
-    """The IMPALA CNN (Espeholt et al. 2018) shared by a categorical policy head and a value head.
-
-    Three :class:`ConvSequence` stacks (16, 32, 32 channels: 64x64 -> 32 -> 16 -> 8), ReLU, linear 2048 -> 256,
-    ReLU; then ``actor`` (256 -> num_actions logits) and ``critic`` (256 -> 1), sized for ``envs``' Discrete
-    actions. The trunk keeps PyTorch's default initialisation, the heads are orthogonal (as CleanRL's).
-    Inputs are uint8 frames ``[B, 64, 64, 3]`` (height-width-channels) in 0-255, permuted and divided by 255 here.
-    """
+    """The IMPALA CNN (16, 32, 32 channels, then 256 units) shared by a categorical ``actor`` and a ``critic``."""
 
     def __init__(self, envs):
         super().__init__()
@@ -181,10 +160,7 @@ class Agent(nn.Module):
         self.critic = layer_init(nn.Linear(256, 1), std=1)
 
     def hidden(self, x: torch.Tensor) -> torch.Tensor:
-        """Trunk features: frames uint8 ``[B, 64, 64, 3]`` -> ``[B, 256]``.
-
-        The permutation to ``[B, 3, 64, 64]`` is a view whose memory is channels-last, the layout of the weights
-        (see the run below): the convolutions read it without a copy."""
+        """Trunk features: frames uint8 ``[B, 64, 64, 3]`` -> ``[B, 256]`` (a channels-last view: no copy)."""
         return self.network(x.permute(0, 3, 1, 2).float() / 255.0)
 
     def get_value(self, x: torch.Tensor) -> torch.Tensor:
@@ -192,15 +168,7 @@ class Agent(nn.Module):
         return self.critic(self.hidden(x)).squeeze(-1)
 
     def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
-        """Sample (or score) actions under the categorical policy and evaluate V, in one pass of the trunk.
-
-        Args:
-            x: frames uint8 ``[B, 64, 64, 3]``.
-            action: actions ``[B]`` (int64) to score; sampled from π(·|x) when None.
-
-        Returns:
-            ``(action [B], log π(action|x) [B], entropy of π(·|x) [B], V(x) [B])``.
-        """
+        """``(action [B], log π(action|x), entropy of π(·|x), V(x))``; ``action`` sampled from π when None."""
         hidden = self.hidden(x)
         log_probs = torch.log_softmax(self.actor(hidden), dim=-1)
         if action is None:
@@ -219,28 +187,10 @@ def compute_gae(
     gamma: float,
     gae_lambda: float,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Generalized advantage estimation over a Procgen rollout (same-step autoreset, no final observation).
+    """GAE over a Procgen rollout (same-step autoreset, no final observation; Schulman et al. 2016, eq. 16).
 
-    δ_t = r_t + γ (1 - terminated_t) V'_t - V(s_t)
-    A_t = δ_t + γ λ (1 - done_t) A_{t+1}
-    (Schulman et al. 2016, arXiv:1506.02438, eq. 16, with the recursion cut at episode ends.)
-
-    V'_t is V(s_{t+1}) within an episode (``last_values`` at t = T-1). Where step t ended the episode,
-    s_{t+1} is the next episode's first observation and Procgen returns no final one: a truncation
-    bootstraps from V(s_t), the value of the last observation the agent saw in the episode; a termination
-    does not bootstrap.
-
-    Args:
-        rewards: r_t (scaled), float ``[T, N]`` (T steps of N envs).
-        values: V(s_t), float ``[T, N]``.
-        last_values: V of the observations after the rollout, ``[N]``.
-        terminations: 1.0 where step t ended the episode by termination, ``[T, N]``.
-        truncations: 1.0 where step t ended the episode by its time limit, ``[T, N]``.
-        gamma: discount γ in [0, 1].
-        gae_lambda: λ in [0, 1].
-
-    Returns:
-        ``(advantages [T, N], returns [T, N])`` with returns = advantages + values (the λ-return).
+    δ_t = r_t + γ (1 - terminated_t) V'_t - V(s_t);  A_t = δ_t + γ λ (1 - done_t) A_{t+1}. V'_t is V(s_{t+1}) within
+    an episode; where step t was truncated it is V(s_t), the last observation seen. Returns ``(A, A + values)``.
     """
     next_values = np.concatenate([values[1:], last_values[None]], axis=0)
     next_values = np.where(truncations > 0, values, next_values)
@@ -266,23 +216,8 @@ def ppo_losses(
     clip_vloss: bool = True,
     norm_adv: bool = True,
 ) -> dict[str, torch.Tensor]:
-    """PPO's loss terms over a minibatch.
-
-    Policy loss (Schulman et al. 2017, eq. 7): mean of max(-A ρ, -A clip(ρ, 1-ε, 1+ε)), ρ the probability ratio
-    π(a|s)/π_old(a|s); value loss: 0.5 mean (V - R)², or with ``clip_vloss`` 0.5 mean max((V - R)², (V_old +
-    clip(V - V_old, -ε, ε) - R)²) (CleanRL's); entropy: mean H(π(·|s)). With ``norm_adv`` the advantages are
-    normalised by the minibatch's mean and (unbiased) standard deviation.
-
-    Args:
-        newlogprob, entropy, newvalue: log π(a|s), H(π(·|s)), V(s) under the current weights, ``[B]``.
-        oldlogprob, oldvalue: log π_old(a|s), V_old(s) from the rollout, ``[B]``.
-        advantages, returns: A and R = A + V_old, ``[B]``.
-        clip_coef: ε.
-
-    Returns:
-        ``{"policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac"}``, scalars; the
-        first three carry gradients.
-    """
+    """PPO's loss terms over a minibatch: clipped surrogate (eq. 7), value loss (CleanRL's clipped form with
+    ``clip_vloss``), entropy, the two KL estimates and the clip fraction; the first three carry gradients."""
     logratio = newlogprob - oldlogprob
     ratio = logratio.exp()
     with torch.no_grad():
@@ -340,12 +275,8 @@ def check_args(args: Args) -> None:
 
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
-    """Episodic returns ``[eval_episodes]`` (game rewards) of a model saved by this script, in the levels it
-    trained on (its distribution mode, number of levels and start level), one env seeded by the evaluation seed.
-
-    Actions are sampled from π by default, as CleanRL's policy acts; ``deterministic=True`` takes the most
-    probable action. ``options``: see :class:`cleanrl_utils.evals.Evaluation`.
-    """
+    """Episodic returns ``[eval_episodes]`` (game rewards) of a saved model in the levels it trained on; actions
+    sampled from π (``deterministic``: the most probable). ``options``: :class:`cleanrl_utils.evals.Evaluation`."""
     levels = ("distribution_mode", "num_levels", "start_level")
     evaluation = Evaluation(__file__, model_path, eval_episodes, None, make_envs=make_envs, env_args=levels, **options)
     agent = evaluation.load(Agent(evaluation.envs).to(memory_format=torch.channels_last), "agent")

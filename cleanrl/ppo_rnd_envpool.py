@@ -1,24 +1,19 @@
 """PPO with Random Network Distillation (RND) on Atari with EnvPool: a bonus for what a predictor cannot yet predict.
 
-Burda, Edwards, Storkey, Klimov (2018), "Exploration by Random Network Distillation", arXiv:1810.12894:
-the intrinsic reward ||f̂(s') - f(s')||² of a predictor f̂ trained to match a fixed random network f
-(sec. 2.2), divided by a running std of its discounted return; f's input normalised by statistics
-of random play, clipped to ±5 (sec. 2.4); non-episodic intrinsic returns, two value heads with their
-own discounts (γ_E 0.999, γ_I 0.99), advantages 2 A_E + 1 A_I (sec. 2.3); the predictor trained on
-25% of each minibatch (appendix A.4). On PPO (Schulman et al. 2017, arXiv:1707.06347) with GAE
-(Schulman et al. 2016, arXiv:1506.02438), with CleanRL's ppo_rnd_envpool.py networks and settings:
-128 envs x 128 steps, 50 rollouts of random play, EnvPool (Weng et al. 2022, arXiv:2206.10558) with
-sticky actions 0.25 (Machado et al. 2018, arXiv:1709.06009), episodic life, clipped rewards.
+Burda, Edwards, Storkey, Klimov (2018), "Exploration by Random Network Distillation", arXiv:1810.12894: the
+intrinsic reward ||f̂(s') - f(s')||² of a predictor f̂ trained to match a fixed random network f, divided by a
+running std of its discounted return; non-episodic intrinsic returns and two value heads (γ_E 0.999, γ_I 0.99).
+On PPO (Schulman et al. 2017, arXiv:1707.06347) with GAE, CleanRL's ppo_rnd_envpool.py networks and settings, and
+EnvPool (Weng et al. 2022, arXiv:2206.10558) with sticky actions (Machado et al. 2018, arXiv:1709.06009).
 
 What this file changes against CleanRL's:
 - the discounted intrinsic return whose std scales the rewards runs over each env's steps (Burda
   et al.'s code; CleanRL's runs across the envs of each step);
 - the predictor learns on the frames that gave the rewards (s_{t+1}; CleanRL's on s_t);
 - EnvPool's reset steps are masked out of PPO's losses and a truncation bootstraps V_E from the
-  real final observation (as ppo_atari_envpool.py); the intrinsic return runs through both;
-- training starts from new games after the random play (not counted in global_step, as CleanRL).
-Checkpoints hold both networks, the optimiser and the RND statistics, not the envs: ``--resume``
-makes new envs (as ppo_atari_envpool.py).
+  real final observation (as ppo_atari_envpool.py);
+- training starts from new games after the random play; --resume makes new envs.
+Details and results: docs/scripts/ppo_rnd_envpool.md.
 
 Run:
     python cleanrl/ppo_rnd_envpool.py --env-id MontezumaRevenge-v5
@@ -128,18 +123,10 @@ def make_envs(
     num_envs: int = 1,
     num_threads: int = 1,
 ):
-    """EnvPool's Atari envs with CleanRL's RND settings, gymnasium API (next-step autoreset), game statistics.
+    """EnvPool's Atari envs with CleanRL's RND settings (uint8 ``[num_envs, 4, 84, 84]``, sticky actions), gymnasium API.
 
-    Observations: uint8 ``[num_envs, 4, 84, 84]``. Sticky actions (0.25), up to 30 no-ops at the
-    start, frame skip 4 with max-pooling, FIRE on reset, 84x84 grayscale, 4 stacked frames, the
-    minimal action set, 27,000 agent steps a game. ``info["reward"]`` holds the unclipped game
-    reward, ``info["terminated"]`` is 1 when the game is over, ``info["ram"]`` the console's 128
-    bytes of RAM; the game scores are added by :class:`GameStatistics`, which also records env
-    0's games into ``video_dir`` if asked, those ``video_episodes(game_index)`` picks.
-
-    Args:
-        training: episodic life (a lost life is returned as a termination) and rewards clipped
-            to their sign; False for evaluation: whole games, game rewards (sticky actions kept).
+    ``info["reward"]``: the unclipped game reward; ``info["ram"]``: the console's RAM; game scores and videos come
+    from :class:`GameStatistics`. ``training``: episodic life and clipped rewards (False: whole games, game rewards).
     """
     envs = envpool.make(
         env_id,
@@ -172,13 +159,7 @@ def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.
 
 
 class Agent(nn.Module):
-    """The policy and the two value heads of Burda et al. (2018) as CleanRL has them, sized for ``envs``' Discrete actions.
-
-    Trunk: conv 8x8/4 (32) - conv 4x4/2 (64) - conv 3x3/1 (64) - linear 256 - linear 448, ReLU
-    after each. ``actor``: 448 - 448 - num_actions logits. The value heads ``critic_ext`` (V_E)
-    and ``critic_int`` (V_I) read the trunk's features plus a residual layer of them. Inputs are
-    uint8 frames ``[B, 4, 84, 84]`` in 0-255, divided by 255 here.
-    """
+    """The policy and the two value heads (``critic_ext`` V_E, ``critic_int`` V_I) of Burda et al. (2018), as CleanRL's."""
 
     def __init__(self, envs):
         super().__init__()
@@ -218,15 +199,7 @@ class Agent(nn.Module):
         return self.values(self.hidden(x))
 
     def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
-        """Sample (or score) actions under the categorical policy and evaluate both values, in one pass of the trunk.
-
-        Args:
-            x: frames uint8 ``[B, 4, 84, 84]``.
-            action: actions ``[B]`` (int64) to score; sampled from π(·|x) when None.
-
-        Returns:
-            ``(action [B], log π(action|x) [B], entropy of π(·|x) [B], V_E(x) [B], V_I(x) [B])``.
-        """
+        """``(action, log π(action|x), entropy, V_E(x), V_I(x))`` for frames ``[B, 4, 84, 84]``; samples when None."""
         hidden = self.hidden(x)
         log_probs = torch.log_softmax(self.actor(hidden), dim=-1)
         if action is None:
@@ -237,13 +210,7 @@ class Agent(nn.Module):
 
 
 class RNDModel(nn.Module):
-    """The fixed random target f and the trained predictor f̂ of Burda et al. (2018, sec. 2.2), as CleanRL has them.
-
-    Both read one normalised frame ``[B, 1, 84, 84]`` (:func:`rnd_input`) and output 512 features.
-    ``target``: conv 8x8/4 (32) - conv 4x4/2 (64) - conv 3x3/1 (64), leaky ReLUs, linear 512;
-    its weights are random and never trained (``requires_grad`` False). ``predictor``: the same
-    convolutions, then linear 512 - 512 - 512 (ReLU between).
-    """
+    """The fixed random target f and the trained predictor f̂ (Burda et al. 2018, sec. 2.2), as CleanRL has them."""
 
     def __init__(self):
         super().__init__()
@@ -276,79 +243,32 @@ class RNDModel(nn.Module):
 
 
 def rnd_input(frames: torch.Tensor, obs_mean: torch.Tensor, obs_var: torch.Tensor) -> torch.Tensor:
-    """The RND networks' input: frames normalised per pixel and clipped (Burda et al. 2018, sec. 2.4).
-
-    x = clip((frame - μ) / σ, -5, 5), with μ and σ² the running per-pixel mean and variance
-    of the frames seen (:class:`RNDStatistics`).
-
-    Args:
-        frames: the newest frame of each observation, uint8 ``[B, 84, 84]``.
-        obs_mean, obs_var: μ and σ² ``[84, 84]`` (float).
-
-    Returns:
-        float32 ``[B, 1, 84, 84]`` (channels-last, as the RND networks' weights).
-    """
+    """The RND input (Burda et al. 2018, sec. 2.4): clip((frame - μ) / σ, -5, 5) per pixel, frames ``[B, 84, 84]`` ->
+    float32 ``[B, 1, 84, 84]`` (channels-last)."""
     x = (frames.float() - obs_mean.float()) / obs_var.float().sqrt()
     return x.clamp(-OBS_CLIP, OBS_CLIP).unsqueeze(1).contiguous(memory_format=torch.channels_last)
 
 
 def intrinsic_rewards(rnd: RNDModel, x: torch.Tensor) -> torch.Tensor:
-    """The prediction error ||f̂(x) - f(x)||², summed over the 512 features (Burda et al. 2018, sec. 2.2).
-
-    Args:
-        x: normalised next observations ``[B, 1, 84, 84]`` (:func:`rnd_input`).
-
-    Returns:
-        ``[B]`` raw intrinsic rewards (before :meth:`RNDStatistics.normalize_rewards`).
-        (CleanRL halves this; the normalisation by the std of its discounted return removes any scale.)
-    """
+    """Raw intrinsic rewards ``[B]``: ||f̂(x) - f(x)||² summed over the 512 features (CleanRL halves it)."""
     predicted, target = rnd(x)
     return (predicted - target).pow(2).sum(-1)
 
 
 def predictor_update_mask(batch_size: int, update_proportion: float, device: torch.device) -> torch.Tensor:
-    """Which samples of a minibatch train the predictor: each independently with probability ``update_proportion``.
-
-    Burda et al. (2018, appendix A.4) keep the predictor's learning speed that of their 32-env
-    runs by training it on a fixed proportion of the samples (0.25 with 128 envs). Draws from
-    torch's global generator (checkpointed).
-
-    Returns:
-        float ``[batch_size]`` of 0 and 1.
-    """
+    """0/1 ``[batch_size]``: each sample trains the predictor with probability ``update_proportion`` (appendix A.4)."""
     return (torch.rand(batch_size, device=device) < update_proportion).float()
 
 
 def rnd_loss(predicted: torch.Tensor, target: torch.Tensor, update_mask: torch.Tensor) -> torch.Tensor:
-    """The predictor's loss: the mean squared error per feature over the samples ``update_mask`` picks (CleanRL's).
-
-    L = Σ_i m_i mean_k (f̂_k(x_i) - f_k(x_i))² / max(Σ_i m_i, 1): only a random proportion of
-    each minibatch trains the predictor, so that it does not learn faster with more envs
-    (Burda et al. 2018, appendix A.4). The target gets no gradient.
-
-    Args:
-        predicted, target: f̂(x), f(x) ``[B, 512]``.
-        update_mask: float ``[B]``, 1 for the samples that train the predictor.
-
-    Returns:
-        A scalar; 0 (with zero gradients) when the mask picks no sample.
-    """
+    """The predictor's loss: mean squared error per feature over the samples ``update_mask`` picks (0 if none)."""
     errors = (predicted - target.detach()).pow(2).mean(-1)
     return (errors * update_mask).sum() / update_mask.sum().clamp(min=1.0)
 
 
 class RNDStatistics:
-    """The running statistics of RND (Burda et al. 2018, sec. 2.4): of its input frames, and of the intrinsic return.
-
-    ``obs_rms``: per-pixel mean and variance ``[84, 84]`` of the frames the RND networks read
-    (random play first, then every rollout's next observations). ``return_rms``: mean and
-    variance of the discounted intrinsic return R_t = γ_I R_{t-1} + r_t, which each env carries
-    on over rollouts, resets and episode ends (``discounted_return`` ``[num_envs]``). Intrinsic
-    rewards are divided by the standard deviation of that return. Both ``RunningMeanStd`` are
-    gymnasium's (mean 0, variance 1, count 1e-4 at the start; the parallel update of Chan et al.).
-
-    :meth:`state_dict` / :meth:`load_state_dict` hold all of it, as a checkpoint does.
-    """
+    """RND's running statistics (sec. 2.4): per-pixel ``obs_rms`` of its input frames, and ``return_rms`` of the
+    discounted intrinsic return R_t = γ_I R_{t-1} + r_t that each env carries across rollouts (``discounted_return``)."""
 
     def __init__(self, num_envs: int, int_gamma: float, frame_shape: tuple[int, int] = (84, 84)):
         self.obs_rms = RunningMeanStd(shape=frame_shape)
@@ -362,16 +282,7 @@ class RNDStatistics:
             self.obs_rms.update(frames[start : start + chunk].astype(np.float64))
 
     def normalize_rewards(self, rewards: np.ndarray) -> np.ndarray:
-        """Intrinsic rewards ``[T, N]`` (T steps of N envs) divided by the std of their discounted return; updates it.
-
-        Runs R_t = γ_I R_{t-1} + r_t over the T steps of each env (from its value at the end of
-        the last rollout), adds the mean and population variance of the T x N values of R to
-        ``return_rms``, then divides every reward by sqrt(its variance). (Burda et al.'s code
-        runs the filter over each env's steps; CleanRL's over the envs of each step.)
-
-        Returns:
-            float32 ``[T, N]``.
-        """
+        """Intrinsic rewards ``[T, N]`` divided by the std of their discounted return (run per env); updates it."""
         returns = np.empty(rewards.shape, dtype=np.float64)
         for t in range(rewards.shape[0]):
             self.discounted_return = self.int_gamma * self.discounted_return + rewards[t]
@@ -390,12 +301,7 @@ class RNDStatistics:
         return state
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Set the statistics from :meth:`state_dict`'s ``state``.
-
-        Raises:
-            ValueError: a missing entry, another shape (another number of envs), a value that is not
-                finite, a negative variance, a non-positive count.
-        """
+        """Set the statistics from :meth:`state_dict`'s ``state``; ValueError on a missing, misshaped or invalid entry."""
         expected = {
             "obs_rms.mean": self.obs_rms.mean.shape,
             "obs_rms.var": self.obs_rms.var.shape,
@@ -432,30 +338,11 @@ def compute_gae(
     gamma: float,
     gae_lambda: float,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Generalized advantage estimation over an EnvPool rollout (next-step autoreset), as ppo_atari_envpool.py's.
+    """GAE over an EnvPool rollout (next-step autoreset), as ppo_atari_envpool.py's (Schulman et al. 2016, eq. 16).
 
-    δ_t = r_t + γ (1 - terminated_t) V(s_{t+1}) - V(s_t)
-    A_t = δ_t + γ λ (1 - done_t) A_{t+1}
-    (Schulman et al. 2016, arXiv:1506.02438, eq. 16, with the recursion cut at episode ends.)
-
-    The observation s_{t+1} returned by a step t that ended an episode is its real final
-    observation (EnvPool resets at step t+1), so a truncation bootstraps from V(final
-    observation) = ``values[t+1]``. Reset steps (``resets``) get advantage 0 and return V.
-    With ``terminations``, ``dones`` and ``resets`` all zero this is GAE over a continuing
-    stream: the non-episodic intrinsic return of RND (Burda et al. 2018, sec. 2.3).
-
-    Args:
-        rewards: r_t, float ``[T, N]``.
-        values: V(s_t), float ``[T, N]``.
-        last_values: V of the observations after the rollout, ``[N]``.
-        terminations: 1.0 where step t ended the episode by termination (or a lost life), ``[T, N]``.
-        dones: 1.0 where step t ended the episode (termination or truncation), ``[T, N]``.
-        resets: True where step t is a reset step (the step after one that returned done), ``[T, N]``.
-        gamma: discount γ in [0, 1].
-        gae_lambda: λ in [0, 1].
-
-    Returns:
-        ``(advantages [T, N], returns [T, N])`` with returns = advantages + values.
+    δ_t = r_t + γ (1 - terminated_t) V(s_{t+1}) - V(s_t);  A_t = δ_t + γ λ (1 - done_t) A_{t+1}. A step that ended an
+    episode returns its real final observation, so a truncation bootstraps from ``values[t+1]``; reset steps get
+    advantage 0. With no terminations, dones or resets: the non-episodic intrinsic return. Returns ``(A, A + values)``.
     """
     next_values = np.concatenate([values[1:], last_values[None]], axis=0)
     deltas = rewards + gamma * (1.0 - terminations) * next_values - values
@@ -485,23 +372,8 @@ def two_head_gae(
     ext_coef: float,
     int_coef: float,
 ) -> dict[str, np.ndarray]:
-    """The extrinsic and intrinsic advantages and returns, and the advantage the policy follows (Burda et al. 2018, sec. 2.3).
-
-    Extrinsic: :func:`compute_gae` with γ_E = ``gamma``, episodic (terminations stop the
-    bootstrap, episode ends the recursion, reset steps masked). Intrinsic: :func:`compute_gae`
-    with γ_I = ``int_gamma`` over the unbroken stream of each env: no termination, episode end
-    or reset cuts it, since visiting a novel state is worth the same after a lost game. Both
-    use λ = ``gae_lambda``. The policy's advantage is ``ext_coef`` A_E + ``int_coef`` A_I (0 at
-    reset steps, which the losses mask out).
-
-    Args:
-        ext_rewards, int_rewards: clipped game rewards and normalised intrinsic rewards, ``[T, N]``.
-        ext_values, int_values: V_E(s_t), V_I(s_t) ``[T, N]``; ``last_*``: of the observations after the rollout, ``[N]``.
-        terminations, dones, resets: as :func:`compute_gae` takes them, ``[T, N]``.
-
-    Returns:
-        ``{"ext_advantages", "ext_returns", "int_advantages", "int_returns", "advantages"}``, float32 ``[T, N]`` each.
-    """
+    """Extrinsic (episodic, γ_E) and intrinsic (non-episodic, γ_I) advantages and returns, and the policy's
+    advantage ``ext_coef`` A_E + ``int_coef`` A_I (Burda et al. 2018, sec. 2.3)."""
     ext_advantages, ext_returns = compute_gae(
         ext_rewards, ext_values, last_ext_values, terminations, dones, resets, gamma, gae_lambda
     )
@@ -539,24 +411,8 @@ def ppo_losses(
     clip_vloss: bool = True,
     norm_adv: bool = True,
 ) -> dict[str, torch.Tensor]:
-    """PPO's loss terms with two value heads, over the samples where ``mask`` is 1 (EnvPool's reset steps have 0).
-
-    Policy loss (Schulman et al. 2017, eq. 7) on the combined advantage, normalised (with
-    ``norm_adv``) by the mean and unbiased std of the masked-in samples; extrinsic value loss
-    0.5 mean (V_E - R_E)², or with ``clip_vloss`` CleanRL's clipped form; intrinsic value loss
-    0.5 mean (V_I - R_I)², never clipped (CleanRL's); ``value_loss`` is their sum.
-
-    Args:
-        newlogprob, entropy, new_ext_value, new_int_value: under the current weights, ``[B]``.
-        oldlogprob, old_ext_value: from the rollout, ``[B]``.
-        advantages: the combined advantage; ext_returns, int_returns: R_E, R_I, ``[B]``.
-        mask: float ``[B]``, 1 for the transitions to train on.
-        clip_coef: ε.
-
-    Returns:
-        ``{"policy_loss", "value_loss", "ext_value_loss", "int_value_loss", "entropy", "old_approx_kl", "approx_kl",
-        "clipfrac"}``, scalars; the first five carry gradients.
-    """
+    """PPO's loss terms with two value heads over the samples where ``mask`` is 1 (reset steps are 0): policy loss,
+    extrinsic value loss (clipped with ``clip_vloss``), intrinsic value loss (never clipped), entropy, KLs, clipfrac."""
     logratio = newlogprob - oldlogprob
     ratio = logratio.exp()
     with torch.no_grad():
@@ -627,11 +483,8 @@ def check_args(args: Args) -> None:
 
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
-    """Game scores ``[eval_episodes]`` of a model saved by this script: whole games, unclipped rewards, sticky actions.
-
-    The policy acts on raw frames: the RND networks and statistics (in the checkpoints) are not in the model file.
-    Actions are sampled from π; ``deterministic=True``: the most probable. ``options``: see :class:`Evaluation`.
-    """
+    """Game scores ``[eval_episodes]`` of a saved model: whole games, unclipped rewards, sticky actions; the policy
+    alone (the RND networks are not in the model file). ``deterministic``: the most probable action."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, None, make_envs=make_envs, **options)
     agent = evaluation.load(Agent(evaluation.envs).to(memory_format=torch.channels_last), "agent")
     generator = torch.Generator(evaluation.device).manual_seed(evaluation.seed)

@@ -1,24 +1,17 @@
 """PPO with a Transformer-XL episodic memory (PPO-TrXL) for discrete actions.
 
-Proximal Policy Optimization (Schulman et al. 2017, arXiv:1707.06347, clipped objective, GAE
-arXiv:1506.02438) whose policy attends over a sliding window of its own past layer inputs, the
-episodic memory of Pleines, Pallasch, Zimmer, Preuss (2023), "Memory Gym: Towards Endless Tasks to
-Benchmark Memory Capabilities of Agents", arXiv:2309.17207, after Transformer-XL (Dai et al. 2019,
-arXiv:1901.02860). Each step the agent computes one new token; each layer attends from it to its own
-input and the inputs that layer had at the ``--trxl-memory-length`` previous steps of the episode
-(absolute sinusoidal positions within the episode; pre-layer-norm residual blocks, no GTrXL gate,
-as CleanRL's ppo_trxl.py). The rollout stores those layer inputs per env and step, and the update
-reads each sample's window from them: no episode is recomputed, and no gradient enters the memory.
+Papers: Pleines, Pallasch, Zimmer, Preuss (2023), "Memory Gym: Towards Endless Tasks to Benchmark Memory
+Capabilities of Agents", arXiv:2309.17207 (the episodic memory); Dai et al. (2019), "Transformer-XL",
+arXiv:1901.02860; Schulman et al. (2017), arXiv:1707.06347 (PPO) with GAE (arXiv:1506.02438). Each step the agent
+computes one new token; each layer attends from it to its own input and that layer's inputs at the
+--trxl-memory-length previous steps of the episode, stored in the rollout: nothing is recomputed in the update.
 
-What this file changes against CleanRL's ppo_trxl.py: the memory is one buffer per rollout,
-``[memory_length + num_steps, num_envs, layers, dim]`` whose first rows carry the previous rollout's
-last steps, instead of a list of whole-episode tensors sized by the longest episode; a step attends
-to itself as well as to its window (so an episode's first step, whose memory is all masked, reads
-its own input, never an earlier episode's), and masked slots get no weight at all; attention has
-separate per-head projections (nn.Linear(dim, dim)); a time-limit truncation bootstraps from
-V(real final observation), read with the memory that includes the step that ended the episode;
-the learning rate anneals to 0 and the entropy coefficient is fixed; Discrete actions only; no
-reconstruction loss. MiniGrid ids get CleanRL's 3x3 view rendered to 84x84 RGB, 96 steps.
+What this file changes against CleanRL's ppo_trxl.py: the memory is one buffer per rollout
+``[memory_length + num_steps, num_envs, layers, dim]`` instead of whole-episode tensors; a step attends to itself as
+well as its window and masked slots get no weight; separate per-head projections; a truncation bootstraps from
+V(real final observation); the learning rate anneals to 0, the entropy coefficient is fixed; Discrete actions
+only; no reconstruction loss. MiniGrid ids get CleanRL's 3x3 view rendered to 84x84 RGB, 96 steps.
+Details and results: docs/scripts/ppo_trxl.md.
 
 Run (the proof-of-memory task of cleanrl_utils/envs.py; Memory Gym: ``--env-id memory_gym:MysteryPath-Grid-v0``):
     python cleanrl/ppo_trxl.py --env-id cleanrl_utils.envs:ProofOfMemory-v0
@@ -116,12 +109,8 @@ def is_minigrid(env_id: str) -> bool:
 
 
 def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, training: bool = True, video_episodes=None):
-    """A thunk creating env ``idx``: the gymnasium env, its episode statistics, and (training) its replay log.
-
-    MiniGrid tasks are seen as CleanRL's ppo_trxl sees them: a 3x3 partial view rendered as an 84x84 RGB
-    image (``RGBImgPartialObsWrapper``, tiles of 28 pixels), the image alone, truncated after 96 steps.
-    Env 0 records videos into ``video_dir`` if asked. ``training=False``: an evaluation env, without replay log.
-    """
+    """A thunk creating env ``idx`` with episode statistics and (training) its replay log; MiniGrid tasks as CleanRL's
+    ppo_trxl sees them (a 3x3 partial view rendered as 84x84 RGB, truncated after 96 steps)."""
 
     def thunk():
         render = {"render_mode": "rgb_array"} if capture_video and idx == 0 else {}
@@ -148,37 +137,15 @@ def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.
 
 
 def memory_window(episode_step: torch.Tensor, memory_length: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The sliding window of a step: where in its episode each memory slot is, and which slots it may read.
-
-    Slot j (of M = ``memory_length``) of a step holds the layer inputs of the step M - j steps
-    earlier, at position ``episode_step - M + j`` of the episode; a negative position is a step of
-    an earlier episode (or before the run), which the step must not read.
-
-    Args:
-        episode_step: position of each step in its episode (0 at the first observation), int64 ``[B]``.
-        memory_length: M.
-
-    Returns:
-        ``(positions [B, M], mask [B, M])``: the slots' positions in the episode (clamped to 0 where
-        masked) and True where slot j belongs to the step's own episode.
-    """
+    """``(positions [B, M], mask [B, M])`` of a step's window: slot j holds the step M - j steps earlier, at episode
+    position ``episode_step - M + j``; mask is True where that position is in the step's own episode (>= 0)."""
     positions = episode_step[:, None] - memory_length + torch.arange(memory_length, device=episode_step.device)
     return positions.clamp(min=0), positions >= 0
 
 
 def gather_windows(memory: torch.Tensor, steps: torch.Tensor, envs: torch.Tensor, memory_length: int) -> torch.Tensor:
-    """The memory windows of rollout steps ``(steps[b], envs[b])``: rows ``steps[b] .. steps[b] + M - 1`` of their env.
-
-    Args:
-        memory: the rollout's layer inputs ``[M + T, N, layers, dim]``; row M + t holds step t's, rows
-            0 .. M-1 the M steps before the rollout.
-        steps: rollout steps t, int64 ``[B]``.
-        envs: their envs, int64 ``[B]``.
-        memory_length: M.
-
-    Returns:
-        ``[B, M, layers, dim]``: the layer inputs of the M steps before each step, oldest first.
-    """
+    """The windows ``[B, M, layers, dim]`` (oldest first) of rollout steps ``(steps[b], envs[b])``: rows
+    ``steps[b] .. steps[b] + M - 1`` of ``memory [M + T, N, layers, dim]``."""
     rows = steps[:, None] + torch.arange(memory_length, device=steps.device)
     return memory[rows, envs[:, None]]
 
@@ -191,10 +158,8 @@ def sinusoidal_encoding(positions: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 class TransformerLayer(nn.Module):
-    """A pre-layer-norm Transformer-XL block for one query token: attention over its context, then a ReLU projection.
-
-    x <- x + Attention(LN(x), LN(context)); x <- x + ReLU(W LN(x) + b); no gating.
-    """
+    """A pre-layer-norm Transformer-XL block for one query token: x <- x + Attention(LN(x), LN(context)); x <- x +
+    ReLU(W LN(x) + b); no gating."""
 
     def __init__(self, dim: int, num_heads: int):
         super().__init__()
@@ -217,16 +182,8 @@ class TransformerLayer(nn.Module):
 
 
 class Agent(nn.Module):
-    """Encoder -> Transformer-XL layers over the episodic memory -> ReLU layer -> actor and critic heads.
-
-    The encoder is Linear + ReLU for vector observations, the Nature CNN (Mnih et al. 2015) + Linear +
-    ReLU for HxWxC uint8 images (scaled to [0, 1]). Linear and conv layers are initialised as ppo.py's
-    (orthogonal, gain √2; 0.01 and 1 for the actor's and the critic's output layers).
-
-    Args:
-        envs: the vector env it acts in, for the sizes.
-        dim: token width; num_layers, num_heads: of the transformer; memory_length: M, the window.
-    """
+    """Encoder (Linear + ReLU, or the Nature CNN for images) -> Transformer-XL layers over the episodic memory -> ReLU
+    layer -> actor and critic heads (initialised as ppo.py's)."""
 
     def __init__(
         self, envs: gym.vector.VectorEnv, dim: int = 64, num_layers: int = 2, num_heads: int = 4, memory_length: int = 16
@@ -261,21 +218,9 @@ class Agent(nn.Module):
         return self.encoder(obs.float())
 
     def trxl(self, obs: torch.Tensor, memory: torch.Tensor, episode_step: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One step of B envs through the transformer, each reading its memory window.
-
-        Layer i attends from the step's token to a context of M + 1 tokens: the window's inputs of
-        layer i (``memory[:, :, i]``) and the step's own input, each plus the sinusoidal encoding of
-        its position in the episode; slots of an earlier episode are masked (:func:`memory_window`).
-
-        Args:
-            obs: observations ``[B, *obs_shape]``.
-            memory: the window, the layer inputs of the M previous steps ``[B, M, layers, dim]`` (oldest first).
-            episode_step: each step's position in its episode, int64 ``[B]``.
-
-        Returns:
-            ``(hidden [B, dim], layer_inputs [B, layers, dim])``: the features the heads read, and the
-            inputs of each layer at this step, which the memory keeps for the steps after it.
-        """
+        """One step of B envs through the transformer: layer i attends from the step's token to its window's inputs of
+        layer i and its own, plus sinusoidal positions in the episode, earlier episodes masked (:func:`memory_window`).
+        Returns ``(hidden [B, dim], layer_inputs [B, layers, dim])``, the latter kept by the memory."""
         positions, mask = memory_window(episode_step, self.memory_length)
         positions = torch.cat([positions, episode_step[:, None]], dim=1)  # [B, M + 1]
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)  # a step always reads itself
@@ -294,15 +239,7 @@ class Agent(nn.Module):
     def get_action_and_value(
         self, obs: torch.Tensor, memory: torch.Tensor, episode_step: torch.Tensor, action: Optional[torch.Tensor] = None
     ):
-        """Sample (or score) actions under the categorical policy and evaluate V, given the memory.
-
-        Args:
-            obs, memory, episode_step: as :meth:`trxl` (``[B, ...]``, ``[B, M, layers, dim]``, ``[B]``).
-            action: actions ``[B]`` (int64) to score; sampled from π(·|history) when None.
-
-        Returns:
-            ``(action [B], log π(action|history) [B], entropy [B], V [B], layer_inputs [B, layers, dim])``.
-        """
+        """``(action, log π(action|history), entropy, V, layer_inputs)`` given the memory window; samples when None."""
         hidden, layer_inputs = self.trxl(obs, memory, episode_step)
         log_probs = torch.log_softmax(self.actor(hidden), dim=-1)
         if action is None:
@@ -322,22 +259,10 @@ def compute_gae(
     gamma: float,
     gae_lambda: float,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Generalized advantage estimation over a rollout, correct at truncations.
+    """GAE over a rollout, correct at truncations (Schulman et al. 2016, eq. 16, cut at episode ends).
 
-    δ_t = r_t + γ (1 - terminated_t) V(s'_t) - V(s_t);  A_t = δ_t + γ λ (1 - done_t) A_{t+1}
-    (Schulman et al. 2016, arXiv:1506.02438, eq. 16, cut at episode ends). s'_t is the real next
-    state: s_{t+1} within an episode, the final observation where step t ended one (V read with the
-    episode's memory, ``final_values``), the observation after the rollout at t = T-1.
-
-    Args:
-        rewards, values: r_t and V(s_t), float ``[T, N]``.
-        last_values: V of the observations after the rollout, ``[N]``.
-        final_values: V(final observation) where step t ended an episode, ``[T, N]`` (read at truncations only).
-        terminations, dones: 1.0 where step t ended the episode by termination / at all, ``[T, N]``.
-        gamma, gae_lambda: γ and λ in [0, 1].
-
-    Returns:
-        ``(advantages [T, N], returns [T, N])``, returns = advantages + values (the critic's target).
+    δ_t = r_t + γ (1 - terminated_t) V(s'_t) - V(s_t);  A_t = δ_t + γ λ (1 - done_t) A_{t+1}; s'_t is s_{t+1}, the
+    final observation where step t ended an episode (``final_values``), or the one after the rollout. Returns ``(A, A + V)``.
     """
     next_values = np.concatenate([values[1:], last_values[None]], axis=0)
     next_values = np.where(dones > 0, final_values, next_values)
@@ -399,10 +324,8 @@ def check_args(args: Args) -> None:
 
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, **options) -> np.ndarray:
-    """Episodic returns ``[eval_episodes]`` of a model saved by this script: the most probable action, or
-    (``deterministic=False``) a sampled one; the memory of the last M steps slides along, and an episode's
-    first step reads none of the previous episode's, as in training. ``options``: see
-    :class:`cleanrl_utils.evals.Evaluation`."""
+    """Episodic returns ``[eval_episodes]`` of a saved model, the memory sliding along as in training; the most probable
+    action, or a sampled one (``deterministic=False``). ``options``: :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     sizes = {
         name: evaluation.saved_size(f"trxl_{name}", 1, 2**14) for name in ("dim", "num_layers", "num_heads", "memory_length")
