@@ -45,9 +45,9 @@ Run:
 import os
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -92,12 +92,16 @@ class Args(RunArgs):
     """step each rank's envs in its process (sync) or in one subprocess each (async)"""
     collective_timeout: float = 600.0
     """seconds a rank waits in a collective for the other ranks before it stops (another rank died or hung)"""
+    backend: Literal["auto", "gloo", "nccl", "mpi"] = "auto"
+    """torch.distributed backend; auto: nccl on CUDA, gloo on CPU"""
+    device_ids: Annotated[list[int], tyro.conf.arg(help_behavior_hint="(default: local rank)")] = field(default_factory=list)
+    """the GPU of each local rank, one id per rank on this machine"""
     total_timesteps: int = 10000000
     """total environment (agent) steps, summed over the envs of all ranks"""
     learning_rate: float = 2.5e-4
     """Adam learning rate at the start (annealed linearly to 0 with --anneal-lr)"""
-    num_envs: int = 8
-    """parallel environments PER RANK"""
+    num_envs: Annotated[int, tyro.conf.arg(aliases=("--local-num-envs",))] = 8
+    """parallel environments PER RANK (--local-num-envs: CleanRL's name)"""
     num_steps: int = 128
     """steps per environment in each rollout"""
     anneal_lr: bool = True
@@ -394,6 +398,17 @@ def check_args(args: Args) -> None:
     require(args.check_params_every >= 0, "--check-params-every", f"must be >= 0, got {args.check_params_every}")
     require(args.target_kl is None or args.target_kl > 0, "--target-kl", f"must be positive, got {args.target_kl}")
     world_size = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's; plain python is one rank
+    # --backend and --device-ids (CleanRL's flags): nccl and GPU ids need CUDA; one GPU per rank on this machine
+    cuda, ids, local_ranks = args.cuda and torch.cuda.is_available(), args.device_ids, os.environ.get("LOCAL_WORLD_SIZE", "1")
+    require(args.backend != "nccl" or cuda, "--backend", "nccl needs CUDA (--cuda and a GPU); use gloo or auto")
+    require(args.backend != "mpi" or dist.is_mpi_available(), "--backend", "mpi: this torch was built without MPI")
+    one_each = f"{len(ids)} ids for {local_ranks} rank(s) on this machine; give one per rank (--nproc-per-node)"
+    require(not ids or len(ids) == int(local_ranks), "--device-ids", one_each)
+    require(not ids or cuda, "--device-ids", "needs CUDA (--cuda and a GPU)")
+    gpus = torch.cuda.device_count() if cuda else 0
+    require(all(0 <= i < gpus for i in ids), "--device-ids", f"{ids}: this machine has GPUs 0 to {gpus - 1}")
+    two = f"{ids} puts two ranks on one GPU, which nccl refuses; use --backend gloo"
+    require(args.backend == "gloo" or len(set(ids)) == len(ids), "--device-ids", two)
     wrong_size = f"the checkpoint was written by {args.world_size} ranks, this run has {world_size}"
     require(not args.resume or args.world_size == world_size, "--resume", f"{wrong_size}; resume with the same world size")
     args.world_size, args.local_batch_size = world_size, args.num_envs * args.num_steps
@@ -436,17 +451,19 @@ if __name__ == "__main__":
     # torchrun sets RANK, LOCAL_RANK (and MASTER_ADDR/PORT); plain python is one rank
     rank, local_rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0")), args.world_size
     use_cuda = args.cuda and torch.cuda.is_available()
+    gpu = args.device_ids[local_rank] if args.device_ids else local_rank
     if use_cuda:
-        torch.cuda.set_device(local_rank)
+        torch.cuda.set_device(gpu)
+    backend = ("nccl" if use_cuda else "gloo") if args.backend == "auto" else args.backend
     # a collective that waits longer than --collective-timeout raises (one line): a rank that died is usually seen at
     # once, but a dead peer can leave the gradient all-reduce waiting, and a hung rank always does
     timeout = timedelta(seconds=args.collective_timeout)
     if "MASTER_ADDR" in os.environ:  # launched by torchrun: its rendezvous gives the store
-        dist.init_process_group("nccl" if use_cuda else "gloo", timeout=timeout)
+        dist.init_process_group(backend, timeout=timeout)
     else:  # plain `python ddp_ppo.py`: a group of one, no network
-        dist.init_process_group("nccl" if use_cuda else "gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
     run = start_run(args, resumed, record=rank == 0)
-    writer, device = run.writer, torch.device(f"cuda:{local_rank}" if use_cuda else "cpu")
+    writer, device = run.writer, torch.device(f"cuda:{gpu}" if use_cuda else "cpu")
     seed_everything(args.seed + RANK_SEED_STRIDE * rank, args.torch_deterministic)
     signal.signal(signal.SIGTERM, run.stop)  # a scheduler, or torchrun passing a signal on: checkpoint, exit 143
     signal.signal(signal.SIGINT, lambda *_: run.stop(signal.SIGTERM))  # Ctrl-C (twice: torchrun passes it on): the same
@@ -489,7 +506,7 @@ if __name__ == "__main__":
         global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, state["ranks"].obs
     else:
         next_obs, _ = envs.reset(seed=args.seed + RANK_SEED_STRIDE * rank)  # env i: + i
-    ddp_agent = DistributedDataParallel(agent, device_ids=[local_rank] if use_cuda else None)
+    ddp_agent = DistributedDataParallel(agent, device_ids=[gpu] if use_cuda else None)
 
     for iteration in range(start_iteration, args.num_iterations + 1):
         if args.anneal_lr:
