@@ -1,28 +1,15 @@
 """A2C (synchronous advantage actor-critic) for discrete actions on classic-control environments.
 
-Advantage actor-critic with n-step returns, an entropy bonus and RMSprop:
-    Mnih, Badia, Mirza, Graves, Lillicrap, Harley, Silver, Kavukcuoglu (2016), "Asynchronous
-    Methods for Deep Reinforcement Learning", arXiv:1602.01783 (Algorithm S3: n-step returns
-    R = r_t + γ R bootstrapped from V(s_{t_max}), policy gradient ∇ log π(a|s) (R - V(s)),
-    value regression on (R - V(s))², entropy regularisation; RMSprop),
-in its synchronous form, as OpenAI Baselines' and stable-baselines3's A2C run it: the
-environments step in lock-step, and one gradient step is taken on each rollout of
-``--num-steps`` steps of all ``--num-envs`` environments (no worker threads, no epochs, no
-clipped objective). The defaults are stable-baselines3's A2C defaults (5 steps, RMSprop
-lr 7e-4, α 0.99, ε 1e-5, γ 0.99, λ 1, entropy 0.0, value 0.5, gradient-norm clip 0.5) with
-the 8 environments the rl-baselines3-zoo uses on CartPole-v1.
+Papers: Mnih et al. (2016), "Asynchronous Methods for Deep Reinforcement Learning",
+arXiv:1602.01783 (Algorithm S3: n-step returns, policy gradient, value regression, entropy
+bonus, RMSprop), in its synchronous form as OpenAI Baselines' and stable-baselines3's A2C run
+it: one gradient step per rollout of ``--num-steps`` steps of all envs. Defaults are
+stable-baselines3's (5 steps, RMSprop lr 7e-4) with the rl-baselines3-zoo's 8 CartPole envs.
 
-What this file changes against them:
-  - a time-limit truncation is not a termination: at a truncation the return bootstraps from
-    V(real final observation) (gymnasium's ``infos["final_obs"]``), never from the observation
-    after the reset; only a termination stops bootstrapping (stable-baselines3 does the same
-    by adding γ V(final observation) to the last reward);
-  - the returns come from generalized advantage estimation (Schulman et al. 2016,
-    arXiv:1506.02438) with ``--gae-lambda``; its default 1.0 gives exactly the n-step
-    returns of the paper (each step bootstraps from the value after the rollout, or stops at
-    an episode end);
-  - separate 64-64 tanh actor and critic networks with orthogonal initialisation (as
-    stable-baselines3's MlpPolicy and ppo.py), and one optimiser over both.
+What this file changes: a time-limit truncation bootstraps from V(real final observation);
+returns come from GAE (Schulman et al. 2016, arXiv:1506.02438) whose default λ 1.0 gives the
+paper's n-step returns; separate 64-64 tanh actor and critic. Details: docs/scripts/a2c.md.
+
 
 Run:
     python cleanrl/a2c.py --env-id CartPole-v1

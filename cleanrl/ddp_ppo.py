@@ -1,35 +1,15 @@
 """Synchronous data-parallel PPO: one process per rank, gradients averaged by DistributedDataParallel.
 
-Proximal Policy Optimization with the clipped surrogate objective:
-    Schulman, Wolski, Dhariwal, Radford, Klimov (2017), "Proximal Policy Optimization
-    Algorithms", arXiv:1707.06347 (eq. 7 clipped objective, eq. 9 total loss, eq. 11-12 GAE),
-with generalized advantage estimation (Schulman et al. 2016, arXiv:1506.02438), the Nature
-CNN and Atari preprocessing of Mnih et al. (2015, Nature 518:529-533) as ppo_atari.py has
-them, the 64-64 tanh MLP of ppo.py for vector observations, and the implementation details of
-Huang et al. (2022), "The 37 Implementation Details of PPO" (ICLR blog track). Data-parallel
-training as in PyTorch's DistributedDataParallel (Li et al. 2020, "PyTorch Distributed:
-Experiences on Accelerating Data Parallel Training", arXiv:2006.15704) and synchronous
-many-worker PPO (DD-PPO: Wijmans et al. 2020, arXiv:1911.00357, without its preemption).
+Papers: Schulman et al. (2017), "Proximal Policy Optimization Algorithms", arXiv:1707.06347, with
+GAE (arXiv:1506.02438), the Nature CNN (Mnih et al. 2015) and Huang et al.'s (2022) details as
+ppo_atari.py / ppo.py have them; Li et al. (2020), "PyTorch Distributed", arXiv:2006.15704;
+Wijmans et al. (2020), DD-PPO, arXiv:1911.00357 (without its preemption).
 
-What this file changes against ppo_atari.py / ppo.py: the run is split over ``world_size``
-processes (ranks), launched by torchrun, on one machine or several. Each rank steps its own
-``--num-envs`` envs for ``--num-steps`` steps (env seeds ``seed + 10000*rank + i``, from the
-GLOBAL rank; the rank's generators ``seed + 10000*rank``), so one update uses the global batch
-``world_size x num_envs x num_steps``; ``--total-timesteps`` counts the steps of all ranks.
-Each rank splits its own batch into ``--num-minibatches`` minibatches; the ranks take one
-optimiser step together per minibatch, with the gradients averaged over ranks, so a global
-minibatch is ``world_size x`` a local one. Advantages are normalised over the global minibatch
-(all-reduced sums), so the update is the one ppo.py makes on the global batch with minibatches
-of the global size, up to which samples share a minibatch. Every decision that changes control
-flow (the ``--target-kl`` early stop, a SIGTERM/SIGINT on any rank) is all-reduced before it
-acts, so all ranks make the same number of collective calls. Rank 0 alone writes the run
-directory (TensorBoard/W&B, videos, checkpoints, the model); the episodes of every rank are
-gathered into its logs, and every rank's envs (replay logs) and generators into its
-checkpoints; ``--resume`` needs the same world size (every rank reads the checkpoint).
-
-Observations: a 1-D Box (classic control, for tests) takes ppo.py's MLP; otherwise the env
-must be an Atari NoFrameskip-v4 game (the default), with ppo_atari.py's wrappers and CNN. The
-defaults are ppo_atari.py's; for CartPole pass ppo.py's (``--clip-coef 0.2 --num-envs 4``...).
+What this file changes against ppo_atari.py / ppo.py: torchrun's ranks each step ``--num-envs``
+envs (CleanRL's ``--local-num-envs``); one update uses the global batch ``world_size x num_envs x
+num_steps``, gradients averaged by DDP, advantages normalised over the global minibatch, every
+control-flow decision all-reduced. Rank 0 alone writes the run directory. Atari NoFrameskip-v4
+ids take ppo_atari.py's CNN, 1-D Box observations ppo.py's MLP. Details: docs/scripts/ddp_ppo.md.
 
 Run:
     python cleanrl/ddp_ppo.py --env-id BreakoutNoFrameskip-v4                # 1 process
@@ -45,9 +25,9 @@ Run:
 import os
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -92,12 +72,16 @@ class Args(RunArgs):
     """step each rank's envs in its process (sync) or in one subprocess each (async)"""
     collective_timeout: float = 600.0
     """seconds a rank waits in a collective for the other ranks before it stops (another rank died or hung)"""
+    backend: Literal["auto", "gloo", "nccl", "mpi"] = "auto"
+    """torch.distributed backend; auto: nccl on CUDA, gloo on CPU"""
+    device_ids: Annotated[list[int], tyro.conf.arg(help_behavior_hint="(default: local rank)")] = field(default_factory=list)
+    """the GPU of each local rank, one id per rank on this machine"""
     total_timesteps: int = 10000000
     """total environment (agent) steps, summed over the envs of all ranks"""
     learning_rate: float = 2.5e-4
     """Adam learning rate at the start (annealed linearly to 0 with --anneal-lr)"""
-    num_envs: int = 8
-    """parallel environments PER RANK"""
+    num_envs: Annotated[int, tyro.conf.arg(aliases=("--local-num-envs",))] = 8
+    """parallel environments PER RANK (--local-num-envs: CleanRL's name)"""
     num_steps: int = 128
     """steps per environment in each rollout"""
     anneal_lr: bool = True
@@ -145,16 +129,8 @@ def is_atari(env_id: str) -> bool:
 
 
 def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, training: bool = True, video_episodes=None):
-    """A thunk creating env ``idx``: the gymnasium env, its episode statistics, and (training) its replay log.
-
-    Classic control: the plain env, observations float ``[obs_dim]``. Atari: ppo_atari.py's
-    preprocessing (no-op starts, frame skip 4 with max-pooling, episodic life and sign-clipped
-    rewards while ``training``, FIRE on reset, 84x84 grayscale, 4 frames zero-padded at episode
-    start), observations uint8 ``[4, 84, 84]``, truncation after 108,000 frames; its episode
-    statistics are game scores (recorded below episodic life). Env 0 records videos into
-    ``video_dir`` if asked, of the episodes ``video_episodes(index)`` picks (gymnasium's schedule
-    by default). ``training=False``: an evaluation env (Atari: whole games), without replay log.
-    """
+    """A thunk creating env ``idx`` with episode statistics and (``training``) a replay log; Atari: ppo_atari.py's
+    preprocessing (episodic life and sign-clipped rewards while ``training``); env 0 records videos if asked."""
 
     def thunk():
         atari = is_atari(env_id)
@@ -190,8 +166,7 @@ def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.
 
 
 def categorical(logits: torch.Tensor, action: Optional[torch.Tensor]):
-    """``(action [B], log π(action|x) [B], entropy of π(·|x) [B])`` of the categorical policy with
-    logits ``[B, A]``; ``action`` (int64 ``[B]``) is sampled from π when None."""
+    """``(action, log π(action|x), entropy)``, each ``[B]``, of logits ``[B, A]``; ``action`` sampled when None."""
     log_probs = torch.log_softmax(logits, dim=-1)
     if action is None:
         action = torch.multinomial(log_probs.exp(), 1).squeeze(-1)
@@ -235,10 +210,7 @@ class MLPAgent(nn.Module):
 
 
 class CNNAgent(nn.Module):
-    """ppo_atari.py's Nature CNN trunk (Mnih et al. 2015) shared by a policy head and a value head.
-
-    Inputs uint8 frames ``[B, 4, 84, 84]`` in 0-255 (divided by 255 here).
-    """
+    """ppo_atari.py's Nature CNN trunk (Mnih et al. 2015) shared by a policy and a value head; frames uint8 0-255."""
 
     def __init__(self, num_actions: int):
         super().__init__()
@@ -285,19 +257,10 @@ def make_agent(envs: gym.vector.VectorEnv) -> nn.Module:
 
 
 def compute_gae(rewards, values, last_values, final_values, terminations, dones, gamma: float, gae_lambda: float):
-    """Generalized advantage estimation over one rank's rollout, correct at truncations (as ppo.py's).
+    """Generalized advantage estimation over one rank's rollout, correct at truncations: ppo.py's ``compute_gae``.
 
-    δ_t = r_t + γ (1 - terminated_t) V(s'_t) - V(s_t);  A_t = δ_t + γ λ (1 - done_t) A_{t+1}
-    (Schulman et al. 2016, eq. 16), with s'_t the real next state: the final observation where
-    an episode ended at t (read at truncations only), the observation after the rollout at T-1.
-
-    Args:
-        rewards, values, final_values, terminations, dones: float ``[T, N]``; terminations and
-            dones are 1.0 where step t ended the episode by termination / by either.
-        last_values: V of the observations after the rollout, ``[N]``.
-
-    Returns:
-        ``(advantages [T, N], returns [T, N])``, returns = advantages + values (the λ-return).
+    δ_t = r_t + γ (1 - terminated_t) V(s'_t) - V(s_t);  A_t = δ_t + γ λ (1 - done_t) A_{t+1}, s'_t the real next
+    state. Arrays ``[T, N]`` (``last_values [N]``); returns ``(advantages, returns = advantages + values)``.
     """
     next_values = np.concatenate([values[1:], last_values[None]], axis=0)
     next_values = np.where(dones > 0, final_values, next_values)
@@ -315,23 +278,15 @@ def compute_gae(rewards, values, last_values, final_values, terminations, dones,
 
 
 def agree(*values: int, device: torch.device = torch.device("cpu")) -> list[int]:
-    """Each value's maximum over all ranks (an all-reduce MAX): the same decisions on every rank.
-
-    A decision that changes control flow (stop, checkpoint, end the epochs) must be agreed
-    before it acts; otherwise ranks run different numbers of collective calls and hang.
-    """
+    """Each value's maximum over all ranks (all-reduce MAX): a control-flow decision every rank makes alike."""
     tensor = torch.tensor([int(value) for value in values], dtype=torch.int32, device=device)
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
     return tensor.tolist()
 
 
 def global_normalize(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """``(x - mean) / (std + eps)`` with the mean and the (unbiased, as ``torch.std``) standard
-    deviation of the samples of ALL ranks: this rank's ``x`` ``[B]`` is its part of the global
-    minibatch. One all-reduce of (sum, sum of squares, count), in float64.
-
-    With one rank this is ppo.py's per-minibatch normalisation.
-    """
+    """``(x - mean) / (std + eps)`` over the samples of ALL ranks (``x`` ``[B]``: this rank's part of the global
+    minibatch; unbiased std as ``torch.std``): one all-reduce of (sum, sum of squares, count) in float64."""
     x64 = x.double()
     stats = torch.stack([x64.sum(), (x64 * x64).sum(), torch.tensor(float(x.numel()), dtype=torch.float64, device=x.device)])
     dist.all_reduce(stats)
@@ -350,11 +305,7 @@ def mean_over_ranks(value: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def param_divergence(module: nn.Module) -> float:
-    """max over ranks and parameters of |p - p_rank0| (0.0: every rank holds rank 0's parameters).
-
-    Rank 0's flattened parameters are broadcast; each rank compares; an all-reduce MAX gives
-    every rank the same answer.
-    """
+    """max over ranks and parameters of |p - p_rank0| (0.0: every rank holds rank 0's parameters), on every rank."""
     flat = torch.cat([p.detach().reshape(-1) for p in module.parameters()])
     reference = flat.clone()
     dist.broadcast(reference, src=0)
@@ -394,6 +345,17 @@ def check_args(args: Args) -> None:
     require(args.check_params_every >= 0, "--check-params-every", f"must be >= 0, got {args.check_params_every}")
     require(args.target_kl is None or args.target_kl > 0, "--target-kl", f"must be positive, got {args.target_kl}")
     world_size = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's; plain python is one rank
+    # --backend and --device-ids (CleanRL's flags): nccl and GPU ids need CUDA; one GPU per rank on this machine
+    cuda, ids, local_ranks = args.cuda and torch.cuda.is_available(), args.device_ids, os.environ.get("LOCAL_WORLD_SIZE", "1")
+    require(args.backend != "nccl" or cuda, "--backend", "nccl needs CUDA (--cuda and a GPU); use gloo or auto")
+    require(args.backend != "mpi" or dist.is_mpi_available(), "--backend", "mpi: this torch was built without MPI")
+    one_each = f"{len(ids)} ids for {local_ranks} rank(s) on this machine; give one per rank (--nproc-per-node)"
+    require(not ids or len(ids) == int(local_ranks), "--device-ids", one_each)
+    require(not ids or cuda, "--device-ids", "needs CUDA (--cuda and a GPU)")
+    gpus = torch.cuda.device_count() if cuda else 0
+    require(all(0 <= i < gpus for i in ids), "--device-ids", f"{ids}: this machine has GPUs 0 to {gpus - 1}")
+    two = f"{ids} puts two ranks on one GPU, which nccl refuses; use --backend gloo"
+    require(args.backend == "gloo" or len(set(ids)) == len(ids), "--device-ids", two)
     wrong_size = f"the checkpoint was written by {args.world_size} ranks, this run has {world_size}"
     require(not args.resume or args.world_size == world_size, "--resume", f"{wrong_size}; resume with the same world size")
     args.world_size, args.local_batch_size = world_size, args.num_envs * args.num_steps
@@ -414,8 +376,8 @@ def check_args(args: Args) -> None:
 
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
-    """Episodic returns ``[eval_episodes]`` (Atari: whole games) of a model saved by this script, in one process: actions
-    sampled from π, or (``deterministic``) the most probable. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
+    """Episodic returns ``[eval_episodes]`` of a saved model, in one process: actions sampled from π, or (``deterministic``)
+    the most probable. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     agent = evaluation.load(make_agent(evaluation.envs), "agent")
     generator = torch.Generator(evaluation.device).manual_seed(evaluation.seed)
@@ -436,17 +398,18 @@ if __name__ == "__main__":
     # torchrun sets RANK, LOCAL_RANK (and MASTER_ADDR/PORT); plain python is one rank
     rank, local_rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0")), args.world_size
     use_cuda = args.cuda and torch.cuda.is_available()
+    gpu = args.device_ids[local_rank] if args.device_ids else local_rank
     if use_cuda:
-        torch.cuda.set_device(local_rank)
-    # a collective that waits longer than --collective-timeout raises (one line): a rank that died is usually seen at
-    # once, but a dead peer can leave the gradient all-reduce waiting, and a hung rank always does
+        torch.cuda.set_device(gpu)
+    backend = ("nccl" if use_cuda else "gloo") if args.backend == "auto" else args.backend
+    # a collective that waits longer than --collective-timeout raises (one line): a dead or hung peer
     timeout = timedelta(seconds=args.collective_timeout)
     if "MASTER_ADDR" in os.environ:  # launched by torchrun: its rendezvous gives the store
-        dist.init_process_group("nccl" if use_cuda else "gloo", timeout=timeout)
+        dist.init_process_group(backend, timeout=timeout)
     else:  # plain `python ddp_ppo.py`: a group of one, no network
-        dist.init_process_group("nccl" if use_cuda else "gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
     run = start_run(args, resumed, record=rank == 0)
-    writer, device = run.writer, torch.device(f"cuda:{local_rank}" if use_cuda else "cpu")
+    writer, device = run.writer, torch.device(f"cuda:{gpu}" if use_cuda else "cpu")
     seed_everything(args.seed + RANK_SEED_STRIDE * rank, args.torch_deterministic)
     signal.signal(signal.SIGTERM, run.stop)  # a scheduler, or torchrun passing a signal on: checkpoint, exit 143
     signal.signal(signal.SIGINT, lambda *_: run.stop(signal.SIGTERM))  # Ctrl-C (twice: torchrun passes it on): the same
@@ -456,8 +419,7 @@ if __name__ == "__main__":
         if args.num_iterations * args.batch_size != args.total_timesteps:
             print(f"training {args.num_iterations * args.batch_size} steps: --total-timesteps rounded down to whole rollouts")
 
-    # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
-    # that ended the episode is in infos["final_obs"].
+    # Same-step autoreset: an ended episode's last observation is in infos["final_obs"]
     envs = vector_env(
         [make_env(args.env_id, i, args.capture_video and rank == 0, run.video_dir) for i in range(args.num_envs)],
         args.env_mode,
@@ -480,8 +442,7 @@ if __name__ == "__main__":
     final_obs = np.zeros((T, N) + envs.single_observation_space.shape, dtype=np.uint8 if atari else np.float32)
     episode_counts = torch.zeros(world_size, dtype=torch.int64)  # episodes of each rank so far
 
-    # what a checkpoint holds: the networks, optimiser and counts (the same on every rank), and each rank's
-    # envs and generators (gathered into rank 0's file), besides rank 0's global generators
+    # a checkpoint holds the networks, optimiser and counts, and each rank's envs and generators (in rank 0's file)
     state = dict(agent=agent, optimizer=optimizer, episode_counts=episode_counts, ranks=PerRank(envs=envs))
     global_step, start_iteration = 0, 1
     if run.resumed:  # the checkpoint's networks, optimiser and counts; this rank's envs (replayed) and generators
@@ -489,7 +450,7 @@ if __name__ == "__main__":
         global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, state["ranks"].obs
     else:
         next_obs, _ = envs.reset(seed=args.seed + RANK_SEED_STRIDE * rank)  # env i: + i
-    ddp_agent = DistributedDataParallel(agent, device_ids=[local_rank] if use_cuda else None)
+    ddp_agent = DistributedDataParallel(agent, device_ids=[gpu] if use_cuda else None)
 
     for iteration in range(start_iteration, args.num_iterations + 1):
         if args.anneal_lr:
@@ -624,8 +585,8 @@ if __name__ == "__main__":
     if args.save_model and not run.stop_signal:  # rank 0 (the other ranks' Run writes nothing)
         run.save_model({"agent": agent}, evaluate)
     status = run.finish()  # 0, or 143 after a stop
-    # Everything is written: leave without the interpreter's teardown, where C++ objects of torch.distributed
-    # destroyed after Python's can abort a finished rank ("terminate called without an active exception";
-    # pytorch/pytorch PR 179291 describes the mechanism).
+    # Everything is written: leave without the interpreter's teardown, which can abort a finished rank
+    # ("terminate called without an active exception"; pytorch/pytorch PR 179291)
+
     sys.stdout.flush(), sys.stderr.flush()
     os._exit(status)

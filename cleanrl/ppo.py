@@ -1,20 +1,13 @@
 """PPO for discrete actions on classic-control environments.
 
-Proximal Policy Optimization with the clipped surrogate objective:
-    Schulman, Wolski, Dhariwal, Radford, Klimov (2017), "Proximal Policy Optimization
-    Algorithms", arXiv:1707.06347 (eq. 7 clipped objective, eq. 9 total loss, eq. 11-12 GAE),
-with generalized advantage estimation:
-    Schulman, Moritz, Levine, Jordan, Abbeel (2016), "High-Dimensional Continuous Control
-    Using Generalized Advantage Estimation", arXiv:1506.02438,
-and the implementation details of Huang et al. (2022), "The 37 Implementation Details of
-Proximal Policy Optimization" (ICLR blog track): orthogonal initialisation, Adam epsilon
-1e-5, linear learning-rate annealing, advantage normalisation per minibatch, clipped value
-loss, global gradient clipping, separate 64-64 tanh actor and critic.
+Papers: Schulman, Wolski, Dhariwal, Radford, Klimov (2017), "Proximal Policy Optimization
+Algorithms", arXiv:1707.06347; Schulman, Moritz, Levine, Jordan, Abbeel (2016), "High-Dimensional
+Continuous Control Using Generalized Advantage Estimation", arXiv:1506.02438; Huang et al. (2022),
+"The 37 Implementation Details of Proximal Policy Optimization" (ICLR blog track).
 
-What this file changes against them: a time-limit truncation is not a termination. At a
-truncation the advantage bootstraps from V(real final observation) (gymnasium's
-``infos["final_obs"]``), never from the observation after the reset; only a termination
-stops bootstrapping.
+What this file changes: a time-limit truncation is not a termination; the advantage bootstraps from
+V(real final observation) (``infos["final_obs"]``), never from the observation after the reset.
+Details, flags, metrics and results: docs/scripts/ppo.md.
 
 Run:
     python cleanrl/ppo.py --env-id CartPole-v1
@@ -88,11 +81,8 @@ class Args(RunArgs):
 
 
 def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, training: bool = True, video_episodes=None):
-    """A thunk creating env ``idx``: the gymnasium env, its episode statistics, and (training) its replay log.
-
-    Env 0 records videos into ``video_dir`` if asked, of the episodes ``video_episodes(index)``
-    picks (gymnasium's schedule by default). ``training=False``: an evaluation env, without replay log.
-    """
+    """A thunk creating env ``idx`` with its episode statistics, and (``training``) its replay log; env 0 records
+    videos into ``video_dir`` if asked, of the episodes ``video_episodes(index)`` picks."""
 
     def thunk():
         if capture_video and idx == 0:
@@ -139,21 +129,12 @@ class Agent(nn.Module):
         return self.critic(x).squeeze(-1)
 
     def get_action(self, x: torch.Tensor) -> torch.Tensor:
-        """Sample actions ``[B]`` (int64) from π(·|x), observations ``[B, obs_dim]``: the Gumbel-max trick,
-        argmax(logits + Gumbel noise), which draws from softmax(logits) in a few cheap tensor ops."""
+        """Sample actions ``[B]`` from π(·|x) by the Gumbel-max trick: argmax(logits + Gumbel noise)."""
         logits = self.actor(x)
         return (logits - torch.empty_like(logits).exponential_().log()).argmax(-1)
 
     def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
-        """Score actions (sampled by :meth:`get_action` when None) under the categorical policy and evaluate V.
-
-        Args:
-            x: observations ``[B, obs_dim]``.
-            action: actions ``[B]`` (int64) to score.
-
-        Returns:
-            ``(action [B], log π(action|x) [B], entropy of π(·|x) [B], V(x) [B])``.
-        """
+        """``(action, log π(action|x), entropy, V(x))``, each ``[B]``; ``action`` sampled by :meth:`get_action` when None."""
         if action is None:
             action = self.get_action(x)
         log_probs = torch.log_softmax(self.actor(x), dim=-1)
@@ -162,42 +143,14 @@ class Agent(nn.Module):
         return action, log_prob, entropy, self.critic(x).squeeze(-1)
 
 
-def compute_gae(
-    rewards: np.ndarray,
-    values: np.ndarray,
-    last_values: np.ndarray,
-    final_values: np.ndarray,
-    terminations: np.ndarray,
-    dones: np.ndarray,
-    gamma: float,
-    gae_lambda: float,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Generalized advantage estimation over a rollout, correct at truncations.
+def compute_gae(rewards, values, last_values, final_values, terminations, dones, gamma: float, gae_lambda: float):
+    """Generalized advantage estimation (Schulman et al. 2016, eq. 16) over a rollout of T steps of N envs,
+    correct at truncations.
 
-    δ_t = r_t + γ (1 - terminated_t) V(s'_t) - V(s_t)
-    A_t = δ_t + γ λ (1 - done_t) A_{t+1}
-    (Schulman et al. 2016, arXiv:1506.02438, eq. 16, with the recursion cut at episode ends.)
-
-    s'_t is the real next state of step t: s_{t+1} within an episode, the episode's final
-    observation where it ended at t (not the reset one), and the observation after the
-    rollout at t = T-1. So a time limit still bootstraps from V(final observation); only a
-    termination stops bootstrapping, and done_t (termination or truncation) stops the
-    recursion, since step t+1 belongs to the next episode.
-
-    Args:
-        rewards: r_t, float ``[T, N]`` (T steps of N envs).
-        values: V(s_t), float ``[T, N]``.
-        last_values: V of the observations after the rollout, ``[N]``.
-        final_values: V(final observation) where step t ended an episode, ``[T, N]``;
-            read only at truncations (a termination does not bootstrap).
-        terminations: 1.0 where step t ended the episode by termination, ``[T, N]``.
-        dones: 1.0 where step t ended the episode (termination or truncation), ``[T, N]``.
-        gamma: discount γ in [0, 1].
-        gae_lambda: λ in [0, 1].
-
-    Returns:
-        ``(advantages [T, N], returns [T, N])`` with returns = advantages + values, the
-        critic's regression target (the λ-return).
+    δ_t = r_t + γ (1 - terminated_t) V(s'_t) - V(s_t);  A_t = δ_t + γ λ (1 - done_t) A_{t+1}, with s'_t the real
+    next state: the final observation where an episode ended at t (``final_values``, read at truncations only),
+    the observation after the rollout at T-1 (``last_values [N]``). The other arrays are ``[T, N]``.
+    Returns ``(advantages, returns)``, returns = advantages + values (the critic's target).
     """
     next_values = np.concatenate([values[1:], last_values[None]], axis=0)
     next_values = np.where(dones > 0, final_values, next_values)
@@ -263,8 +216,7 @@ if __name__ == "__main__":
     signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
     signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
 
-    # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
-    # that ended the episode is in infos["final_obs"].
+    # Same-step autoreset: an ended episode's last observation is in infos["final_obs"]
     envs = vector_env(
         [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)],
         args.env_mode,
@@ -274,8 +226,7 @@ if __name__ == "__main__":
     agent = Agent(envs).to(device)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
 
-    # Rollout storage [num_steps, num_envs] in numpy (a few numbers a step cost less there than in torch);
-    # the rollout goes to the device once, after it
+    # Rollout storage [num_steps, num_envs] in numpy (cheaper than torch per step); on the device once, after it
     T, N = args.num_steps, args.num_envs
     obs = np.zeros((T, N) + envs.single_observation_space.shape, dtype=np.float32)
     actions = np.zeros((T, N), dtype=np.int64)
@@ -311,8 +262,8 @@ if __name__ == "__main__":
                     final_obs[step, truncated[step]] = real_next_obs(next_obs, infos)[truncated[step]]
                 run.log_episodes(global_step, infos)
 
-        # The rollout's log π(a|s) and V(s), in one batch with the weights that acted; then bootstrap
-        # values: V(final obs) at truncations and V(obs after the rollout); then GAE
+        # log π(a|s) and V(s) of the rollout in one batch; V(final obs) at truncations, V(obs after the rollout); GAE
+
         b_obs = torch.from_numpy(obs.reshape((T * N,) + envs.single_observation_space.shape)).to(device)
         b_actions = torch.from_numpy(actions.reshape(-1)).to(device)
         with torch.no_grad():

@@ -1,32 +1,16 @@
 """PPO on Atari: the Nature CNN shared by actor and critic, standard DQN-style preprocessing.
 
-Proximal Policy Optimization with the clipped surrogate objective:
-    Schulman, Wolski, Dhariwal, Radford, Klimov (2017), "Proximal Policy Optimization
-    Algorithms", arXiv:1707.06347 (eq. 7 clipped objective, eq. 9 total loss, eq. 11-12 GAE),
-with generalized advantage estimation:
-    Schulman, Moritz, Levine, Jordan, Abbeel (2016), "High-Dimensional Continuous Control
-    Using Generalized Advantage Estimation", arXiv:1506.02438,
-the Nature CNN and the Atari preprocessing (no-op starts, frame skip 4 with max-pooling,
-episodic life, FIRE on reset, rewards clipped to their sign, 84x84 grayscale, 4 stacked frames):
-    Mnih et al. (2015), "Human-level control through deep reinforcement learning",
-    Nature 518:529-533 (Methods),
-and the implementation details of Huang et al. (2022), "The 37 Implementation Details of
-Proximal Policy Optimization" (ICLR blog track) as CleanRL's ppo_atari.py has them: one CNN
-trunk shared by the policy and value heads, orthogonal initialisation (gain sqrt(2) for the
-trunk, 0.01 for the policy head, 1 for the value head), Adam epsilon 1e-5, linear
-learning-rate annealing, advantage normalisation per minibatch, clipped value loss, global
-gradient clipping; 8 envs x 128 steps, 4 epochs of 4 minibatches, clip 0.1, value coefficient
-0.5 (the paper's Table 5: 3 epochs of minibatches of 256, value coefficient 1, and the clip
-range annealed with the learning rate).
+Papers: Schulman et al. (2017), "Proximal Policy Optimization Algorithms", arXiv:1707.06347;
+Schulman et al. (2016), "High-Dimensional Continuous Control Using Generalized Advantage
+Estimation", arXiv:1506.02438; Mnih et al. (2015), "Human-level control through deep
+reinforcement learning", Nature 518:529-533; Huang et al. (2022), "The 37 Implementation Details
+of Proximal Policy Optimization" (ICLR blog track), as CleanRL's ppo_atari.py has them.
 
-What this file changes against them: a time-limit truncation (108,000 frames = 27,000 agent
-steps per game, ale-py's limit for the v4/v5 ids, set here explicitly) is not a termination:
-the advantage bootstraps from V(real final observation) (gymnasium's ``infos["final_obs"]``),
-never from the observation after the reset; a lost life is a termination for training (the
-standard episodic-life trick). ``charts/episodic_return`` is the game score (all lives,
-unclipped rewards). The frame stack is zero-padded at each (life) episode start, as in
-dqn_atari.py (CleanRL repeats the first frame). Evaluation plays full games without episodic
-life and without reward clipping, sampling from π by default (see :func:`evaluate`).
+What this file changes: a time-limit truncation (108,000 frames per game) is not a termination:
+the advantage bootstraps from V(real final observation); a lost life is a termination for
+training. ``charts/episodic_return`` is the game score. The frame stack is zero-padded at each
+(life) episode start (CleanRL repeats the first frame). ``--env-mode alternating`` steps two
+groups of envs in turn. Details, flags, metrics and results: docs/scripts/ppo_atari.md.
 
 Run:
     python cleanrl/ppo_atari.py --env-id BreakoutNoFrameskip-v4
@@ -68,8 +52,7 @@ class Args(RunArgs):
     env_id: str = "BreakoutNoFrameskip-v4"
     """gymnasium id of an Atari game (a NoFrameskip-v4 id: frame skipping is done here)"""
     env_mode: Literal["sync", "async", "alternating"] = "sync"
-    """step the envs in this process (sync), in one subprocess each (async), or in two groups of subprocesses, the
-    policy acting for one group while the other steps (alternating)"""
+    """envs in this process (sync), one subprocess each (async), or two groups stepped in turn (alternating)"""
     total_timesteps: int = 10000000
     """total agent steps, summed over envs (4 frames each)"""
     learning_rate: float = 2.5e-4
@@ -121,19 +104,9 @@ def make_env(
     video_episodes=None,
     max_episode_frames: int = MAX_EPISODE_FRAMES,
 ):
-    """A thunk creating env ``idx`` with the standard Atari preprocessing, its game statistics and (training) its replay log.
-
-    Observations: uint8 ``[4, 84, 84]`` (4 stacked grayscale frames, zero-padded at each (life)
-    episode start). Episode statistics are recorded per game, below episodic life and reward
-    clipping, so ``charts/episodic_return`` is the game score and ``episodic_length`` counts
-    frames. A game is truncated after ``max_episode_frames`` frames (ale-py's
-    ``max_num_frames_per_episode``, reported as ``truncated``). Env 0 records videos into
-    ``video_dir`` if asked, of the games ``video_episodes(index)`` picks (gymnasium's schedule by default).
-
-    Args:
-        training: with episodic life (a lost life ends the episode), rewards clipped to their
-            sign, and a replay log for checkpoints; False for evaluation: whole games, game rewards.
-    """
+    """A thunk creating env ``idx``: the Atari preprocessing (observations uint8 ``[4, 84, 84]``), game statistics
+    (score, frames) and, with ``training``, episodic life, sign-clipped rewards and a replay log; env 0 records
+    videos into ``video_dir`` if asked. A game is truncated after ``max_episode_frames`` frames."""
 
     def thunk():
         if capture_video and idx == 0:
@@ -166,12 +139,7 @@ def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.
 
 
 class Agent(nn.Module):
-    """The Nature CNN trunk (Mnih et al. 2015) shared by a categorical policy head and a value head.
-
-    Conv 8x8/4 (32) - conv 4x4/2 (64) - conv 3x3/1 (64) - linear 512, ReLU after each; then
-    ``actor`` (512 -> num_actions logits) and ``critic`` (512 -> 1), sized for ``envs``'
-    Discrete actions. Inputs are uint8 frames ``[B, 4, 84, 84]`` in 0-255, divided by 255 here.
-    """
+    """The Nature CNN trunk (Mnih et al. 2015) shared by a policy head (logits) and a value head; frames uint8 0-255."""
 
     def __init__(self, envs: gym.vector.VectorEnv):
         super().__init__()
@@ -190,11 +158,7 @@ class Agent(nn.Module):
         self.critic = layer_init(nn.Linear(512, 1), std=1)
 
     def hidden(self, x: torch.Tensor) -> torch.Tensor:
-        """Trunk features: frames uint8 ``[B, 4, 84, 84]`` -> ``[B, 512]``.
-
-        The frames are converted to float in channels-last layout, which the convolutions run
-        fastest in on CPU (with the weights channels-last too: ``agent.to(memory_format=...)``).
-        """
+        """Trunk features ``[B, 512]`` of frames ``[B, 4, 84, 84]`` (float, channels-last: faster convolutions on CPU)."""
         return self.trunk(x.to(dtype=torch.float32, memory_format=torch.channels_last) / 255.0)
 
     def get_value(self, x: torch.Tensor) -> torch.Tensor:
@@ -202,15 +166,7 @@ class Agent(nn.Module):
         return self.critic(self.hidden(x)).squeeze(-1)
 
     def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
-        """Sample (or score) actions under the categorical policy and evaluate V, in one pass of the trunk.
-
-        Args:
-            x: frames uint8 ``[B, 4, 84, 84]``.
-            action: actions ``[B]`` (int64) to score; sampled from π(·|x) when None.
-
-        Returns:
-            ``(action [B], log π(action|x) [B], entropy of π(·|x) [B], V(x) [B])``.
-        """
+        """``(action, log π(action|x), entropy, V(x))``, each ``[B]``, one pass of the trunk; ``action`` sampled when None."""
         hidden = self.hidden(x)
         log_probs = torch.log_softmax(self.actor(hidden), dim=-1)
         if action is None:
@@ -220,42 +176,9 @@ class Agent(nn.Module):
         return action, log_prob, entropy, self.critic(hidden).squeeze(-1)
 
 
-def compute_gae(
-    rewards: np.ndarray,
-    values: np.ndarray,
-    last_values: np.ndarray,
-    final_values: np.ndarray,
-    terminations: np.ndarray,
-    dones: np.ndarray,
-    gamma: float,
-    gae_lambda: float,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Generalized advantage estimation over a rollout, correct at truncations (as ppo.py's).
-
-    δ_t = r_t + γ (1 - terminated_t) V(s'_t) - V(s_t)
-    A_t = δ_t + γ λ (1 - done_t) A_{t+1}
-    (Schulman et al. 2016, arXiv:1506.02438, eq. 16, with the recursion cut at episode ends.)
-
-    s'_t is the real next state of step t: s_{t+1} within an episode, the episode's final
-    observation where it ended at t (not the reset one), and the observation after the
-    rollout at t = T-1. So a time limit still bootstraps from V(final observation); only a
-    termination (here also a lost life) stops bootstrapping, and done_t stops the recursion.
-
-    Args:
-        rewards: r_t (clipped), float ``[T, N]`` (T steps of N envs).
-        values: V(s_t), float ``[T, N]``.
-        last_values: V of the observations after the rollout, ``[N]``.
-        final_values: V(final observation) where step t ended an episode, ``[T, N]``;
-            read only at truncations (a termination does not bootstrap).
-        terminations: 1.0 where step t ended the episode by termination, ``[T, N]``.
-        dones: 1.0 where step t ended the episode (termination or truncation), ``[T, N]``.
-        gamma: discount γ in [0, 1].
-        gae_lambda: λ in [0, 1].
-
-    Returns:
-        ``(advantages [T, N], returns [T, N])`` with returns = advantages + values, the
-        critic's regression target (the λ-return).
-    """
+def compute_gae(rewards, values, last_values, final_values, terminations, dones, gamma: float, gae_lambda: float):
+    """Generalized advantage estimation, correct at truncations, as ppo.py's ``compute_gae`` (arrays ``[T, N]``,
+    ``last_values [N]``): only a termination, here also a lost life, stops bootstrapping. Returns (advantages, returns)."""
     next_values = np.concatenate([values[1:], last_values[None]], axis=0)
     next_values = np.where(dones > 0, final_values, next_values)
     deltas = rewards + gamma * (1.0 - terminations) * next_values - values
@@ -302,12 +225,8 @@ def check_args(args: Args) -> None:
 
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
-    """Game scores ``[eval_episodes]`` of a model saved by this script: whole games, unclipped rewards.
-
-    Actions are sampled from π by default, as CleanRL evaluates; a greedy policy (``deterministic=True``)
-    can stand still after a lost life in games that need FIRE to go on (Breakout), until the time limit.
-    ``options``: see :class:`cleanrl_utils.evals.Evaluation`.
-    """
+    """Game scores ``[eval_episodes]`` of a saved model: whole games, actions sampled from π as CleanRL evaluates
+    (greedy can stand still after a lost life in Breakout). ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     agent = evaluation.load(Agent(evaluation.envs).to(memory_format=torch.channels_last), "agent")
     generator = torch.Generator(evaluation.device).manual_seed(evaluation.seed)
@@ -329,8 +248,7 @@ if __name__ == "__main__":
     signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
     signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
 
-    # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
-    # that ended the episode is in infos["final_obs"].
+    # Same-step autoreset: an ended episode's last observation is in infos["final_obs"]
     envs = vector_env(
         [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)],
         args.env_mode,
@@ -342,8 +260,7 @@ if __name__ == "__main__":
     agent = Agent(envs).to(device, memory_format=torch.channels_last)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
 
-    # Rollout storage [num_steps, num_envs]: what the networks read in torch (frames uint8, 4x
-    # smaller than float), the rest in numpy for GAE
+    # Rollout storage [num_steps, num_envs]: what the networks read in torch (frames uint8), the rest in numpy
     T, N = args.num_steps, args.num_envs
     obs = torch.zeros((T, N) + obs_shape, dtype=torch.uint8, device=device)
     actions = torch.zeros((T, N), dtype=torch.long, device=device)
@@ -366,9 +283,8 @@ if __name__ == "__main__":
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
-        # The envs step in groups of columns: one group of all N, or with --env-mode alternating two halves, so
-        # that the policy acts for one half while the other steps. Step t's results are received at loop step
-        # t + 1 (step T only receives).
+        # The envs step in groups of columns (all N; two halves with --env-mode alternating, the policy acting for one
+        # while the other steps). Step t's results are received at loop step t + 1 (step T only receives).
         for step in range(T + 1):
             for g, cols in enumerate(envs.groups):
                 if step > 0:
@@ -399,8 +315,8 @@ if __name__ == "__main__":
             rewards, values.cpu().numpy(), last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
         )
 
-        # Flatten the batch. The frames are put in channels-last layout once per update: each
-        # minibatch's conversion to float is then elementwise (about half the time of converting both)
+        # Flatten the batch; frames channels-last once per update (each minibatch's conversion is then elementwise)
+
         b_obs = obs.reshape((-1,) + obs_shape).contiguous(memory_format=torch.channels_last)
         b_logprobs, b_actions, b_values = logprobs.reshape(-1), actions.reshape(-1), values.reshape(-1)
         b_advantages = torch.as_tensor(advantages.reshape(-1), device=device)

@@ -1,42 +1,16 @@
 """PPO on Atari with EnvPool: the algorithm of ppo_atari.py, the environments stepped in C++ threads.
 
-Proximal Policy Optimization with the clipped surrogate objective:
-    Schulman, Wolski, Dhariwal, Radford, Klimov (2017), "Proximal Policy Optimization
-    Algorithms", arXiv:1707.06347 (eq. 7 clipped objective, eq. 9 total loss, eq. 11-12 GAE),
-with generalized advantage estimation:
-    Schulman, Moritz, Levine, Jordan, Abbeel (2016), "High-Dimensional Continuous Control
-    Using Generalized Advantage Estimation", arXiv:1506.02438,
-the Nature CNN and the Atari preprocessing of Mnih et al. (2015), Nature 518:529-533, and the
-implementation details of Huang et al. (2022), "The 37 Implementation Details of Proximal
-Policy Optimization" (ICLR blog track), as in ppo_atari.py (same network, same
-hyperparameters). The environments are EnvPool's:
-    Weng et al. (2022), "EnvPool: A Highly Parallel Reinforcement Learning Environment
-    Execution Engine", arXiv:2206.10558,
-with the same preprocessing: up to 30 no-ops at the start, frame skip 4 with max-pooling,
-episodic life, FIRE on reset, rewards clipped to their sign, 84x84 grayscale, 4 stacked frames,
-no sticky actions, the minimal action set, 27,000 agent steps (108,000 frames) per game.
+Papers: Schulman et al. (2017), "Proximal Policy Optimization Algorithms", arXiv:1707.06347;
+Schulman et al. (2016), GAE, arXiv:1506.02438; Mnih et al. (2015), Nature 518:529-533; Huang et
+al. (2022), "The 37 Implementation Details of Proximal Policy Optimization" (ICLR blog track);
+Weng et al. (2022), "EnvPool: A Highly Parallel Reinforcement Learning Environment Execution
+Engine", arXiv:2206.10558. Network, hyperparameters and preprocessing are ppo_atari.py's.
 
-What this file changes against them (and against CleanRL's ppo_atari_envpool.py):
-- EnvPool resets an env on the step AFTER it returned done: that step ignores the action,
-  returns reward 0 and the first observation of the next episode. It is not a transition of
-  the game, so it is masked out of the advantages and of every loss term (see
-  :func:`compute_gae` and :func:`ppo_losses`); CleanRL trains on it.
-- Because of that next-step reset, the observation returned with done is the real final
-  observation: a time-limit truncation bootstraps from V(that observation); a termination
-  (here also a lost life) does not bootstrap. CleanRL treats truncations as terminations.
-- ``charts/episodic_return`` is the game score: EnvPool's unclipped ``info["reward"]`` summed
-  over all lives, logged when the game really ends (no lives left, or the time limit).
-- The frame stack starts with the first frame repeated (EnvPool's), where ppo_atari.py's is
-  zero-padded: a model of one script does not fit the other's observations exactly.
-
-Checkpoints (``--checkpoint-interval``, SIGTERM, Ctrl-C) hold the network, the optimiser, the
-iteration (the learning-rate schedule's position), the global step and the random generators,
-but not the environments: EnvPool's envs live in C++ and cannot be saved or replayed (the
-gymnasium scripts replay theirs, see cleanrl_utils/vector.py). So ``--resume`` is not exact: it
-makes the envs anew, seeded from ``--seed`` and the checkpoint's global step (numpy's
-``SeedSequence``); the games in progress at the checkpoint are abandoned (their partial scores
-are never logged) and the run goes on with other games than an uninterrupted run would play.
-Training continues from the saved weights and optimiser state.
+What this file changes (against CleanRL's ppo_atari_envpool.py): EnvPool's reset step (the step
+after done: action ignored, reward 0) is masked out of the advantages and losses; a truncation
+bootstraps from V(real final observation), a termination (or lost life) does not;
+``charts/episodic_return`` is the game score. The envs are not checkpointed: ``--resume`` makes
+new ones (other games). Details and results: docs/scripts/ppo_atari_envpool.md.
 
 Run:
     python cleanrl/ppo_atari_envpool.py --env-id Breakout-v5
@@ -131,18 +105,8 @@ def make_envs(
     num_envs: int = 1,
     num_threads: int = 1,
 ):
-    """EnvPool's Atari envs with the preprocessing of ppo_atari.py, gymnasium API (next-step autoreset), game statistics.
-
-    Observations: uint8 ``[num_envs, 4, 84, 84]``. ``info["reward"]`` holds the unclipped game
-    reward, ``info["terminated"]`` is 1 when the game is over (all lives lost), ``info["lives"]``
-    the lives left, ``info["elapsed_step"]`` the agent steps of the game so far; the game scores
-    are added by :class:`GameStatistics`, which also records env 0's games into ``video_dir`` if asked,
-    those ``video_episodes(game_index)`` picks (gymnasium's schedule by default).
-
-    Args:
-        training: episodic life (a lost life is returned as a termination) and rewards clipped
-            to their sign; False for evaluation: whole games, game rewards.
-    """
+    """EnvPool's Atari envs with ppo_atari.py's preprocessing (with ``training``: episodic life, sign-clipped rewards),
+    gymnasium API (next-step autoreset); :class:`GameStatistics` adds game scores and records env 0's videos if asked."""
     envs = envpool.make(
         env_id,
         env_type="gymnasium",
@@ -174,12 +138,7 @@ def layer_init(layer: nn.Module, std: float = np.sqrt(2), bias_const: float = 0.
 
 
 class Agent(nn.Module):
-    """The Nature CNN trunk (Mnih et al. 2015) shared by a categorical policy head and a value head.
-
-    Conv 8x8/4 (32) - conv 4x4/2 (64) - conv 3x3/1 (64) - linear 512, ReLU after each; then
-    ``actor`` (512 -> num_actions logits) and ``critic`` (512 -> 1), sized for ``envs``'
-    Discrete actions. Inputs are uint8 frames ``[B, 4, 84, 84]`` in 0-255, divided by 255 here.
-    """
+    """The Nature CNN trunk (Mnih et al. 2015) shared by a policy head (logits) and a value head; frames uint8 0-255."""
 
     def __init__(self, envs):
         super().__init__()
@@ -206,15 +165,7 @@ class Agent(nn.Module):
         return self.critic(self.hidden(x)).squeeze(-1)
 
     def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
-        """Sample (or score) actions under the categorical policy and evaluate V, in one pass of the trunk.
-
-        Args:
-            x: frames uint8 ``[B, 4, 84, 84]``.
-            action: actions ``[B]`` (int64) to score; sampled from π(·|x) when None.
-
-        Returns:
-            ``(action [B], log π(action|x) [B], entropy of π(·|x) [B], V(x) [B])``.
-        """
+        """``(action, log π(action|x), entropy, V(x))``, each ``[B]``, one pass of the trunk; ``action`` sampled when None."""
         hidden = self.hidden(x)
         log_probs = torch.log_softmax(self.actor(hidden), dim=-1)
         if action is None:
@@ -224,42 +175,13 @@ class Agent(nn.Module):
         return action, log_prob, entropy, self.critic(hidden).squeeze(-1)
 
 
-def compute_gae(
-    rewards: np.ndarray,
-    values: np.ndarray,
-    last_values: np.ndarray,
-    terminations: np.ndarray,
-    dones: np.ndarray,
-    resets: np.ndarray,
-    gamma: float,
-    gae_lambda: float,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Generalized advantage estimation over an EnvPool rollout (next-step autoreset).
+def compute_gae(rewards, values, last_values, terminations, dones, resets, gamma: float, gae_lambda: float):
+    """Generalized advantage estimation (Schulman et al. 2016, eq. 16) over an EnvPool rollout, arrays ``[T, N]``.
 
-    δ_t = r_t + γ (1 - terminated_t) V(s_{t+1}) - V(s_t)
-    A_t = δ_t + γ λ (1 - done_t) A_{t+1}
-    (Schulman et al. 2016, arXiv:1506.02438, eq. 16, with the recursion cut at episode ends.)
-
-    With EnvPool's next-step reset, the observation s_{t+1} returned by a step t that ended an
-    episode is that episode's real final observation (the reset comes at step t+1), so a
-    truncation bootstraps from V(final observation) = ``values[t+1]`` (``last_values`` at
-    t = T-1); a termination does not bootstrap. Reset steps (``resets``) are not transitions of
-    the game: their advantage is 0 and their return their value, and the loss masks them out;
-    no advantage reaches across them, since the step before a reset step is done.
-
-    Args:
-        rewards: r_t (clipped), float ``[T, N]``.
-        values: V(s_t), float ``[T, N]``.
-        last_values: V of the observations after the rollout, ``[N]``.
-        terminations: 1.0 where step t ended the episode by termination (or a lost life), ``[T, N]``.
-        dones: 1.0 where step t ended the episode (termination or truncation), ``[T, N]``.
-        resets: True where step t is a reset step, ``[T, N]``: the step after a step that
-            returned done (the previous rollout's last step, for t = 0).
-        gamma: discount γ in [0, 1].
-        gae_lambda: λ in [0, 1].
-
-    Returns:
-        ``(advantages [T, N], returns [T, N])`` with returns = advantages + values.
+    δ_t = r_t + γ (1 - terminated_t) V(s_{t+1}) - V(s_t);  A_t = δ_t + γ λ (1 - done_t) A_{t+1}. With the next-step
+    reset, s_{t+1} after a done is the real final observation, so a truncation bootstraps from ``values[t+1]``
+    (``last_values [N]`` at T-1). Reset steps (``resets``) get advantage 0 (return = value); the loss masks them.
+    Returns ``(advantages, returns)``, returns = advantages + values.
     """
     next_values = np.concatenate([values[1:], last_values[None]], axis=0)
     deltas = rewards + gamma * (1.0 - terminations) * next_values - values
@@ -291,26 +213,9 @@ def ppo_losses(
     clip_vloss: bool = True,
     norm_adv: bool = True,
 ) -> dict[str, torch.Tensor]:
-    """PPO's loss terms over the samples where ``mask`` is 1 (EnvPool's reset steps have 0).
-
-    Policy loss (Schulman et al. 2017, eq. 7): mean of max(-A ρ, -A clip(ρ, 1-ε, 1+ε)), ρ the
-    probability ratio π(a|s)/π_old(a|s); value loss: 0.5 mean (V - R)², or with ``clip_vloss``
-    0.5 mean max((V - R)², (V_old + clip(V - V_old, -ε, ε) - R)²) (CleanRL's); entropy: mean
-    H(π(·|s)). With ``norm_adv`` the advantages are normalised by the mean and (unbiased)
-    standard deviation of the masked-in samples. Masked-out samples change no value and no
-    gradient; with an all-ones mask these are ppo_atari.py's losses.
-
-    Args:
-        newlogprob, entropy, newvalue: log π(a|s), H(π(·|s)), V(s) under the current weights, ``[B]``.
-        oldlogprob, oldvalue: log π_old(a|s), V_old(s) from the rollout, ``[B]``.
-        advantages, returns: A and R = A + V_old, ``[B]``.
-        mask: float ``[B]``, 1 for the transitions to train on.
-        clip_coef: ε.
-
-    Returns:
-        ``{"policy_loss", "value_loss", "entropy", "old_approx_kl", "approx_kl", "clipfrac"}``,
-        scalars; the first three carry gradients.
-    """
+    """PPO's loss terms (ppo_atari.py's: clipped surrogate, clipped value loss, entropy, KL estimates, clip fraction)
+    as means over the samples where ``mask`` ``[B]`` is 1 (0: EnvPool's reset steps, which change no value and no
+    gradient); with ``norm_adv`` advantages are normalised over the masked-in samples. All inputs ``[B]``."""
     logratio = newlogprob - oldlogprob
     ratio = logratio.exp()
     with torch.no_grad():
@@ -378,12 +283,8 @@ def check_args(args: Args) -> None:
 
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
-    """Game scores ``[eval_episodes]`` of a model saved by this script, in EnvPool: whole games, unclipped rewards.
-
-    Actions are sampled from π by default, as CleanRL evaluates; a greedy policy (``deterministic=True``)
-    can stand still after a lost life in games that need FIRE to go on (Breakout), until the time limit.
-    ``options``: see :class:`cleanrl_utils.evals.Evaluation`.
-    """
+    """Game scores ``[eval_episodes]`` of a saved model, in EnvPool: whole games, actions sampled from π as CleanRL
+    evaluates. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, None, make_envs=make_envs, **options)
     agent = evaluation.load(Agent(evaluation.envs).to(memory_format=torch.channels_last), "agent")
     generator = torch.Generator(evaluation.device).manual_seed(evaluation.seed)
@@ -409,8 +310,7 @@ if __name__ == "__main__":
     seed = args.seed
     if resumed:
         seed = int(np.random.SeedSequence([args.seed, resumed["global_step"]]).generate_state(1)[0] % 2**31)
-    # Next-step autoreset: the step that ends an episode returns its real final observation; the next step
-    # resets the env (a reset step: its action is ignored, its reward 0).
+    # Next-step autoreset: the step after a done resets the env (its action ignored, its reward 0)
     envs = make_envs(
         args.env_id, seed, args.capture_video, run.video_dir, num_envs=args.num_envs, num_threads=args.num_threads
     )
@@ -444,11 +344,7 @@ if __name__ == "__main__":
         for step in range(T):
             global_step += N
             obs[step] = torch.as_tensor(next_obs)
-            # After a done, EnvPool's next step resets the env: it ignores the action and
-            # returns reward 0 and the new episode's first observation (masked out of training).
-            resets[step] = next_done
-            # Where s_t is a final observation (the step before was done), the action is ignored
-            # by EnvPool, but V(s_t) is the bootstrap value of a truncation.
+            resets[step] = next_done  # a reset step (masked out of training); V(s_t) bootstraps a truncation
             with torch.inference_mode():
                 action, logprob, _, value = agent.get_action_and_value(obs[step])
             actions[step], logprobs[step], values[step] = action, logprob, value
@@ -465,8 +361,8 @@ if __name__ == "__main__":
             rewards, values.cpu().numpy(), last_values, terminations, dones, resets, args.gamma, args.gae_lambda
         )
 
-        # Flatten the batch. The frames are put in channels-last layout once per update: each
-        # minibatch's conversion to float is then elementwise (about half the time of converting both)
+        # Flatten the batch; frames channels-last once per update (each minibatch's conversion is then elementwise)
+
         b_obs = obs.reshape((-1,) + obs_shape).contiguous(memory_format=torch.channels_last)
         b_logprobs, b_actions, b_values = logprobs.reshape(-1), actions.reshape(-1), values.reshape(-1)
         b_advantages = torch.as_tensor(advantages.reshape(-1), device=device)

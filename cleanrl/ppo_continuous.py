@@ -1,31 +1,16 @@
 """PPO for continuous (Box) actions, with observation and reward normalisation (MuJoCo).
 
-Proximal Policy Optimization with the clipped surrogate objective:
-    Schulman, Wolski, Dhariwal, Radford, Klimov (2017), "Proximal Policy Optimization
-    Algorithms", arXiv:1707.06347 (eq. 7 clipped objective, eq. 9 total loss, eq. 11-12 GAE;
-    the MuJoCo hyperparameters of Table 3: 2048 steps, 10 epochs, minibatch 64, lr 3e-4,
-    γ 0.99, λ 0.95, ε 0.2),
-with generalized advantage estimation:
-    Schulman, Moritz, Levine, Jordan, Abbeel (2016), "High-Dimensional Continuous Control
-    Using Generalized Advantage Estimation", arXiv:1506.02438,
-and the implementation details of Huang et al. (2022), "The 37 Implementation Details of
-Proximal Policy Optimization" (ICLR blog track), as CleanRL's ppo_continuous_action.py has
-them: the 13 core details of ppo.py (orthogonal initialisation, Adam ε 1e-5, learning-rate
-annealing, advantage normalisation per minibatch, clipped value loss, global gradient clip,
-separate 64-64 tanh actor and critic) and the continuous-action details: a Gaussian policy
-N(μ(s), σ²) with a state-independent log σ (a parameter, initialised to 0), actions clipped
-to the bounds by the environment while the unclipped sample is what is stored and scored,
-observations normalised by a running mean and variance and clipped to ±10, rewards divided
-by the running standard deviation of a discounted return and clipped to ±10.
+Papers: Schulman et al. (2017), "Proximal Policy Optimization Algorithms", arXiv:1707.06347 (the
+MuJoCo hyperparameters of Table 3); Schulman et al. (2016), "High-Dimensional Continuous Control
+Using Generalized Advantage Estimation", arXiv:1506.02438; Huang et al. (2022), "The 37
+Implementation Details of Proximal Policy Optimization" (ICLR blog track), as CleanRL's
+ppo_continuous_action.py has them (Gaussian policy with a state-independent log σ, observation
+and reward normalisation).
 
-What this file changes against them:
-  - a time-limit truncation is not a termination. At a truncation the advantage bootstraps
-    from V(real final observation) (gymnasium's ``infos["final_obs"]``), normalised with the
-    same statistics as the observations the agent sees at that step; only a termination
-    stops bootstrapping;
-  - the normalisation statistics live in the main process, on the vector environment (so
-    ``--env-mode async`` keeps one set of statistics, not one per subprocess); they are
-    saved with the model, and evaluation uses them frozen.
+What this file changes: a time-limit truncation is not a termination; the advantage bootstraps
+from V(real final observation), normalised with that step's statistics. The normalisation
+statistics live in the main process (one set with ``--env-mode async``), are saved with the
+model, and evaluation uses them frozen. Details and results: docs/scripts/ppo_continuous.md.
 
 Run:
     python cleanrl/ppo_continuous.py --env-id Hopper-v5          # needs the mujoco extra
@@ -106,13 +91,8 @@ class Args(RunArgs):
 
 
 def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, training: bool = True, video_episodes=None):
-    """A thunk creating env ``idx``: the gymnasium env, clipping the actions it receives to its bounds, its
-    episode statistics, and (training) its replay log.
-
-    Env 0 records videos into ``video_dir`` if asked, of the episodes ``video_episodes(index)``
-    picks (gymnasium's schedule by default). ``training=False``: an evaluation env, without replay
-    log. Normalisation is added on the vector env, in the main process (:class:`Normalization`).
-    """
+    """A thunk creating env ``idx``: actions clipped to the bounds, episode statistics, (``training``) a replay log;
+    env 0 records videos into ``video_dir`` if asked. Normalisation is added on the vector env (:class:`Normalization`)."""
 
     def thunk():
         if capture_video and idx == 0:
@@ -136,32 +116,13 @@ def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.
 
 
 def gaussian_log_prob(mean: torch.Tensor, log_std: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """log N(actions; mean, diag(σ²)), summed over action dimensions.
-
-    log π(a|s) = Σ_i [ -(a_i - μ_i)² / (2 σ_i²) - log σ_i - ½ log(2π) ]
-
-    Args:
-        mean: μ ``[B, A]``.
-        log_std: log σ ``[B, A]`` or ``[1, A]`` (broadcast).
-        actions: a ``[B, A]``, the unclipped samples.
-
-    Returns:
-        ``[B]`` log-densities in nats.
-    """
+    """log N(a; μ, diag(σ²)) ``[B]`` = Σ_i [-(a_i - μ_i)² / (2 σ_i²) - log σ_i - ½ log(2π)]; μ, a ``[B, A]``."""
     z = (actions - mean) * torch.exp(-log_std)
     return (-0.5 * z * z - log_std).sum(-1) - 0.5 * math.log(2 * math.pi) * mean.shape[-1]
 
 
 def gaussian_entropy(log_std: torch.Tensor, batch_size: int) -> torch.Tensor:
-    """Entropy of N(μ, diag(σ²)), Σ_i [½ + ½ log(2π) + log σ_i], for each of ``batch_size`` rows.
-
-    Args:
-        log_std: log σ ``[1, A]`` (state-independent) or ``[B, A]``.
-        batch_size: B.
-
-    Returns:
-        ``[B]`` entropies in nats.
-    """
+    """Entropy of N(μ, diag(σ²)), Σ_i [½ + ½ log(2π) + log σ_i], ``[batch_size]``; log σ ``[1, A]`` or ``[B, A]``."""
     entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(-1)
     return entropy.expand(batch_size)
 
@@ -195,15 +156,7 @@ class Agent(nn.Module):
         return self.critic(x).squeeze(-1)
 
     def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
-        """Sample (or score) actions under π(·|x) = N(μ(x), σ²) and evaluate V.
-
-        Args:
-            x: observations ``[B, obs_dim]`` (normalised).
-            action: unclipped actions ``[B, A]`` to score; sampled a = μ(x) + σ ε, ε ~ N(0, I), when None.
-
-        Returns:
-            ``(action [B, A], log π(action|x) [B], entropy of π(·|x) [B], V(x) [B])``.
-        """
+        """``(action [B, A], log π(action|x), entropy, V(x))`` under π(·|x) = N(μ(x), σ²); ``action`` sampled when None."""
         mean = self.actor_mean(x)
         if action is None:
             action = mean + self.actor_logstd.exp() * torch.randn_like(mean)
@@ -212,43 +165,9 @@ class Agent(nn.Module):
         return action, log_prob, entropy, self.critic(x).squeeze(-1)
 
 
-def compute_gae(
-    rewards: np.ndarray,
-    values: np.ndarray,
-    last_values: np.ndarray,
-    final_values: np.ndarray,
-    terminations: np.ndarray,
-    dones: np.ndarray,
-    gamma: float,
-    gae_lambda: float,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Generalized advantage estimation over a rollout, correct at truncations (as ppo.py).
-
-    δ_t = r_t + γ (1 - terminated_t) V(s'_t) - V(s_t)
-    A_t = δ_t + γ λ (1 - done_t) A_{t+1}
-    (Schulman et al. 2016, arXiv:1506.02438, eq. 16, with the recursion cut at episode ends.)
-
-    s'_t is the real next state of step t: s_{t+1} within an episode, the episode's final
-    observation where it ended at t (not the reset one), and the observation after the
-    rollout at t = T-1. So a time limit still bootstraps from V(final observation); only a
-    termination stops bootstrapping, and done_t (termination or truncation) stops the
-    recursion, since step t+1 belongs to the next episode.
-
-    Args:
-        rewards: r_t, float ``[T, N]`` (T steps of N envs; here the normalised rewards).
-        values: V(s_t), float ``[T, N]``.
-        last_values: V of the observations after the rollout, ``[N]``.
-        final_values: V(final observation) where step t ended an episode, ``[T, N]``;
-            read only at truncations (a termination does not bootstrap).
-        terminations: 1.0 where step t ended the episode by termination, ``[T, N]``.
-        dones: 1.0 where step t ended the episode (termination or truncation), ``[T, N]``.
-        gamma: discount γ in [0, 1].
-        gae_lambda: λ in [0, 1].
-
-    Returns:
-        ``(advantages [T, N], returns [T, N])`` with returns = advantages + values, the
-        critic's regression target (the λ-return).
-    """
+def compute_gae(rewards, values, last_values, final_values, terminations, dones, gamma: float, gae_lambda: float):
+    """Generalized advantage estimation, correct at truncations, as ppo.py's ``compute_gae`` (arrays ``[T, N]``,
+    ``last_values [N]``), on normalised rewards and values of normalised observations. Returns (advantages, returns)."""
     next_values = np.concatenate([values[1:], last_values[None]], axis=0)
     next_values = np.where(dones > 0, final_values, next_values)
     deltas = rewards + gamma * (1.0 - terminations) * next_values - values
@@ -291,10 +210,8 @@ def check_args(args: Args) -> None:
 
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, **options) -> np.ndarray:
-    """Episodic returns ``[eval_episodes]`` of a model saved by this script: the Gaussian's mean μ(s) (clipped to the
-    bounds by the env), or (``deterministic=False``) a sample of N(μ(s), σ²). Observations are normalised with the
-    statistics saved with the model, frozen; rewards are the env's. ``options``: see :class:`cleanrl_utils.evals.Evaluation`.
-    """
+    """Episodic returns ``[eval_episodes]`` of a saved model: μ(s), or (``deterministic=False``) a sample of N(μ(s), σ²),
+    observations normalised with the saved statistics, frozen. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     evaluation.envs = NormalizeObservation(evaluation.envs)
     evaluation.load_state(evaluation.envs, "obs_norm")  # checked: finite statistics of this env's shape
@@ -319,8 +236,7 @@ if __name__ == "__main__":
     signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
     signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
 
-    # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
-    # that ended the episode is in infos["final_obs"].
+    # Same-step autoreset: an ended episode's last observation is in infos["final_obs"]
     raw_envs = vector_env(
         [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)],
         args.env_mode,
@@ -369,8 +285,8 @@ if __name__ == "__main__":
             # a ~ N(μ(s), σ²), sent unclipped: the env's ClipAction clips it to the bounds
             next_obs, reward, termination, truncation, infos = envs.step(action.cpu().numpy())
             rewards[step], terminations[step], dones[step] = reward, termination, termination | truncation
-            # Truncated (not terminated) envs will bootstrap from their real final observation,
-            # which NormalizeObservation has normalised with this step's statistics.
+            # Truncated (not terminated) envs will bootstrap from their real final observation (normalised)
+
             truncated[step] = truncation & ~termination
             if truncated[step].any():
                 final_obs[step, truncated[step]] = real_next_obs(next_obs, infos)[truncated[step]]

@@ -1,34 +1,16 @@
 """PPO for structured spaces: Dict and Tuple observations, action masks, MultiDiscrete actions.
 
-Proximal Policy Optimization with the clipped surrogate objective and GAE:
-    Schulman, Wolski, Dhariwal, Radford, Klimov (2017), "Proximal Policy Optimization
-    Algorithms", arXiv:1707.06347 (eq. 7, 9, 11-12); Schulman et al. (2016), arXiv:1506.02438,
-with the implementation details of ppo.py (Huang et al. 2022, "The 37 Implementation Details
-of Proximal Policy Optimization"), and for structured spaces:
-    - observations: each leaf of a Dict or Tuple observation (nested or not) has an encoder of
-      its own, and their features are concatenated (the "multi-input" networks of
-      Stable-Baselines3's ``CombinedExtractor``): images (3-D Box) through a CNN (rl-starter-files'
-      small one for grids, the Nature CNN from 36 pixels a side), other Box leaves (images under
-      7 pixels a side included) through a linear layer, Discrete and MultiDiscrete leaves
-      one-hot, MultiBinary leaves as 0/1 floats.
-      The rollout is stored as a namedarraytuple of those leaves (rlpyt, Stooke & Abbeel 2019,
-      arXiv:1909.01500), never flattened into one array.
-    - actions: Discrete, or MultiDiscrete as one categorical per dimension, independent given
-      the observation, whose log-probabilities and entropies are summed (as the action
-      arguments of Vinyals et al. 2017, "StarCraft II: A New Challenge for Reinforcement
-      Learning", arXiv:1708.04782).
-    - action masks: invalid action masking (Huang & Ontañón 2022, "A Closer Look at Invalid
-      Action Masking in Policy Gradient Algorithms", FLAIRS-35, arXiv:2006.14171): the logits of
-      masked actions are replaced by the lowest float before the softmax, so masked actions have
-      zero probability when sampling, in the log-probabilities, in the entropy and in evaluation,
-      and receive no gradient. The mask comes from the observation key ``action_mask`` or from
-      ``info["action_mask"]`` (--action-mask).
+Papers: Schulman et al. (2017), "Proximal Policy Optimization Algorithms", arXiv:1707.06347, with
+GAE (arXiv:1506.02438) and ppo.py's details (Huang et al. 2022); multi-input networks as
+Stable-Baselines3's ``CombinedExtractor``, rollouts as rlpyt's namedarraytuples (Stooke & Abbeel
+2019, arXiv:1909.01500); MultiDiscrete actions as independent categoricals (Vinyals et al. 2017,
+arXiv:1708.04782); invalid action masking (Huang & Ontañón 2022, arXiv:2006.14171).
 
-What this file changes against them: a time-limit truncation is not a termination (as ppo.py:
-GAE bootstraps from V(real final observation)). A MiniGrid ``mission`` that never changes (text:
-DoorKey's is one fixed sentence) is left out of the observation; a varying mission and other
-text leaves are refused, as no encoder here reads text. A MultiDiscrete mask masks each
-dimension on its own: it cannot make one dimension's allowed values depend on another's choice.
+What this file changes: one encoder per leaf of a Dict/Tuple observation (CNN, linear, one-hot),
+features concatenated; masked logits set to the lowest float (mask from the ``action_mask`` key or
+``info["action_mask"]``); truncations bootstrap from V(real final observation) as ppo.py. A fixed
+MiniGrid ``mission`` is left out; text leaves are refused. Details: docs/scripts/ppo_structured.md.
+
 
 Run:
     pip install -e '.[minigrid]'

@@ -1,27 +1,15 @@
 """RPO: PPO for continuous actions whose update scores actions under a randomly shifted Gaussian mean (MuJoCo, dm_control).
 
-Robust Policy Optimization:
-    Rahman, Xue (2022), "Robust Policy Optimization in Deep Reinforcement Learning",
-    arXiv:2212.07536 (Algorithm 1: in the update, the log-probability of a stored action is
-    that of N(μ(s) + z, σ²) with z ~ U(-α, α) drawn afresh per entry; acting is unchanged),
-on top of PPO (Schulman et al. 2017, arXiv:1707.06347) with GAE (Schulman et al. 2016,
-arXiv:1506.02438) and the continuous-action implementation details of Huang et al. (2022,
-"The 37 Implementation Details of PPO"), exactly as cleanrl/ppo_continuous.py has them: this
-file is that one with the perturbation (perturb_mean, Agent.get_action_and_value, the update).
-Defaults are those of CleanRL's rpo_continuous_action.py, the authors' implementation (PR #331):
-ppo_continuous's hyperparameters, --rpo-alpha 0.5, HalfCheetah (-v5 here for its -v4) and 8M
-steps, the budget of its published results. CleanRL's docs recommend α 0.01 for Ant, Hopper,
-InvertedDoublePendulum, Reacher and Pusher (α 0.5 fails on all but Hopper).
+Papers: Rahman, Xue (2022), "Robust Policy Optimization in Deep Reinforcement Learning",
+arXiv:2212.07536 (Algorithm 1: the update scores a stored action under N(μ(s) + z, σ²), z ~ U(-α, α));
+on PPO (Schulman et al. 2017, arXiv:1707.06347) with GAE (Schulman et al. 2016, arXiv:1506.02438)
+and the details of Huang et al. (2022), as ppo_continuous.py has them: this file is that one with
+the perturbation. Defaults are CleanRL's rpo_continuous_action.py's (--rpo-alpha 0.5, 8M steps).
 
-What this file changes against them (as ppo_continuous.py):
-  - a time-limit truncation is not a termination: the advantage bootstraps from V(real final
-    observation), normalised with the statistics of its step;
-  - the normalisation statistics live in the main process, on the vector env; they are saved
-    with the model, and evaluation uses them frozen;
-  - the perturbations come from a generator of their own (in the checkpoint): with
-    --rpo-alpha 0 a run is ppo_continuous.py's with the same flags, step for step.
-The ratio, and so losses/approx_kl, losses/clipfrac and --target-kl, compare the perturbed
-density with the rollout's unperturbed one (as CleanRL's): they are not 0 before the first step.
+What this file changes (as ppo_continuous.py): truncations bootstrap from V(real final
+observation); the normalisation statistics live in the main process and are saved with the model.
+The perturbations have a generator of their own: with --rpo-alpha 0 a run is ppo_continuous.py's,
+step for step. Details and results: docs/scripts/rpo_continuous.md.
 
 Run:
     python cleanrl/rpo_continuous.py --env-id HalfCheetah-v5          # needs the mujoco extra
@@ -104,13 +92,8 @@ class Args(RunArgs):
 
 
 def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, training: bool = True, video_episodes=None):
-    """A thunk creating env ``idx``: the gymnasium env, clipping the actions it receives to its bounds, its
-    episode statistics, and (training) its replay log.
-
-    Env 0 records videos into ``video_dir`` if asked, of the episodes ``video_episodes(index)``
-    picks (gymnasium's schedule by default). ``training=False``: an evaluation env, without replay
-    log. Normalisation is added on the vector env, in the main process (:class:`Normalization`).
-    """
+    """A thunk creating env ``idx``: actions clipped to the bounds, episode statistics, (``training``) a replay log;
+    env 0 records videos into ``video_dir`` if asked. Normalisation is added on the vector env (:class:`Normalization`)."""
 
     def thunk():
         if capture_video and idx == 0:
@@ -134,48 +117,20 @@ def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.
 
 
 def gaussian_log_prob(mean: torch.Tensor, log_std: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """log N(actions; mean, diag(σ²)), summed over action dimensions.
-
-    log π(a|s) = Σ_i [ -(a_i - μ_i)² / (2 σ_i²) - log σ_i - ½ log(2π) ]
-
-    Args:
-        mean: μ ``[B, A]``.
-        log_std: log σ ``[B, A]`` or ``[1, A]`` (broadcast).
-        actions: a ``[B, A]``, the unclipped samples.
-
-    Returns:
-        ``[B]`` log-densities in nats.
-    """
+    """log N(a; μ, diag(σ²)) ``[B]`` = Σ_i [-(a_i - μ_i)² / (2 σ_i²) - log σ_i - ½ log(2π)]; μ, a ``[B, A]``."""
     z = (actions - mean) * torch.exp(-log_std)
     return (-0.5 * z * z - log_std).sum(-1) - 0.5 * math.log(2 * math.pi) * mean.shape[-1]
 
 
 def gaussian_entropy(log_std: torch.Tensor, batch_size: int) -> torch.Tensor:
-    """Entropy of N(μ, diag(σ²)), Σ_i [½ + ½ log(2π) + log σ_i], for each of ``batch_size`` rows.
-
-    Args:
-        log_std: log σ ``[1, A]`` (state-independent) or ``[B, A]``.
-        batch_size: B.
-
-    Returns:
-        ``[B]`` entropies in nats.
-    """
+    """Entropy of N(μ, diag(σ²)), Σ_i [½ + ½ log(2π) + log σ_i], ``[batch_size]``; log σ ``[1, A]`` or ``[B, A]``."""
     entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(-1)
     return entropy.expand(batch_size)
 
 
 def perturb_mean(mean: torch.Tensor, alpha: float, generator: Optional[torch.Generator] = None) -> torch.Tensor:
-    """RPO's perturbed mean μ + z, z ~ U(-α, α) drawn independently for every entry (Rahman & Xue 2022,
-    arXiv:2212.07536, Algorithm 1).
-
-    Args:
-        mean: μ ``[B, A]``.
-        alpha: α >= 0, in action units; 0 returns ``mean``'s values exactly.
-        generator: the torch generator of the draws, on ``mean``'s device (None: torch's global one).
-
-    Returns:
-        ``[B, A]``, differentiable in ``mean`` (z is a constant).
-    """
+    """RPO's perturbed mean μ + z ``[B, A]``, z ~ U(-α, α) drawn for every entry from ``generator`` (Rahman & Xue 2022,
+    Algorithm 1); α in action units, 0 returns ``mean``'s values exactly."""
     return mean + torch.empty_like(mean).uniform_(-alpha, alpha, generator=generator)
 
 
@@ -214,19 +169,8 @@ class Agent(nn.Module):
         rpo_alpha: float = 0.0,
         generator: Optional[torch.Generator] = None,
     ):
-        """Sample actions under π(·|x) = N(μ(x), σ²), or score given ones under RPO's N(μ(x) + z, σ²); evaluate V.
-
-        Args:
-            x: observations ``[B, obs_dim]`` (normalised).
-            action: unclipped actions ``[B, A]`` to score; sampled a = μ(x) + σ ε, ε ~ N(0, I), when None
-                (acting: no perturbation).
-            rpo_alpha: α of the perturbation z ~ U(-α, α) ``[B, A]`` of the mean a given ``action`` is scored under
-                (:func:`perturb_mean`); 0: PPO's π(action|x).
-            generator: the generator of z (None: torch's global one).
-
-        Returns:
-            ``(action [B, A], log-density of action [B], entropy [B] (σ's alone: z moves only the mean), V(x) [B])``.
-        """
+        """``(action [B, A], log-density, entropy, V(x))``: sample from N(μ(x), σ²) when ``action`` is None (acting),
+        else score ``action`` under RPO's N(μ(x) + z, σ²), z ~ U(-``rpo_alpha``, ``rpo_alpha``) from ``generator``."""
         mean = self.actor_mean(x)
         if action is None:
             action = mean + self.actor_logstd.exp() * torch.randn_like(mean)
@@ -237,43 +181,9 @@ class Agent(nn.Module):
         return action, log_prob, entropy, self.critic(x).squeeze(-1)
 
 
-def compute_gae(
-    rewards: np.ndarray,
-    values: np.ndarray,
-    last_values: np.ndarray,
-    final_values: np.ndarray,
-    terminations: np.ndarray,
-    dones: np.ndarray,
-    gamma: float,
-    gae_lambda: float,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Generalized advantage estimation over a rollout, correct at truncations (as ppo.py).
-
-    δ_t = r_t + γ (1 - terminated_t) V(s'_t) - V(s_t)
-    A_t = δ_t + γ λ (1 - done_t) A_{t+1}
-    (Schulman et al. 2016, arXiv:1506.02438, eq. 16, with the recursion cut at episode ends.)
-
-    s'_t is the real next state of step t: s_{t+1} within an episode, the episode's final
-    observation where it ended at t (not the reset one), and the observation after the
-    rollout at t = T-1. So a time limit still bootstraps from V(final observation); only a
-    termination stops bootstrapping, and done_t (termination or truncation) stops the
-    recursion, since step t+1 belongs to the next episode.
-
-    Args:
-        rewards: r_t, float ``[T, N]`` (T steps of N envs; here the normalised rewards).
-        values: V(s_t), float ``[T, N]``.
-        last_values: V of the observations after the rollout, ``[N]``.
-        final_values: V(final observation) where step t ended an episode, ``[T, N]``;
-            read only at truncations (a termination does not bootstrap).
-        terminations: 1.0 where step t ended the episode by termination, ``[T, N]``.
-        dones: 1.0 where step t ended the episode (termination or truncation), ``[T, N]``.
-        gamma: discount γ in [0, 1].
-        gae_lambda: λ in [0, 1].
-
-    Returns:
-        ``(advantages [T, N], returns [T, N])`` with returns = advantages + values, the
-        critic's regression target (the λ-return).
-    """
+def compute_gae(rewards, values, last_values, final_values, terminations, dones, gamma: float, gae_lambda: float):
+    """ppo_continuous.py's ``compute_gae``: GAE correct at truncations, arrays ``[T, N]`` (``last_values [N]``), on
+    normalised rewards. Returns ``(advantages, returns = advantages + values)``."""
     next_values = np.concatenate([values[1:], last_values[None]], axis=0)
     next_values = np.where(dones > 0, final_values, next_values)
     deltas = rewards + gamma * (1.0 - terminations) * next_values - values
@@ -318,10 +228,8 @@ def check_args(args: Args) -> None:
 
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, **options) -> np.ndarray:
-    """Episodic returns ``[eval_episodes]`` of a model saved by this script: the Gaussian's mean μ(s) (clipped to the
-    bounds by the env), or (``deterministic=False``) a sample of N(μ(s), σ²). Observations are normalised with the
-    statistics saved with the model, frozen; rewards are the env's. ``options``: see :class:`cleanrl_utils.evals.Evaluation`.
-    """
+    """Episodic returns ``[eval_episodes]`` of a saved model: μ(s), or (``deterministic=False``) a sample of N(μ(s), σ²),
+    observations normalised with the saved statistics, frozen. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     evaluation.envs = NormalizeObservation(evaluation.envs)
     evaluation.load_state(evaluation.envs, "obs_norm")  # checked: finite statistics of this env's shape
@@ -346,8 +254,7 @@ if __name__ == "__main__":
     signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
     signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
 
-    # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
-    # that ended the episode is in infos["final_obs"].
+    # Same-step autoreset: an ended episode's last observation is in infos["final_obs"]
     raw_envs = vector_env(
         [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)],
         args.env_mode,
@@ -359,8 +266,7 @@ if __name__ == "__main__":
     envs = normalization.envs
     agent = Agent(envs).to(device)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-    # RPO's perturbations: a stream of their own, seeded from --seed apart from torch's global generator (which
-    # samples the actions and the minibatches), so that --rpo-alpha 0 trains exactly as ppo_continuous.py does
+    # RPO's perturbations: a generator of their own, so that --rpo-alpha 0 trains exactly as ppo_continuous.py does
     perturbation_rng = torch.Generator(device).manual_seed(int(np.random.SeedSequence([args.seed, 1]).generate_state(1)[0]))
 
     # Rollout storage [num_steps, num_envs]: what the networks read in torch, the rest in numpy for GAE
@@ -405,8 +311,8 @@ if __name__ == "__main__":
             # a ~ N(μ(s), σ²), sent unclipped: the env's ClipAction clips it to the bounds
             next_obs, reward, termination, truncation, infos = envs.step(action.cpu().numpy())
             rewards[step], terminations[step], dones[step] = reward, termination, termination | truncation
-            # Truncated (not terminated) envs will bootstrap from their real final observation,
-            # which NormalizeObservation has normalised with this step's statistics.
+            # Truncated (not terminated) envs will bootstrap from their real final observation (normalised)
+
             truncated[step] = truncation & ~termination
             if truncated[step].any():
                 final_obs[step, truncated[step]] = real_next_obs(next_obs, infos)[truncated[step]]

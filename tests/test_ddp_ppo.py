@@ -372,12 +372,32 @@ BAD_INPUT = [
     (["--env-id", "CartPole-v1", "--target-kl", "0"], "--target-kl", "must be positive"),
     (["--env-id", "CartPole-v1", "--collective-timeout", "0"], "--collective-timeout", "must be positive"),
     (["--resume", "no/such/run"], "--resume", "no/such/run"),
+    # CleanRL's --backend and --device-ids: refused when they cannot fit, whatever the machine (--no-cuda)
+    (["--env-id", "CartPole-v1", "--backend", "ucc"], "--backend", "invalid choice 'ucc'"),
+    (["--env-id", "CartPole-v1", "--no-cuda", "--backend", "nccl"], "--backend", "nccl needs CUDA"),
+    (["--env-id", "CartPole-v1", "--no-cuda", "--device-ids", "0", "1"], "--device-ids", "2 ids for 1 rank(s)"),
+    (["--env-id", "CartPole-v1", "--no-cuda", "--device-ids", "0"], "--device-ids", "needs CUDA"),
+    (["--env-id", "CartPole-v1", "--device-ids", "x"], "--device-ids", "Error parsing --device-ids"),
 ]
 
 
 @pytest.mark.parametrize("flags,flag,message", BAD_INPUT)
 def test_bad_input_stops_with_one_line(flags, flag, message, tmp_path):
     assert_stops_with_one_line("ddp_ppo.py", flags, flag, message, tmp_path)
+
+
+def test_local_num_envs_is_cleanrls_name_of_num_envs():
+    """CleanRL's --local-num-envs (envs per rank) gives the same arguments as --num-envs."""
+    import importlib.util
+
+    import tyro
+
+    spec = importlib.util.spec_from_file_location("ddp_ppo", SCRIPT)
+    ddp_ppo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ddp_ppo)
+    alias = tyro.cli(ddp_ppo.Args, args=["--local-num-envs", "3"])
+    assert alias == tyro.cli(ddp_ppo.Args, args=["--num-envs", "3"]) and alias.num_envs == 3
+    assert alias.backend == "auto" and alias.device_ids == []  # auto: nccl on CUDA, gloo on CPU
 
 
 def test_bad_input_stops_every_rank_under_torchrun(tmp_path):
