@@ -1,25 +1,12 @@
 """C51: categorical DQN for discrete actions on classic-control environments.
 
-Distributional deep Q-learning with a categorical return distribution on a fixed support:
-    Bellemare, Dabney, Munos (2017), "A Distributional Perspective on Reinforcement
-    Learning", arXiv:1707.06887 (Algorithm 1: the projection of the distributional Bellman
-    target onto the support; cross-entropy loss).
-Built on DQN (Mnih et al. 2015, Nature 518): experience replay, a target network, linearly
-decayed ε-greedy exploration.
+C51: Bellemare, Dabney, Munos (2017), "A Distributional Perspective on Reinforcement Learning",
+arXiv:1707.06887 (Algorithm 1), on DQN (Mnih et al. 2015, Nature 518:529-533).
 Option:
-    --n-step N: n-step returns (Hessel et al. 2018, "Rainbow", arXiv:1710.02298, eq. 7): the
-        target distribution is G + γ^n z under Z_target(s_{t+n}, a*).
+    --n-step N: n-step returns (Hessel et al. 2018, "Rainbow", arXiv:1710.02298, eq. 7).
 
-What this file changes against them: a time-limit truncation is not a termination. The
-replay keeps the real final observation of a truncated episode and the target bootstraps from
-it; only a termination collapses the target distribution onto the return G. The loss is
-CleanRL's (cross-entropy of the projected target, mean over the batch).
-
-Checkpoints (--checkpoint-interval, SIGTERM, Ctrl-C) hold the networks, the optimiser, the global
-step (ε is a function of it), the random generators and the environments' states; with
---checkpoint-buffer also the replay buffer, and --resume then continues exactly. Without it the
-resumed run starts with an empty buffer and refills it for --learning-starts steps (acting
-ε-greedily with the trained network) before the updates resume.
+What this file changes: a time-limit truncation is not a termination (the target bootstraps from
+the real final observation). Details, checkpoints and results: docs/scripts/c51.md.
 
 Run:
     python cleanrl/c51.py --env-id CartPole-v1
@@ -111,13 +98,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
 class QNetwork(nn.Module):
     """MLP 120-84 ReLU giving, for each action, logits of the return distribution on the support.
 
-    Args:
-        envs: the vector env it acts in (flat observations, Discrete actions).
-        n_atoms: atoms of the support.
-        v_min, v_max: ends of the support; atoms are evenly spaced between them.
-
-    Attributes:
-        atoms: the support z_1..z_N, ``[n_atoms]`` (a buffer, saved with the model).
+    ``atoms``: the support z_1..z_N evenly spaced on [v_min, v_max] (a buffer, saved with the model).
     """
 
     def __init__(self, envs: gym.vector.VectorEnv, n_atoms: int = 101, v_min: float = -100.0, v_max: float = 100.0):
@@ -146,21 +127,11 @@ def linear_schedule(start: float, end: float, duration: float, t: int) -> float:
 def n_step_returns(
     rewards: torch.Tensor, terminations: torch.Tensor, next_obs_steps: torch.Tensor, gamma: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """n-step returns and the discount of their bootstrap (Sutton & Barto 2018, eq. 7.1; Hessel et al. 2018, eq. 2).
+    """n-step returns G = sum_{j<m} γ^j r_{t+j} and their bootstrap discounts (Hessel et al. 2018, eq. 2).
 
-    With m = ``next_obs_steps`` (n, or fewer where the episode ended inside the window),
-    G = sum_{j<m} γ^j r_{t+j}, and the target bootstraps with γ^m, or 0 after a termination; a
-    truncated episode still bootstraps, from its real final observation s_{t+m}.
-
-    Args:
-        rewards: r_t, ..., r_{t+n-1}, float32 ``[B, n]`` (the replay's window), 0 after the step
-            that ended the episode.
-        terminations: float32 ``[B, n]``, 1.0 at the step whose episode terminated.
-        next_obs_steps: m, int64 ``[B]``.
-        gamma: discount γ.
-
-    Returns:
-        (G, γ^m (1 - terminated)), float32 ``[B]`` each (summed in float64).
+    ``rewards``, ``terminations``: the replay's window ``[B, n]``; ``next_obs_steps``: m ``[B]`` (n, or fewer
+    where the episode ended). Returns (G, γ^m, or 0 after a termination), float32 ``[B]`` each; a
+    truncated episode still bootstraps, from its real final observation.
     """
     powers = gamma ** torch.arange(rewards.shape[1] + 1, dtype=torch.float64, device=rewards.device)
     returns = (rewards.double() * powers[:-1]).sum(dim=1)
@@ -174,21 +145,11 @@ def categorical_projection(
     discounts: torch.Tensor,
     atoms: torch.Tensor,
 ) -> torch.Tensor:
-    """Project the target distribution of G + γ^m Z(s', a*) onto the support (Bellemare et al. 2017, Algorithm 1).
+    """Project the distribution of G + γ^m Z(s', a*) onto the support (Bellemare et al. 2017, Algorithm 1).
 
-    Each atom z_j of the next-state distribution moves to T z_j = G + γ^m z_j, clipped to
-    [v_min, v_max]; its probability is split between the two neighbouring atoms of the support
-    in proportion to closeness (all of it to one atom when T z_j falls exactly on it). Where the
-    episode terminated (discount 0) every T z_j is G: the target is G itself, projected.
-
-    Args:
-        next_probs: p_j(s', a*), ``[B, n_atoms]``, rows summing to 1.
-        returns: G, the (n-step) return, ``[B]``.
-        discounts: γ^m, or 0 where the episode terminated, ``[B]``.
-        atoms: the evenly spaced support z, ``[n_atoms]``.
-
-    Returns:
-        The projected target distribution m, ``[B, n_atoms]``, rows summing to 1.
+    Each atom moves to G + γ^m z_j, clipped to [v_min, v_max], its probability split between the two
+    neighbouring atoms in proportion to closeness; after a termination (γ^m = 0) the target is G itself.
+    ``next_probs`` ``[B, n_atoms]``, ``returns``, ``discounts`` ``[B]``, ``atoms`` ``[n_atoms]`` -> ``[B, n_atoms]``.
     """
     v_min, v_max, n_atoms = atoms[0], atoms[-1], atoms.numel()
     delta_z = (v_max - v_min) / (n_atoms - 1)

@@ -1,31 +1,14 @@
 """DQN for discrete actions on classic-control environments, with double-Q and dueling options.
 
-Deep Q-Network with experience replay, a target network and linearly decayed ε-greedy
-exploration:
-    Mnih et al. (2015), "Human-level control through deep reinforcement learning",
-    Nature 518:529-533 (the loss of Algorithm 1; y = r + γ max_a' Q_target(s', a')).
+DQN: Mnih et al. (2015), "Human-level control through deep reinforcement learning", Nature 518:529-533.
 Options:
-    --double-q: van Hasselt, Guez, Silver (2016), "Deep Reinforcement Learning with Double
-        Q-learning", arXiv:1509.06461, eq. 4: the online network picks a', the target network
-        scores it.
-    --dueling: Wang et al. (2016), "Dueling Network Architectures for Deep Reinforcement
-        Learning", arXiv:1511.06581, eq. 9: Q = V + A - mean_a A.
-    --n-step N: n-step returns (Sutton 1988; Hessel et al. 2018, "Rainbow", arXiv:1710.02298,
-        eq. 2): y = sum_{k<n} γ^k r_{t+k} + γ^n max_a' Q_target(s_{t+n}, a').
-    --prioritized-replay: proportional prioritized replay (Schaul et al. 2016, "Prioritized
-        Experience Replay", arXiv:1511.05952): P(i) ∝ (|δ_i| + ε)^α, the loss weighted by the
-        importance weights (N P(i))^-β / max w, β annealed linearly to 1 over training.
+    --double-q: van Hasselt, Guez, Silver (2016), arXiv:1509.06461, eq. 4.
+    --dueling: Wang et al. (2016), arXiv:1511.06581, eq. 9: Q = V + A - mean_a A.
+    --n-step N: n-step returns (Hessel et al. 2018, "Rainbow", arXiv:1710.02298, eq. 2).
+    --prioritized-replay: proportional prioritized replay (Schaul et al. 2016, arXiv:1511.05952).
 
-What this file changes against them: a time-limit truncation is not a termination. The
-replay stores the real final observation of a truncated episode as s' and the TD target
-bootstraps from it; only a termination sets the bootstrap to zero. The loss is the squared
-TD error (as in CleanRL), without gradient clipping.
-
-Checkpoints (--checkpoint-interval, SIGTERM, Ctrl-C) hold the networks, the optimiser, the global
-step (ε and β are functions of it), the random generators and the environments' states; with
---checkpoint-buffer also the replay buffer, and --resume then continues exactly. Without it the
-resumed run starts with an empty buffer and refills it for --learning-starts steps (acting
-ε-greedily with the trained network) before the updates resume.
+What this file changes: a time-limit truncation is not a termination (the target bootstraps from
+the real final observation). Details, checkpoints and results: docs/scripts/dqn.md.
 
 Run:
     python cleanrl/dqn.py --env-id CartPole-v1
@@ -124,15 +107,10 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
 
 
 class QNetwork(nn.Module):
-    """MLP 120-84 ReLU estimating Q(s, ·); optionally dueling.
+    """MLP 120-84 ReLU estimating Q(s, ·); optionally dueling (Wang et al. 2016).
 
-    ``head`` outputs Q(s, ·) or, when dueling, the advantages A(s, ·), and ``value`` V(s).
-    In both cases argmax_a head(trunk(s)) is the greedy action, since V and the mean of A do
-    not depend on a.
-
-    Args:
-        envs: the vector env it acts in (flat observations, Discrete actions).
-        dueling: use separate value and advantage streams (Wang et al. 2016).
+    ``head`` outputs Q(s, ·) or, when dueling, the advantages A(s, ·), and ``value`` V(s); in both
+    cases argmax_a head(trunk(s)) is the greedy action.
     """
 
     def __init__(self, envs: gym.vector.VectorEnv, dueling: bool = False):
@@ -163,21 +141,11 @@ def linear_schedule(start: float, end: float, duration: float, t: int) -> float:
 def n_step_returns(
     rewards: torch.Tensor, terminations: torch.Tensor, next_obs_steps: torch.Tensor, gamma: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """n-step returns and the discount of their bootstrap (Sutton & Barto 2018, eq. 7.1; Hessel et al. 2018, eq. 2).
+    """n-step returns G = sum_{j<m} γ^j r_{t+j} and their bootstrap discounts (Hessel et al. 2018, eq. 2).
 
-    With m = ``next_obs_steps`` (n, or fewer where the episode ended inside the window),
-    G = sum_{j<m} γ^j r_{t+j}, and the target bootstraps with γ^m, or 0 after a termination; a
-    truncated episode still bootstraps, from its real final observation s_{t+m}.
-
-    Args:
-        rewards: r_t, ..., r_{t+n-1}, float32 ``[B, n]`` (the replay's window), 0 after the step
-            that ended the episode.
-        terminations: float32 ``[B, n]``, 1.0 at the step whose episode terminated.
-        next_obs_steps: m, int64 ``[B]``.
-        gamma: discount γ.
-
-    Returns:
-        (G, γ^m (1 - terminated)), float32 ``[B]`` each (summed in float64).
+    ``rewards``, ``terminations``: the replay's window ``[B, n]``; ``next_obs_steps``: m ``[B]`` (n, or fewer
+    where the episode ended). Returns (G, γ^m, or 0 after a termination), float32 ``[B]`` each; a
+    truncated episode still bootstraps, from its real final observation.
     """
     powers = gamma ** torch.arange(rewards.shape[1] + 1, dtype=torch.float64, device=rewards.device)
     returns = (rewards.double() * powers[:-1]).sum(dim=1)
@@ -193,19 +161,8 @@ def compute_td_target(
 ) -> torch.Tensor:
     """n-step TD target y = G + γ^m Q_target(s', a'), with γ^m = 0 after a termination.
 
-    DQN (Mnih et al. 2015): a' = argmax_a Q_target(s', a); n = 1 gives r + γ max_a' Q_target(s', a').
-    Double DQN (van Hasselt et al. 2016, eq. 4): a' = argmax_a Q_online(s', a).
-    n-step return (Hessel et al. 2018, eq. 2): G = sum_{k<m} γ^k r_{t+k}, m = n unless the
-    episode ended sooner. s' is the real next state, so a truncated transition bootstraps.
-
-    Args:
-        returns: G, ``[B]`` (:func:`n_step_returns`).
-        discounts: γ^m, or 0 where the episode terminated, ``[B]``.
-        next_q_target: Q_target(s', ·), ``[B, A]``.
-        next_q_online: Q_online(s', ·), ``[B, A]``; given, the target is double-Q.
-
-    Returns:
-        TD targets ``[B]``.
+    a' = argmax_a Q_target(s', a) (DQN), or argmax_a Q_online(s', a) when ``next_q_online`` is given
+    (double DQN, van Hasselt et al. 2016, eq. 4). ``returns``, ``discounts`` ``[B]``, Q-values ``[B, A]`` -> ``[B]``.
     """
     if next_q_online is None:
         next_value = next_q_target.max(dim=1).values

@@ -1,30 +1,16 @@
 """DQN on Atari, with double-Q, dueling, n-step and prioritized-replay options.
 
-Deep Q-Network with the Nature CNN, experience replay, a target network and linearly decayed
-ε-greedy exploration, on the standard Atari preprocessing (no-op starts, frame skip 4 with
-max-pooling, episodic life, FIRE on reset, rewards clipped to their sign, 84x84 grayscale,
-4 stacked frames):
-    Mnih et al. (2015), "Human-level control through deep reinforcement learning",
-    Nature 518:529-533 (Methods and Extended Data Table 1).
-Options (rlpyt's DQN family):
+DQN with the Nature CNN and the standard Atari preprocessing: Mnih et al. (2015), "Human-level
+control through deep reinforcement learning", Nature 518:529-533.
+Options:
     --double-q: van Hasselt, Guez, Silver (2016), arXiv:1509.06461, eq. 4.
     --dueling: Wang et al. (2016), arXiv:1511.06581, eq. 9: Q = V + A - mean_a A.
-    --n-step N: n-step returns (Hessel et al. 2018, arXiv:1710.02298, section "Multi-step learning").
-    --prioritized-replay: proportional prioritized replay (Schaul et al. 2016,
-        arXiv:1511.05952), importance weights with β annealed linearly to 1.
+    --n-step N: n-step returns (Hessel et al. 2018, arXiv:1710.02298, "Multi-step learning").
+    --prioritized-replay: proportional prioritized replay (Schaul et al. 2016, arXiv:1511.05952).
 
-What this file changes against them: a time-limit truncation is not a termination (the
-replay keeps the real final frame stack and the target bootstraps from it); the replay stores
-each 84x84 frame once (a 1M-transition buffer takes about 7.1 GB); the loss is the squared TD
-error and the optimiser Adam, as in CleanRL's dqn_atari.py.
-
-Checkpoints (--checkpoint-interval, SIGTERM, Ctrl-C) hold the networks, the optimiser, the global
-step (ε and β are functions of it), the random generators and the games' states (replayed from
-their last reset); with --checkpoint-buffer also the replay buffer, and --resume then continues
-exactly. Without it the resumed run starts with an empty buffer and refills it for
---learning-starts steps (acting ε-greedily with the trained network) before the updates resume;
-the buffer then takes each game's current frame as the start of its column, so the stacks of
-its first three transitions lack the frames from before the resume.
+What this file changes: a time-limit truncation is not a termination (the target bootstraps from
+the real final frame stack); the replay stores each 84x84 frame once. Details, checkpoints and
+results: docs/scripts/dqn_atari.md.
 
 Run:
     python cleanrl/dqn_atari.py --env-id BreakoutNoFrameskip-v4
@@ -145,12 +131,8 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
 class QNetwork(nn.Module):
     """The Nature CNN (Mnih et al. 2015) estimating Q(s, ·) from 4 stacked 84x84 frames; optionally dueling.
 
-    ``head`` outputs Q(s, ·) or, when dueling, the advantages A(s, ·), and ``value`` V(s)
-    (Wang et al. 2016 split the 512-unit layer into two streams).
-
-    Args:
-        num_actions: size of the Discrete action space.
-        dueling: use separate value and advantage streams.
+    ``head`` outputs Q(s, ·) or, when dueling, the advantages A(s, ·), and ``value`` V(s) (Wang et al.
+    2016 split the 512-unit layer into two streams); argmax_a head(trunk(s)) is the greedy action.
     """
 
     def __init__(self, num_actions: int, dueling: bool = False):
@@ -188,21 +170,11 @@ def linear_schedule(start: float, end: float, duration: float, t: int) -> float:
 def n_step_returns(
     rewards: torch.Tensor, terminations: torch.Tensor, next_obs_steps: torch.Tensor, gamma: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """n-step returns and the discount of their bootstrap (Sutton & Barto 2018, eq. 7.1; Hessel et al. 2018, eq. 2).
+    """n-step returns G = sum_{j<m} γ^j r_{t+j} and their bootstrap discounts (Hessel et al. 2018, eq. 2).
 
-    With m = ``next_obs_steps`` (n, or fewer where the episode ended inside the window),
-    G = sum_{j<m} γ^j r_{t+j}, and the target bootstraps with γ^m, or 0 after a termination; a
-    truncated episode still bootstraps, from its real final observation s_{t+m}.
-
-    Args:
-        rewards: r_t, ..., r_{t+n-1}, float32 ``[B, n]`` (the replay's window), 0 after the step
-            that ended the episode.
-        terminations: float32 ``[B, n]``, 1.0 at the step whose episode terminated.
-        next_obs_steps: m, int64 ``[B]``.
-        gamma: discount γ.
-
-    Returns:
-        (G, γ^m (1 - terminated)), float32 ``[B]`` each (summed in float64).
+    ``rewards``, ``terminations``: the replay's window ``[B, n]``; ``next_obs_steps``: m ``[B]`` (n, or fewer
+    where the episode ended). Returns (G, γ^m, or 0 after a termination), float32 ``[B]`` each; a
+    truncated episode still bootstraps, from its real final observation.
     """
     powers = gamma ** torch.arange(rewards.shape[1] + 1, dtype=torch.float64, device=rewards.device)
     returns = (rewards.double() * powers[:-1]).sum(dim=1)
@@ -218,19 +190,8 @@ def compute_td_target(
 ) -> torch.Tensor:
     """n-step TD target y = G + γ^m Q_target(s', a'), with γ^m = 0 after a termination.
 
-    DQN (Mnih et al. 2015): a' = argmax_a Q_target(s', a); n = 1 gives r + γ max_a' Q_target(s', a').
-    Double DQN (van Hasselt et al. 2016, eq. 4): a' = argmax_a Q_online(s', a).
-    n-step return (Hessel et al. 2018, "Multi-step learning"): G = sum_{k<m} γ^k r_{t+k}, m = n unless the
-    episode ended sooner. s' is the real next state, so a truncated transition bootstraps.
-
-    Args:
-        returns: G, ``[B]`` (:func:`n_step_returns`).
-        discounts: γ^m, or 0 where the episode terminated, ``[B]``.
-        next_q_target: Q_target(s', ·), ``[B, A]``.
-        next_q_online: Q_online(s', ·), ``[B, A]``; given, the target is double-Q.
-
-    Returns:
-        TD targets ``[B]``.
+    a' = argmax_a Q_target(s', a) (DQN), or argmax_a Q_online(s', a) when ``next_q_online`` is given
+    (double DQN, van Hasselt et al. 2016, eq. 4). ``returns``, ``discounts`` ``[B]``, Q-values ``[B, A]`` -> ``[B]``.
     """
     if next_q_online is None:
         next_value = next_q_target.max(dim=1).values

@@ -1,26 +1,17 @@
 """DQN for structured spaces: Dict and Tuple observations and action masks, Discrete actions.
 
-Deep Q-Network with experience replay, a target network and linearly decayed ε-greedy
-exploration (Mnih et al. 2015, "Human-level control through deep reinforcement learning",
-Nature 518:529-533, Algorithm 1), with the option --double-q (van Hasselt, Guez, Silver 2016,
-arXiv:1509.06461, eq. 4), as dqn.py, and for structured spaces:
-    - observations: each leaf of a Dict or Tuple observation (nested or not) has an encoder of
-      its own, the encoders of ppo_structured.py (copied here, so that this file reads alone),
-      and their features are concatenated; the replay buffer stores the observation as a
-      namedarraytuple of its leaves (rlpyt, Stooke & Abbeel 2019, arXiv:1909.01500), never
-      flattened into one array.
-    - action masks (from the observation key ``action_mask`` or ``info["action_mask"]``,
-      --action-mask): the greedy action is the argmax over allowed actions only, ε-greedy
-      exploration draws uniformly among the allowed actions, and the TD target's max (and
-      double-Q's argmax) at s' runs over the actions allowed at s', with the mask stored with s'
-      in the replay. A masked action's Q-value is never a target and never chosen: the masking
-      of Huang & Ontañón 2022 (arXiv:2006.14171, for policy gradients) carried over to the max
-      and argmax of Q-learning.
+DQN (Mnih et al. 2015, Nature 518:529-533) with the option --double-q (van Hasselt, Guez, Silver
+2016, arXiv:1509.06461, eq. 4), as dqn.py, and for structured spaces:
+    - observations: each leaf of a Dict or Tuple observation has an encoder of its own (those of
+      ppo_structured.py, copied here), their features concatenated; the replay stores the
+      observation as a namedarraytuple of its leaves (rlpyt, Stooke & Abbeel 2019, arXiv:1909.01500).
+    - action masks (--action-mask): greedy actions, ε-greedy exploration and the TD target's max
+      (and double-Q's argmax) at s' run over the allowed actions only: the masking of Huang &
+      Ontañón 2022 (arXiv:2006.14171) carried over to Q-learning.
 
-What this file changes against them: a time-limit truncation is not a termination (as dqn.py:
-the replay stores the real final observation and the target bootstraps from it). A MiniGrid
-``mission`` that never changes (DoorKey's) is left out of the observation; a varying mission and
-other text leaves are refused, as no encoder here reads text.
+What this file changes: a time-limit truncation is not a termination (as dqn.py). A MiniGrid
+``mission`` that never changes is left out of the observation; other text leaves are refused.
+Details: docs/scripts/dqn_structured.md.
 
 Run:
     python cleanrl/dqn_structured.py --env-id cleanrl_utils.envs:CombinationLock-v0

@@ -1,20 +1,13 @@
 """PQN (parallelised Q-network) for discrete actions on classic-control environments.
 
 Q-learning from many parallel environments with neither a replay buffer nor a target network:
-    Gallici, Fellows, Ellis, Pou, Masmitja, Foerster, Martin (2024), "Simplifying Deep Temporal
-    Difference Learning", arXiv:2407.04811 (section 4, Algorithm 1): LayerNorm in the Q-network,
-    ε-greedy rollouts of --num-steps steps from --num-envs envs, Q(λ) targets computed backwards
-    over each rollout, then several epochs of minibatch updates of the squared TD error on it
-    (as PPO's update loop), global gradient-norm clipping and RAdam;
-with Peng's Q(λ) returns (Peng & Williams 1996, "Incremental Multi-Step Q-Learning", Machine
-Learning 22: the trace is not cut at exploratory actions, as Watkins' Q(λ) cuts it). The
-defaults are CleanRL's pqn.py (4 envs x 128 steps, RAdam lr 2.5e-4 annealed to 0, ε 1 -> 0.05
-over half the run, γ 0.99, λ 0.65, 4 epochs of 4 minibatches, clip 10, 500k steps).
+    Gallici et al. (2024), "Simplifying Deep Temporal Difference Learning", arXiv:2407.04811
+    (section 4, Algorithm 1), with Peng's Q(λ) returns (Peng & Williams 1996, "Incremental
+    Multi-Step Q-Learning", Machine Learning 22). Defaults: CleanRL's pqn.py.
 
-What this file changes against them: a time-limit truncation is not a termination. At a
-truncation the Q(λ) return bootstraps from max_a Q(real final observation, a) (gymnasium's
-``infos["final_obs"]``), never from the observation after the reset; only a termination stops
-bootstrapping, and the λ-mixing never crosses an episode end.
+What this file changes: a time-limit truncation is not a termination (the Q(λ) return bootstraps
+from the real final observation; λ-mixing never crosses an episode end). Details and results:
+docs/scripts/pqn.md.
 
 Run:
     python cleanrl/pqn.py --env-id CartPole-v1
@@ -146,19 +139,11 @@ def q_lambda_returns(
     gamma: float,
     lam: float,
 ) -> torch.Tensor:
-    """Q(λ) returns of a rollout, computed backwards
-    (Gallici et al. 2024, arXiv:2407.04811, section 4 / Algorithm 1; Peng & Williams 1996).
+    """Q(λ) returns of a rollout, computed backwards (Gallici et al. 2024, Algorithm 1; Peng & Williams 1996).
 
-    All inputs [T, E] float32 (T = --num-steps, E = envs):
-      rewards r_t; terminations, truncations: 1.0 where the episode ended at step t;
-      next_values[t] = max_a Q(s'_{t+1}, a) of the REAL next observation (the final observation where the episode ended at t,
-      else the observation the policy saw at t + 1; for t = T-1 the observation after the rollout).
-    G_t = r_t + γ (1 - term_t) next_values[t]                                   if the episode ended at t or t = T-1
-    G_t = r_t + γ [(1 - λ) next_values[t] + λ G_{t+1}]                          otherwise
-    Returns [T, E] float32.
-
-    So a truncation bootstraps from the value of its real final observation, only a termination
-    stops bootstrapping, and the λ-mixing never reaches into the next episode.
+    Inputs ``[T, E]``; ``next_values[t]`` = max_a Q of the REAL next observation (the final one where the
+    episode ended at t). G_t = r_t + γ (1 - term_t) next_values[t] where the episode ended at t or t = T-1,
+    else r_t + γ [(1 - λ) next_values[t] + λ G_{t+1}]: a truncation bootstraps, λ never crosses an episode end.
     """
     ended = torch.maximum(terminations, truncations) > 0
     one_step = rewards + gamma * (1.0 - terminations) * next_values  # the target where the return cannot go on

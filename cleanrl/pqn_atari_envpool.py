@@ -1,26 +1,13 @@
 """PQN on Atari with EnvPool: Q(λ) learning from parallel envs, without replay buffer or target network.
 
-Parallelised Q-Network (PQN):
-    Gallici, Fellows, Ellis, Pou, Masmitja, Foerster, Martin (2024), "Simplifying Deep Temporal
-    Difference Learning", arXiv:2407.04811 (section 4, Algorithm 1):
-ε-greedy rollouts from many envs, Q(λ) targets computed backwards over each rollout, several
-epochs of minibatch updates of the squared error, LayerNorm after every hidden layer of the Q
-network (Ba, Kiros, Hinton 2016, arXiv:1607.06450), RAdam (Liu et al. 2019, arXiv:1908.03265),
-global gradient-norm clipping. The Nature CNN and Atari preprocessing of Mnih et al. (2015),
-Nature 518:529-533, in EnvPool (Weng et al. 2022, arXiv:2206.10558) as in ppo_atari_envpool.py.
-Hyperparameters are CleanRL's pqn_atari_envpool.py's: 8 envs x 128 steps, 4 epochs of 4
-minibatches, learning rate 2.5e-4 annealed linearly, γ 0.99, λ 0.65, ε 1 -> 0.01 over the first
-10% of the steps, gradient norm clipped at 10, 10M steps.
+PQN: Gallici et al. (2024), "Simplifying Deep Temporal Difference Learning", arXiv:2407.04811
+(section 4, Algorithm 1): LayerNorm (Ba et al. 2016, arXiv:1607.06450), RAdam (Liu et al. 2019,
+arXiv:1908.03265); the Nature CNN (Mnih et al. 2015) in EnvPool (Weng et al. 2022,
+arXiv:2206.10558). Defaults: CleanRL's pqn_atari_envpool.py.
 
-What this file changes against CleanRL's pqn_atari_envpool.py (see ppo_atari_envpool.py):
-- EnvPool resets an env on the step after it returned done; that reset step ignores the action
-  and is masked out of the loss (CleanRL trains on it).
-- The observation returned with done is the real final one: a truncation bootstraps from
-  max_a Q(final observation), a termination (a lost life included) does not; Q(λ) never mixes
-  across an episode end. CleanRL treats truncations as terminations.
-- ``charts/episodic_return`` is the game score (unclipped, over all lives).
-Checkpoints hold the network, the optimiser and the generators, not EnvPool's envs: ``--resume``
-goes on with new envs (seeded from --seed and the step), as ppo_atari_envpool.py's does.
+What this file changes against CleanRL's: EnvPool's reset step after a done is masked out of the
+loss; a truncation bootstraps from the real final observation; ``charts/episodic_return`` is the
+game score. Checkpoints do not hold EnvPool's envs. Details: docs/scripts/pqn_atari_envpool.md.
 
 Run:
     python cleanrl/pqn_atari_envpool.py --env-id Breakout-v5
@@ -111,14 +98,9 @@ def make_envs(
 ):
     """EnvPool's Atari envs, preprocessed as ppo_atari_envpool.py's, gymnasium API (next-step autoreset), game statistics.
 
-    Observations: uint8 ``[num_envs, 4, 84, 84]``. ``info["reward"]`` is the unclipped game reward,
-    ``info["terminated"]`` 1 when the game is over (no lives left), ``info["elapsed_step"]`` the
-    agent steps of the game so far; :class:`GameStatistics` adds the game scores and records env
-    0's games into ``video_dir`` if asked (those ``video_episodes(game_index)`` picks).
-
-    Args:
-        training: episodic life (a lost life is returned as a termination) and rewards clipped
-            to their sign; False for evaluation: whole games, game rewards.
+    Observations uint8 ``[num_envs, 4, 84, 84]``; :class:`GameStatistics` adds the game scores (from
+    ``info["reward"]``, ``info["terminated"]``) and records env 0's games if asked. ``training``: episodic
+    life and rewards clipped to their sign; False for evaluation: whole games, game rewards.
     """
     envs = envpool.make(
         env_id,
@@ -195,20 +177,13 @@ def q_lambda_returns(
     gamma: float,
     lam: float,
 ) -> torch.Tensor:
-    """Q(λ) returns of a rollout, computed backwards
-    (Gallici et al. 2024, arXiv:2407.04811, section 4 / Algorithm 1; Peng & Williams 1996).
-    All inputs [T, E] float32 (T = --num-steps, E = envs):
-      rewards r_t; terminations, truncations: 1.0 where the episode ended at step t;
-      next_values[t] = max_a Q(s'_{t+1}, a) of the REAL next observation (the final observation where the episode ended at t,
-      else the observation the policy saw at t + 1; for t = T-1 the observation after the rollout).
-    G_t = r_t + γ (1 - term_t) next_values[t]                                   if the episode ended at t or t = T-1
-    G_t = r_t + γ [(1 - λ) next_values[t] + λ G_{t+1}]                          otherwise
-    Returns [T, E] float32.
+    """Q(λ) returns of a rollout, computed backwards (Gallici et al. 2024, Algorithm 1; Peng & Williams 1996).
 
-    With EnvPool's next-step autoreset the observation a step returns is always the real next one
-    (the final observation where the episode ended), so next_values[t] is max_a Q(obs[t + 1], a)
-    of the rollout for t < T-1: no extra forward pass. The step after an episode end (EnvPool's
-    reset step) is no transition of the game: its return is meaningless and the loss masks it out.
+    Inputs ``[T, E]``; ``next_values[t]`` = max_a Q of the REAL next observation (the final one where the
+    episode ended at t). G_t = r_t + γ (1 - term_t) next_values[t] where the episode ended at t or t = T-1,
+    else r_t + γ [(1 - λ) next_values[t] + λ G_{t+1}]: a truncation bootstraps, λ never crosses an episode end.
+    With EnvPool's next-step autoreset, next_values[t] is max_a Q(obs[t + 1], a) for t < T-1; the
+    reset step after an episode end is no transition of the game, and the loss masks it out.
     """
     ended = torch.maximum(terminations, truncations) > 0
     one_step = rewards + gamma * (1.0 - terminations) * next_values

@@ -1,24 +1,13 @@
 """Recurrent PQN (Nature CNN with LayerNorm -> LSTM) on Atari with EnvPool: Q(λ) from parallel envs, no replay, no target.
 
-Parallelised Q-Network (PQN):
-    Gallici, Fellows, Ellis, Pou, Masmitja, Foerster, Martin (2024), "Simplifying Deep Temporal
-    Difference Learning", arXiv:2407.04811 (section 4, Algorithm 1),
-as in pqn_atari_envpool.py (ε-greedy rollouts, Q(λ) targets, epochs of minibatch updates, LayerNorm,
-RAdam, gradient clipping), with a recurrent core (LSTM, Hochreiter & Schmidhuber 1997) as CleanRL's
-pqn_atari_envpool_lstm.py: Nature CNN with LayerNorm -> 512 -> LSTM(128) -> linear Q head, one 84x84
-frame per observation (no frame stack: the LSTM carries the history), minibatches of whole env
-sequences replayed from the LSTM state stored at the rollout's first step. Hyperparameters are
-CleanRL's: 8 envs x 128 steps, 4 epochs of 4 minibatches (2 envs each), learning rate 2.5e-4 annealed
-linearly, γ 0.99, λ 0.65, ε 1 -> 0.01 over the first 10% of the steps, gradient norm clipped at 0.5.
+PQN: Gallici et al. (2024), "Simplifying Deep Temporal Difference Learning", arXiv:2407.04811
+(section 4, Algorithm 1), as pqn_atari_envpool.py, with an LSTM core (Hochreiter & Schmidhuber
+1997) as CleanRL's pqn_atari_envpool_lstm.py: one frame per observation, minibatches of whole env
+sequences replayed from the LSTM state at the rollout's start. Defaults: CleanRL's.
 
-What this file changes against CleanRL's (see pqn_atari_envpool.py for the rest): EnvPool's reset step
-after a done is masked out of the loss; a truncation bootstraps from max_a Q(real final observation),
-a termination (a lost life) does not. The LSTM state is reset where an episode's first observation
-comes, after the reset step, so the final observation is read with its own episode's memory (CleanRL
-resets it one step early, at the final observation). Evaluation keeps episodic life (the LSTM is reset
-at each lost life, as in training) and counts whole games. ``charts/episodic_return`` is the game
-score. Checkpoints hold the network, the optimiser and the generators, not EnvPool's envs: ``--resume``
-goes on with new envs (seeded from --seed and the step) and a zero LSTM state.
+What this file changes against CleanRL's: EnvPool's reset step after a done is masked out of the
+loss; a truncation bootstraps from the real final observation; the LSTM state is reset at an
+episode's first observation, not one step early. Details: docs/scripts/pqn_atari_envpool_lstm.md.
 
 Run:
     python cleanrl/pqn_atari_envpool_lstm.py --env-id Breakout-v5
@@ -107,16 +96,11 @@ def make_envs(
     num_envs: int = 1,
     num_threads: int = 1,
 ):
-    """EnvPool's Atari envs, preprocessed as pqn_atari_envpool.py's but one frame per observation, game statistics.
+    """EnvPool's Atari envs as pqn_atari_envpool.py's but one frame per observation, game statistics.
 
-    Observations: uint8 ``[num_envs, 1, 84, 84]`` (``stack_num=1``, as CleanRL's LSTM script).
-    Gymnasium API with next-step autoreset. Episodic life in training and evaluation alike: a lost
-    life is returned as a termination, where the policy's LSTM state is reset; the game goes on.
-    ``info["reward"]`` is the unclipped game reward, ``info["terminated"]`` 1 when the game is over;
-    :class:`GameStatistics` adds the game scores and records env 0's games into ``video_dir`` if asked.
-
-    Args:
-        training: rewards clipped to their sign; False for evaluation: game rewards.
+    Observations uint8 ``[num_envs, 1, 84, 84]``, next-step autoreset. Episodic life in training and
+    evaluation alike (the LSTM state is reset at a lost life); :class:`GameStatistics` adds the game
+    scores and records env 0's games if asked. ``training``: rewards clipped; False: game rewards.
     """
     envs = envpool.make(
         env_id,
@@ -191,18 +175,9 @@ class QNetwork(nn.Module):
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         """Q-values along B sequences of T frames, the LSTM state reset where an episode starts.
 
-        Before step t the state of sequence b is multiplied by ``1 - starts[t, b]``, so no memory
-        crosses an episode boundary. The rollout calls this with T = 1 each step; the update with
-        whole rollouts of its envs from the state stored at the rollout's first step, which gives
-        the rollout's Q-values again (under the weights of the moment).
-
-        Args:
-            obs: frames uint8 ``[T, B, 1, 84, 84]`` (0-255).
-            starts: 1.0 where ``obs[t, b]`` is the first observation of an episode, ``[T, B]``.
-            state: LSTM state before step 0, ``(h, c)`` each ``[B, 128]``.
-
-        Returns:
-            ``(Q-values [T, B, num_actions], state after step T-1)``.
+        ``obs`` uint8 ``[T, B, 1, 84, 84]``, ``starts`` ``[T, B]`` (1.0 at an episode's first observation:
+        the state is multiplied by ``1 - starts[t]`` before step t), ``state`` ``(h, c)`` each ``[B, 128]``.
+        Returns ``(Q-values [T, B, num_actions], state after step T-1)``.
         """
         T, B = obs.shape[:2]
         frames = obs.reshape((T * B,) + obs.shape[2:]).to(dtype=torch.float32, memory_format=torch.channels_last)

@@ -1,30 +1,15 @@
 """QR-DQN: quantile-regression DQN for discrete actions on classic-control environments.
 
-Distributional deep Q-learning that represents the return distribution of each action by N
-quantiles at the midpoints τ̂_i = (2i - 1) / 2N and fits them with the quantile Huber loss:
-    Dabney, Rowland, Bellemare, Munos (2018), "Distributional Reinforcement Learning with
-    Quantile Regression", arXiv:1710.10044 (Algorithm 1; eq. 10 with κ = 1; Adam's ε = 0.01/32
-    of its Atari runs, here 0.01 / batch size). Acting and a* are greedy in the mean of the quantiles.
-Built on DQN (Mnih et al. 2015, Nature 518): experience replay, a target network, linearly
-decayed ε-greedy exploration.
+QR-DQN: Dabney, Rowland, Bellemare, Munos (2018), "Distributional Reinforcement Learning with
+Quantile Regression", arXiv:1710.10044 (Algorithm 1; eq. 10 with κ = 1): N quantiles at the
+midpoints τ̂_i = (2i - 1) / 2N, the quantile Huber loss; on DQN (Mnih et al. 2015, Nature 518).
 Options:
-    --double-q: a* = argmax of the online network's means, scored by the target network's
-        quantiles (van Hasselt, Guez, Silver 2016, arXiv:1509.06461, eq. 4).
-    --n-step N: n-step returns (Hessel et al. 2018, "Rainbow", arXiv:1710.02298, eq. 2): the
-        target quantiles are G + γ^m θ_j(s_{t+m}, a*), m = n unless the episode ended sooner.
+    --double-q: a* = argmax of the online network's means (van Hasselt et al. 2016, arXiv:1509.06461).
+    --n-step N: n-step returns (Hessel et al. 2018, "Rainbow", arXiv:1710.02298, eq. 2).
 
-What this file changes against them: a time-limit truncation is not a termination. The
-replay keeps the real final observation of a truncated episode and the target bootstraps from
-it; only a termination collapses the target quantiles onto the return G. The loss sums over
-the N quantiles and averages over the N target quantiles and the batch (Algorithm 1).
-Hyperparameters are dqn.py's, with N = 50 quantiles (qrdqn_atari.py has the paper's 200 for Atari;
-the loss's [B, N, N] tensors make a gradient step at 200 about 13 times as costly on a CPU).
-
-Checkpoints (--checkpoint-interval, SIGTERM, Ctrl-C) hold the networks, the optimiser, the global
-step (ε is a function of it), the random generators and the environments' states; with
---checkpoint-buffer also the replay buffer, and --resume then continues exactly. Without it the
-resumed run starts with an empty buffer and refills it for --learning-starts steps (acting
-ε-greedily with the trained network) before the updates resume.
+What this file changes: a time-limit truncation is not a termination (the target bootstraps from
+the real final observation); dqn.py's hyperparameters with N = 50 quantiles (qrdqn_atari.py has
+the paper's 200). Details, checkpoints and results: docs/scripts/qrdqn.md.
 
 Run:
     python cleanrl/qrdqn.py --env-id CartPole-v1
@@ -148,21 +133,11 @@ def quantile_midpoints(n_quantiles: int, device: torch.device | str = "cpu") -> 
 def n_step_returns(
     rewards: torch.Tensor, terminations: torch.Tensor, next_obs_steps: torch.Tensor, gamma: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """n-step returns and the discount of their bootstrap (Sutton & Barto 2018, eq. 7.1; Hessel et al. 2018, eq. 2).
+    """n-step returns G = sum_{j<m} γ^j r_{t+j} and their bootstrap discounts (Hessel et al. 2018, eq. 2).
 
-    With m = ``next_obs_steps`` (n, or fewer where the episode ended inside the window),
-    G = sum_{j<m} γ^j r_{t+j}, and the target bootstraps with γ^m, or 0 after a termination; a
-    truncated episode still bootstraps, from its real final observation s_{t+m}.
-
-    Args:
-        rewards: r_t, ..., r_{t+n-1}, float32 ``[B, n]`` (the replay's window), 0 after the step
-            that ended the episode.
-        terminations: float32 ``[B, n]``, 1.0 at the step whose episode terminated.
-        next_obs_steps: m, int64 ``[B]``.
-        gamma: discount γ.
-
-    Returns:
-        (G, γ^m (1 - terminated)), float32 ``[B]`` each (summed in float64).
+    ``rewards``, ``terminations``: the replay's window ``[B, n]``; ``next_obs_steps``: m ``[B]`` (n, or fewer
+    where the episode ended). Returns (G, γ^m, or 0 after a termination), float32 ``[B]`` each; a
+    truncated episode still bootstraps, from its real final observation.
     """
     powers = gamma ** torch.arange(rewards.shape[1] + 1, dtype=torch.float64, device=rewards.device)
     returns = (rewards.double() * powers[:-1]).sum(dim=1)

@@ -1,29 +1,15 @@
 """QR-DQN (quantile-regression DQN) on Atari, with double-Q and n-step options.
 
-Distributional deep Q-learning that represents the return distribution of each action by N
-quantiles at the midpoints τ̂_i = (2i - 1) / 2N, fitted with the quantile Huber loss, on the
-Nature CNN and the standard Atari preprocessing (no-op starts, frame skip 4 with max-pooling,
-episodic life, FIRE on reset, rewards clipped to their sign, 84x84 grayscale, 4 stacked frames):
-    Dabney, Rowland, Bellemare, Munos (2018), "Distributional Reinforcement Learning with
-    Quantile Regression", arXiv:1710.10044 (Algorithm 1; eq. 10 with κ = 1; N = 200 and Adam's
-    ε = 0.01/32 of its Atari runs, here 0.01 / batch size).
-    Mnih et al. (2015), Nature 518:529-533 (network and preprocessing).
+QR-DQN: Dabney, Rowland, Bellemare, Munos (2018), "Distributional Reinforcement Learning with
+Quantile Regression", arXiv:1710.10044 (Algorithm 1; eq. 10 with κ = 1; N = 200), with the Nature
+CNN and the standard Atari preprocessing of Mnih et al. (2015), Nature 518:529-533.
 Options:
     --double-q: a* = argmax of the online network's means (van Hasselt et al. 2016, arXiv:1509.06461).
-    --n-step N: n-step returns (Hessel et al. 2018, arXiv:1710.02298, section "Multi-step learning").
+    --n-step N: n-step returns (Hessel et al. 2018, arXiv:1710.02298, "Multi-step learning").
 
-What this file changes against them: a time-limit truncation is not a termination (the
-replay keeps the real final frame stack and the target bootstraps from it); the replay stores
-each 84x84 frame once; the other hyperparameters are dqn_atari.py's (learning rate 1e-4, ε to
-0.01 over 10% of the run, a target copy every 1000 steps).
-
-Checkpoints (--checkpoint-interval, SIGTERM, Ctrl-C) hold the networks, the optimiser, the global
-step (ε is a function of it), the random generators and the games' states (replayed from their
-last reset); with --checkpoint-buffer also the replay buffer, and --resume then continues exactly.
-Without it the resumed run starts with an empty buffer and refills it for --learning-starts
-steps (acting ε-greedily with the trained network) before the updates resume; the buffer then
-takes each game's current frame as the start of its column, so the stacks of its first three
-transitions lack the frames from before the resume.
+What this file changes: a time-limit truncation is not a termination (the target bootstraps from
+the real final frame stack); the replay stores each 84x84 frame once; the other hyperparameters
+are dqn_atari.py's. Details, checkpoints and results: docs/scripts/qrdqn_atari.md.
 
 Run:
     python cleanrl/qrdqn_atari.py --env-id BreakoutNoFrameskip-v4
@@ -175,21 +161,11 @@ def quantile_midpoints(n_quantiles: int, device: torch.device | str = "cpu") -> 
 def n_step_returns(
     rewards: torch.Tensor, terminations: torch.Tensor, next_obs_steps: torch.Tensor, gamma: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """n-step returns and the discount of their bootstrap (Sutton & Barto 2018, eq. 7.1; Hessel et al. 2018, eq. 2).
+    """n-step returns G = sum_{j<m} γ^j r_{t+j} and their bootstrap discounts (Hessel et al. 2018, eq. 2).
 
-    With m = ``next_obs_steps`` (n, or fewer where the episode ended inside the window),
-    G = sum_{j<m} γ^j r_{t+j}, and the target bootstraps with γ^m, or 0 after a termination; a
-    truncated episode still bootstraps, from its real final observation s_{t+m}.
-
-    Args:
-        rewards: r_t, ..., r_{t+n-1}, float32 ``[B, n]`` (the replay's window), 0 after the step
-            that ended the episode.
-        terminations: float32 ``[B, n]``, 1.0 at the step whose episode terminated.
-        next_obs_steps: m, int64 ``[B]``.
-        gamma: discount γ.
-
-    Returns:
-        (G, γ^m (1 - terminated)), float32 ``[B]`` each (summed in float64).
+    ``rewards``, ``terminations``: the replay's window ``[B, n]``; ``next_obs_steps``: m ``[B]`` (n, or fewer
+    where the episode ended). Returns (G, γ^m, or 0 after a termination), float32 ``[B]`` each; a
+    truncated episode still bootstraps, from its real final observation.
     """
     powers = gamma ** torch.arange(rewards.shape[1] + 1, dtype=torch.float64, device=rewards.device)
     returns = (rewards.double() * powers[:-1]).sum(dim=1)

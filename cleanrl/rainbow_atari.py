@@ -1,41 +1,17 @@
 """Rainbow on Atari.
 
-Rainbow combines six extensions of DQN; this file has all of them:
-    Hessel et al. (2018), "Rainbow: Combining Improvements in Deep Reinforcement Learning",
-    AAAI, arXiv:1710.02298 (target, loss and priority: section "The integrated agent";
-    hyperparameters: Table 1).
-- distributional Q-learning: 51 atoms on [-10, 10], the categorical projection, the
-  cross-entropy loss (Bellemare, Dabney, Munos 2017, arXiv:1707.06887, Algorithm 1);
-- noisy nets for exploration, factorised Gaussian noise, σ0 = 0.5, no ε-greedy (Fortunato et
-  al. 2018, arXiv:1706.10295, section 3);
-- dueling distributional head: p(s, a) = softmax(v(s) + a(s, a) - mean_a' a(s, a')) over atoms
-  (Wang et al. 2016, arXiv:1511.06581, eq. 9, applied per atom as in Hessel et al.);
-- multi-step returns, n = 3 (Sutton 1988; Hessel et al., "Multi-step learning");
-- double-Q action selection: a* = argmax_a of the online network's mean at s', evaluated by
-  the target network (van Hasselt et al. 2016, arXiv:1509.06461);
-- prioritized replay with the per-transition KL divergence of the loss as priority, α = 0.5,
-  importance weights with β annealed from 0.4 to 1 (Schaul et al. 2016, arXiv:1511.05952).
-Network and preprocessing: the Nature CNN (Mnih et al. 2015, Nature 518:529-533) and the
-standard Atari wrappers of stable-baselines3.
+Rainbow: Hessel et al. (2018), "Rainbow: Combining Improvements in Deep Reinforcement Learning",
+arXiv:1710.02298 (section "The integrated agent", Table 1), all six extensions of DQN:
+- distributional Q-learning, 51 atoms on [-10, 10] (Bellemare et al. 2017, arXiv:1707.06887);
+- noisy nets, factorised Gaussian noise, σ0 = 0.5 (Fortunato et al. 2018, arXiv:1706.10295);
+- a dueling distributional head (Wang et al. 2016, arXiv:1511.06581, eq. 9, per atom);
+- multi-step returns, n = 3; double-Q action selection (van Hasselt et al. 2016, arXiv:1509.06461);
+- prioritized replay by the KL loss, α = 0.5, β 0.4 -> 1 (Schaul et al. 2016, arXiv:1511.05952).
+Network and preprocessing: the Nature CNN (Mnih et al. 2015) and SB3's Atari wrappers.
 
-What this file changes against the paper: a time-limit truncation is not a termination (the
-replay keeps the real final frame stack and the n-step target bootstraps from it); the replay
-stores each 84x84 frame once; gradients are clipped at norm 10 (as in the dueling paper and
-common Rainbow implementations); before learning starts the agent acts uniformly at random
-(as Dopamine's Rainbow does during its warm-up), so the first replay data is not the few
-actions of one fixed noisy network. Noise: the online network's noise is resampled after
-each gradient step, so the agent acts with one noise sample for the --train-frequency steps
-between updates; within an update the online network uses one noise sample for s and s',
-the target network an independent one, resampled every update.
-
-Checkpoints (--checkpoint-interval, SIGTERM, Ctrl-C) hold the networks and their current noise,
-the optimiser, the global step (β is a function of it), the random generators (the noise is
-drawn from torch's) and the games' states (replayed from their last reset); with
---checkpoint-buffer also the prioritized replay buffer (its sum tree included), and --resume
-then continues exactly. Without it the resumed run starts with an empty buffer and refills it
-for --learning-starts steps, acting uniformly at random as during the warm-up, before the
-updates resume; the buffer then takes each game's current frame as the start of its column, so
-the stacks of its first three transitions lack the frames from before the resume.
+What this file changes: a time-limit truncation is not a termination; the replay stores each
+frame once; gradients are clipped at norm 10; the warm-up acts uniformly at random. Details,
+noise schedule, checkpoints and results: docs/scripts/rainbow_atari.md.
 
 Run:
     python cleanrl/rainbow_atari.py --env-id BreakoutNoFrameskip-v4
@@ -156,20 +132,10 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
 class NoisyLinear(nn.Module):
     """A linear layer with factorised Gaussian noise (Fortunato et al. 2018, section 3).
 
-    y = (μ_w + σ_w ⊙ ε_w) x + μ_b + σ_b ⊙ ε_b with ε_w = f(ε_out) f(ε_in)ᵀ, ε_b = f(ε_out),
-    f(x) = sgn(x) sqrt(|x|), ε_in ~ N(0, I_in), ε_out ~ N(0, I_out). Initialisation (section
-    3.2): μ ~ U[-1/sqrt(in), 1/sqrt(in)], σ = σ0 / sqrt(in). The noise stays fixed until
-    :meth:`reset_noise`; in eval mode (``module.eval()``) the layer uses the means alone.
-
-    Args:
-        in_features, out_features: sizes of x ``[..., in]`` and y ``[..., out]``.
-        sigma0: σ0 (0.5 in the paper for factorised noise).
-
-    Attributes:
-        epsilon_in: f(ε_in), ``[in]``; weight_epsilon: ε_w, ``[out, in]``; bias_epsilon: ε_b = f(ε_out),
-            ``[out]`` (buffers, not saved). Small batches (acting) use the factorised product
-            directly: (σ_w ⊙ ε_w) x = ε_b ⊙ σ_w (f(ε_in) ⊙ x), the same numbers without an
-            ``[out, in]`` temporary.
+    y = (μ_w + σ_w ⊙ ε_w) x + μ_b + σ_b ⊙ ε_b, ε_w = f(ε_out) f(ε_in)ᵀ, ε_b = f(ε_out), f(x) = sgn(x) sqrt(|x|);
+    μ ~ U[±1/sqrt(in)], σ = σ0 / sqrt(in) (section 3.2). The noise (buffers, not saved) stays fixed until
+    :meth:`reset_noise`; in eval mode the layer uses the means alone. A few rows (acting) take the
+    factorised product ε_b ⊙ σ_w (f(ε_in) ⊙ x): the same numbers without an ``[out, in]`` temporary.
     """
 
     def __init__(self, in_features: int, out_features: int, sigma0: float = 0.5):
@@ -210,16 +176,8 @@ class NoisyLinear(nn.Module):
 class RainbowNetwork(nn.Module):
     """Nature CNN torso with a dueling distributional head of noisy layers (Hessel et al. 2018).
 
-    logits(s, a) = v(s) + a(s, a) - mean_a' a(s, a'), per atom; p(s, a) = softmax over atoms.
-    Each stream is NoisyLinear(3136, 512) -> ReLU -> NoisyLinear(512, ·).
-
-    Args:
-        num_actions: size of the Discrete action space.
-        n_atoms: atoms of the support; v_min, v_max: its ends (evenly spaced).
-        sigma0: σ0 of the noisy layers.
-
-    Attributes:
-        atoms: the support z_1..z_N, ``[n_atoms]`` (a buffer, saved with the model).
+    logits(s, a) = v(s) + a(s, a) - mean_a' a(s, a'), per atom; each stream NoisyLinear(3136, 512) -> ReLU ->
+    NoisyLinear(512, ·). ``atoms``: the support z_1..z_N, ``[n_atoms]`` (a buffer, saved with the model).
     """
 
     def __init__(self, num_actions: int, n_atoms: int = 51, v_min: float = -10.0, v_max: float = 10.0, sigma0: float = 0.5):
@@ -259,13 +217,10 @@ class RainbowNetwork(nn.Module):
 
 
 def noise_buffers(network: nn.Module, name: str) -> dict[str, torch.Tensor]:
-    """The noise of ``network``'s noisy layers, ``{f"{name}_noise.{buffer}": tensor}``: the tensors themselves.
+    """The noise tensors of ``network``'s noisy layers, ``{f"{name}_noise.{buffer}": tensor}``.
 
-    The noise buffers are not part of ``state_dict()`` (a saved model has no use for them), but
-    a checkpoint needs them: the agent keeps acting with the same noise sample until the next
-    update, and the next noise is then drawn from torch's generator (saved with the checkpoint).
-    :meth:`NoisyLinear.reset_noise` writes into these tensors, so a checkpoint's state can hold
-    them (captured as copies, restored in place).
+    Not in ``state_dict()``, but a checkpoint needs them: the agent acts with the same noise until the next
+    update. :meth:`NoisyLinear.reset_noise` writes into these tensors (captured as copies, restored in place).
     """
     return {
         f"{name}_noise.{buffer_name}": buffer
@@ -282,21 +237,11 @@ def linear_schedule(start: float, end: float, duration: float, t: int) -> float:
 def n_step_returns(
     rewards: torch.Tensor, terminations: torch.Tensor, next_obs_steps: torch.Tensor, gamma: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """n-step returns and the discount of their bootstrap (Sutton & Barto 2018, eq. 7.1; Hessel et al. 2018, eq. 2).
+    """n-step returns G = sum_{j<m} γ^j r_{t+j} and their bootstrap discounts (Hessel et al. 2018, eq. 2).
 
-    With m = ``next_obs_steps`` (n, or fewer where the episode ended inside the window),
-    G = sum_{j<m} γ^j r_{t+j}, and the target bootstraps with γ^m, or 0 after a termination; a
-    truncated episode still bootstraps, from its real final observation s_{t+m}.
-
-    Args:
-        rewards: r_t, ..., r_{t+n-1}, float32 ``[B, n]`` (the replay's window), 0 after the step
-            that ended the episode.
-        terminations: float32 ``[B, n]``, 1.0 at the step whose episode terminated.
-        next_obs_steps: m, int64 ``[B]``.
-        gamma: discount γ.
-
-    Returns:
-        (G, γ^m (1 - terminated)), float32 ``[B]`` each (summed in float64).
+    ``rewards``, ``terminations``: the replay's window ``[B, n]``; ``next_obs_steps``: m ``[B]`` (n, or fewer
+    where the episode ended). Returns (G, γ^m, or 0 after a termination), float32 ``[B]`` each; a
+    truncated episode still bootstraps, from its real final observation.
     """
     powers = gamma ** torch.arange(rewards.shape[1] + 1, dtype=torch.float64, device=rewards.device)
     returns = (rewards.double() * powers[:-1]).sum(dim=1)
@@ -310,21 +255,11 @@ def categorical_projection(
     discounts: torch.Tensor,
     atoms: torch.Tensor,
 ) -> torch.Tensor:
-    """Project the target distribution of G + γ^m Z(s', a*) onto the support (Bellemare et al. 2017, Algorithm 1).
+    """Project the distribution of G + γ^m Z(s', a*) onto the support (Bellemare et al. 2017, Algorithm 1).
 
-    Each atom z_j of the next-state distribution moves to T z_j = G + γ^m z_j, clipped to
-    [v_min, v_max]; its probability is split between the two neighbouring atoms of the support
-    in proportion to closeness (all of it to one atom when T z_j falls exactly on it). Where the
-    episode terminated (discount 0) every T z_j is G: the target is G itself, projected.
-
-    Args:
-        next_probs: p_j(s', a*), ``[B, n_atoms]``, rows summing to 1.
-        returns: G, the n-step return, ``[B]``.
-        discounts: γ^m, or 0 where the episode terminated, ``[B]``.
-        atoms: the evenly spaced support z, ``[n_atoms]``.
-
-    Returns:
-        The projected target distribution m, ``[B, n_atoms]``, rows summing to 1.
+    Each atom moves to G + γ^m z_j, clipped to [v_min, v_max], its probability split between the two
+    neighbouring atoms in proportion to closeness; after a termination (γ^m = 0) the target is G itself.
+    ``next_probs`` ``[B, n_atoms]``, ``returns``, ``discounts`` ``[B]``, ``atoms`` ``[n_atoms]`` -> ``[B, n_atoms]``.
     """
     v_min, v_max, n_atoms = atoms[0], atoms[-1], atoms.numel()
     delta_z = (v_max - v_min) / (n_atoms - 1)
@@ -349,16 +284,8 @@ def double_q_target_distribution(
 ) -> torch.Tensor:
     """The Rainbow target: projected distribution of G + γ^m Z_target(s', a*), a* from the online network.
 
-    a* = argmax_a sum_i z_i p_i^online(s', a) (double Q, Hessel et al. 2018, "The integrated agent"), its
-    distribution taken from the target network and projected with :func:`categorical_projection`.
-
-    Args:
-        next_logits_online, next_logits_target: logits at s', ``[B, A, n_atoms]``.
-        returns: n-step returns G, ``[B]``; discounts: γ^m, or 0 after a termination, ``[B]``.
-        atoms: the support, ``[n_atoms]``.
-
-    Returns:
-        Target distributions m, ``[B, n_atoms]``.
+    a* = argmax_a sum_i z_i p_i^online(s', a) (double Q, Hessel et al. 2018), its distribution from the target
+    network, projected by :func:`categorical_projection`. Logits ``[B, A, n_atoms]`` -> ``[B, n_atoms]``.
     """
     next_actions = (torch.softmax(next_logits_online, dim=-1) * atoms).sum(-1).argmax(dim=1)
     next_probs = torch.softmax(next_logits_target[torch.arange(len(next_actions)), next_actions], dim=-1)
@@ -370,17 +297,9 @@ def weighted_cross_entropy(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Prioritized distributional loss and priorities (Hessel et al. 2018, "The integrated agent").
 
-    Args:
-        chosen_logits: logits of the taken actions, ``[B, n_atoms]``.
-        target: projected target distributions m, ``[B, n_atoms]``.
-        weights: importance weights w_i = (N P(i))^-β / max_j w_j, ``[B]``.
-
-    Returns:
-        ``(loss, priorities)``: the scalar mean_i w_i L_i with the cross-entropy
-        L_i = -sum_k m_k log p_k, and the detached per-transition KL divergence
-        KL(m || p_i) = L_i - H(m_i) ``[B]``, the new priorities. The two differ by the entropy
-        of the target, which does not depend on the network: same gradient, but only the KL is
-        0 when the prediction is exact (a target between two atoms has entropy up to ln 2).
+    Returns (mean_i w_i L_i with L_i = -sum_k m_k log p_k, the detached KL(m || p_i) = L_i - H(m_i) ``[B]``):
+    same gradient, but only the KL is 0 when the prediction is exact. Logits and ``target`` ``[B, n_atoms]``,
+    importance ``weights`` ``[B]``.
     """
     losses = -(target * torch.log_softmax(chosen_logits, dim=-1)).sum(dim=-1)
     with torch.no_grad():
