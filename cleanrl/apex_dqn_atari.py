@@ -1,30 +1,20 @@
 """Ape-X DQN: actor processes on an ε ladder feed a shared prioritized replay; one learner makes double-Q n-step updates.
 
 Distributed Prioritized Experience Replay:
-    Horgan, Quan, Budden, Barth-Maron, Hessel, van Hasselt, Silver (2018), arXiv:1803.00933 (section 3 the
-    architecture and Algorithms 1-2, section 4.1 the ε ladder ε_i = ε^(1 + α i/(N-1)), Appendix C the Atari
-    hyperparameters: gradient clip 40, n = 3, priority exponent 0.6, β 0.4, target copy every 2500 learner steps),
+    Horgan, Quan, Budden, Barth-Maron, Hessel, van Hasselt, Silver (2018), arXiv:1803.00933 (Algorithms 1-2,
+    section 4.1 the ε ladder ε_i = ε^(1 + α i/(N-1)), Appendix C the Atari hyperparameters),
 on double Q-learning (van Hasselt et al. 2016, arXiv:1509.06461), the dueling network (Wang et al. 2016,
 arXiv:1511.06581) and proportional prioritized replay (Schaul et al. 2016, arXiv:1511.05952), laid out as
-rlpyt's asynchronous runner (Stooke & Abbeel 2019, arXiv:1909.01500): ``--num-actors`` spawned processes each
-step ``--num-envs`` envs, act ε-greedily with the latest published network (read without waiting), write their
-own columns of one replay in shared memory and give each new transition its priority |δ| from their own copy
-of the network, so that new data does not enter at the largest priority seen. The learner (this process)
-samples by priority, learns on the importance-weighted squared TD error, sets the sampled priorities to |δ| and
-publishes its weights. A replay-ratio throttle (``--replay-ratio``: transitions learned on per env step
-collected) keeps actors and learner in step: the learner waits when it is ahead, the actors when they are
-``--actor-lead`` env steps ahead.
+rlpyt's asynchronous runner (Stooke & Abbeel 2019, arXiv:1909.01500): actor processes write their own columns
+of one replay in shared memory, each new transition at the priority |δ| their copy of the network gives it;
+the learner (this process) samples by priority, learns, and publishes its weights; a replay-ratio throttle
+keeps the two in step.
 
-What this file changes against the paper: a few actors on one machine instead of 360, and a batch of 32 at
-dqn_atari.py's replay ratio of 8 by default instead of 512 at whatever rate the actors give; fused Adam, as
-dqn_atari.py, instead of centered RMSProp (on a CPU its update of the 3.3M parameters is several times cheaper:
-benchmark/README.md, Ape-X); the learner on two torch threads and the actors niced below it; truncation is not
-termination (a time-limit truncation bootstraps from its real final observation); actors compute the priority of
-a transition when its n-step window completes, with their network as both online and target network.
-
-Asynchronous, so not reproducible: ``--resume`` continues from the checkpoint (networks, optimiser, counters)
-with an empty replay refilled for ``--learning-starts`` steps and fresh episodes in the actors' envs, and loses
-nothing of the learning, without the bit-exact promise of the synchronous scripts.
+What this file changes against the paper: a few actors on one machine, batches of 32 at dqn_atari.py's replay
+ratio of 8; fused Adam instead of centered RMSProp; the learner on two torch threads, the actors niced below
+it; a time-limit truncation bootstraps from its real final observation. Asynchronous, so not reproducible:
+``--resume`` refills an empty replay for ``--learning-starts`` steps.
+Details, flags, metrics and results: docs/scripts/apex_dqn_atari.md.
 
 Run:
     python cleanrl/apex_dqn_atari.py --env-id BreakoutNoFrameskip-v4 --num-actors 2

@@ -1,32 +1,16 @@
 """DDPG for continuous actions: a deterministic policy trained through a learnt Q-function.
 
 Deep Deterministic Policy Gradient:
-    Lillicrap et al. (2016), "Continuous control with deep reinforcement learning",
-        arXiv:1509.02971, Algorithm 1: critic target y = r + γ Q'(s', μ'(s')), policy gradient
-        ∇_θ E[Q(s, μ_θ(s))], soft target updates θ' ← τ θ + (1 - τ) θ';
-    Silver et al. (2014), "Deterministic Policy Gradient Algorithms", ICML, for the gradient.
+    Lillicrap et al. (2016), "Continuous control with deep reinforcement learning", arXiv:1509.02971
+        (Algorithm 1); Silver et al. (2014), "Deterministic Policy Gradient Algorithms", ICML.
 
-What this file changes against it, as CleanRL's ddpg_continuous.py does (mostly following
-Fujimoto et al. 2018, arXiv:1802.09477, "Our DDPG"): Gaussian exploration noise N(0, 0.1²)
-instead of the Ornstein-Uhlenbeck process, 256-256 networks with the action entering the
-critic's first layer, no weight decay, no batch normalisation, uniformly random actions for
-the first 25k steps; and, CleanRL's own choice (Our DDPG updates at every step), the policy and
-targets updated every second critic update (`--policy-frequency 1` for the original). And,
-against CleanRL:
-the networks work in the policy's action range [-1, 1]^|A| (the replay stores u in [-1, 1];
-the environment receives a = low + (u + 1)(high - low) / 2, `scale_action`), so the noise is
-a fraction of each dimension's half-range, drawn independently per sample and per dimension,
-and clipping to [-1, 1] is clipping to the environment's bounds; a time-limit truncation is
-not a termination (the target bootstraps from the real final observation). The policy loss
-reads the critic through detached weights, so its backward pass computes no critic weight
-gradients it would throw away.
-
-Checkpoints (`--checkpoint-interval`, and on SIGTERM or Ctrl-C) hold the actor, the critic and their
-targets, both optimisers, the update count, the random generators and the environments'
-states; `--resume` continues from one. With `--checkpoint-buffer` they hold the replay buffer
-too and the resumed run is the uninterrupted one exactly. Without it the resumed run starts
-with an empty buffer: it acts with its policy (and exploration noise) for `--learning-starts`
-steps to refill it and only then updates again (the trained networks and optimisers carry on).
+What this file changes, as CleanRL's ddpg_continuous_action.py does (mostly Fujimoto et al. 2018,
+arXiv:1802.09477, "Our DDPG"): Gaussian exploration noise instead of Ornstein-Uhlenbeck, 256-256
+networks, no weight decay or batch norm, 25k random steps first, and the policy and targets updated
+every second critic update (`--policy-frequency 1` for the original). Against CleanRL: the networks
+work in [-1, 1]^|A| (`scale_action` maps to the env's bounds) and the policy loss reads the critic
+through detached weights; a truncation bootstraps from the real final observation, as in CleanRL.
+Details, flags, metrics and results: docs/scripts/ddpg_continuous.md.
 
 Run:
     python cleanrl/ddpg_continuous.py --env-id Hopper-v5          # needs the mujoco extra
@@ -89,12 +73,8 @@ class Args(RunArgs):
 
 
 def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, training: bool = True, video_episodes=None):
-    """A thunk creating env ``idx``: the gymnasium env, its episode statistics, and (training) its replay log.
-
-    Env 0 records videos into ``video_dir`` if asked (MuJoCo without a display renders through
-    EGL), of the episodes ``video_episodes(index)`` picks (gymnasium's schedule by default).
-    ``training=False``: an evaluation env, without replay log.
-    """
+    """A thunk creating env ``idx`` with its episode statistics and (``training``) its replay log; env 0 records
+    videos if asked, of the episodes ``video_episodes(index)`` picks (MuJoCo renders through EGL without a display)."""
 
     def thunk():
         if capture_video and idx == 0:
@@ -110,15 +90,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
 
 
 def scale_action(u: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
-    """The policy's action u in [-1, 1] to the environment's a = low + (u + 1) (high - low) / 2.
-
-    Args:
-        u: ``[B, |A|]`` (or ``[|A|]``) in [-1, 1].
-        low, high: the environment's bounds, ``[|A|]``.
-
-    Returns:
-        Actions in [low, high], same shape as ``u``; -1 maps to low, 1 to high.
-    """
+    """The policy's u in [-1, 1] (``[B, |A|]`` or ``[|A|]``) to the env's a = low + (u + 1) (high - low) / 2 in [low, high]."""
     return low + (u + 1.0) * (0.5 * (high - low))
 
 
@@ -130,15 +102,8 @@ def unscale_action(a: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarr
 class QEnsemble(nn.Module):
     """K independent critics Q_k(s, a), MLPs 256-256 ReLU, evaluated as one batched call (DDPG: K = 1).
 
-    Layer l holds the weights of all K critics stacked, ``[K, in, out]``, and the biases
-    ``[K, 1, out]``, each critic initialised as ``nn.Linear`` would be (U(±1/√in)). One
-    ``baddbmm`` per layer replaces K separate matrix products.
-
-    Args:
-        obs_dim: size of the flat observation.
-        action_dim: |A|.
-        num_critics: K (2: the twin critics of TD3 and SAC).
-        hidden: width of the two hidden layers.
+    Weights ``[K, in, out]`` and biases ``[K, 1, out]`` of all K critics stacked, each initialised as ``nn.Linear``
+    (U(±1/√in)); one ``baddbmm`` per layer replaces K matrix products.
     """
 
     def __init__(self, obs_dim: int, action_dim: int, num_critics: int = 2, hidden: int = 256):
@@ -154,12 +119,8 @@ class QEnsemble(nn.Module):
     def forward(
         self, obs: torch.Tensor, actions: torch.Tensor, detach: bool = False, first: Optional[int] = None
     ) -> torch.Tensor:
-        """Q-values ``[K, B]`` of observations ``[B, obs_dim]`` and actions ``[B, |A|]``.
-
-        With ``detach``, the weights enter as constants: gradients reach ``actions`` (the
-        policy loss) but no critic parameter. With ``first = k``, only critics 0..k-1 are
-        evaluated and the result is ``[k, B]``.
-        """
+        """Q-values ``[K, B]`` of observations ``[B, obs_dim]`` and actions ``[B, |A|]``; ``detach``: the weights enter as
+        constants (gradients reach ``actions`` only); ``first = k``: critics 0..k-1 only, ``[k, B]``."""
         k = len(self.weights[0]) if first is None else first
         x = torch.cat([obs, actions], dim=-1).expand(k, -1, -1)  # [k, B, in]
         last = len(self.weights) - 1
@@ -193,25 +154,13 @@ class Actor(nn.Module):
 
 
 def exploration_actions(actions: np.ndarray, noise: np.ndarray, sigma: float) -> np.ndarray:
-    """u = clip(μ(s) + σ ε, -1, 1) with ε ~ N(0, I) drawn per sample and per dimension (Algorithm 1).
-
-    Args:
-        actions: μ(s) in [-1, 1], ``[B, |A|]``.
-        noise: ε, standard normal, ``[B, |A|]`` (one independent draw per entry).
-        sigma: σ as a fraction of the half-range (0.1 in the paper, whose bounds are ±1).
-
-    Returns:
-        ``[B, |A|]`` in [-1, 1], the environment's bounds after :func:`scale_action`.
-    """
+    """u = clip(μ(s) + σ ε, -1, 1), ``[B, |A|]``, ε ~ N(0, I) per entry, σ a fraction of the half-range."""
     return np.clip(actions + sigma * noise, -1.0, 1.0)
 
 
 def ddpg_target(rewards: torch.Tensor, terminations: torch.Tensor, next_q: torch.Tensor, gamma: float) -> torch.Tensor:
-    """y = r + γ (1 - terminated) Q'(s', μ'(s')) (arXiv:1509.02971, Algorithm 1); ``next_q`` ``[1, B]``, the rest ``[B]``.
-
-    ``terminations`` is 1.0 where the episode terminated; a truncated one bootstraps, s' being
-    its real final observation.
-    """
+    """y = r + γ (1 - terminated) Q'(s', μ'(s')) (arXiv:1509.02971, Algorithm 1); ``next_q`` ``[1, B]``, the rest ``[B]``;
+    a truncated episode bootstraps (s' is its real final observation)."""
     return rewards + gamma * (1 - terminations) * next_q[0]
 
 
@@ -236,9 +185,8 @@ def check_args(args: Args) -> None:
 
 
 def evaluate(model_path: str, eval_episodes: int, exploration_noise: float = 0.0, **options) -> np.ndarray:
-    """Episodic returns ``[eval_episodes]`` of a policy saved by this script, with Gaussian noise of σ
-    ``exploration_noise`` (a fraction of the half-range; 0: the deterministic policy) on its actions.
-    ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
+    """Episodic returns ``[eval_episodes]`` of a saved policy, with Gaussian noise of σ ``exploration_noise`` (0: none)
+    on its actions; ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     space = evaluation.envs.single_action_space
     actor = Actor(int(np.prod(evaluation.envs.single_observation_space.shape)), int(np.prod(space.shape)))
@@ -272,14 +220,9 @@ if __name__ == "__main__":
     signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint after this step, exit 143
     signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
 
-    # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
-    # that ended the episode is in infos["final_obs"].
-    envs = vector_env(
-        [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(N)],
-        args.env_mode,
-        timeout=args.env_timeout,
-        autoreset_mode=SAME_STEP,
-    )
+    # Same-step autoreset: an env whose episode ends is reset within that step(); its last observation is infos["final_obs"]
+    thunks = [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(N)]
+    envs = vector_env(thunks, args.env_mode, timeout=args.env_timeout, autoreset_mode=SAME_STEP)
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     action_dim = int(np.prod(envs.single_action_space.shape))
     low, high = envs.single_action_space.low.astype(np.float64), envs.single_action_space.high.astype(np.float64)

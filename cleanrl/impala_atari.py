@@ -3,26 +3,17 @@
 Importance Weighted Actor-Learner Architecture:
     Espeholt, Soyer, Munos, Simonyan, Mnih, Ward, Doron, Firoiu, Harley, Dunning, Legg, Kavukcuoglu (2018),
     "IMPALA: Scalable Distributed Deep-RL with Importance Weighted Actor-Learner Architectures",
-    arXiv:1802.01561 (section 3 the architecture, section 4 V-trace: eq. 1 the target, 4.2 the actor-critic
-    losses; Table G.1 the Atari hyperparameters; Figure 3 the deep CNN),
-laid out as rlpyt's asynchronous runner (Stooke & Abbeel 2019, arXiv:1909.01500) and TorchBeast's
-MonoBeast (Küttler et al. 2019, arXiv:1910.03552): ``--num-actors`` spawned processes each step
-``--num-envs`` envs (in the actor, or with ``--env-mode async`` one subprocess per env) and write trajectories of
-``--unroll-length`` steps, with the behaviour policy's log-probabilities, into slots of shared memory; the
-learner (this process) takes ``--batch-size`` trajectories from the full slots, computes V-trace targets
-below and the policy-gradient, value and entropy losses, and publishes its weights after every gradient
-step (a seqlock the actors read without waiting: cleanrl_utils/actors.py). The lag between the policy that
-acted and the one that learns is measured and logged (``charts/policy_lag``, in gradient steps).
+    arXiv:1802.01561 (section 4 V-trace; Table G.1 the Atari hyperparameters; Figure 3 the deep CNN),
+laid out as rlpyt's asynchronous runner (Stooke & Abbeel 2019, arXiv:1909.01500) and TorchBeast's MonoBeast
+(Küttler et al. 2019, arXiv:1910.03552): actor processes write trajectories with the behaviour policy's
+log-probabilities into shared-memory slots; the learner (this process) computes V-trace targets, makes one
+RMSProp step and publishes its weights, which the actors read without waiting.
 
-What this file changes against the paper: a feed-forward network (the Nature CNN by default, the paper's
-deep CNN with ``--network impala``, an MLP on 1-D observations) without the LSTM; truncation is not
-termination: a time-limit truncation bootstraps from the behaviour network's value of the final observation
-(computed by the actor, so up to the policy lag old); RMSProp and the losses summed over the batch, as the
-paper's implementation, with the learning rate annealed linearly over the env steps.
-
-Asynchronous, so not reproducible: ``--resume`` continues from the checkpoint (networks, optimiser,
-counters) with fresh episodes in the actors' envs, and loses nothing of the learning, without the
-bit-exact promise of the synchronous scripts.
+What this file changes against the paper: a feed-forward network (Nature CNN, the paper's deep CNN with
+``--network impala``, an MLP on 1-D observations) without the LSTM; a time-limit truncation bootstraps from
+the behaviour network's value of the final observation; the learning rate is annealed over the env steps.
+Asynchronous, so not reproducible: ``--resume`` continues with fresh episodes in the actors' envs.
+Details, flags, metrics and results: docs/scripts/impala_atari.md.
 
 Run:
     python cleanrl/impala_atari.py --env-id BreakoutNoFrameskip-v4 --num-actors 2
@@ -99,8 +90,7 @@ class Args(RunArgs):
     gamma: float = 0.99
     """discount factor γ"""
     reward_scale: float = 1.0
-    """the learner multiplies rewards by this before V-trace (logged returns stay unscaled); keep values within
-    tens for the MLP's tanh layers (CartPole, returns up to 500: 0.1); Atari's clipped rewards need none"""
+    """the learner multiplies rewards by this before V-trace (logged returns stay unscaled; CartPole: 0.1, Atari: 1)"""
     rho_bar: float = 1.0
     """ρ̄: truncation of the importance weights in the V-trace temporal differences (and the policy gradient)"""
     c_bar: float = 1.0

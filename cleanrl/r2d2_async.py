@@ -1,56 +1,20 @@
 """R2D2 with asynchronous actor processes and a learner sharing a prioritized sequence replay.
 
 Recurrent Replay Distributed DQN:
-    Kapturowski, Ostrovski, Quan, Munos, Dabney (2019), "Recurrent Experience Replay in
-    Distributed Reinforcement Learning", ICLR (section 2.3 priorities η max|δ| + (1-η) mean|δ|,
-    section 3 stored state + burn-in, Table 2 hyperparameters),
-with the invertible value rescaling h(x) = sign(x)(√(|x|+1) − 1) + εx of
-    Pohlen et al. (2018), "Observe and Look Further", arXiv:1805.11593 (eq. 7, Proposition A.2),
-n-step double-Q targets (van Hasselt et al. 2016, arXiv:1509.06461), a dueling head (Wang et
-al. 2016, arXiv:1511.06581) and the Ape-X per-env ε ladder ε_i = ε^(1 + α i/(N−1))
-    Horgan et al. (2018), "Distributed Prioritized Experience Replay", arXiv:1803.00933,
-laid out as rlpyt's asynchronous runner does it (Stooke & Abbeel 2019, arXiv:1909.01500):
+    Kapturowski, Ostrovski, Quan, Munos, Dabney (2019), "Recurrent Experience Replay in Distributed
+    Reinforcement Learning", ICLR (priorities η max|δ| + (1-η) mean|δ|, stored state + burn-in, Table 2),
+with the value rescaling h(x) = sign(x)(√(|x|+1) − 1) + εx of Pohlen et al. (2018), arXiv:1805.11593,
+n-step double-Q targets (van Hasselt et al. 2016, arXiv:1509.06461), a dueling head (Wang et al. 2016,
+arXiv:1511.06581) and the Ape-X ε ladder ε_i = ε^(1 + α i/(N−1)) (Horgan et al. 2018, arXiv:1803.00933),
+laid out as rlpyt's asynchronous runner (Stooke & Abbeel 2019, arXiv:1909.01500): actor processes step two
+alternating groups of envs, cut their steps into sequences with the LSTM state at their start and add them
+to a shared replay; the learner (this process) burns in, learns, sets priorities and publishes its weights
+without blocking the actors; a replay-ratio throttle keeps the two in step.
 
-- The learner is this (main) process. ``--num-actors`` actor processes (spawn context) each
-  step ``--num-envs`` envs, split into two groups A and B that alternate: while group A's
-  envs step (in a worker thread; with ``--env-mode async`` in one subprocess per env, so the
-  step really runs elsewhere), the actor runs its LSTM policy for group B's observations, and
-  the other way round. So action selection for one group overlaps env stepping of the other;
-  with ``--env-mode sync`` (cheap classic-control envs) only the GIL-free parts overlap.
-- Actors act ε-greedily with the ε of their envs' rung on the ladder over all
-  num_actors x num_envs envs, cut each env's steps into sequences of burn-in + learn length
-  with the LSTM state stored at their start (``SequenceBuilder``) and add them to the shared
-  ``SequenceReplayBuffer`` at the largest priority seen.
-- The learner samples prioritized sequences, runs the online LSTM from the stored state
-  (the gradient stops at the end of the burn-in, except for sequences that start an episode,
-  whose stored zero state is exact and whose every step is learned on), computes n-step
-  double-Q targets in the rescaled space, weighs the squared TD errors with importance
-  weights, and sets the sequences' priorities to η max|δ| + (1−η) mean|δ|.
-- Parameters are published without blocking actors: a shared flat float tensor and a version
-  counter (a seqlock: the learner makes the version odd, writes, makes it even; an actor
-  copies only when the version changed, is even, and is the same after the copy).
-- Replay-ratio throttle: ``--replay-ratio`` = env steps learned on in gradient batches
-  (batch_size x learn_length per update) per env step collected after ``--learning-starts``.
-  The learner waits when it is ahead; the actors wait when they are more than
-  ``--actor-lead`` env steps ahead of what the learner has consumed. The measured ratio is
-  logged as ``charts/replay_ratio``.
-- Failures: an actor that fails (its env died, hung past ``--env-timeout`` or raised) reports
-  to the learner, which stops the run in one line (exit status 1; another error's traceback is
-  written to ``{run_dir}/actor_{i}_traceback.txt``); SIGTERM and Ctrl-C write a checkpoint
-  (networks, optimiser, counters; not the replay, not the actors' envs) and exit 143 / 130,
-  and ``--resume`` continues with an empty replay refilled for
-  ``--learning-starts`` steps. Actors ignore SIGINT/SIGTERM/SIGHUP (the learner stops them) and exit
-  when the learner's process is gone. The learner alone owns the run (directory, logs,
-  checkpoints, the model); actors act on CPU with one torch thread and seeds derived from
-  ``--seed``; the run is asynchronous, so not reproducible.
-
-What this file changes against R2D2: truncation is not termination (a time-limit truncation
-bootstraps from the real final observation); the LSTM does not receive the previous action
-and reward; the squared TD error is averaged over a sequence's learned steps.
-
-Atari (default, BreakoutNoFrameskip-v4): the dqn_atari.py preprocessing (SB3 Atari wrappers,
-84x84 grayscale), ``--frame-stack`` frames (4 by default, as R2D2's Table 2), Nature CNN ->
-LSTM -> dueling head. Classic control with 1-D Box observations: MLP -> LSTM -> dueling head.
+What this file changes against R2D2: truncation is not termination (a time-limit truncation bootstraps from
+the real final observation); the LSTM does not receive the previous action and reward; the squared TD error
+is averaged over a sequence's learned steps. Asynchronous, so not reproducible.
+Details, flags, metrics, results and speeds: docs/scripts/r2d2_async.md.
 
 Run (one machine: actors and learner share memory):
     python cleanrl/r2d2_async.py --env-id BreakoutNoFrameskip-v4 --num-actors 2
@@ -59,17 +23,6 @@ Run (one machine: actors and learner share memory):
         --n-step 3 --gamma 0.99 --learning-rate 1e-3 --adam-eps 1e-5 --target-network-frequency 50 \\
         --buffer-size 2000 --batch-size 32 --replay-ratio 32 --learning-starts 2000 \\
         --total-timesteps 80000 --eval-interval 8000 --save-model
-The CartPole settings are the learning test's (tests/test_r2d2_async.py, which gives the
-measured returns). On this task two changes against R2D2's Atari values mattered (measured,
-one run each): with Adam's ε at 1e-3 the mean training return of seed 5 first passed 100 in
-the 8k-step window from 40k, with 1e-5 in the window from 16k; and with a target copy every
-200 gradient steps instead of 50, the final greedy evaluations of seeds 1-3 were 281, 453
-and 471 instead of 500, 500 and 500 (both with Adam ε 1e-3).
-
-Speed (charts/SPS at the end; CartPoleNoVelocity, --env-mode sync, 8 envs in all, the
-CartPole network above, --replay-ratio 1, 60k steps, a 2-core machine shared with other
-work): 1 actor x 8 envs 3382 env steps/s, 2 actors x 4 envs 2777 (two actors and the
-learner on 2 cores). More actors pay off when there are cores for them.
 """
 
 import concurrent.futures

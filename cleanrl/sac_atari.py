@@ -1,44 +1,20 @@
 """Soft actor-critic for discrete actions (SAC-Discrete) on Atari.
 
-A categorical policy π(·|s) and twin soft Q-critics Q_1, Q_2 (each outputs Q(s, ·) for every
-action), target critics copied every --target-network-frequency steps, and a temperature α
-tuned so that the policy's entropy tracks a target, on the standard Atari preprocessing
-(no-op starts, frame skip 4 with max-pooling, episodic life, FIRE on reset, rewards clipped to
-their sign, 84x84 grayscale, 4 stacked frames):
-    Christodoulou (2019), "Soft Actor-Critic for Discrete Action Settings", arXiv:1910.07207
-    (section "Soft Actor-Critic for Discrete Action Settings"): with discrete actions the
-    expectations over a ~ π are sums over the actions, so the soft state value, the policy
-    objective and the temperature objective are computed exactly, without sampling or
-    reparameterisation:
-        V(s)  = Σ_a π(a|s) [min_i Q'_i(s, a) - α log π(a|s)],  y = r + γ (1 - done) V(s'),
-        J_π   = E_s Σ_a π(a|s) [α log π(a|s) - min_i Q_i(s, a)],
-        J(α)  = E_s Σ_a π(a|s) [-α (log π(a|s) + H̄)].
+A categorical policy, twin soft Q-critics (each a Nature CNN with Q(s, ·) for every action), target
+critics copied every --target-network-frequency steps and a learned temperature α:
+    Christodoulou (2019), "Soft Actor-Critic for Discrete Action Settings", arXiv:1910.07207: with
+        discrete actions the soft state value, the policy loss and the temperature loss are exact
+        sums over the actions, without sampling or reparameterisation;
     Haarnoja et al. (2018), "Soft Actor-Critic Algorithms and Applications", arXiv:1812.05905
-    (section "Automating Entropy Adjustment for Maximum Entropy RL"): α is learned by
-    minimising J(α), so that the policy entropy H(π(·|s)) is driven towards the target H̄.
+        (automatic entropy adjustment);
     Mnih et al. (2015), Nature 518:529-533: the Nature CNN and the Atari preprocessing.
+Hyperparameters are CleanRL's sac_atari.py's (target entropy 0.89 log |A|; Christodoulou: 0.98).
 
-Hyperparameters are those of CleanRL's sac_atari.py (Huang et al. 2022, JMLR 23(274)): 5M
-steps, a 1M replay, batch 64, Adam (lr 3e-4, ε 1e-4) for the actor, the critics and α, one
-update every 4 steps, a hard target copy every 8000 steps, and H̄ = 0.89 log |A|
-(Christodoulou takes 0.98 log |A|).
-
-What this file changes against them: a time-limit truncation is not a termination (the
-replay keeps the real final frame stack and the target bootstraps from it); the replay stores
-each 84x84 frame once; the temperature loss multiplies log α rather than α (see
-:func:`discrete_temperature_loss`: the same sign and fixed point, steps that do not depend on
-α's scale, as stable-baselines3's SAC does), and the actor and temperature losses sum
-over actions and average over states, as written in the paper (CleanRL averages over both,
-which divides the gradients by |A|).
-
-Checkpoints (`--checkpoint-interval`, and on SIGTERM or Ctrl-C) hold the actor, the twin critics and
-their targets, the optimisers, log α, the random generators and the environments' states;
-`--resume` continues from one. With `--checkpoint-buffer` they hold the replay buffer too and
-the resumed run is the uninterrupted one exactly. Without it the resumed run starts with an
-empty buffer: it acts with its policy for `--learning-starts` steps to refill it and only then
-updates again (the trained networks and optimisers carry on). The replay rebuilds frame stacks
-from the frames it stores, and holds none from before the resume: the first transitions of the
-episodes under way then have zeros for the frames before it, as at an episode start.
+What this file changes: the replay stores each frame once (a truncation bootstraps from the real
+final frame stack, as in CleanRL); the temperature loss multiplies log α rather than α (same sign
+and fixed point: `discrete_temperature_loss`); the actor and temperature losses sum over actions and
+average over states as in the paper (CleanRL averages over both, dividing the gradients by |A|).
+Details, flags, metrics and results: docs/scripts/sac_atari.md.
 
 Run:
     python cleanrl/sac_atari.py --env-id BreakoutNoFrameskip-v4
@@ -117,14 +93,9 @@ class Args(RunArgs):
 
 
 def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, training: bool = True, video_episodes=None):
-    """A thunk creating env ``idx`` with the standard Atari preprocessing; env 0 records videos if asked.
-
-    Episode statistics are recorded per game (below episodic life and reward clipping), so
-    ``charts/episodic_return`` is the game score and an episode is a whole game. The frame stack is
-    zero-padded at each (life) episode start, as the frame-stacked replay expects.
-    ``video_episodes(i) -> bool`` picks the episodes to record. ``training=False``: an
-    evaluation env (the same preprocessing, whole games counted), without replay log.
-    """
+    """A thunk creating env ``idx`` with the standard Atari preprocessing (episode statistics: the game's score, below
+    episodic life; frame stacks zero-padded at each life's start); env 0 records videos if asked. ``training=False``:
+    an evaluation env, without replay log."""
 
     def thunk():
         if capture_video and idx == 0:
@@ -155,14 +126,8 @@ def layer_init(layer: nn.Module) -> nn.Module:
 
 
 class NatureCNN(nn.Module):
-    """The Nature CNN (Mnih et al. 2015): 4 stacked 84x84 frames -> one output per action.
-
-    The actor and each critic is one of these, with its own encoder (nothing shared): the
-    actor's outputs are the logits of π(·|s), a critic's are Q(s, ·).
-
-    Args:
-        num_actions: size of the Discrete action space.
-    """
+    """The Nature CNN (Mnih et al. 2015): 4 stacked 84x84 frames -> one output per action (the actor's logits or a
+    critic's Q(s, ·); each has its own encoder)."""
 
     def __init__(self, num_actions: int):
         super().__init__()
@@ -187,21 +152,8 @@ class NatureCNN(nn.Module):
 def soft_state_value(
     probs: torch.Tensor, log_probs: torch.Tensor, q_min: torch.Tensor, alpha: Union[float, torch.Tensor]
 ) -> torch.Tensor:
-    """The soft state value V(s) = Σ_a π(a|s) [Q(s, a) - α log π(a|s)], exactly, as a sum over actions.
-
-    Christodoulou 2019, "Soft Actor-Critic for Discrete Action Settings": with a categorical
-    policy the expectation over a ~ π needs no sampled action. Equivalently V(s) = E_π[Q(s, ·)] +
-    α H(π(·|s)).
-
-    Args:
-        probs: π(·|s), ``[B, A]``, rows summing to 1.
-        log_probs: log π(·|s), ``[B, A]``.
-        q_min: the critic value per action, ``[B, A]`` (the minimum of the twin critics).
-        alpha: the temperature α >= 0.
-
-    Returns:
-        V(s), ``[B]``.
-    """
+    """The soft state value V(s) = Σ_a π(a|s) [Q(s, a) - α log π(a|s)] ``[B]``, exactly (Christodoulou 2019);
+    ``probs``, ``log_probs`` and ``q_min`` (the twin critics' minimum) ``[B, A]``."""
     return (probs * (q_min - alpha * log_probs)).sum(dim=-1)
 
 
@@ -215,24 +167,9 @@ def soft_td_target(
     alpha: Union[float, torch.Tensor],
     gamma: float,
 ) -> torch.Tensor:
-    """The critics' target y = r + γ (1 - terminated) V(s'), with V from the smaller of the twin target critics.
-
-    V(s') = Σ_a π(a|s') [min_i Q'_i(s', a) - α log π(a|s')] (:func:`soft_state_value`; the
-    minimum of two critics counters the overestimation of a maximum, Fujimoto et al. 2018,
-    arXiv:1802.09477, as SAC does). s' is the real next state, so a truncated transition
-    bootstraps; after a termination the discount is 0 and y = r.
-
-    Args:
-        rewards: r, ``[B]``.
-        terminations: 1.0 where the episode terminated, ``[B]``.
-        next_probs, next_log_probs: π(·|s') and log π(·|s'), ``[B, A]``.
-        next_q1_target, next_q2_target: Q'_1(s', ·) and Q'_2(s', ·), ``[B, A]``.
-        alpha: the temperature α.
-        gamma: discount γ.
-
-    Returns:
-        Targets y, ``[B]``.
-    """
+    """The critics' target y = r + γ (1 - terminated) V(s') ``[B]``, V(s') from the smaller of the twin target critics
+    (:func:`soft_state_value`); ``rewards``, ``terminations`` ``[B]``, the rest ``[B, A]``. s' is the real next state,
+    so a truncated transition bootstraps."""
     q_min = torch.min(next_q1_target, next_q2_target)
     return rewards + gamma * (1 - terminations) * soft_state_value(next_probs, next_log_probs, q_min, alpha)
 
@@ -240,51 +177,18 @@ def soft_td_target(
 def discrete_actor_loss(
     probs: torch.Tensor, log_probs: torch.Tensor, q_min: torch.Tensor, alpha: Union[float, torch.Tensor]
 ) -> torch.Tensor:
-    """The policy loss J_π = mean_s Σ_a π(a|s) [α log π(a|s) - min_i Q_i(s, a)] (Christodoulou 2019).
-
-    The KL divergence from π(·|s) to exp(Q(s, ·) / α) / Z(s), up to α and a constant: its
-    minimum is the softmax of Q / α. The critics are not trained by it (``q_min`` is detached)
-    and neither is α; gradients reach the actor through π and log π.
-
-    Args:
-        probs: π(·|s), ``[B, A]``; log_probs: log π(·|s), ``[B, A]`` (both from the actor, with gradients).
-        q_min: min_i Q_i(s, ·), ``[B, A]``.
-        alpha: the temperature α.
-
-    Returns:
-        The scalar loss.
-    """
+    """The policy loss J_π = mean_s Σ_a π(a|s) [α log π(a|s) - min_i Q_i(s, a)] (Christodoulou 2019), inputs ``[B, A]``;
+    minimised by the softmax of Q / α; gradients reach the actor only (``q_min`` is detached)."""
     return (probs * (alpha * log_probs - q_min.detach())).sum(dim=-1).mean()
 
 
 def discrete_temperature_loss(
     log_alpha: torch.Tensor, probs: torch.Tensor, log_probs: torch.Tensor, target_entropy: float
 ) -> torch.Tensor:
-    """The temperature loss on log α: mean_s Σ_a π(a|s) [-log α (log π(a|s) + H̄)], π fixed.
+    """The temperature loss on log α: mean_s Σ_a π(a|s) [-log α (log π(a|s) + H̄)] = log α (H(π) - H̄), π held fixed.
 
-    Derivation. Haarnoja et al. 2018 ("Automating Entropy Adjustment for Maximum Entropy RL")
-    learn α by minimising J(α) = E_{a~π}[-α log π(a|s) - α H̄]; with discrete actions the
-    expectation is a sum (Christodoulou 2019): J(α) = Σ_a π(a|s) [-α (log π(a|s) + H̄)]. Since
-    Σ_a π(a|s) = 1 and -Σ_a π log π = H(π(·|s)), the entropy of the policy,
-
-        J(α) = α (H(π(·|s)) - H̄),
-
-    so gradient descent lowers α while the entropy is above the target and raises it while it
-    is below. Here log α, the parameter (α = exp(log α) stays positive), multiplies in place of α,
-
-        L(log α) = -log α Σ_a π(a|s) (log π(a|s) + H̄) = log α (H(π(·|s)) - H̄),
-        ∂L / ∂log α = H - H̄, against ∂J / ∂log α = α (H - H̄):
-
-    the same sign and fixed point (H = H̄), without the factor α, so a step in log α does not
-    shrink as α does. π is a constant here (``probs`` and ``log_probs`` are detached).
-
-    Args:
-        log_alpha: log α, a scalar tensor (the parameter being learned).
-        probs: π(·|s), ``[B, A]``; log_probs: log π(·|s), ``[B, A]``.
-        target_entropy: H̄ in nats (``target_entropy_scale · log |A|``).
-
-    Returns:
-        The scalar loss, mean over the batch.
+    Haarnoja et al.'s J(α) = α (H - H̄) has ∂J / ∂log α = α (H - H̄); this loss has H - H̄: the same sign and fixed
+    point, and steps in log α that do not shrink with α (derivation: docs/scripts/sac_atari.md).
     """
     return (probs.detach() * (-log_alpha * (log_probs.detach() + target_entropy))).sum(dim=-1).mean()
 
@@ -311,9 +215,8 @@ def check_args(args: Args) -> None:
 
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, epsilon: float = 0.0, **options) -> np.ndarray:
-    """Game scores ``[eval_episodes]`` of a model saved by this script: the most probable action (``deterministic=False``:
-    sampled from π), uniformly random with probability ``epsilon``. ``options``: see :class:`cleanrl_utils.evals.Evaluation`.
-    """
+    """Game scores ``[eval_episodes]`` of a saved model: the most probable action (``deterministic=False``: sampled from
+    π), uniformly random with probability ``epsilon``. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     num_actions = int(evaluation.envs.single_action_space.n)
     actor = evaluation.load(NatureCNN(num_actions), "actor")
@@ -353,14 +256,9 @@ if __name__ == "__main__":
     signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint after this step, exit 143
     signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
 
-    # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
-    # that ended the episode is in infos["final_obs"].
-    envs = vector_env(
-        [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(N)],
-        args.env_mode,
-        timeout=args.env_timeout,
-        autoreset_mode=SAME_STEP,
-    )
+    # Same-step autoreset: an env whose episode ends is reset within that step(); its last observation is infos["final_obs"]
+    thunks = [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(N)]
+    envs = vector_env(thunks, args.env_mode, timeout=args.env_timeout, autoreset_mode=SAME_STEP)
     num_actions = int(envs.single_action_space.n)
     # channels-last convolutions: faster updates on CPU (benchmark/README.md)
     actor = NatureCNN(num_actions).to(device, memory_format=torch.channels_last)

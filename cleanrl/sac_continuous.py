@@ -1,35 +1,18 @@
 """SAC for continuous actions: twin soft Q-functions, a tanh-squashed Gaussian policy, automatic temperature.
 
 Soft actor-critic, the version with twin Q-functions, target critics and entropy tuning:
-    Haarnoja, Zhou, Abbeel, Levine (2018), "Soft Actor-Critic: Off-Policy Maximum Entropy
-        Deep Reinforcement Learning with a Stochastic Actor", arXiv:1801.01290;
-    Haarnoja et al. (2018), "Soft Actor-Critic Algorithms and Applications",
-        arXiv:1812.05905: the critic loss (eq. 5) with the soft state value
-        V(s') = min_i Q'_i(s', a') - α log π(a'|s'), a' ~ π(·|s'); the policy loss (eq. 7)
-        E[α log π(ã|s) - min_i Q_i(s, ã)], ã reparameterised; the squashed-Gaussian
-        log-likelihood (Appendix C, eq. 26); the temperature loss (eq. 18)
-        -α (log π(a|s) + H̄) with target entropy H̄ = -|A|.
+    Haarnoja, Zhou, Abbeel, Levine (2018), "Soft Actor-Critic: Off-Policy Maximum Entropy Deep
+        Reinforcement Learning with a Stochastic Actor", arXiv:1801.01290;
+    Haarnoja et al. (2018), "Soft Actor-Critic Algorithms and Applications", arXiv:1812.05905
+        (critic loss eq. 5, policy loss eq. 7, temperature loss eq. 18 with H̄ = -|A|, eq. 26);
     Fujimoto et al. (2018), arXiv:1802.09477, for the minimum of two critics.
 
-What this file changes against them, as CleanRL's sac_continuous.py does: the policy is
-updated `--policy-frequency` times every `--policy-frequency` steps (same number of updates,
-delayed, as in TD3); log σ is squashed into [-5, 2] with a tanh; the temperature is learnt as
-log α. And, against CleanRL:
-  - the networks work in the policy's action range [-1, 1]^|A|: the replay stores u in
-    [-1, 1] and the environment receives a = low + (u + 1)(high - low) / 2 (`scale_action`), so
-    entropy and the target -|A| are those of u, whatever the environment's bounds;
-  - a time-limit truncation is not a termination: the replay keeps the real final observation
-    and the target bootstraps from it;
-  - the two critics are one module whose weights are stacked `[2, in, out]` and evaluated in
-    one batched matrix product per layer; the policy loss reads the critics through detached
-    weights, so its backward pass computes no critic weight gradients it would throw away.
-
-Checkpoints (`--checkpoint-interval`, and on SIGTERM or Ctrl-C) hold the actor, the critics and their
-targets, the three optimisers, log α, the update count, the random generators and the
-environments' states; `--resume` continues from one. With `--checkpoint-buffer` they hold the
-replay buffer too and the resumed run is the uninterrupted one exactly. Without it the resumed
-run starts with an empty buffer: it acts with its policy for `--learning-starts` steps to
-refill it and only then updates again (the trained networks and optimisers carry on).
+What this file changes, as CleanRL's sac_continuous_action.py does: the policy takes
+`--policy-frequency` steps every `--policy-frequency` critic updates; log σ is squashed into
+[-5, 2]; α is learnt as log α. Against CleanRL: the networks work in [-1, 1]^|A| (`scale_action`
+maps to the env's bounds, so the entropy target is that of u), the twin critics are one module of
+stacked weights and the policy loss reads them through detached weights; a truncation bootstraps from
+the real final observation, as in CleanRL. Details, flags, metrics and results: docs/scripts/sac_continuous.md.
 
 Run:
     python cleanrl/sac_continuous.py --env-id Hopper-v5          # needs the mujoco extra
@@ -102,12 +85,8 @@ class Args(RunArgs):
 
 
 def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, training: bool = True, video_episodes=None):
-    """A thunk creating env ``idx``: the gymnasium env, its episode statistics, and (training) its replay log.
-
-    Env 0 records videos into ``video_dir`` if asked (MuJoCo without a display renders through
-    EGL), of the episodes ``video_episodes(index)`` picks (gymnasium's schedule by default).
-    ``training=False``: an evaluation env, without replay log.
-    """
+    """A thunk creating env ``idx`` with its episode statistics and (``training``) its replay log; env 0 records
+    videos if asked, of the episodes ``video_episodes(index)`` picks (MuJoCo renders through EGL without a display)."""
 
     def thunk():
         if capture_video and idx == 0:
@@ -123,15 +102,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
 
 
 def scale_action(u: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
-    """The policy's action u in [-1, 1] to the environment's a = low + (u + 1) (high - low) / 2.
-
-    Args:
-        u: ``[B, |A|]`` (or ``[|A|]``) in [-1, 1].
-        low, high: the environment's bounds, ``[|A|]``.
-
-    Returns:
-        Actions in [low, high], same shape as ``u``; -1 maps to low, 1 to high.
-    """
+    """The policy's u in [-1, 1] (``[B, |A|]`` or ``[|A|]``) to the env's a = low + (u + 1) (high - low) / 2 in [low, high]."""
     return low + (u + 1.0) * (0.5 * (high - low))
 
 
@@ -143,15 +114,8 @@ def unscale_action(a: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarr
 class QEnsemble(nn.Module):
     """K independent critics Q_k(s, a), MLPs 256-256 ReLU, evaluated as one batched call.
 
-    Layer l holds the weights of all K critics stacked, ``[K, in, out]``, and the biases
-    ``[K, 1, out]``, each critic initialised as ``nn.Linear`` would be (U(±1/√in)). One
-    ``baddbmm`` per layer replaces K separate matrix products.
-
-    Args:
-        obs_dim: size of the flat observation.
-        action_dim: |A|.
-        num_critics: K (2: the twin critics of TD3 and SAC).
-        hidden: width of the two hidden layers.
+    Weights ``[K, in, out]`` and biases ``[K, 1, out]`` of all K critics stacked, each initialised as ``nn.Linear``
+    (U(±1/√in)); one ``baddbmm`` per layer replaces K matrix products.
     """
 
     def __init__(self, obs_dim: int, action_dim: int, num_critics: int = 2, hidden: int = 256):
@@ -167,12 +131,8 @@ class QEnsemble(nn.Module):
     def forward(
         self, obs: torch.Tensor, actions: torch.Tensor, detach: bool = False, first: Optional[int] = None
     ) -> torch.Tensor:
-        """Q-values ``[K, B]`` of observations ``[B, obs_dim]`` and actions ``[B, |A|]``.
-
-        With ``detach``, the weights enter as constants: gradients reach ``actions`` (the
-        policy loss) but no critic parameter. With ``first = k``, only critics 0..k-1 are
-        evaluated and the result is ``[k, B]``.
-        """
+        """Q-values ``[K, B]`` of observations ``[B, obs_dim]`` and actions ``[B, |A|]``; ``detach``: the weights enter as
+        constants (gradients reach ``actions`` only); ``first = k``: critics 0..k-1 only, ``[k, B]``."""
         k = len(self.weights[0]) if first is None else first
         x = torch.cat([obs, actions], dim=-1).expand(k, -1, -1)  # [k, B, in]
         last = len(self.weights) - 1
@@ -187,11 +147,7 @@ class QEnsemble(nn.Module):
 
 
 class Actor(nn.Module):
-    """Tanh-squashed Gaussian policy π(u|s), MLP 256-256 ReLU with state-dependent mean and log σ.
-
-    ``net`` outputs ``[B, 2 |A|]``: the mean μ and an unbounded log σ, which
-    :func:`squashed_gaussian` bounds into [LOG_STD_MIN, LOG_STD_MAX] with a tanh.
-    """
+    """Tanh-squashed Gaussian policy π(u|s), MLP 256-256 ReLU; ``net`` outputs μ and an unbounded log σ, ``[B, 2 |A|]``."""
 
     def __init__(self, obs_dim: int, action_dim: int, hidden: int = 256):
         super().__init__()
@@ -217,19 +173,9 @@ def bound_log_std(raw: torch.Tensor) -> torch.Tensor:
 
 
 def squashed_gaussian(mean: torch.Tensor, log_std: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """u = tanh(x), x = μ + σ ε, and its log-density (Haarnoja et al. 2018, arXiv:1812.05905, eq. 26).
+    """u = tanh(μ + σ ε) ``[B, |A|]`` and log π(u|s) ``[B]`` (arXiv:1812.05905, eq. 26); inputs ``[B, |A|]``.
 
-    log π(u|s) = Σ_i [log N(x_i; μ_i, σ_i) - log(1 - tanh²(x_i))], with the Jacobian term
-    computed stably as log(1 - tanh² x) = 2 (log 2 - x - softplus(-2x)), which stays finite
-    where tanh(x) rounds to ±1 (the "+ 1e-6" of other implementations biases it instead).
-
-    Args:
-        mean: μ, ``[B, |A|]``.
-        log_std: log σ, ``[B, |A|]``.
-        noise: ε ~ N(0, I), ``[B, |A|]``.
-
-    Returns:
-        (u ``[B, |A|]`` in (-1, 1), log π(u|s) ``[B]`` in nats), differentiable in μ and log σ.
+    log(1 - tanh² x) = 2 (log 2 - x - softplus(-2x)) stays finite where tanh(x) rounds to ±1 (no "+ 1e-6" bias).
     """
     x = mean + log_std.exp() * noise
     log_normal = -0.5 * noise.square() - log_std - 0.5 * math.log(2 * math.pi)
@@ -245,20 +191,8 @@ def soft_td_target(
     alpha: torch.Tensor | float,
     gamma: float,
 ) -> torch.Tensor:
-    """y = r + γ (1 - terminated) (min_k Q'_k(s', a') - α log π(a'|s')), a' ~ π(·|s') (arXiv:1812.05905, eqs. 3 and 5).
-
-    Args:
-        rewards: r, ``[B]``.
-        terminations: 1.0 where the episode terminated, ``[B]``; a truncated one bootstraps,
-            s' being its real final observation.
-        next_q: the target critics' Q'_k(s', a'), ``[K, B]``.
-        next_log_probs: log π(a'|s'), ``[B]``.
-        alpha: temperature α (scalar).
-        gamma: discount γ.
-
-    Returns:
-        TD targets ``[B]``.
-    """
+    """y = r + γ (1 - terminated) (min_k Q'_k(s', a') - α log π(a'|s')), a' ~ π(·|s') (arXiv:1812.05905, eqs. 3 and 5);
+    ``next_q`` ``[K, B]``, the rest ``[B]``; a truncated episode bootstraps (s' is its real final observation)."""
     return rewards + gamma * (1 - terminations) * (next_q.min(dim=0).values - alpha * next_log_probs)
 
 
@@ -268,20 +202,8 @@ def policy_loss(q: torch.Tensor, log_probs: torch.Tensor, alpha: torch.Tensor | 
 
 
 def temperature_loss(log_alpha: torch.Tensor, log_probs: torch.Tensor, target_entropy: float) -> torch.Tensor:
-    """J(α) = E[-α (log π(a|s) + H̄)] (arXiv:1812.05905, eq. 18), learnt through log α.
-
-    Its gradient in α is E[-(log π + H̄)] = H(π) - H̄ (with the entropy estimated as -log π):
-    gradient descent raises α while the policy's entropy is below the target and lowers it
-    above. ``log_probs`` ``[B]`` is treated as a constant.
-
-    Args:
-        log_alpha: log α, a scalar tensor that requires grad.
-        log_probs: log π(a|s) of actions drawn from the current policy, ``[B]``.
-        target_entropy: H̄ in nats (-|A| by default).
-
-    Returns:
-        The loss, a scalar.
-    """
+    """J(α) = E[-α (log π(a|s) + H̄)] (arXiv:1812.05905, eq. 18) through log α; ``log_probs`` ``[B]`` held constant.
+    Its gradient H(π) - H̄ raises α while the policy's entropy is below the target H̄ and lowers it above."""
     return (-log_alpha.exp() * (log_probs.detach() + target_entropy)).mean()
 
 
@@ -331,13 +253,8 @@ if __name__ == "__main__":
     N = args.num_envs
     try:  # Replay of [buffer_size / N, N] rows: observations as float32, actions in the policy's range [-1, 1]
         obs_box = gym.spaces.Box(-np.inf, np.inf, observation_space.shape, np.float32)
-        rb = ReplayBuffer(
-            args.buffer_size // N,
-            N,
-            obs_box,
-            gym.spaces.Box(-1.0, 1.0, action_space.shape, np.float32),
-            seed=args.seed,
-        )
+        unit_box = gym.spaces.Box(-1.0, 1.0, action_space.shape, np.float32)
+        rb = ReplayBuffer(args.buffer_size // N, N, obs_box, unit_box, seed=args.seed)
     except MemoryError as error:
         fail("--buffer-size", str(error))
     run = start_run(args, resumed)
@@ -346,14 +263,9 @@ if __name__ == "__main__":
     signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint after this step, exit 143
     signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
 
-    # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
-    # that ended the episode is in infos["final_obs"].
-    envs = vector_env(
-        [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(N)],
-        args.env_mode,
-        timeout=args.env_timeout,
-        autoreset_mode=SAME_STEP,
-    )
+    # Same-step autoreset: an env whose episode ends is reset within that step(); its last observation is infos["final_obs"]
+    thunks = [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(N)]
+    envs = vector_env(thunks, args.env_mode, timeout=args.env_timeout, autoreset_mode=SAME_STEP)
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     action_dim = int(np.prod(envs.single_action_space.shape))
     low, high = envs.single_action_space.low.astype(np.float64), envs.single_action_space.high.astype(np.float64)

@@ -1,31 +1,16 @@
 """TD3 for continuous actions: twin critics, delayed policy updates, target policy smoothing.
 
 Twin Delayed Deep Deterministic policy gradient:
-    Fujimoto, van Hoof, Meger (2018), "Addressing Function Approximation Error in
-        Actor-Critic Methods", arXiv:1802.09477, Algorithm 1: clipped double-Q target
-        y = r + γ min_i Q'_i(s', ã'), target policy smoothing ã' = clip(μ'(s') + clip(ε, -c, c),
-        bounds) with ε ~ N(0, σ̃²) (eq. 15), the policy and the targets updated every d-th critic
-        update, and exploration with Gaussian noise N(0, σ²) on the deterministic action.
+    Fujimoto, van Hoof, Meger (2018), "Addressing Function Approximation Error in Actor-Critic
+        Methods", arXiv:1802.09477 (Algorithm 1: clipped double-Q target, target policy smoothing
+        (eq. 15), policy and targets updated every d-th critic update, Gaussian exploration).
 
-What this file changes against it: the networks work in the policy's action range [-1, 1]^|A|
-(the replay stores u in [-1, 1]; the environment receives a = low + (u + 1)(high - low) / 2,
-`scale_action`), so exploration noise, smoothing noise and its clip are fractions of the
-half-range of each action dimension — drawn independently per sample and per dimension,
-zero-mean — and clipping to [-1, 1] is clipping to the environment's bounds. A time-limit
-truncation is not a termination: the replay keeps the real final observation and the target
-bootstraps from it. The two critics are one module whose weights are stacked `[2, in, out]`
-and evaluated in one batched matrix product per layer; the policy loss reads Q_1 through
-detached weights, so its backward pass computes no critic weight gradients it would throw away.
-Hyperparameters are CleanRL's td3_continuous.py's (those of the authors' later code: 256-256
-networks, Adam 3e-4, batch 256, 25k random steps; the paper used 400-300 networks, Adam 1e-3,
-batch 100 and a shorter random start).
-
-Checkpoints (`--checkpoint-interval`, and on SIGTERM or Ctrl-C) hold the actor, the critics and their
-targets, both optimisers, the update count, the random generators and the environments'
-states; `--resume` continues from one. With `--checkpoint-buffer` they hold the replay buffer
-too and the resumed run is the uninterrupted one exactly. Without it the resumed run starts
-with an empty buffer: it acts with its policy (and exploration noise) for `--learning-starts`
-steps to refill it and only then updates again (the trained networks and optimisers carry on).
+What this file changes: the networks work in [-1, 1]^|A| (`scale_action` maps to the env's bounds),
+so all noises and the noise clip are fractions of each dimension's half-range; a truncation
+bootstraps from the real final observation; the twin critics are one module of stacked weights and
+the policy loss reads Q_1 through detached weights. Hyperparameters are CleanRL's
+td3_continuous_action.py's (the authors' later code: 256-256 networks, Adam 3e-4, batch 256, 25k
+random steps). Details, flags, metrics and results: docs/scripts/td3_continuous.md.
 
 Run:
     python cleanrl/td3_continuous.py --env-id Hopper-v5          # needs the mujoco extra
@@ -92,12 +77,8 @@ class Args(RunArgs):
 
 
 def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, training: bool = True, video_episodes=None):
-    """A thunk creating env ``idx``: the gymnasium env, its episode statistics, and (training) its replay log.
-
-    Env 0 records videos into ``video_dir`` if asked (MuJoCo without a display renders through
-    EGL), of the episodes ``video_episodes(index)`` picks (gymnasium's schedule by default).
-    ``training=False``: an evaluation env, without replay log.
-    """
+    """A thunk creating env ``idx`` with its episode statistics and (``training``) its replay log; env 0 records
+    videos if asked, of the episodes ``video_episodes(index)`` picks (MuJoCo renders through EGL without a display)."""
 
     def thunk():
         if capture_video and idx == 0:
@@ -113,15 +94,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
 
 
 def scale_action(u: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
-    """The policy's action u in [-1, 1] to the environment's a = low + (u + 1) (high - low) / 2.
-
-    Args:
-        u: ``[B, |A|]`` (or ``[|A|]``) in [-1, 1].
-        low, high: the environment's bounds, ``[|A|]``.
-
-    Returns:
-        Actions in [low, high], same shape as ``u``; -1 maps to low, 1 to high.
-    """
+    """The policy's u in [-1, 1] (``[B, |A|]`` or ``[|A|]``) to the env's a = low + (u + 1) (high - low) / 2 in [low, high]."""
     return low + (u + 1.0) * (0.5 * (high - low))
 
 
@@ -133,15 +106,8 @@ def unscale_action(a: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarr
 class QEnsemble(nn.Module):
     """K independent critics Q_k(s, a), MLPs 256-256 ReLU, evaluated as one batched call.
 
-    Layer l holds the weights of all K critics stacked, ``[K, in, out]``, and the biases
-    ``[K, 1, out]``, each critic initialised as ``nn.Linear`` would be (U(±1/√in)). One
-    ``baddbmm`` per layer replaces K separate matrix products.
-
-    Args:
-        obs_dim: size of the flat observation.
-        action_dim: |A|.
-        num_critics: K (2: the twin critics of TD3 and SAC).
-        hidden: width of the two hidden layers.
+    Weights ``[K, in, out]`` and biases ``[K, 1, out]`` of all K critics stacked, each initialised as ``nn.Linear``
+    (U(±1/√in)); one ``baddbmm`` per layer replaces K matrix products.
     """
 
     def __init__(self, obs_dim: int, action_dim: int, num_critics: int = 2, hidden: int = 256):
@@ -157,12 +123,8 @@ class QEnsemble(nn.Module):
     def forward(
         self, obs: torch.Tensor, actions: torch.Tensor, detach: bool = False, first: Optional[int] = None
     ) -> torch.Tensor:
-        """Q-values ``[K, B]`` of observations ``[B, obs_dim]`` and actions ``[B, |A|]``.
-
-        With ``detach``, the weights enter as constants: gradients reach ``actions`` (the
-        policy loss) but no critic parameter. With ``first = k``, only critics 0..k-1 are
-        evaluated and the result is ``[k, B]``.
-        """
+        """Q-values ``[K, B]`` of observations ``[B, obs_dim]`` and actions ``[B, |A|]``; ``detach``: the weights enter as
+        constants (gradients reach ``actions`` only); ``first = k``: critics 0..k-1 only, ``[k, B]``."""
         k = len(self.weights[0]) if first is None else first
         x = torch.cat([obs, actions], dim=-1).expand(k, -1, -1)  # [k, B, in]
         last = len(self.weights) - 1
@@ -196,42 +158,21 @@ class Actor(nn.Module):
 
 
 def exploration_actions(actions: np.ndarray, noise: np.ndarray, sigma: float) -> np.ndarray:
-    """u = clip(μ(s) + σ ε, -1, 1) with ε ~ N(0, I) drawn per sample and per dimension (Algorithm 1).
-
-    Args:
-        actions: μ(s) in [-1, 1], ``[B, |A|]``.
-        noise: ε, standard normal, ``[B, |A|]`` (one independent draw per entry).
-        sigma: σ as a fraction of the half-range (0.1 in the paper, whose bounds are ±1).
-
-    Returns:
-        ``[B, |A|]`` in [-1, 1], the environment's bounds after :func:`scale_action`.
-    """
+    """u = clip(μ(s) + σ ε, -1, 1), ``[B, |A|]``, ε ~ N(0, I) per entry, σ a fraction of the half-range."""
     return np.clip(actions + sigma * noise, -1.0, 1.0)
 
 
 def smoothed_target_actions(next_actions: torch.Tensor, noise: torch.Tensor, sigma: float, noise_clip: float) -> torch.Tensor:
-    """Target policy smoothing ã' = clip(μ'(s') + clip(σ̃ ε, -c, c), -1, 1) (arXiv:1802.09477, eq. 15).
-
-    Args:
-        next_actions: μ'(s') of the target actor, ``[B, |A|]`` in [-1, 1].
-        noise: ε ~ N(0, I), ``[B, |A|]``, independent per sample and dimension.
-        sigma: σ̃, fraction of the half-range.
-        noise_clip: c, fraction of the half-range.
-
-    Returns:
-        ``[B, |A|]`` in [-1, 1] (the environment's bounds).
-    """
+    """Target policy smoothing ã' = clip(μ'(s') + clip(σ̃ ε, -c, c), -1, 1) (arXiv:1802.09477, eq. 15), ``[B, |A|]``;
+    ε ~ N(0, I) per entry, σ̃ and c fractions of the half-range."""
     return (next_actions + (sigma * noise).clamp(-noise_clip, noise_clip)).clamp(-1.0, 1.0)
 
 
 def clipped_double_q_target(
     rewards: torch.Tensor, terminations: torch.Tensor, next_q: torch.Tensor, gamma: float
 ) -> torch.Tensor:
-    """y = r + γ (1 - terminated) min_k Q'_k(s', ã') (arXiv:1802.09477, eq. 10); ``next_q`` ``[K, B]``, the rest ``[B]``.
-
-    ``terminations`` is 1.0 where the episode terminated; a truncated one bootstraps, s' being
-    its real final observation.
-    """
+    """y = r + γ (1 - terminated) min_k Q'_k(s', ã') (arXiv:1802.09477, eq. 10); ``next_q`` ``[K, B]``, the rest ``[B]``;
+    a truncated episode bootstraps (s' is its real final observation)."""
     return rewards + gamma * (1 - terminations) * next_q.min(dim=0).values
 
 
@@ -257,9 +198,8 @@ def check_args(args: Args) -> None:
 
 
 def evaluate(model_path: str, eval_episodes: int, exploration_noise: float = 0.0, **options) -> np.ndarray:
-    """Episodic returns ``[eval_episodes]`` of a policy saved by this script, with Gaussian noise of σ
-    ``exploration_noise`` (a fraction of the half-range; 0: the deterministic policy) on its actions.
-    ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
+    """Episodic returns ``[eval_episodes]`` of a saved policy, with Gaussian noise of σ ``exploration_noise`` (0: none)
+    on its actions; ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     space = evaluation.envs.single_action_space
     actor = Actor(int(np.prod(evaluation.envs.single_observation_space.shape)), int(np.prod(space.shape)))
@@ -293,14 +233,9 @@ if __name__ == "__main__":
     signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint after this step, exit 143
     signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
 
-    # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
-    # that ended the episode is in infos["final_obs"].
-    envs = vector_env(
-        [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(N)],
-        args.env_mode,
-        timeout=args.env_timeout,
-        autoreset_mode=SAME_STEP,
-    )
+    # Same-step autoreset: an env whose episode ends is reset within that step(); its last observation is infos["final_obs"]
+    thunks = [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(N)]
+    envs = vector_env(thunks, args.env_mode, timeout=args.env_timeout, autoreset_mode=SAME_STEP)
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     action_dim = int(np.prod(envs.single_action_space.shape))
     low, high = envs.single_action_space.low.astype(np.float64), envs.single_action_space.high.astype(np.float64)
