@@ -44,7 +44,7 @@ import time
 from collections import deque
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Optional
+from typing import Annotated, Any, Callable, NoReturn, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -82,8 +82,8 @@ from cleanrl_utils.writes import UnsafePath, check_tree, open_regular, write_ato
 class RunArgs:
     """Flags every script takes; a script's ``Args`` adds its algorithm's hyperparameters."""
 
-    exp_name: str = ""
-    """name of this experiment, part of the run directory name (default: the script's file name)"""
+    exp_name: Annotated[str, tyro.conf.arg(help_behavior_hint="(default: the script's file name)")] = ""
+    """name of this experiment, part of the run directory name"""
     seed: int = 1
     """seed of python, numpy, torch and the environments"""
     torch_deterministic: bool = True
@@ -101,7 +101,7 @@ class RunArgs:
     save_model: bool = False
     """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model`, then evaluate it"""
     eval_episodes: int = 10
-    """episodes the saved model is evaluated for (with --save-model)"""
+    """episodes of each evaluation: the saved model's (--save-model), and the periodic ones (--eval-interval, if any)"""
     checkpoint_interval: int = 0
     """environment steps between checkpoints in `{run_dir}/checkpoints/` (0: only on SIGTERM or Ctrl-C)"""
     resume: Optional[str] = None

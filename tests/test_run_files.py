@@ -348,3 +348,15 @@ def test_a_sync_env_whose_close_hangs_ends_within_the_env_timeout(tmp_path):
     result = run_script("ppo.py", *flags, "--env-id", "tests.envs:HangingClose-v0", cwd=tmp_path, check=False)
     assert result.returncode != 0 and "closing the envs: no answer within --env-timeout 3 s" in result.stderr
     assert "Traceback" not in result.stderr and time.perf_counter() - start < 60, result.stderr[-2000:]
+
+
+# ---- the lock file, the first line of a resumed run, flags given twice, help texts (issue 34)
+
+
+def test_help_shows_one_default_per_flag_and_what_eval_episodes_governs(tmp_path):
+    out = run_script("ppo.py", "--help", cwd=tmp_path).stdout
+    text = " ".join(line.strip(" │") for line in out.splitlines())
+    text = " ".join(text.split())
+    assert "part of the run directory name (default: the script's file name) --seed" in text
+    assert "(default: '')" not in text
+    assert "--eval-episodes INT episodes of each evaluation: the saved model's (--save-model)" in text
