@@ -136,6 +136,7 @@ def parse_args(
     argv = sys.argv[1:] if argv is None else argv
     _keep_running_without_a_reader()
     description = (sys.modules.get("__main__").__doc__ or "").strip().split("\n")[0] or None
+    _refuse_repeated_flags(argv, [field.name for field in dataclasses.fields(args_class)])
     args = _tyro_cli(args_class, argv, description)
     args.script = script_name(script_file)
     args.exp_name = args.exp_name or args.script
@@ -148,6 +149,26 @@ def parse_args(
         if check is not None:
             check(args)
     return args, resumed
+
+
+def _refuse_repeated_flags(argv: list[str], fields: list[str]) -> None:
+    """Stop (exit 2, one line naming the flag) where a field's flag is given twice (``--seed 1 --seed 2``,
+    ``--cuda --no-cuda``, ``--num-envs 2 --num_envs=4``): the parser would silently keep the last."""
+    names = {}
+    for name in fields:
+        for spelling in {name, name.replace("_", "-")}:
+            names[f"--{spelling}"] = names[f"--no-{spelling}"] = name
+    seen: dict[str, str] = {}
+    tokens = argv[: argv.index("--")] if "--" in argv else argv
+    for index, token in enumerate(tokens):
+        name = names.get(token.split("=", 1)[0]) if token.startswith("--") else None
+        if name is None:
+            continue
+        value = tokens[index + 1 : index + 2] if "=" not in token else []  # what it was given with, as said
+        given = " ".join([token] + [v for v in value if not v.startswith("--")])
+        if name in seen:
+            fail(flag_name(name), f"given twice ({seen[name]}, then {given}); give it once")
+        seen[name] = given
 
 
 def check_run_args(args: Any) -> None:

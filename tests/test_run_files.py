@@ -360,3 +360,19 @@ def test_help_shows_one_default_per_flag_and_what_eval_episodes_governs(tmp_path
     assert "part of the run directory name (default: the script's file name) --seed" in text
     assert "(default: '')" not in text
     assert "--eval-episodes INT episodes of each evaluation: the saved model's (--save-model)" in text
+
+
+@pytest.mark.parametrize(
+    "flags,flag,message",
+    [
+        (
+            ["--total-timesteps", "10", "--total-timesteps", "20"],
+            "--total-timesteps",
+            "(--total-timesteps 10, then --total-timesteps 20)",
+        ),
+        (["--cuda", "--no-cuda"], "--cuda", "given twice (--cuda, then --no-cuda); give it once"),
+        (["--num-envs", "2", "--seed", "3", "--num_envs=4"], "--num-envs", "(--num-envs 2, then --num_envs=4)"),
+    ],
+)
+def test_a_flag_given_twice_is_refused(flags, flag, message, tmp_path):
+    assert_stops_with_one_line("ppo.py", flags, flag, message, tmp_path)
