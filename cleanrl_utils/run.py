@@ -29,6 +29,7 @@ Conventions:
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import difflib
 import json
@@ -519,7 +520,7 @@ def start_run(args: Any, resumed: dict | None = None, runs_dir: str | os.PathLik
         writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
         writer.flush()  # the first write reaches the disk now, or fails here
     run = Run(args, directory, writer, _seed_and_device(args), resumed)
-    run.lock, run.events_suffix = lock, suffix  # the lock is held while this process lives
+    run.lock, run.events_suffix = lock, suffix  # the lock is held until the run is over (Run.close, or the exit)
     if resumed is None:  # a resumed run says so once its checkpoint is restored (Run.restore)
         print(f"run directory: {directory}", flush=True)
     one_line_faults(args.script, lambda: run.last_checkpoint, run.writer.close)  # a Fault: one line, not a traceback
@@ -540,9 +541,12 @@ def _set_up_in(directory: Path, flag: str, created: bool):
 
 
 def _lock_run(directory: Path, flag: str):
-    """Lock ``{directory}/run.lock`` for this process (released when it ends): two processes never write one run.
+    """Lock ``{directory}/run.lock`` for this process: two processes never write one run.
 
     The lock file is opened only as a regular file, never through a link (:func:`cleanrl_utils.writes.open_regular`).
+    It holds the pid of its holder and is removed when the run is over (:func:`_unlock`: when :meth:`Run.close`
+    ends it, or when the process exits), so no ``run.lock`` outlives its process but one killed at once
+    (SIGKILL, a second Ctrl-C), whose lock the kernel releases anyway.
 
     Raises:
         SystemExit: (status 2, one line naming ``flag``) another live process holds it.
@@ -551,17 +555,47 @@ def _lock_run(directory: Path, flag: str):
     """
     import fcntl
 
-    lock = open_regular(directory / "run.lock", "a+")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.seek(0)
-        fail(flag, f"{directory} is in use by another process (pid {lock.read().strip() or '?'}); one process per run")
+    while True:
+        lock = open_regular(directory / "run.lock", "a+")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            fail(flag, f"{directory} is in use by another process (pid {lock.read().strip() or '?'}); one process per run")
+        if _is_at(lock, directory / "run.lock"):
+            break
+        lock.close()  # its holder removed it as its run ended, after this process opened it: lock the file there now
     lock.seek(0)
     lock.truncate()
     lock.write(f"{os.getpid()}\n")
     lock.flush()
+    atexit.register(_unlock, directory, lock, os.getpid())
     return lock
+
+
+def _is_at(file: Any, path: Path) -> bool:
+    """Whether the open ``file`` is the file at ``path`` (not one removed, or replaced by another)."""
+    try:
+        return os.path.samestat(os.fstat(file.fileno()), os.stat(path, follow_symlinks=False))
+    except OSError:
+        return False
+
+
+def _unlock(directory: Path, lock: Any, pid: int) -> None:
+    """Remove ``{directory}/run.lock`` and release it, once the run of process ``pid`` that locked it is over.
+
+    Removed while still locked, so no other process has locked that file meanwhile; one that opened it before
+    locks it only after, sees it is no longer at its path, and locks a new one (:func:`_lock_run`). Nothing is
+    done in another process (a forked child) or twice.
+    """
+    if os.getpid() != pid or lock.closed:
+        return
+    if _is_at(lock, directory / "run.lock"):
+        try:
+            (directory / "run.lock").unlink()
+        except OSError:  # a read-only folder now: the file stays, the lock goes with the process
+            pass
+    lock.close()
 
 
 def _stop_on_hangup(run: Run) -> Run:
@@ -606,6 +640,7 @@ class Run:
         self.args, self.directory, self.writer, self.device, self.resumed = args, directory, writer, device, resumed
         self.records = directory is not None
         self.events_suffix: str | None = None  # the name ending of the events file this process writes
+        self.lock: Any = None  # the open, locked run.lock (:func:`_lock_run`)
         self.video_dir = str(directory / "videos") if self.records else ""
         self.stop_signal: int | None = None
         self.stop_reported = False  # the stop has been said (by finish, or by close after training ended)
@@ -897,6 +932,8 @@ class Run:
             for video in sorted(self.directory.glob("videos*/*.mp4")):  # training and evaluation
                 wandb.log({f"{video.parent.name}/{video.stem}": wandb.Video(str(video), format="mp4")})
             wandb.finish()
+        if self.lock is not None:  # the run is over: its directory is free
+            _unlock(self.directory, self.lock, os.getpid())
 
 
 class _Stopped(BaseException):

@@ -10,6 +10,7 @@ id) gave a traceback on resume or evaluation; a full disk before the first check
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -376,3 +377,27 @@ def test_help_shows_one_default_per_flag_and_what_eval_episodes_governs(tmp_path
 )
 def test_a_flag_given_twice_is_refused(flags, flag, message, tmp_path):
     assert_stops_with_one_line("ppo.py", flags, flag, message, tmp_path)
+
+
+def test_the_lock_file_goes_when_the_run_is_over_and_still_keeps_a_second_process_out(finished_run, tmp_path):
+    from cleanrl_utils.run import _lock_run, _unlock
+
+    assert not (finished_run / "run.lock").exists()  # a run that finished
+    run = copy_run(finished_run, tmp_path)
+    resumed = run_script("ppo.py", "--resume", str(run), "--total-timesteps", "1024", cwd=tmp_path)
+    assert not (run / "run.lock").exists(), resumed.stdout  # a resumed run that finished
+    lock = _lock_run(run, "--resume")
+    assert (run / "run.lock").read_text() == f"{os.getpid()}\n"
+    late = open_regular(run / "run.lock", "a+")  # opened by another process before the run ended
+    with pytest.raises(SystemExit) as stopped:  # one process per run
+        _lock_run(run, "--resume")
+    assert stopped.value.code == 2
+    _unlock(run, lock, os.getpid())
+    assert not (run / "run.lock").exists() and lock.closed
+    again = _lock_run(run, "--resume")  # the directory is free again; a file removed under a late opener is not used
+    assert (run / "run.lock").exists() and os.path.samestat(os.fstat(again.fileno()), os.stat(run / "run.lock"))
+    assert not os.path.samestat(os.fstat(late.fileno()), os.stat(run / "run.lock"))
+    _unlock(run, again, os.getpid() + 1)  # only the process that locked it removes it
+    assert (run / "run.lock").exists()
+    _unlock(run, again, os.getpid())
+    late.close()
