@@ -521,8 +521,8 @@ def start_run(args: Any, resumed: dict | None = None, runs_dir: str | os.PathLik
         writer.flush()  # the first write reaches the disk now, or fails here
     run = Run(args, directory, writer, _seed_and_device(args), resumed)
     run.lock, run.events_suffix = lock, suffix  # the lock is held until the run is over (Run.close, or the exit)
-    if resumed is None:  # a resumed run says so once its checkpoint is restored (Run.restore)
-        print(f"run directory: {directory}", flush=True)
+    resuming = f" (resumed at step {resumed['global_step']})" if resumed is not None else ""
+    print(f"run directory: {directory}{resuming}", flush=True)  # the first line of a run, before the script's own
     one_line_faults(args.script, lambda: run.last_checkpoint, run.writer.close)  # a Fault: one line, not a traceback
     return _stop_on_hangup(run)
 
@@ -720,7 +720,7 @@ class Run:
 
         After a stop it prints where the checkpoint is and how to resume.
         """
-        self.progress.close()  # the last progress line (and any announcement) before the stop's message
+        self.progress.close()  # the last progress line before the stop's message
         if self.stop_signal and self.records:
             name = signal.Signals(self.stop_signal).name
             print(f"{name}: checkpoint written to {self.last_checkpoint}; resume with: {self.resume_command()}", flush=True)
@@ -768,8 +768,6 @@ class Run:
         except SystemExit:  # refused: the events file this process opened goes, so that its purge step
             self._discard_events()  # hides none of the interrupted process's events after the checkpoint
             raise
-        # said at the loop's first step, once the script has also read its counters (a missing one is refused)
-        self.progress.header = f"run directory: {self.directory} (resumed at step {counters['global_step']})"
         return counters
 
     def _discard_events(self) -> None:
@@ -1084,7 +1082,6 @@ class Progress:
         self.last_print = self.last_update = time.perf_counter()
         self.step = start_step
         self.printed_step = -1
-        self.header: str | None = None  # a line to print before the first progress (a resumed run's directory)
         self.bar = None
         if self.stream.isatty():
             from tqdm import tqdm
@@ -1111,19 +1108,12 @@ class Progress:
             self.last_update = now
         return int((global_step - self.start_step) / max(now - self.start, 1e-9))
 
-    def announce(self) -> None:
-        """Print :attr:`header`, once."""
-        if self.header is not None:
-            print(self.header, file=self.stream, flush=True) if self.bar is None else self.bar.write(self.header)
-            self.header = None
-
     def update(self, global_step: int) -> None:
         """Report that the run has reached ``global_step``; prints at most every interval."""
         now = self.last_update = time.perf_counter()
         if self.start is None:  # the first env step of the loop: the clock and the print interval start here, so
             # that a set-up longer than the interval (a resume replaying its envs) prints no line reading "SPS 0"
             self.start, self.start_step, self.last_print = now, global_step, now
-            self.announce()
         if self.bar is not None:
             self.bar.update(global_step - self.step)
             self.step = global_step
@@ -1145,7 +1135,6 @@ class Progress:
 
     def close(self) -> None:
         """Close the bar, or print the final line if the last one printed is out of date."""
-        self.announce()
         if self.bar is not None:
             self.bar.close()
             self.bar = None

@@ -319,8 +319,10 @@ def test_a_checkpoint_with_forged_counters_generators_env_logs_or_weights_is_one
     result = run_script("ppo.py", "--resume", str(checkpoint), cwd=tmp_path, check=False)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1 and message in lines[0], result.stderr[-2000:]
-    # nothing else said, and no events file left behind whose purge step would hide the run's later events
-    assert "run directory" not in result.stdout and sorted(run.glob("events.out.tfevents.*")) == events
+    # nothing said but the run directory it was resuming, and no events file left behind whose purge step would hide
+    # the run's later events
+    assert [line.split(" (resumed at step ")[0] for line in result.stdout.splitlines()] == [f"run directory: {run}"]
+    assert sorted(run.glob("events.out.tfevents.*")) == events
 
 
 @pytest.mark.parametrize("forged", ["a network record that is not text", "a float64 weight beyond float32"])
@@ -401,3 +403,14 @@ def test_the_lock_file_goes_when_the_run_is_over_and_still_keeps_a_second_proces
     assert (run / "run.lock").exists()
     _unlock(run, again, os.getpid())
     late.close()
+
+
+def test_a_resumed_run_says_its_directory_first(tmp_path):
+    flags = ["--env-id", "CartPole-v1", "--total-timesteps", "1000", "--learning-starts", "200", "--buffer-size", "1000"]
+    run_script("dqn.py", *flags, "--checkpoint-interval", "500", cwd=tmp_path)
+    run = run_dir(tmp_path)
+    (run / "checkpoints" / "step_1000.pt").unlink()
+    out = run_script("dqn.py", "--resume", str(run), "--checkpoint-buffer", cwd=tmp_path).stdout.splitlines()
+    assert out[0] == f"run directory: {run} (resumed at step 500)", out
+    assert out[1].startswith("each checkpoint holds the replay buffer")  # the script's own lines after it
+    assert out[2].startswith("the checkpoint has no replay buffer: refilling it")
