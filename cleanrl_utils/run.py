@@ -42,6 +42,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from collections import deque
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -136,6 +137,7 @@ def parse_args(
     """
     argv = sys.argv[1:] if argv is None else argv
     _keep_running_without_a_reader()
+    _warn_once()
     description = (sys.modules.get("__main__").__doc__ or "").strip().split("\n")[0] or None
     _refuse_repeated_flags(argv, [field.name for field in dataclasses.fields(args_class)])
     args = _tyro_cli(args_class, argv, description)
@@ -239,6 +241,28 @@ def _keep_running_without_a_reader() -> None:
         return
     if not isinstance(sys.stdout, _Unbroken):
         sys.stdout = _Unbroken(sys.stdout)
+
+
+def _warn_once() -> None:
+    """Show each warning (its category and text) once in this process, once.
+
+    Python's ``"once"`` filter (gymnasium's, for its deprecation warnings: a ``-v4`` MuJoCo env is out of date)
+    forgets what it showed whenever the filters change, as every ``warnings.catch_warnings`` block (in torch,
+    tyro ...) changes them: the same warning came again for the flags' check, the training envs and the
+    evaluation env. This remembers them in ``warnings.showwarning``, whatever the filters do.
+    """
+    show = warnings.showwarning
+    if getattr(show, "once", False):
+        return
+    shown: set[tuple[type, str]] = set()
+
+    def show_once(message, category, filename, lineno, file=None, line=None):
+        if (category, str(message)) not in shown:
+            shown.add((category, str(message)))
+            show(message, category, filename, lineno, file, line)
+
+    show_once.once = True
+    warnings.showwarning = show_once
 
 
 def _tyro_cli(args_class: type, argv: list[str], description: str | None) -> Any:

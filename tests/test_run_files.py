@@ -414,3 +414,11 @@ def test_a_resumed_run_says_its_directory_first(tmp_path):
     assert out[0] == f"run directory: {run} (resumed at step 500)", out
     assert out[1].startswith("each checkpoint holds the replay buffer")  # the script's own lines after it
     assert out[2].startswith("the checkpoint has no replay buffer: refilling it")
+
+
+def test_a_warning_is_shown_once_per_run(tmp_path):
+    """gymnasium's deprecation of a -v4 MuJoCo env: once, not again for the training envs and the evaluation env."""
+    pytest.importorskip("mujoco")
+    flags = ["--env-id", "Hopper-v4", "--num-envs", "1", "--num-steps", "64", "--total-timesteps", "64"]
+    result = run_script("ppo_continuous.py", *flags, "--save-model", "--eval-episodes", "1", cwd=tmp_path)
+    assert result.stderr.count("The environment Hopper-v4 is out of date") == 1, result.stderr
