@@ -900,7 +900,7 @@ class Run:
 
     def summary(self) -> str:
         """The closing lines of a run that ran to its end: its last step and recent return, what its directory
-        holds, and the commands that plot it (and evaluate its model)."""
+        holds, and the commands that plot it (and evaluate its model, or else its last checkpoint)."""
         progress, directory = self.progress, self.directory
         if progress.returns:
             recent = f"mean return of its last {len(progress.returns)} episodes {progress.mean_return:.2f}"
@@ -920,6 +920,8 @@ class Run:
         ]
         if model.exists():
             lines.append(f"evaluate it again: python -m cleanrl_utils.enjoy {directory} --eval-episodes 10")
+        elif saved:  # no model (no --save-model): its last checkpoint's networks are evaluated as one
+            lines.append(f"evaluate its last checkpoint: python -m cleanrl_utils.enjoy {saved[-1]} --eval-episodes 10")
         return "\n".join(lines)
 
     @property

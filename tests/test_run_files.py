@@ -422,3 +422,10 @@ def test_a_warning_is_shown_once_per_run(tmp_path):
     flags = ["--env-id", "Hopper-v4", "--num-envs", "1", "--num-steps", "64", "--total-timesteps", "64"]
     result = run_script("ppo_continuous.py", *flags, "--save-model", "--eval-episodes", "1", cwd=tmp_path)
     assert result.stderr.count("The environment Hopper-v4 is out of date") == 1, result.stderr
+
+
+def test_a_run_without_a_model_names_its_last_checkpoint_to_evaluate(tmp_path):
+    lines = run_script("ppo.py", *FLAGS, cwd=tmp_path).stdout.strip().splitlines()
+    checkpoint = f"runs/{run_dir(tmp_path).name}/checkpoints/step_1024.pt"
+    assert lines[-1] == f"evaluate its last checkpoint: python -m cleanrl_utils.enjoy {checkpoint} --eval-episodes 10"
+    assert "return" in enjoy(checkpoint, "--eval-episodes", "1", cwd=tmp_path).stdout  # the command works
