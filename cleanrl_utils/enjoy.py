@@ -1,4 +1,4 @@
-"""Evaluate a saved model with the script that trained it: ``python -m cleanrl_utils.enjoy MODEL [--script FILE]``.
+"""Evaluate a saved model or checkpoint with its script: ``python -m cleanrl_utils.enjoy FILE [--script SCRIPT]``.
 
 The script is the file you name with ``--script`` (a copy of a script anywhere, say
 ``~/exp/my_ppo.py``), or else the script in this repository's ``cleanrl/`` whose name the
@@ -8,6 +8,11 @@ path: a recorded name that is not one of the files in ``cleanrl/`` is refused. T
 its evaluation environment and acts with its evaluation policy (greedy or deterministic by
 default; see the README's "Saved models and evaluation"). Prints the mean ± std of the
 episodic returns and, with ``--capture-video``, records every episode.
+
+A checkpoint (``runs/<run>/checkpoints/step_N.pt``) is evaluated the same way: its networks (and the
+observation statistics of a normalising script) are taken out of it as the model that ``--save-model``
+would have written at that step (:func:`model_of_checkpoint`), and the script's ``evaluate()`` runs on
+that; ``--export OUT`` also writes them as the model file ``OUT``.
 
 Script-specific evaluation options (``epsilon`` of the DQN family, ``deterministic`` of the
 policy-gradient scripts, ...) are passed with ``--option NAME=VALUE`` and checked against the
@@ -20,6 +25,7 @@ import argparse
 import ast
 import importlib.util
 import inspect
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -28,14 +34,15 @@ import torch
 
 from cleanrl_utils.cli import fail
 from cleanrl_utils.evals import OptionRefused
-from cleanrl_utils.files import MODEL_SUFFIX, FileRefused, read_file
+from cleanrl_utils.faults import WriteFailed
+from cleanrl_utils.files import MODEL_SUFFIX, FileRefused, latest_checkpoint, read_file, write_content
 
 SCRIPTS_DIR = Path(__file__).resolve().parent.parent / "cleanrl"
 """Where this repository's scripts live (``cleanrl/`` beside ``cleanrl_utils/``)."""
 
 
 def find_model(path: Path) -> Path:
-    """The model file at ``path``, or the only ``*.cleanrl_model`` in the run directory ``path``.
+    """The model or checkpoint file at ``path``, or the only ``*.cleanrl_model`` in the run directory ``path``.
 
     Raises:
         FileNotFoundError: nothing there, or a directory without exactly one model file.
@@ -46,12 +53,43 @@ def find_model(path: Path) -> Path:
         models = sorted(path.glob(f"*{MODEL_SUFFIX}"))
         if len(models) == 1:
             return models[0]
-        raise FileNotFoundError(
-            f"{path} holds {len(models)} {MODEL_SUFFIX} files; give the file itself"
-            if models
-            else f"{path} holds no {MODEL_SUFFIX} file (train with --save-model)"
-        )
+        if models:
+            raise FileNotFoundError(f"{path} holds {len(models)} {MODEL_SUFFIX} files; give the file itself")
+        latest = latest_checkpoint(path)
+        hint = f", or give a checkpoint: {latest}" if latest else ""
+        raise FileNotFoundError(f"{path} holds no {MODEL_SUFFIX} file (train with --save-model{hint})")
     raise FileNotFoundError(f"no such file or directory: {path}")
+
+
+CHECKPOINT_NAMES = {"obs_norm": "normalization"}
+"""Entries of a model that a checkpoint holds under another name: a normalising script saves its observation
+statistics with the model as ``obs_norm``, and checkpoints them as part of its ``normalization`` (whose
+``obs_rms.*`` entries ``NormalizeObservation.load_state_dict`` reads)."""
+
+
+def model_of_checkpoint(checkpoint: dict) -> dict:
+    """The model file content (header and entries) of a checkpoint's networks, as ``--save-model`` would write it.
+
+    Args:
+        checkpoint: a checkpoint's content, as read by :func:`cleanrl_utils.files.read_file`.
+
+    Returns:
+        ``kind`` ``"model"``, the checkpoint's ``format``, ``script``, ``env_id``, ``args`` and ``global_step``; every
+        network of its state (those its ``modules`` record) with that record, every tensor of its state (a learnt
+        temperature), and the entries of :data:`CHECKPOINT_NAMES` it holds. Names in the file are only keys here.
+
+    Raises:
+        cleanrl_utils.files.FileRefused: (one line) the checkpoint holds no network.
+    """
+    state, records = checkpoint.get("state") or {}, checkpoint.get("modules") or {}
+    networks = {name: value for name, value in state.items() if name in records and isinstance(value, dict)}
+    if not networks:
+        raise FileRefused(f"{checkpoint.get('path', 'the checkpoint')} holds no network to evaluate")
+    tensors = {name: value for name, value in state.items() if isinstance(value, torch.Tensor)}
+    renamed = {name: state[saved] for name, saved in CHECKPOINT_NAMES.items() if isinstance(state.get(saved), dict)}
+    header = {key: checkpoint[key] for key in ("format", "script", "env_id", "args", "global_step") if key in checkpoint}
+    modules = {name: records[name] for name in networks}
+    return {**tensors, **renamed, **networks, **header, "kind": "model", "modules": modules}
 
 
 def script_file(recorded: str, script: Path | None, scripts_dir: Path = SCRIPTS_DIR) -> Path:
@@ -128,7 +166,9 @@ def parse_options(options: list[str], evaluate) -> dict:
 
 def main(argv: list[str] | None = None) -> np.ndarray:
     parser = argparse.ArgumentParser(prog="python -m cleanrl_utils.enjoy", description=__doc__.split("\n")[0])
-    parser.add_argument("model", type=Path, help="a .cleanrl_model file, or a run directory holding one")
+    parser.add_argument(
+        "model", type=Path, help="a .cleanrl_model file, a run directory holding one, or a checkpoint file (step_N.pt)"
+    )
     parser.add_argument(
         "--script",
         type=Path,
@@ -148,6 +188,13 @@ def main(argv: list[str] | None = None) -> np.ndarray:
         metavar="NAME=VALUE",
         help="an option of the script's evaluate(), e.g. epsilon=0.05 or deterministic=False",
     )
+    parser.add_argument(
+        "--export",
+        type=Path,
+        default=None,
+        metavar="OUT",
+        help=f"with a checkpoint: also write its networks as the model file OUT (a new file, e.g. step_N{MODEL_SUFFIX})",
+    )
     args = parser.parse_args(argv)
     if args.eval_episodes < 1:
         fail("--eval-episodes", f"must be positive, got {args.eval_episodes}")
@@ -165,10 +212,32 @@ def main(argv: list[str] | None = None) -> np.ndarray:
     if device.type == "cuda" and not torch.cuda.is_available():
         fail("--device", f"{args.device!r}: this torch has no CUDA device")
     try:
-        model = find_model(args.model)
-        recorded = read_file(model, "model")["script"]
+        given = find_model(args.model)
+        content = read_file(given, ("model", "checkpoint"))
+        if content["kind"] == "checkpoint":
+            content = model_of_checkpoint(content)
     except (FileNotFoundError, FileRefused) as error:
         fail("model", str(error))
+    if "path" in content:  # a model file (read_file's path): evaluated as it is
+        if args.export is not None:
+            fail("--export", f"{given} is a model file already; --export takes a checkpoint")
+        return _evaluate(args, given, given, content["script"])
+    if args.export is not None and (args.export.exists() or args.export.is_symlink()):
+        fail("--export", f"{args.export} exists; give a new file")
+    with tempfile.TemporaryDirectory(prefix="cleanrl-enjoy-") as folder:  # a checkpoint's networks as a model file
+        model = args.export or Path(folder) / f"{given.stem}{MODEL_SUFFIX}"
+        try:
+            write_content(model, content)
+        except WriteFailed as error:
+            fail("--export", str(error))
+        if args.export is not None:
+            print(f"model written to {model}", flush=True)
+        return _evaluate(args, given, model, content["script"])
+
+
+def _evaluate(args: argparse.Namespace, given: Path, model: Path, recorded: str) -> np.ndarray:
+    """Evaluate the model file ``model`` (``given``, or made from the checkpoint ``given``) with the script
+    :func:`script_file` picks for the ``recorded`` name; print and return the returns."""
     try:
         module = load_script(script_file(recorded, args.script))
     except FileNotFoundError as error:
@@ -188,8 +257,8 @@ def main(argv: list[str] | None = None) -> np.ndarray:
             device=args.device,
             **options,
         )
-    except FileRefused as error:
-        fail("model", str(error))
+    except FileRefused as error:  # named as given, not as the temporary model file of a checkpoint
+        fail("model", str(error).replace(str(model), str(given)))
     except OptionRefused as error:  # eval_agent=5 for a two-agent env, ...
         fail("--option", str(error))
     except ModuleNotFoundError as error:  # the model's env needs an extra (dm_control's ids: shimmy)
@@ -200,7 +269,7 @@ def main(argv: list[str] | None = None) -> np.ndarray:
         reason = (str(error).strip().splitlines() or [""])[0][:200]
         fail("--env-id", f"{args.env_id} does not fit the model ({type(error).__name__}: {reason})")
     print(
-        f"{Path(module.__file__).name}, {model}: {args.eval_episodes} episodes, "
+        f"{Path(module.__file__).name}, {given}: {args.eval_episodes} episodes, "
         f"return {returns.mean():.2f} ± {returns.std():.2f}"
     )
     return returns

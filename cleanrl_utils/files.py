@@ -80,7 +80,6 @@ def write_file(
     Raises:
         OSError: the file could not be written (the previous one, if any, is left whole).
     """
-    path = Path(path)
     header = {
         "format": FORMAT,
         "kind": kind,
@@ -89,22 +88,32 @@ def write_file(
         "args": dataclasses.asdict(args),
         "modules": {name: repr(m) for name, m in (modules or {}).items()},
     }
+    return write_content(path, {**header, **content})
+
+
+def write_content(path: str | os.PathLike, data: dict) -> Path:
+    """Write ``data`` (a whole file: header and content, see :func:`write_file`) to ``path``, atomically.
+
+    Raises:
+        cleanrl_utils.faults.WriteFailed: (one line) the file could not be written (a previous one is left whole).
+    """
+    path = Path(path)
     try:
         make_folder(path.parent)  # a real folder, never a link to one elsewhere
         with atomic_file(path, registry=being_written) as file:  # a second Ctrl-C meanwhile removes the temporary
-            torch.save({**header, **content}, file)
+            torch.save(data, file)
     except (OSError, RuntimeError) as error:  # disk full (torch says "unexpected pos"), read-only folder: no partial file
         reason = (error.strerror if isinstance(error, OSError) else None) or str(error).strip().splitlines()[0][:200]
         raise WriteFailed(f"cannot write {path}: {reason} ({free_space(path.parent)})") from None
     return path
 
 
-def read_file(path: str | os.PathLike, kind: str, script: str | None = None) -> dict:
+def read_file(path: str | os.PathLike, kind: str | tuple[str, ...], script: str | None = None) -> dict:
     """Read a file written by :func:`write_file`, checking its header.
 
     Args:
         path: the file.
-        kind: the kind expected (``"model"`` or ``"checkpoint"``).
+        kind: the kind expected (``"model"`` or ``"checkpoint"``), or a tuple of the kinds accepted.
         script: the script expected to have written it (None: any).
 
     Returns:
@@ -139,15 +148,17 @@ def read_file(path: str | os.PathLike, kind: str, script: str | None = None) -> 
     _check_types(path, content, {"format": int, "kind": str, "script": str}, required=True)
     if content["format"] != FORMAT:
         raise FileRefused(f"{path} has file format {content['format']}; this code reads format {FORMAT}")
-    if content["kind"] != kind:
-        hint = " (give it to --resume)" if content["kind"] == "checkpoint" else " (evaluate it with cleanrl_utils.enjoy)"
-        raise FileRefused(f"{path} is a {content['kind']} file, not a {kind} file{hint}")
+    kinds = (kind,) if isinstance(kind, str) else kind
+    if content["kind"] not in kinds:
+        checkpoint = content["kind"] == "checkpoint"
+        hint = " (give it to --resume, or to cleanrl_utils.enjoy)" if checkpoint else " (evaluate it with cleanrl_utils.enjoy)"
+        raise FileRefused(f"{path} is a {content['kind']} file, not a {' or '.join(kinds)} file{hint}")
     if script is not None and content.get("script") != script:
         raise FileRefused(f"{path} was written by {content.get('script')}.py, not by {script}.py")
-    if kind == "checkpoint":
+    if content["kind"] == "checkpoint":
         _check_types(path, content, {"global_step": int}, required=True)
     _check_types(path, content, dict.fromkeys(("state", "args", "modules", "rng", "counters"), dict), required=False)
-    if kind == "checkpoint" and content["global_step"] < 0:
+    if content["kind"] == "checkpoint" and content["global_step"] < 0:
         raise FileRefused(f"{path} is damaged or forged: its global_step is {content['global_step']}")
     content["path"] = str(path)
     return content

@@ -25,9 +25,11 @@ Writes, into ``--out``:
 
 - ``curves.<format>`` (``--format``, default png and svg; pdf too): one subplot per
   environment (3 per row), one line per ``exp_name``: the mean over seeds of the tag
-  (``--tag``), each run interpolated onto a common grid of environment steps (or of
-  wall-clock minutes since the run started), with a band: a 95% bootstrap confidence interval
-  of the mean over seeds, or ± one standard deviation; ``--reference`` points (published
+  (``--tag``), each run smoothed (a trailing mean over ``--smooth`` episodes, default 20; 1 for
+  none) and interpolated onto a common grid of environment steps (or of wall-clock minutes
+  since the run started), with a band: a 95% bootstrap confidence interval of the mean over
+  seeds, ± one standard deviation, or the range; a group of fewer than 3 seeds gets no band,
+  and the figure's title and a note in ``returns.md`` say so; ``--reference`` points (published
   results) as markers with ± std error bars; one legend below the subplots. Default size:
   3.3 x 2.5 inches per subplot plus the legend (one paper column for one environment), saved
   at that size (``--figsize`` sets the whole figure's); step ticks read ``200k``, ``1M``;
@@ -380,6 +382,25 @@ def curve_matrix(
 
 BANDS = {"ci": "95% bootstrap CI", "std": "± one std", "range": "band: lowest to highest seed"}
 """The bands of :func:`band` (``--band``), each with how the figure's default title names it."""
+
+BAND_SEEDS = 3
+"""The fewest seeds a group's curve gets a band with: over 1 or 2 seeds a confidence interval (or a std, or a
+range) says next to nothing about the spread of another seed, so the curve is drawn alone, with a note."""
+
+SMOOTH = 20
+"""``--smooth``'s default: a trailing mean over 20 episodes, the episodes the final return (``--last-episodes``)
+and a run's progress line average; ``--smooth 1`` draws the raw episodic values."""
+
+
+def band_notes(groups: Mapping[tuple[str, str], Sequence[RunData]]) -> list[str]:
+    """A note for each group with fewer than :data:`BAND_SEEDS` runs: its curve has no band (:func:`curves_figure`);
+    Markdown, names written literally (:func:`markdown_text`), for ``returns.md``."""
+    return [
+        f"note: {markdown_text(env_id)} {markdown_text(exp_name)} has {_seeds([len(runs)])}: "
+        f"its curve has no band (a band needs {BAND_SEEDS} seeds)"
+        for (env_id, exp_name), runs in groups.items()
+        if len(runs) < BAND_SEEDS
+    ]
 
 
 def band(
@@ -743,7 +764,8 @@ def curves_figure(
             the readable tag, ``(mean of N)`` added when smoothed); on the bottom row / left
             column.
         title: the figure's title (default: what the line and band are, ``mean over seeds, 95%
-            bootstrap CI``; ``""``: none).
+            bootstrap CI``, with a line ``(no band for fewer than 3 seeds)`` when a group has fewer than
+            :data:`BAND_SEEDS` runs, whose curve is drawn without a band; ``""``: none).
         legend: exp_name -> its legend label, used as given (the others read ``<exp_name> (<n>
             seeds)``).
         figsize: the whole figure's (width, height) in inches (default :data:`PANEL_SIZE` per
@@ -771,8 +793,13 @@ def curves_figure(
     labels |= {f"reference {label}": plain_text(label) for label in reference_labels}
     width = figsize[0] if figsize is not None else PANEL_SIZE[0] * cols
     legend_cols = _legend_columns(list(labels.values()), width)
+    if title is None:
+        banded = [len(runs) >= BAND_SEEDS for runs in groups.values()]
+        title = "mean over seeds" + (", " + BANDS[band_kind]) * any(banded)
+        title += "" if all(banded) else f"\n(no band for fewer than {BAND_SEEDS} seeds)"
     if figsize is None:
-        figsize = (width, PANEL_SIZE[1] * rows + 0.17 * math.ceil(len(labels) / legend_cols) + 0.3)
+        lines = math.ceil(len(labels) / legend_cols) + title.count("\n")  # of the legend, and the title's second
+        figsize = (width, PANEL_SIZE[1] * rows + 0.17 * lines + 0.3)
     fig = Figure(figsize=figsize, layout="constrained")
     axes = list(fig.subplots(rows, cols, squeeze=False).flat)
     if xlabel is None:
@@ -788,9 +815,11 @@ def curves_figure(
             grid, matrix = curve_matrix(runs, x, window, points)
             if grid.size == 0:
                 continue
-            mean, lower, upper = band(matrix, band_kind, reps, seed)
+            banded = len(runs) >= BAND_SEEDS  # fewer: no band (:func:`band_notes`)
+            mean, lower, upper = band(matrix, band_kind, reps, seed) if banded else (matrix.mean(axis=0), None, None)
             (handles[name],) = ax.plot(grid, mean, color=colors[name], linewidth=1.2, label=labels[name])
-            ax.fill_between(grid, lower, upper, color=colors[name], alpha=0.25, linewidth=0)
+            if banded:
+                ax.fill_between(grid, lower, upper, color=colors[name], alpha=0.25, linewidth=0)
         for point in references.get(env_id, ()):
             handles["reference " + point.label] = ax.errorbar(
                 [point.step],
@@ -826,8 +855,6 @@ def curves_figure(
             fontsize=FONT_SIZE - 1,
             frameon=False,
         )
-    if title is None:
-        title = "mean over seeds, " + BANDS[band_kind]
     if title:
         fig.suptitle(title, fontsize=FONT_SIZE + 1)
     return fig
@@ -917,13 +944,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default="steps",
         help="x axis of the curves: environment steps or wall-clock minutes since the run started",
     )
-    parser.add_argument("--smooth", type=int, default=1, help="moving-average window in episodes (1: none)")
+    parser.add_argument(
+        "--smooth",
+        type=int,
+        default=SMOOTH,
+        help="trailing moving-average window of the curves, in episodes (as the final return's; 1: raw values)",
+    )
     parser.add_argument("--points", type=int, default=100, help="points of the common x grid of the curves")
     parser.add_argument(
         "--band",
         choices=tuple(BANDS),
         default="ci",
-        help="band around the mean over seeds: 95%% bootstrap CI, ± one std, or the range (lowest to highest seed)",
+        help="band around the mean over seeds: 95%% bootstrap CI, ± one std, or the range (lowest to highest seed); "
+        f"none for fewer than {BAND_SEEDS} seeds (a note says so)",
     )
     style = parser.add_argument_group("curves figure")
     style.add_argument("--xlabel", default=None, help="x label (default: environment steps / wall-clock minutes)")
@@ -934,7 +967,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--title",
         default=None,
         help='figure title (default: what the band is: "mean over seeds, 95%% bootstrap CI", "... ± one std" or '
-        '"... band: lowest to highest seed"; "" for none)',
+        f'"... band: lowest to highest seed", and a line "(no band for fewer than {BAND_SEEDS} seeds)"; "" for none)',
     )
     style.add_argument(
         "--legend",
@@ -1077,6 +1110,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             references=references,
         )
         table = returns_table(groups, args.last_episodes, args.last_fraction, references)
+        table += "".join(f"\n{note}\n" for note in band_notes(groups))
         written.append(write_atomic(args.out / "returns.md", table))
         print(table)
         if matrices is None:

@@ -29,6 +29,7 @@ Conventions:
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import difflib
 import json
@@ -41,10 +42,11 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from collections import deque
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Optional
+from typing import Annotated, Any, Callable, NoReturn, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -82,8 +84,8 @@ from cleanrl_utils.writes import UnsafePath, check_tree, open_regular, write_ato
 class RunArgs:
     """Flags every script takes; a script's ``Args`` adds its algorithm's hyperparameters."""
 
-    exp_name: str = ""
-    """name of this experiment, part of the run directory name (default: the script's file name)"""
+    exp_name: Annotated[str, tyro.conf.arg(help_behavior_hint="(default: the script's file name)")] = ""
+    """name of this experiment, part of the run directory name"""
     seed: int = 1
     """seed of python, numpy, torch and the environments"""
     torch_deterministic: bool = True
@@ -101,7 +103,7 @@ class RunArgs:
     save_model: bool = False
     """if toggled, save the model to `{run_dir}/{exp_name}.cleanrl_model`, then evaluate it"""
     eval_episodes: int = 10
-    """episodes the saved model is evaluated for (with --save-model)"""
+    """episodes of each evaluation: the saved model's (--save-model), and the periodic ones (--eval-interval, if any)"""
     checkpoint_interval: int = 0
     """environment steps between checkpoints in `{run_dir}/checkpoints/` (0: only on SIGTERM or Ctrl-C)"""
     resume: Optional[str] = None
@@ -135,7 +137,9 @@ def parse_args(
     """
     argv = sys.argv[1:] if argv is None else argv
     _keep_running_without_a_reader()
+    _warn_once()
     description = (sys.modules.get("__main__").__doc__ or "").strip().split("\n")[0] or None
+    _refuse_repeated_flags(argv, [field.name for field in dataclasses.fields(args_class)])
     args = _tyro_cli(args_class, argv, description)
     args.script = script_name(script_file)
     args.exp_name = args.exp_name or args.script
@@ -148,6 +152,26 @@ def parse_args(
         if check is not None:
             check(args)
     return args, resumed
+
+
+def _refuse_repeated_flags(argv: list[str], fields: list[str]) -> None:
+    """Stop (exit 2, one line naming the flag) where a field's flag is given twice (``--seed 1 --seed 2``,
+    ``--cuda --no-cuda``, ``--num-envs 2 --num_envs=4``): the parser would silently keep the last."""
+    names = {}
+    for name in fields:
+        for spelling in {name, name.replace("_", "-")}:
+            names[f"--{spelling}"] = names[f"--no-{spelling}"] = name
+    seen: dict[str, str] = {}
+    tokens = argv[: argv.index("--")] if "--" in argv else argv
+    for index, token in enumerate(tokens):
+        name = names.get(token.split("=", 1)[0]) if token.startswith("--") else None
+        if name is None:
+            continue
+        value = tokens[index + 1 : index + 2] if "=" not in token else []  # what it was given with, as said
+        given = " ".join([token] + [v for v in value if not v.startswith("--")])
+        if name in seen:
+            fail(flag_name(name), f"given twice ({seen[name]}, then {given}); give it once")
+        seen[name] = given
 
 
 def check_run_args(args: Any) -> None:
@@ -217,6 +241,28 @@ def _keep_running_without_a_reader() -> None:
         return
     if not isinstance(sys.stdout, _Unbroken):
         sys.stdout = _Unbroken(sys.stdout)
+
+
+def _warn_once() -> None:
+    """Show each warning (its category and text) once in this process, once.
+
+    Python's ``"once"`` filter (gymnasium's, for its deprecation warnings: a ``-v4`` MuJoCo env is out of date)
+    forgets what it showed whenever the filters change, as every ``warnings.catch_warnings`` block (in torch,
+    tyro ...) changes them: the same warning came again for the flags' check, the training envs and the
+    evaluation env. This remembers them in ``warnings.showwarning``, whatever the filters do.
+    """
+    show = warnings.showwarning
+    if getattr(show, "once", False):
+        return
+    shown: set[tuple[type, str]] = set()
+
+    def show_once(message, category, filename, lineno, file=None, line=None):
+        if (category, str(message)) not in shown:
+            shown.add((category, str(message)))
+            show(message, category, filename, lineno, file, line)
+
+    show_once.once = True
+    warnings.showwarning = show_once
 
 
 def _tyro_cli(args_class: type, argv: list[str], description: str | None) -> Any:
@@ -498,9 +544,9 @@ def start_run(args: Any, resumed: dict | None = None, runs_dir: str | os.PathLik
         writer.add_text("hyperparameters", f"|param|value|\n|-|-|\n{table}")
         writer.flush()  # the first write reaches the disk now, or fails here
     run = Run(args, directory, writer, _seed_and_device(args), resumed)
-    run.lock, run.events_suffix = lock, suffix  # the lock is held while this process lives
-    if resumed is None:  # a resumed run says so once its checkpoint is restored (Run.restore)
-        print(f"run directory: {directory}", flush=True)
+    run.lock, run.events_suffix = lock, suffix  # the lock is held until the run is over (Run.close, or the exit)
+    resuming = f" (resumed at step {resumed['global_step']})" if resumed is not None else ""
+    print(f"run directory: {directory}{resuming}", flush=True)  # the first line of a run, before the script's own
     one_line_faults(args.script, lambda: run.last_checkpoint, run.writer.close)  # a Fault: one line, not a traceback
     return _stop_on_hangup(run)
 
@@ -519,9 +565,12 @@ def _set_up_in(directory: Path, flag: str, created: bool):
 
 
 def _lock_run(directory: Path, flag: str):
-    """Lock ``{directory}/run.lock`` for this process (released when it ends): two processes never write one run.
+    """Lock ``{directory}/run.lock`` for this process: two processes never write one run.
 
     The lock file is opened only as a regular file, never through a link (:func:`cleanrl_utils.writes.open_regular`).
+    It holds the pid of its holder and is removed when the run is over (:func:`_unlock`: when :meth:`Run.close`
+    ends it, or when the process exits), so no ``run.lock`` outlives its process but one killed at once
+    (SIGKILL, a second Ctrl-C), whose lock the kernel releases anyway.
 
     Raises:
         SystemExit: (status 2, one line naming ``flag``) another live process holds it.
@@ -530,17 +579,47 @@ def _lock_run(directory: Path, flag: str):
     """
     import fcntl
 
-    lock = open_regular(directory / "run.lock", "a+")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.seek(0)
-        fail(flag, f"{directory} is in use by another process (pid {lock.read().strip() or '?'}); one process per run")
+    while True:
+        lock = open_regular(directory / "run.lock", "a+")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            fail(flag, f"{directory} is in use by another process (pid {lock.read().strip() or '?'}); one process per run")
+        if _is_at(lock, directory / "run.lock"):
+            break
+        lock.close()  # its holder removed it as its run ended, after this process opened it: lock the file there now
     lock.seek(0)
     lock.truncate()
     lock.write(f"{os.getpid()}\n")
     lock.flush()
+    atexit.register(_unlock, directory, lock, os.getpid())
     return lock
+
+
+def _is_at(file: Any, path: Path) -> bool:
+    """Whether the open ``file`` is the file at ``path`` (not one removed, or replaced by another)."""
+    try:
+        return os.path.samestat(os.fstat(file.fileno()), os.stat(path, follow_symlinks=False))
+    except OSError:
+        return False
+
+
+def _unlock(directory: Path, lock: Any, pid: int) -> None:
+    """Remove ``{directory}/run.lock`` and release it, once the run of process ``pid`` that locked it is over.
+
+    Removed while still locked, so no other process has locked that file meanwhile; one that opened it before
+    locks it only after, sees it is no longer at its path, and locks a new one (:func:`_lock_run`). Nothing is
+    done in another process (a forked child) or twice.
+    """
+    if os.getpid() != pid or lock.closed:
+        return
+    if _is_at(lock, directory / "run.lock"):
+        try:
+            (directory / "run.lock").unlink()
+        except OSError:  # a read-only folder now: the file stays, the lock goes with the process
+            pass
+    lock.close()
 
 
 def _stop_on_hangup(run: Run) -> Run:
@@ -585,6 +664,7 @@ class Run:
         self.args, self.directory, self.writer, self.device, self.resumed = args, directory, writer, device, resumed
         self.records = directory is not None
         self.events_suffix: str | None = None  # the name ending of the events file this process writes
+        self.lock: Any = None  # the open, locked run.lock (:func:`_lock_run`)
         self.video_dir = str(directory / "videos") if self.records else ""
         self.stop_signal: int | None = None
         self.stop_reported = False  # the stop has been said (by finish, or by close after training ended)
@@ -664,7 +744,7 @@ class Run:
 
         After a stop it prints where the checkpoint is and how to resume.
         """
-        self.progress.close()  # the last progress line (and any announcement) before the stop's message
+        self.progress.close()  # the last progress line before the stop's message
         if self.stop_signal and self.records:
             name = signal.Signals(self.stop_signal).name
             print(f"{name}: checkpoint written to {self.last_checkpoint}; resume with: {self.resume_command()}", flush=True)
@@ -712,8 +792,6 @@ class Run:
         except SystemExit:  # refused: the events file this process opened goes, so that its purge step
             self._discard_events()  # hides none of the interrupted process's events after the checkpoint
             raise
-        # said at the loop's first step, once the script has also read its counters (a missing one is refused)
-        self.progress.header = f"run directory: {self.directory} (resumed at step {counters['global_step']})"
         return counters
 
     def _discard_events(self) -> None:
@@ -822,7 +900,7 @@ class Run:
 
     def summary(self) -> str:
         """The closing lines of a run that ran to its end: its last step and recent return, what its directory
-        holds, and the commands that plot it (and evaluate its model)."""
+        holds, and the commands that plot it (and evaluate its model, or else its last checkpoint)."""
         progress, directory = self.progress, self.directory
         if progress.returns:
             recent = f"mean return of its last {len(progress.returns)} episodes {progress.mean_return:.2f}"
@@ -842,6 +920,8 @@ class Run:
         ]
         if model.exists():
             lines.append(f"evaluate it again: python -m cleanrl_utils.enjoy {directory} --eval-episodes 10")
+        elif saved:  # no model (no --save-model): its last checkpoint's networks are evaluated as one
+            lines.append(f"evaluate its last checkpoint: python -m cleanrl_utils.enjoy {saved[-1]} --eval-episodes 10")
         return "\n".join(lines)
 
     @property
@@ -876,6 +956,8 @@ class Run:
             for video in sorted(self.directory.glob("videos*/*.mp4")):  # training and evaluation
                 wandb.log({f"{video.parent.name}/{video.stem}": wandb.Video(str(video), format="mp4")})
             wandb.finish()
+        if self.lock is not None:  # the run is over: its directory is free
+            _unlock(self.directory, self.lock, os.getpid())
 
 
 class _Stopped(BaseException):
@@ -1026,7 +1108,6 @@ class Progress:
         self.last_print = self.last_update = time.perf_counter()
         self.step = start_step
         self.printed_step = -1
-        self.header: str | None = None  # a line to print before the first progress (a resumed run's directory)
         self.bar = None
         if self.stream.isatty():
             from tqdm import tqdm
@@ -1053,19 +1134,12 @@ class Progress:
             self.last_update = now
         return int((global_step - self.start_step) / max(now - self.start, 1e-9))
 
-    def announce(self) -> None:
-        """Print :attr:`header`, once."""
-        if self.header is not None:
-            print(self.header, file=self.stream, flush=True) if self.bar is None else self.bar.write(self.header)
-            self.header = None
-
     def update(self, global_step: int) -> None:
         """Report that the run has reached ``global_step``; prints at most every interval."""
         now = self.last_update = time.perf_counter()
         if self.start is None:  # the first env step of the loop: the clock and the print interval start here, so
             # that a set-up longer than the interval (a resume replaying its envs) prints no line reading "SPS 0"
             self.start, self.start_step, self.last_print = now, global_step, now
-            self.announce()
         if self.bar is not None:
             self.bar.update(global_step - self.step)
             self.step = global_step
@@ -1087,7 +1161,6 @@ class Progress:
 
     def close(self) -> None:
         """Close the bar, or print the final line if the last one printed is out of date."""
-        self.announce()
         if self.bar is not None:
             self.bar.close()
             self.bar = None

@@ -279,6 +279,17 @@ def new_log(path: Path) -> Any:
     return create_new(path, "w")
 
 
+def _one_name(name: str, value: Any, cleanrl_name: str, cleanrl_value: Any, default: Any) -> Any:
+    """The value of a keyword that CleanRL's Tuner names otherwise: given under one name, or ``default``.
+
+    Raises:
+        TypeError: given under both names.
+    """
+    if value is not None and cleanrl_value is not None:
+        raise TypeError(f"Tuner got both {name} and {cleanrl_name} (CleanRL's name of {name}); give one")
+    return next((v for v in (value, cleanrl_value) if v is not None), default)
+
+
 class Tuner:
     """An Optuna study over the flags of ``script`` on one or more environments.
 
@@ -293,8 +304,8 @@ class Tuner:
             flag names without ``--``. Bools become ``--flag`` / ``--no-flag``.
         fixed: ``{flag: value}`` passed unchanged to every run.
         direction: ``"maximize"`` or ``"minimize"`` the aggregated value.
-        aggregation: ``"average"``, ``"median"``, ``"min"`` or ``"max"`` across environments.
-        metric_last_n: values of ``metric`` averaged at the end of a run.
+        aggregation: ``"average"`` (None: the default), ``"median"``, ``"min"`` or ``"max"`` across environments.
+        metric_last_n: values of ``metric`` averaged at the end of a run (None: the default, 20).
         pruner: an ``optuna.pruners`` object; default ``MedianPruner(n_startup_trials=5)``.
         sampler: an ``optuna.samplers`` object; default Optuna's (TPE).
         storage: Optuna storage URL; ``sqlite:///tuner.db`` is the file ``tuner.db``.
@@ -305,8 +316,12 @@ class Tuner:
             (a broken script fails them all); None never stops.
         python: the interpreter that runs the script (default: this one).
         stream: where progress lines go (default stdout).
+        aggregation_type, metric_last_n_average_window: CleanRL's names of ``aggregation`` and
+            ``metric_last_n``, with the same meaning (CleanRL's default window is 50, this one's 20).
 
     Raises:
+        TypeError: a keyword given under both its names (``aggregation`` and ``aggregation_type``, or
+            ``metric_last_n`` and ``metric_last_n_average_window``).
         ValueError: an empty ``target_scores``, a target with ``low >= high``, raw scores on
             several environments, an unknown direction or aggregation, ``metric_last_n < 1``, or
             a study name that is not a folder name (:func:`study_folder`).
@@ -321,8 +336,8 @@ class Tuner:
         params_fn: Callable[[Any], Mapping[str, Any]] | None = None,
         fixed: Mapping[str, Any] | None = None,
         direction: str = "maximize",
-        aggregation: str = "average",
-        metric_last_n: int = 20,
+        aggregation: str | None = None,
+        metric_last_n: int | None = None,
         pruner: Any = None,
         sampler: Any = None,
         storage: str = "sqlite:///tuner.db",
@@ -331,7 +346,14 @@ class Tuner:
         max_consecutive_failures: int | None = 3,
         python: str = sys.executable,
         stream: Any = None,
+        *,
+        aggregation_type: str | None = None,
+        metric_last_n_average_window: int | None = None,
     ):
+        aggregation = _one_name("aggregation", aggregation, "aggregation_type", aggregation_type, "average")
+        metric_last_n = _one_name(
+            "metric_last_n", metric_last_n, "metric_last_n_average_window", metric_last_n_average_window, 20
+        )
         self.script = Path(script)
         if not self.script.is_file():
             raise FileNotFoundError(f"no script {str(script)!r}")

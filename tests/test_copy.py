@@ -83,6 +83,11 @@ def test_a_modified_copy_trains_resumes_and_evaluates_with_its_own_networks(scri
     assert result.stdout.startswith(f"{name}, ")
     assert float(result.stdout.split("return ")[1].split(" ±")[0]) == pytest.approx(trained, abs=0.005)
 
+    # and its checkpoint too, with the copy's networks
+    checkpoint = next((run / "checkpoints").glob("*.pt"))
+    result = enjoy(str(checkpoint), "--script", str(copy), "--eval-episodes", "1", cwd=tmp_path, check=False)
+    assert result.returncode == 0 and result.stdout.startswith(f"{name}, {checkpoint}: 1 episodes"), result.stderr
+
     # without --script it refuses: the name the file records is no script of cleanrl/, and is no path
     result = enjoy(str(run), cwd=tmp_path, check=False)
     assert result.returncode == 2 and result.stderr.count("\n") == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import torch
 
 from tests.conftest import enjoy, run_dir, run_script, scalars
 
@@ -64,8 +65,72 @@ def test_enjoy_passes_script_options_and_refuses_unknown_ones(tmp_path):
     assert result.stderr.strip() == (
         "error: --option: this script's evaluate takes no option 'deterministic'; it takes: epsilon"
     )
-    checkpoint = enjoy(str(next(run.glob("checkpoints/*.pt"))), cwd=tmp_path, check=False)
-    assert checkpoint.returncode == 2 and "is a checkpoint file, not a model file" in checkpoint.stderr
+    checkpoint = enjoy(
+        str(next(run.glob("checkpoints/*.pt"))), "--eval-episodes", "1", "--option", "epsilon=1.0", cwd=tmp_path
+    )
+    assert "return" in checkpoint.stdout  # a checkpoint is evaluated too, with the same options
+
+
+@pytest.mark.parametrize(
+    "script,flags",
+    [
+        ("ppo", ["--env-id", "CartPole-v1", "--total-timesteps", "4096", "--num-envs", "2", "--checkpoint-interval", "2048"]),
+        (
+            "dqn",
+            ["--env-id", "CartPole-v1", "--total-timesteps", "3000", "--learning-starts", "500", "--buffer-size", "3000"]
+            + ["--checkpoint-interval", "1500"],
+        ),
+        # its model's observation statistics are part of the checkpoint's normalisation
+        (
+            "ppo_continuous",
+            ["--env-id", "Pendulum-v1", "--total-timesteps", "4096", "--num-envs", "1"] + ["--checkpoint-interval", "2048"],
+        ),
+    ],
+)
+def test_enjoy_evaluates_a_checkpoint_with_the_scripts_networks(script, flags, tmp_path):
+    run_script(f"{script}.py", *flags, "--save-model", "--eval-episodes", "4", cwd=tmp_path)
+    run = run_dir(tmp_path)
+    trained = scalars(run)["eval/episodic_return"][-1][1]
+    first, last = sorted((run / "checkpoints").glob("step_*.pt"), key=lambda path: int(path.stem[5:]))
+    mean = lambda out: float(out.split("return ")[1].split(" ±")[0])  # noqa: E731
+
+    out = enjoy(str(last), "--eval-episodes", "4", cwd=tmp_path).stdout  # written at the last step: the model's weights
+    assert out.startswith(f"{script}.py, {last}: 4 episodes, return ")
+    assert mean(out) == pytest.approx(trained, abs=0.005)
+
+    exported = tmp_path / "export" / f"step_{first.stem}.cleanrl_model"
+    out = enjoy(str(first), "--eval-episodes", "4", "--export", str(exported), cwd=tmp_path).stdout
+    assert out.startswith(f"model written to {exported}\n{script}.py, {first}: ")
+    model = torch.load(exported, weights_only=True)
+    assert model["kind"] == "model" and model["script"] == script and model["global_step"] == int(first.stem[5:])
+    assert "optimizer" not in model and "envs" not in model  # the networks, not the training state
+    again = enjoy(str(exported), "--eval-episodes", "4", cwd=tmp_path).stdout
+    assert mean(again) == mean(out.splitlines()[1])
+
+    refused = enjoy(str(first), "--export", str(exported), cwd=tmp_path, check=False)
+    assert refused.returncode == 2 and refused.stderr == f"error: --export: {exported} exists; give a new file\n"
+    refused = enjoy(str(run), "--export", str(tmp_path / "new.cleanrl_model"), cwd=tmp_path, check=False)
+    assert refused.returncode == 2 and "is a model file already; --export takes a checkpoint" in refused.stderr
+    (run / f"{script}.cleanrl_model").unlink()  # a run directory without a model points to its checkpoints
+    refused = enjoy(str(run), cwd=tmp_path, check=False)
+    assert refused.returncode == 2 and f"give a checkpoint: {last}" in refused.stderr
+
+
+def test_a_checkpoint_without_networks_is_refused(tmp_path):
+    from cleanrl_utils.enjoy import model_of_checkpoint
+    from cleanrl_utils.files import FileRefused
+
+    with pytest.raises(FileRefused, match="holds no network to evaluate"):
+        model_of_checkpoint({"path": "step_5.pt", "state": {"agent": {}}, "modules": {}})
+    model = model_of_checkpoint(
+        {
+            "path": "p",
+            "script": "x",
+            "state": {"agent": {}, "kind": torch.ones(1), "normalization": {}},
+            "modules": {"agent": "A"},
+        }
+    )
+    assert model["kind"] == "model" and model["obs_norm"] == {} and model["modules"] == {"agent": "A"} and "path" not in model
 
 
 def _junk(path):

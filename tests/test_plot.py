@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.stats
+from matplotlib.colors import to_rgb
 
 from cleanrl_utils import plot
 from tests.conftest import ROOT, episodic_returns, run_dir, run_script
@@ -78,6 +79,8 @@ def check_svg(path: Path, *texts: str) -> None:
 def table_rows(markdown: str) -> dict[tuple[str, str], tuple[float, float, int]]:
     rows = {}
     for line in markdown.strip().splitlines()[2:]:
+        if not line.startswith("|"):  # a note below the table
+            continue
         env_id, exp_name, cell, seeds = [c.strip() for c in line.strip("|").split("|")]
         mean, std = cell.split(" ± ")
         rows[(env_id, exp_name)] = (float(mean), float(std), int(seeds))
@@ -370,7 +373,8 @@ def test_curves_figure_defaults():
     fig = plot.curves_figure(groups, reps=20)
     (ax,) = fig.axes
     assert ax.get_title() == "Hopper-v4" and ax.get_ylabel() == "episodic return" and ax.get_xlabel() == "environment steps"
-    assert fig._suptitle.get_text() == "mean over seeds, 95% bootstrap CI"
+    assert fig._suptitle.get_text() == "mean over seeds\n(no band for fewer than 3 seeds)"
+    assert not ax.collections  # 2 seeds: the curve without a band
     width, height = fig.get_size_inches()
     assert width == pytest.approx(3.3) and 2.5 < height < 3.5  # one paper column
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["ppo (2 seeds)"]
@@ -382,6 +386,28 @@ def test_curves_figure_defaults():
         plot.curves_figure(groups, reps=20, tag="losses/value_loss", window=5).axes[0].get_ylabel()
         == "losses/value_loss (mean of 5)"
     )
+
+
+def test_a_band_needs_three_seeds_and_curves_are_smoothed_by_default(tmp_path, capsys):
+    three = [synthetic("Hopper-v4", "ppo", s) for s in (1, 2, 3)]
+    fig = plot.curves_figure(plot.group_runs(three), reps=20)
+    assert fig._suptitle.get_text() == "mean over seeds, 95% bootstrap CI" and len(fig.axes[0].collections) == 1
+    mixed = plot.group_runs(three + [synthetic("Hopper-v4", "sac", s) for s in (1, 2)])
+    fig = plot.curves_figure(mixed, reps=20, band_kind="std")
+    assert fig._suptitle.get_text() == "mean over seeds, ± one std\n(no band for fewer than 3 seeds)"
+    (ppo_band,) = fig.axes[0].collections  # ppo's band only
+    assert ppo_band.get_facecolor()[0][:3] == pytest.approx(to_rgb(fig.axes[0].get_lines()[0].get_color()))
+    assert plot.band_notes(mixed) == ["note: Hopper-v4 sac has 2 seeds: its curve has no band (a band needs 3 seeds)"]
+
+    root = tmp_path / "runs"  # the tool: smoothed over 20 episodes, the note in returns.md
+    for seed in (1, 2):
+        write_run(root, "CartPole-v1", "ppo", seed, [float((i * 7919 + seed) % 50) for i in range(60)])
+    plot.main([str(root), "--out", str(tmp_path / "out"), "--reps", "20"])
+    returns = (tmp_path / "out" / "returns.md").read_text()
+    assert returns.endswith("\nnote: CartPole-v1 ppo has 2 seeds: its curve has no band (a band needs 3 seeds)\n")
+    assert "note: CartPole-v1 ppo has 2 seeds" in capsys.readouterr().out
+    check_svg(tmp_path / "out" / "curves.svg", "episodic return (mean of 20)", "(no band for fewer than 3 seeds)")
+    assert plot.parse_args(["runs"]).smooth == plot.SMOOTH == 20
 
 
 def test_curves_figure_options_change_it():
@@ -523,7 +549,7 @@ def test_run_names_with_math_text_are_drawn_literally(tmp_path, capsys):
     check_svg(out / "curves.svg", "$\\bar$|v0", "CartPole-v1", *(f"{shown[n]} (2 seeds)" for n in MATH_NAMES["$\\bar$|v0"]))
     check_svg(out / "aggregate.svg", "a$x^2$b", "$\\foo$")  # the two exp_names with runs on both envs
     check_png(out / "curves.png")
-    rows = [markdown_cells(line) for line in (out / "returns.md").read_text().splitlines()[2:]]
+    rows = [markdown_cells(line) for line in (out / "returns.md").read_text().splitlines()[2:] if line.startswith("|")]
     assert sorted(tuple(row[:2]) for row in rows) == sorted(
         (env_id, shown[name]) for env_id, names in MATH_NAMES.items() for name in names
     )

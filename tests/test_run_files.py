@@ -10,6 +10,7 @@ id) gave a traceback on resume or evaluation; a full disk before the first check
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -318,8 +319,10 @@ def test_a_checkpoint_with_forged_counters_generators_env_logs_or_weights_is_one
     result = run_script("ppo.py", "--resume", str(checkpoint), cwd=tmp_path, check=False)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1 and message in lines[0], result.stderr[-2000:]
-    # nothing else said, and no events file left behind whose purge step would hide the run's later events
-    assert "run directory" not in result.stdout and sorted(run.glob("events.out.tfevents.*")) == events
+    # nothing said but the run directory it was resuming, and no events file left behind whose purge step would hide
+    # the run's later events
+    assert [line.split(" (resumed at step ")[0] for line in result.stdout.splitlines()] == [f"run directory: {run}"]
+    assert sorted(run.glob("events.out.tfevents.*")) == events
 
 
 @pytest.mark.parametrize("forged", ["a network record that is not text", "a float64 weight beyond float32"])
@@ -348,3 +351,81 @@ def test_a_sync_env_whose_close_hangs_ends_within_the_env_timeout(tmp_path):
     result = run_script("ppo.py", *flags, "--env-id", "tests.envs:HangingClose-v0", cwd=tmp_path, check=False)
     assert result.returncode != 0 and "closing the envs: no answer within --env-timeout 3 s" in result.stderr
     assert "Traceback" not in result.stderr and time.perf_counter() - start < 60, result.stderr[-2000:]
+
+
+# ---- the lock file, the first line of a resumed run, flags given twice, help texts (issue 34)
+
+
+def test_help_shows_one_default_per_flag_and_what_eval_episodes_governs(tmp_path):
+    out = run_script("ppo.py", "--help", cwd=tmp_path).stdout
+    text = " ".join(line.strip(" │") for line in out.splitlines())
+    text = " ".join(text.split())
+    assert "part of the run directory name (default: the script's file name) --seed" in text
+    assert "(default: '')" not in text
+    assert "--eval-episodes INT episodes of each evaluation: the saved model's (--save-model)" in text
+
+
+@pytest.mark.parametrize(
+    "flags,flag,message",
+    [
+        (
+            ["--total-timesteps", "10", "--total-timesteps", "20"],
+            "--total-timesteps",
+            "(--total-timesteps 10, then --total-timesteps 20)",
+        ),
+        (["--cuda", "--no-cuda"], "--cuda", "given twice (--cuda, then --no-cuda); give it once"),
+        (["--num-envs", "2", "--seed", "3", "--num_envs=4"], "--num-envs", "(--num-envs 2, then --num_envs=4)"),
+    ],
+)
+def test_a_flag_given_twice_is_refused(flags, flag, message, tmp_path):
+    assert_stops_with_one_line("ppo.py", flags, flag, message, tmp_path)
+
+
+def test_the_lock_file_goes_when_the_run_is_over_and_still_keeps_a_second_process_out(finished_run, tmp_path):
+    from cleanrl_utils.run import _lock_run, _unlock
+
+    assert not (finished_run / "run.lock").exists()  # a run that finished
+    run = copy_run(finished_run, tmp_path)
+    resumed = run_script("ppo.py", "--resume", str(run), "--total-timesteps", "1024", cwd=tmp_path)
+    assert not (run / "run.lock").exists(), resumed.stdout  # a resumed run that finished
+    lock = _lock_run(run, "--resume")
+    assert (run / "run.lock").read_text() == f"{os.getpid()}\n"
+    late = open_regular(run / "run.lock", "a+")  # opened by another process before the run ended
+    with pytest.raises(SystemExit) as stopped:  # one process per run
+        _lock_run(run, "--resume")
+    assert stopped.value.code == 2
+    _unlock(run, lock, os.getpid())
+    assert not (run / "run.lock").exists() and lock.closed
+    again = _lock_run(run, "--resume")  # the directory is free again; a file removed under a late opener is not used
+    assert (run / "run.lock").exists() and os.path.samestat(os.fstat(again.fileno()), os.stat(run / "run.lock"))
+    assert not os.path.samestat(os.fstat(late.fileno()), os.stat(run / "run.lock"))
+    _unlock(run, again, os.getpid() + 1)  # only the process that locked it removes it
+    assert (run / "run.lock").exists()
+    _unlock(run, again, os.getpid())
+    late.close()
+
+
+def test_a_resumed_run_says_its_directory_first(tmp_path):
+    flags = ["--env-id", "CartPole-v1", "--total-timesteps", "1000", "--learning-starts", "200", "--buffer-size", "1000"]
+    run_script("dqn.py", *flags, "--checkpoint-interval", "500", cwd=tmp_path)
+    run = run_dir(tmp_path)
+    (run / "checkpoints" / "step_1000.pt").unlink()
+    out = run_script("dqn.py", "--resume", str(run), "--checkpoint-buffer", cwd=tmp_path).stdout.splitlines()
+    assert out[0] == f"run directory: {run} (resumed at step 500)", out
+    assert out[1].startswith("each checkpoint holds the replay buffer")  # the script's own lines after it
+    assert out[2].startswith("the checkpoint has no replay buffer: refilling it")
+
+
+def test_a_warning_is_shown_once_per_run(tmp_path):
+    """gymnasium's deprecation of a -v4 MuJoCo env: once, not again for the training envs and the evaluation env."""
+    pytest.importorskip("mujoco")
+    flags = ["--env-id", "Hopper-v4", "--num-envs", "1", "--num-steps", "64", "--total-timesteps", "64"]
+    result = run_script("ppo_continuous.py", *flags, "--save-model", "--eval-episodes", "1", cwd=tmp_path)
+    assert result.stderr.count("The environment Hopper-v4 is out of date") == 1, result.stderr
+
+
+def test_a_run_without_a_model_names_its_last_checkpoint_to_evaluate(tmp_path):
+    lines = run_script("ppo.py", *FLAGS, cwd=tmp_path).stdout.strip().splitlines()
+    checkpoint = f"runs/{run_dir(tmp_path).name}/checkpoints/step_1024.pt"
+    assert lines[-1] == f"evaluate its last checkpoint: python -m cleanrl_utils.enjoy {checkpoint} --eval-episodes 10"
+    assert "return" in enjoy(checkpoint, "--eval-episodes", "1", cwd=tmp_path).stdout  # the command works

@@ -134,6 +134,24 @@ def test_tuner_rejects_bad_arguments(stub: Path):
     assert Tuner(stub, target_scores={"A-v0": None}, study_name="../a", runs_dir="r").study_dir == Path("r/..-a")
 
 
+def test_tuner_takes_cleanrls_keyword_names(stub: Path):
+    """CleanRL's Tuner names aggregation and metric_last_n aggregation_type and metric_last_n_average_window."""
+    targets = {"A-v0": [0, 1], "B-v0": [0, 1]}
+    theirs = Tuner(stub, target_scores=targets, aggregation_type="min", metric_last_n_average_window=50)
+    ours = Tuner(stub, target_scores=targets, aggregation="min", metric_last_n=50)
+    assert (theirs.aggregation, theirs.metric_last_n) == (ours.aggregation, ours.metric_last_n) == ("min", 50)
+    default = Tuner(stub, target_scores=targets)
+    assert (default.aggregation, default.metric_last_n) == ("average", 20)
+    with pytest.raises(TypeError, match="got both aggregation and aggregation_type"):
+        Tuner(stub, target_scores=targets, aggregation="min", aggregation_type="min")
+    with pytest.raises(TypeError, match="got both metric_last_n and metric_last_n_average_window"):
+        Tuner(stub, target_scores=targets, metric_last_n=5, metric_last_n_average_window=5)
+    with pytest.raises(ValueError, match="aggregation must be one of"):  # checked as ours are
+        Tuner(stub, target_scores=targets, aggregation_type="mean")
+    with pytest.raises(ValueError, match="metric_last_n must be at least 1"):
+        Tuner(stub, target_scores=targets, metric_last_n_average_window=0)
+
+
 def stub_tuner(tmp_path: Path, stub: Path, pruner, **kwargs) -> Tuner:
     return Tuner(
         script=stub,
