@@ -29,6 +29,7 @@ import dataclasses
 import json
 import random
 import sys
+import typing
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -197,6 +198,8 @@ RESUMABLE_WITH_OTHER_VALUES = (
     "wandb_project_name",
     "wandb_entity",
     "cuda",
+    "backend",  # ddp_ppo.py: the machines a resumed run lands on may differ
+    "device_ids",
     "torch_threads",
     "env_mode",
     "capture_video",
@@ -212,17 +215,30 @@ REQUIRED_ARGS = ("env_id", "exp_name", "seed", "total_timesteps")
 replaced by the flag's default, silently another run)."""
 
 
-def given_flags(argv: Sequence[str], fields: Sequence[str]) -> set[str]:
-    """The ``Args`` fields whose flag appears in ``argv`` (``--name``, ``--name=value`` or ``--no-name``)."""
+def flag_spellings(args_class: type) -> dict[str, str]:
+    """Every spelling of the flag of every field of ``args_class`` (a dataclass), mapped to the field:
+    ``--name``, ``--name-with-dashes``, their ``--no-`` forms, and the aliases given with
+    ``tyro.conf.arg(aliases=...)`` (ddp_ppo.py's ``--local-num-envs`` for ``num_envs``)."""
+    try:
+        hints = typing.get_type_hints(args_class, include_extras=True)
+    except Exception:  # annotations that do not resolve outside their module: the fields' own types
+        hints = {field.name: field.type for field in dataclasses.fields(args_class)}
+    spellings = {}
+    for field in dataclasses.fields(args_class):
+        names = {field.name, field.name.replace("_", "-")}
+        for meta in getattr(hints.get(field.name), "__metadata__", ()):
+            names |= {alias.lstrip("-") for alias in getattr(meta, "aliases", None) or ()}
+        for name in names:
+            spellings[f"--{name}"] = spellings[f"--no-{name}"] = field.name
+    return spellings
+
+
+def given_flags(argv: Sequence[str], args_class: type) -> set[str]:
+    """The fields of ``args_class`` whose flag appears in ``argv`` in any of its spellings (:func:`flag_spellings`:
+    ``--name``, ``--name=value``, ``--no-name``, an alias)."""
+    spellings = flag_spellings(args_class)
     tokens = {token.split("=", 1)[0] for token in argv if token.startswith("--")}
-    return {
-        name
-        for name in fields
-        if f"--{name.replace('_', '-')}" in tokens
-        or f"--no-{name.replace('_', '-')}" in tokens
-        or f"--{name}" in tokens
-        or f"--no-{name}" in tokens
-    }
+    return {spellings[token] for token in tokens if token in spellings}
 
 
 def load_checkpoint(path: str, script: str) -> dict:
@@ -295,7 +311,7 @@ def resume_args(args: Any, script: str, argv: Sequence[str] | None = None) -> tu
     unknown = sorted(set(checkpoint["args"]) - set(fields))
     if unknown:
         fail("--resume", f"the checkpoint has arguments this {script}.py does not know: {', '.join(unknown)}")
-    given = given_flags(sys.argv[1:] if argv is None else argv, fields)
+    given = given_flags(sys.argv[1:] if argv is None else argv, type(args))
     module = untrusted_env_module(saved.get("env_id", ""))
     if module and "env_id" not in given:  # "module:Env-v0" would import module: the user names it, not the file
         fail(

@@ -139,13 +139,13 @@ def parse_args(
     _keep_running_without_a_reader()
     _warn_once()
     description = (sys.modules.get("__main__").__doc__ or "").strip().split("\n")[0] or None
-    _refuse_repeated_flags(argv, [field.name for field in dataclasses.fields(args_class)])
+    _warn_repeated_flags(argv, checkpoints.flag_spellings(args_class))
     args = _tyro_cli(args_class, argv, description)
     args.script = script_name(script_file)
     args.exp_name = args.exp_name or args.script
     args, resumed = checkpoints.resume_args(args, args.script, argv)
     args.script = script_name(script_file)
-    given = checkpoints.given_flags(argv, [field.name for field in dataclasses.fields(args)])
+    given = checkpoints.given_flags(argv, type(args))
     # resumed: a value read from the checkpoint is refused naming the file and its field, not a flag
     with saved_arguments(resumed["path"], given) if resumed is not None else nullcontext():
         check_run_args(args)
@@ -154,23 +154,20 @@ def parse_args(
     return args, resumed
 
 
-def _refuse_repeated_flags(argv: list[str], fields: list[str]) -> None:
-    """Stop (exit 2, one line naming the flag) where a field's flag is given twice (``--seed 1 --seed 2``,
-    ``--cuda --no-cuda``, ``--num-envs 2 --num_envs=4``): the parser would silently keep the last."""
-    names = {}
-    for name in fields:
-        for spelling in {name, name.replace("_", "-")}:
-            names[f"--{spelling}"] = names[f"--no-{spelling}"] = name
+def _warn_repeated_flags(argv: list[str], spellings: dict[str, str]) -> None:
+    """One line on stderr for each flag given twice (``--seed 1 --seed 2``, ``--cuda --no-cuda``,
+    ``--num-envs 2 --num_envs=4``, a flag and its alias): the last one given is used, as in any command
+    line (so a launcher or a test may append an override), but not silently."""
     seen: dict[str, str] = {}
     tokens = argv[: argv.index("--")] if "--" in argv else argv
     for index, token in enumerate(tokens):
-        name = names.get(token.split("=", 1)[0]) if token.startswith("--") else None
+        name = spellings.get(token.split("=", 1)[0]) if token.startswith("--") else None
         if name is None:
             continue
         value = tokens[index + 1 : index + 2] if "=" not in token else []  # what it was given with, as said
         given = " ".join([token] + [v for v in value if not v.startswith("--")])
         if name in seen:
-            fail(flag_name(name), f"given twice ({seen[name]}, then {given}); give it once")
+            print(f"warning: {flag_name(name)} given twice ({seen[name]}, then {given}): {given} is used", file=sys.stderr)
         seen[name] = given
 
 

@@ -392,9 +392,17 @@ def test_local_num_envs_is_cleanrls_name_of_num_envs():
 
     import tyro
 
+    from cleanrl_utils.checkpoint import given_flags
+
     spec = importlib.util.spec_from_file_location("ddp_ppo", SCRIPT)
     ddp_ppo = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ddp_ppo)
+    sys.modules["ddp_ppo"] = ddp_ppo  # as when it runs: its annotations resolve in its module
+    try:
+        spec.loader.exec_module(ddp_ppo)
+        # --resume compares the flags given with the checkpoint's: the alias is one of them
+        assert given_flags(["--local-num-envs=3", "--seed", "2"], ddp_ppo.Args) == {"num_envs", "seed"}
+    finally:
+        del sys.modules["ddp_ppo"]
     alias = tyro.cli(ddp_ppo.Args, args=["--local-num-envs", "3"])
     assert alias == tyro.cli(ddp_ppo.Args, args=["--num-envs", "3"]) and alias.num_envs == 3
     assert alias.backend == "auto" and alias.device_ids == []  # auto: nccl on CUDA, gloo on CPU
