@@ -111,8 +111,8 @@ class RunArgs:
     torch_threads: int = 1
     """CPU threads for torch"""
     env_timeout: float = 600.0
-    """seconds to make an env, and for an env worker (--env-mode async or alternating) to answer a reset or step, before the
-    run stops"""
+    """seconds to make an env, and for an env in a subprocess (--env-mode async, or alternating, where the script has
+    them) to answer a reset or step, before the run stops"""
     script: tyro.conf.Suppress[str] = ""
     """the name of the script file that runs (filled in; not a flag)"""
 
@@ -915,10 +915,14 @@ class Run:
             f"{directory} holds {', '.join(held)}",
             f"plot it: python -m cleanrl_utils.plot {directory} --out plots",
         ]
+        # enjoy finds a script of cleanrl/ by the name the file records; a copy elsewhere is named to it
+        script = Path(sys.argv[0])
+        in_repository = script.resolve() == Path(__file__).resolve().parent.parent / "cleanrl" / script.name
+        options = "--eval-episodes 10" if in_repository else f"--script {script} --eval-episodes 10"
         if model.exists():
-            lines.append(f"evaluate it again: python -m cleanrl_utils.enjoy {directory} --eval-episodes 10")
+            lines.append(f"evaluate it again: python -m cleanrl_utils.enjoy {directory} {options}")
         elif saved:  # no model (no --save-model): its last checkpoint's networks are evaluated as one
-            lines.append(f"evaluate its last checkpoint: python -m cleanrl_utils.enjoy {saved[-1]} --eval-episodes 10")
+            lines.append(f"evaluate its last checkpoint: python -m cleanrl_utils.enjoy {saved[-1]} {options}")
         return "\n".join(lines)
 
     @property

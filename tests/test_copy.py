@@ -10,6 +10,10 @@ that a model file names.
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -102,6 +106,21 @@ def test_a_modified_copy_trains_resumes_and_evaluates_with_its_own_networks(scri
     )
     result = enjoy(str(run), "--script", str(ROOT / "cleanrl" / script), cwd=tmp_path, check=False)
     assert result.returncode == 2 and f"was written by my_{script[:-3]}.py, not by {script}" in result.stderr
+
+
+def test_a_copys_closing_summary_evaluates_it_with_its_own_file(tmp_path):
+    """The run's last line is a command that works: enjoy is told the copy's file (it is not in cleanrl/)."""
+    copy = tmp_path / "elsewhere" / "my_ppo.py"
+    copy.parent.mkdir()
+    shutil.copy(ROOT / "cleanrl" / "ppo.py", copy)
+    environ = {**os.environ, "PYTHONPATH": str(ROOT)}
+    flags = ["--total-timesteps", "512", "--save-model", "--eval-episodes", "1"]
+    result = subprocess.run([sys.executable, str(copy), *flags], cwd=tmp_path, env=environ, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    run = f"runs/{run_dir(tmp_path).name}"
+    command = f"python -m cleanrl_utils.enjoy {run} --script {copy} --eval-episodes 10"
+    assert result.stdout.strip().splitlines()[-1] == f"evaluate it again: {command}"
+    assert enjoy(run, "--script", str(copy), "--eval-episodes", "1", cwd=tmp_path, check=False).returncode == 0
 
 
 def test_a_same_named_copy_with_another_network_is_refused_by_the_original(tmp_path):
