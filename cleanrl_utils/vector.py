@@ -156,6 +156,10 @@ def register_dm_control(env_id: str | None = None) -> None:
     """
     if env_id is not None and (not str(env_id).startswith(DM_CONTROL) or env_id in gym.registry):
         return
+    try:  # a CUDA build's triton, loaded lazily by the optimiser after dm_control's EGL has loaded Mesa's LLVM,
+        import torch._dynamo  # noqa: F401  crashes the process (SIGSEGV): loaded first, both work
+    except ImportError:
+        pass
     headless_rendering()
     try:
         import dm_control  # noqa: F401  without it Shimmy registers no dm_control id, silently
