@@ -182,8 +182,8 @@ class Agent(nn.Module):
 
 
 def compute_gae(rewards, values, last_values, final_values, terminations, dones, gamma: float, gae_lambda: float):
-    """ppo_continuous.py's ``compute_gae``: GAE correct at truncations, arrays ``[T, N]`` (``last_values [N]``), on
-    normalised rewards. Returns ``(advantages, returns = advantages + values)``."""
+    """Generalized advantage estimation, correct at truncations, as ppo.py's ``compute_gae`` (arrays ``[T, N]``,
+    ``last_values [N]``), on normalised rewards and values of normalised observations. Returns (advantages, returns)."""
     next_values = np.concatenate([values[1:], last_values[None]], axis=0)
     next_values = np.where(dones > 0, final_values, next_values)
     deltas = rewards + gamma * (1.0 - terminations) * next_values - values

@@ -117,6 +117,20 @@ SUBPROCESS_ONLY = {"ddp_ppo.py", "r2d2_async.py"}
 """Scripts whose bad-input tests run in a subprocess: they set up process groups or processes."""
 
 
+def override(base: list[str], flags: list[str]) -> list[str]:
+    """``base`` then ``flags``, with each flag that ``flags`` gives again (and its value) left out of ``base``: a
+    flag given twice is used but said on stderr, which a one-line check would count."""
+    given = {flag for flag in flags if flag.startswith("--")}
+    kept, index = [], 0
+    while index < len(base):
+        if base[index] in given:
+            index += 2 if index + 1 < len(base) and not base[index + 1].startswith("--") else 1
+            continue
+        kept.append(base[index])
+        index += 1
+    return kept + flags
+
+
 def assert_stops_with_one_line(script: str, flags: list[str], flag: str, message: str, cwd: Path) -> None:
     """Bad input: ``script`` exits 2 with one stderr line ``error: <flag>: ...`` containing
     ``message``, no traceback, and no run directory (it stopped before any work).

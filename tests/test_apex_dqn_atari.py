@@ -18,7 +18,7 @@ import tests.envs  # noqa: F401  (registers Counter-v0, CrashingCounter-v0, Slow
 from cleanrl import apex_dqn_atari
 from cleanrl_utils.actors import actors_may_step, learner_may_update
 from cleanrl_utils.buffers import PrioritizedReplayBuffer, ReplaySamples
-from tests.conftest import assert_stops_with_one_line, run_dir, run_script, scalars
+from tests.conftest import assert_stops_with_one_line, override, run_dir, run_script, scalars
 from tests.processes import ctrl_c_leaves_nothing, sigterm_after_a_checkpoint
 
 SMALL = ["--env-mode", "sync", "--num-actors", "1", "--num-envs", "2", "--hidden-size", "16", "--batch-size", "8"]
@@ -167,7 +167,7 @@ def test_replay_ratio_holds(case, tmp_path):
 )
 def test_bad_input_stops_with_one_line(flags, flag, message, tmp_path):
     base = ["--env-id", "tests.envs:Counter-v0", *SMALL, "--replay-ratio", "2", "--total-timesteps", "1000"]
-    assert_stops_with_one_line("apex_dqn_atari.py", [*base, *flags], flag, message, tmp_path)
+    assert_stops_with_one_line("apex_dqn_atari.py", override(base, flags), flag, message, tmp_path)
 
 
 @pytest.mark.parametrize("env_mode", ["sync", "async"])

@@ -15,7 +15,7 @@ import torch
 import tests.envs  # noqa: F401  (registers Counter-v0, CrashingCounter-v0)
 from cleanrl import impala_atari
 from cleanrl.impala_atari import vtrace
-from tests.conftest import assert_stops_with_one_line, episodic_returns, run_dir, run_script, scalars
+from tests.conftest import assert_stops_with_one_line, episodic_returns, override, run_dir, run_script, scalars
 from tests.processes import ctrl_c_leaves_nothing, sigterm_after_a_checkpoint
 
 
@@ -154,7 +154,7 @@ def test_smoke_on_breakout(network, tmp_path):
 )
 def test_bad_input_stops_with_one_line(flags, flag, message, tmp_path):
     base = ["--env-id", "tests.envs:Counter-v0", *TINY, "--total-timesteps", "1000"]
-    assert_stops_with_one_line("impala_atari.py", [*base, *flags], flag, message, tmp_path)
+    assert_stops_with_one_line("impala_atari.py", override(base, flags), flag, message, tmp_path)
 
 
 @pytest.mark.parametrize("env_mode", ["sync", "async"])

@@ -19,7 +19,7 @@ import torch
 import tests.envs  # noqa: F401  (registers Counter-v0, CrashingCounter-v0, SlowCounter-v0)
 from cleanrl import r2d2_async
 from cleanrl_utils.actors import Shared
-from tests.conftest import assert_stops_with_one_line, run_dir, run_script, scalars
+from tests.conftest import assert_stops_with_one_line, override, run_dir, run_script, scalars
 from tests.processes import ctrl_c_leaves_nothing, sigterm_after_a_checkpoint
 
 MASKED = "cleanrl_utils.envs:CartPoleNoVelocity-v1"
@@ -134,7 +134,7 @@ def test_parameter_publishing_is_a_seqlock():
 )
 def test_bad_input_stops_with_one_line(flags, flag, message, tmp_path):
     base = ["--env-id", "tests.envs:Counter-v0", "--total-timesteps", "1000", "--learning-starts", "100"]
-    assert_stops_with_one_line("r2d2_async.py", [*base, *flags], flag, message, tmp_path)
+    assert_stops_with_one_line("r2d2_async.py", override(base, flags), flag, message, tmp_path)
 
 
 # ---- replay-ratio throttle
