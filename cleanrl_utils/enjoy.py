@@ -35,10 +35,7 @@ import torch
 from cleanrl_utils.cli import fail
 from cleanrl_utils.evals import OptionRefused
 from cleanrl_utils.faults import WriteFailed
-from cleanrl_utils.files import MODEL_SUFFIX, FileRefused, latest_checkpoint, read_file, write_content
-
-SCRIPTS_DIR = Path(__file__).resolve().parent.parent / "cleanrl"
-"""Where this repository's scripts live (``cleanrl/`` beside ``cleanrl_utils/``)."""
+from cleanrl_utils.files import MODEL_SUFFIX, SCRIPTS_DIR, FileRefused, latest_checkpoint, read_file, write_content
 
 
 def find_model(path: Path) -> Path:
@@ -214,11 +211,12 @@ def main(argv: list[str] | None = None) -> np.ndarray:
     try:
         given = find_model(args.model)
         content = read_file(given, ("model", "checkpoint"))
-        if content["kind"] == "checkpoint":
+        from_checkpoint = content["kind"] == "checkpoint"
+        if from_checkpoint:
             content = model_of_checkpoint(content)
     except (FileNotFoundError, FileRefused) as error:
         fail("model", str(error))
-    if "path" in content:  # a model file (read_file's path): evaluated as it is
+    if not from_checkpoint:  # a model file: evaluated as it is
         if args.export is not None:
             fail("--export", f"{given} is a model file already; --export takes a checkpoint")
         return _evaluate(args, given, given, content["script"])

@@ -51,6 +51,10 @@ class FileDamaged(FileRefused):
     """A file that is empty, truncated or corrupted (a crash or a full disk while it was written, a bad disk)."""
 
 
+SCRIPTS_DIR = Path(__file__).resolve().parent.parent / "cleanrl"
+"""Where this repository's scripts live (``cleanrl/`` beside ``cleanrl_utils/``)."""
+
+
 def script_name(script_file: str | os.PathLike) -> str:
     """The name a script's files carry: its file name without ``.py`` (``cleanrl/ppo.py`` -> ``"ppo"``)."""
     return Path(script_file).stem

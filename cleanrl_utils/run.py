@@ -74,7 +74,7 @@ from cleanrl_utils.faults import (
     stop_now,
     time_limit,
 )
-from cleanrl_utils.files import checkpoint_path, model_path, script_name, untrusted_env_module, write_file
+from cleanrl_utils.files import SCRIPTS_DIR, checkpoint_path, model_path, script_name, untrusted_env_module, write_file
 from cleanrl_utils.files import checkpoints as checkpoint_files
 from cleanrl_utils.vector import register_dm_control
 from cleanrl_utils.writes import UnsafePath, check_tree, open_regular, write_atomic
@@ -917,7 +917,7 @@ class Run:
         ]
         # enjoy finds a script of cleanrl/ by the name the file records; a copy elsewhere is named to it
         script = Path(sys.argv[0])
-        in_repository = script.resolve() == Path(__file__).resolve().parent.parent / "cleanrl" / script.name
+        in_repository = script.resolve() == SCRIPTS_DIR / script.name
         options = "--eval-episodes 10" if in_repository else f"--script {script} --eval-episodes 10"
         if model.exists():
             lines.append(f"evaluate it again: python -m cleanrl_utils.enjoy {directory} {options}")
