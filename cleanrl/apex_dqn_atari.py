@@ -48,11 +48,11 @@ from cleanrl_utils.actors import (
 )
 from cleanrl_utils.buffers import PrioritizedReplayBuffer, ReplaySamples
 from cleanrl_utils.cli import fail, flag_name, require, require_positive, require_range
-from cleanrl_utils.evals import Evaluation, run_episodes
-from cleanrl_utils.faults import check_finite, stop_signals_held
-from cleanrl_utils.files import read_file, script_name
-from cleanrl_utils.run import RunArgs, check_atari_or_vector_env, parse_args, start_run
-from cleanrl_utils.vector import SAME_STEP, real_next_obs, vector_env
+from cleanrl_utils.legacy.evals import Evaluation, run_episodes
+from cleanrl_utils.legacy.faults import check_finite, stop_signals_held
+from cleanrl_utils.legacy.files import read_file, script_name
+from cleanrl_utils.legacy.run import RunArgs, check_atari_or_vector_env, parse_args, start_run
+from cleanrl_utils.legacy.vector import SAME_STEP, real_next_obs, vector_env
 
 try:  # the Atari games come with the atari extra; without it, --env-id says so
     import ale_py
@@ -304,7 +304,7 @@ def run_actor(actor_id: int, shared: Shared, args: Args, rb: PrioritizedReplayBu
 
 
 def epsilon_greedy(network: nn.Module, num_actions: int, epsilon: float, seed: int, device: torch.device | str):
-    """A policy for :func:`cleanrl_utils.evals.run_episodes`: observations ``[N, *obs_shape]`` -> actions ``[N]``,
+    """A policy for :func:`cleanrl_utils.legacy.evals.run_episodes`: observations ``[N, *obs_shape]`` -> actions ``[N]``,
     the network's greedy actions, each replaced by a uniformly random one with probability ``epsilon``."""
     rng = np.random.default_rng(seed)
 
@@ -347,7 +347,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, epsilon: Optional[float] = None, **options) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` of a model saved by this script, ε-greedy (ε None: 0 on 1-D observations,
-    0.05 on Atari, the usual Atari evaluation). ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
+    0.05 on Atari, the usual Atari evaluation). ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
     saved = read_file(model_path, "model", script_name(__file__))["args"]
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     shape, num_actions = evaluation.envs.single_observation_space.shape, int(evaluation.envs.single_action_space.n)
@@ -456,7 +456,7 @@ if __name__ == "__main__":
             td_loss, q_mean = loss.item(), q_taken.mean().item()
             if args.debug_learner_sleep:
                 time.sleep(args.debug_learner_sleep)
-    finally:  # also after a fault (one line, exit 1: cleanrl_utils.faults)
+    finally:  # also after a fault (one line, exit 1: cleanrl_utils.legacy.faults)
         stop_actors(actors, shared)
     if run.stop_signal:
         run.exit(*([eval_envs] if args.eval_interval else []))

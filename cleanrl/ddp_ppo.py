@@ -39,12 +39,12 @@ import tyro
 from stable_baselines3.common import atari_wrappers  # SB3's Atari preprocessing
 from torch.nn.parallel import DistributedDataParallel
 
-from cleanrl_utils.checkpoint import PerRank
+from cleanrl_utils.legacy.checkpoint import PerRank
 from cleanrl_utils.cli import require, require_positive, require_range
-from cleanrl_utils.evals import Evaluation
-from cleanrl_utils.faults import check_finite
-from cleanrl_utils.run import RunArgs, check_env, parse_args, seed_everything, start_run
-from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+from cleanrl_utils.legacy.evals import Evaluation
+from cleanrl_utils.legacy.faults import check_finite
+from cleanrl_utils.legacy.run import RunArgs, check_env, parse_args, seed_everything, start_run
+from cleanrl_utils.legacy.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
 try:  # the Atari games come with the atari extra; without it, --env-id says so
     import ale_py
@@ -377,7 +377,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` of a saved model, in one process: actions sampled from π, or (``deterministic``)
-    the most probable. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
+    the most probable. ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     agent = evaluation.load(make_agent(evaluation.envs), "agent")
     generator = torch.Generator(evaluation.device).manual_seed(evaluation.seed)

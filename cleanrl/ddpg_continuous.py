@@ -30,10 +30,10 @@ import torch.nn.functional as F
 import torch.optim as optim
 
 from cleanrl_utils.buffers import ReplayBuffer
-from cleanrl_utils.evals import Evaluation
-from cleanrl_utils.faults import check_finite
-from cleanrl_utils.run import RunArgs, check_env, fail, parse_args, require, require_positive, require_range, start_run
-from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+from cleanrl_utils.legacy.evals import Evaluation
+from cleanrl_utils.legacy.faults import check_finite
+from cleanrl_utils.legacy.run import RunArgs, check_env, fail, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.legacy.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
 
 @dataclass
@@ -186,7 +186,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, exploration_noise: float = 0.0, **options) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` of a saved policy, with Gaussian noise of σ ``exploration_noise`` (0: none)
-    on its actions; ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
+    on its actions; ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     space = evaluation.envs.single_action_space
     actor = Actor(int(np.prod(evaluation.envs.single_observation_space.shape)), int(np.prod(space.shape)))

@@ -39,11 +39,11 @@ from stable_baselines3.common import atari_wrappers  # SB3's Atari preprocessing
 
 from cleanrl_utils.actors import Shared, check_actors, check_parent, learner_turn, spawn_actors, start_actors, stop_actors
 from cleanrl_utils.cli import require, require_positive, require_range
-from cleanrl_utils.evals import Evaluation
-from cleanrl_utils.faults import check_finite, stop_signals_held
-from cleanrl_utils.files import read_file, script_name
-from cleanrl_utils.run import RunArgs, check_atari_or_vector_env, parse_args, start_run
-from cleanrl_utils.vector import SAME_STEP, vector_env
+from cleanrl_utils.legacy.evals import Evaluation
+from cleanrl_utils.legacy.faults import check_finite, stop_signals_held
+from cleanrl_utils.legacy.files import read_file, script_name
+from cleanrl_utils.legacy.run import RunArgs, check_atari_or_vector_env, parse_args, start_run
+from cleanrl_utils.legacy.vector import SAME_STEP, vector_env
 
 try:  # the Atari games come with the atari extra; without it, --env-id says so
     import ale_py
@@ -426,7 +426,7 @@ def check_args(args: Args) -> None:
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` of a model saved by this script: actions sampled from π, as it trained
     (``deterministic=True``: the most probable); on Atari whole games with game rewards. ``options``: see
-    :class:`cleanrl_utils.evals.Evaluation`."""
+    :class:`cleanrl_utils.legacy.evals.Evaluation`."""
     saved = read_file(model_path, "model", script_name(__file__))["args"]
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     envs = evaluation.envs
@@ -546,7 +546,7 @@ if __name__ == "__main__":
                 writer.add_scalar("losses/value_loss", v_loss.item() / n, global_step)
                 writer.add_scalar("losses/entropy", entropy.item() / n, global_step)
         shared.hold[0] = 1
-    finally:  # also after a fault (one line, exit 1: cleanrl_utils.faults)
+    finally:  # also after a fault (one line, exit 1: cleanrl_utils.legacy.faults)
         stop_actors(actors, shared)
     if run.stop_signal:
         run.exit()

@@ -24,10 +24,12 @@ import torch.nn as nn
 import torch.optim as optim
 import tyro
 
+from cleanrl_utils.env_checks import check_env
 from cleanrl_utils.evals import Evaluation
 from cleanrl_utils.faults import check_finite
-from cleanrl_utils.run import RunArgs, check_env, parse_args, require, require_positive, require_range, start_run
-from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+from cleanrl_utils.flags import RunArgs, parse_args, require, require_positive, require_range
+from cleanrl_utils.run import start_run
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, real_next_obs, timed_step
 
 
 @dataclass
@@ -81,8 +83,8 @@ class Args(RunArgs):
 
 
 def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, training: bool = True, video_episodes=None):
-    """A thunk creating env ``idx`` with its episode statistics, and (``training``) its replay log; env 0 records
-    videos into ``video_dir`` if asked, of the episodes ``video_episodes(index)`` picks."""
+    """A thunk creating env ``idx`` with its episode statistics and output checks, and (``training``) its replay log;
+    env 0 records videos into ``video_dir`` if asked, of the episodes ``video_episodes(index)`` picks."""
 
     def thunk():
         if capture_video and idx == 0:
@@ -91,6 +93,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
         else:
             env = gym.make(env_id)
         env = gym.wrappers.RecordEpisodeStatistics(env)  # return and length in the info of the episode's last step
+        env = CheckedEnv(env, idx)  # the first reset and step checked in full, then finite numbers at every step
         return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
@@ -194,7 +197,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, **options) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` of a model saved by this script: the most probable action, or
-    (``deterministic=False``) a sampled one. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
+    (``deterministic=False``) a sampled one. ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     agent = evaluation.load(Agent(evaluation.envs), "agent")
     generator = torch.Generator(evaluation.device).manual_seed(evaluation.seed)
@@ -213,141 +216,144 @@ if __name__ == "__main__":
     args, resumed = parse_args(Args, __file__, check_args)
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
-    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
-    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the rollout ends, checkpoints, exits 128 + signum
+            signal.signal(signum, run.stop)
 
     # Same-step autoreset: an ended episode's last observation is in infos["final_obs"]
-    envs = vector_env(
-        [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)],
-        args.env_mode,
-        timeout=args.env_timeout,
-        autoreset_mode=SAME_STEP,
-    )
-    agent = Agent(envs).to(device)
-    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-
-    # Rollout storage [num_steps, num_envs] in numpy (cheaper than torch per step); on the device once, after it
-    T, N = args.num_steps, args.num_envs
-    obs = np.zeros((T, N) + envs.single_observation_space.shape, dtype=np.float32)
-    actions = np.zeros((T, N), dtype=np.int64)
-    rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
-    truncated = np.zeros((T, N), dtype=bool)  # episode ended by truncation, not termination
-    final_obs = np.zeros((T, N) + envs.single_observation_space.shape, dtype=np.float32)  # its real final observation
-
-    state = {"agent": agent, "optimizer": optimizer, "envs": envs}  # what a checkpoint holds, besides the generators
-    global_step, start_iteration = 0, 1
-    if run.resumed:  # the checkpoint's networks, optimiser, generators and envs (replayed), in place
-        saved = run.restore(state, steps_per_iteration=args.batch_size)
-        global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, saved["obs"]
+    thunks = [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)]
+    if args.env_mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
+        envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
     else:
-        next_obs, _ = envs.reset(seed=args.seed)
+        envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
+    with run.stop_on_fault(envs):  # a fault ends the run in one line; any error ends the env workers too
+        agent = Agent(envs).to(device)
+        optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
 
-    for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+        # Rollout storage [num_steps, num_envs] in numpy (cheaper than torch per step); on the device once, after it
+        T, N = args.num_steps, args.num_envs
+        obs = np.zeros((T, N) + envs.single_observation_space.shape, dtype=np.float32)
+        actions = np.zeros((T, N), dtype=np.int64)
+        rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
+        truncated = np.zeros((T, N), dtype=bool)  # episode ended by truncation, not termination
+        final_obs = np.zeros((T, N) + envs.single_observation_space.shape, dtype=np.float32)  # its real final observation
 
-        with torch.inference_mode():  # acting records nothing for autograd; one context for the whole rollout
-            for step in range(T):
-                global_step += N
-                obs[step] = next_obs
-                action = agent.get_action(torch.as_tensor(next_obs, dtype=torch.float32, device=device)).cpu().numpy()
-                actions[step] = action
+        state = {"agent": agent, "optimizer": optimizer, "envs": envs}  # what a checkpoint holds, besides the generators
+        global_step, start_iteration = 0, 1
+        if run.resumed:  # the checkpoint's networks, optimiser, generators and envs (replayed), in place
+            saved = run.restore(state, steps_per_iteration=args.batch_size)
+            global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, saved["obs"]
+        else:
+            next_obs, _ = envs.reset(seed=args.seed)
 
-                next_obs, reward, termination, truncation, infos = envs.step(action)
-                rewards[step], terminations[step], dones[step] = reward, termination, termination | truncation
-                # Truncated (not terminated) envs will bootstrap from their real final observation.
-                truncated[step] = truncation & ~termination
-                if truncated[step].any():
-                    final_obs[step, truncated[step]] = real_next_obs(next_obs, infos)[truncated[step]]
-                run.log_episodes(global_step, infos)
+        for iteration in range(start_iteration, args.num_iterations + 1):
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / args.num_iterations
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
-        # log π(a|s) and V(s) of the rollout in one batch; V(final obs) at truncations, V(obs after the rollout); GAE
+            with torch.inference_mode():  # acting records nothing for autograd; one context for the whole rollout
+                for step in range(T):
+                    global_step += N
+                    obs[step] = next_obs
+                    action = agent.get_action(torch.as_tensor(next_obs, dtype=torch.float32, device=device)).cpu().numpy()
+                    actions[step] = action
 
-        b_obs = torch.from_numpy(obs.reshape((T * N,) + envs.single_observation_space.shape)).to(device)
-        b_actions = torch.from_numpy(actions.reshape(-1)).to(device)
-        with torch.no_grad():
-            _, logprobs, _, values = agent.get_action_and_value(b_obs, b_actions)
-            logprobs, values = logprobs.view(T, N), values.view(T, N)
-            last_values = agent.get_value(torch.as_tensor(next_obs, dtype=torch.float32, device=device)).cpu().numpy()
-            final_values = np.zeros((T, N), dtype=np.float32)
-            if truncated.any():
-                final_values[truncated] = agent.get_value(torch.from_numpy(final_obs[truncated]).to(device)).cpu().numpy()
-        advantages, returns = compute_gae(
-            rewards, values.cpu().numpy(), last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
-        )
+                    next_obs, reward, termination, truncation, infos = timed_step(envs, action, args.env_timeout)
+                    rewards[step], terminations[step], dones[step] = reward, termination, termination | truncation
+                    # Truncated (not terminated) envs will bootstrap from their real final observation.
+                    truncated[step] = truncation & ~termination
+                    if truncated[step].any():
+                        final_obs[step, truncated[step]] = real_next_obs(next_obs, infos)[truncated[step]]
+                    run.log_episodes(global_step, infos)
 
-        # flatten the batch
-        b_logprobs, b_values = logprobs.reshape(-1), values.reshape(-1)
-        b_advantages = torch.as_tensor(advantages.reshape(-1), dtype=torch.float32, device=device)
-        b_returns = torch.as_tensor(returns.reshape(-1), dtype=torch.float32, device=device)
+            # log π(a|s) and V(s) of the rollout in one batch; V(final obs) at truncations, V(obs after the rollout); GAE
 
-        # Optimise the policy and value networks
-        clipfracs = []
-        for epoch in range(args.update_epochs):
-            b_inds = torch.randperm(args.batch_size, device=device)
-            for start in range(0, args.batch_size, args.minibatch_size):
-                mb_inds = b_inds[start : start + args.minibatch_size]
+            b_obs = torch.from_numpy(obs.reshape((T * N,) + envs.single_observation_space.shape)).to(device)
+            b_actions = torch.from_numpy(actions.reshape(-1)).to(device)
+            with torch.no_grad():
+                _, logprobs, _, values = agent.get_action_and_value(b_obs, b_actions)
+                logprobs, values = logprobs.view(T, N), values.view(T, N)
+                last_values = agent.get_value(torch.as_tensor(next_obs, dtype=torch.float32, device=device)).cpu().numpy()
+                final_values = np.zeros((T, N), dtype=np.float32)
+                if truncated.any():
+                    final_values[truncated] = agent.get_value(torch.from_numpy(final_obs[truncated]).to(device)).cpu().numpy()
+            advantages, returns = compute_gae(
+                rewards, values.cpu().numpy(), last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
+            )
 
-                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
-                logratio = newlogprob - b_logprobs[mb_inds]
-                ratio = logratio.exp()
+            # flatten the batch
+            b_logprobs, b_values = logprobs.reshape(-1), values.reshape(-1)
+            b_advantages = torch.as_tensor(advantages.reshape(-1), dtype=torch.float32, device=device)
+            b_returns = torch.as_tensor(returns.reshape(-1), dtype=torch.float32, device=device)
 
-                with torch.no_grad():
-                    # http://joschu.net/blog/kl-approx.html
-                    old_approx_kl = (-logratio).mean()
-                    approx_kl = ((ratio - 1) - logratio).mean()
-                    clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
+            # Optimise the policy and value networks
+            clipfracs = []
+            for epoch in range(args.update_epochs):
+                b_inds = torch.randperm(args.batch_size, device=device)
+                for start in range(0, args.batch_size, args.minibatch_size):
+                    mb_inds = b_inds[start : start + args.minibatch_size]
 
-                mb_advantages = b_advantages[mb_inds]
-                if args.norm_adv:
-                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+                    _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
+                    logratio = newlogprob - b_logprobs[mb_inds]
+                    ratio = logratio.exp()
 
-                # Policy loss (clipped surrogate, eq. 7)
-                pg_loss1 = -mb_advantages * ratio
-                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+                    with torch.no_grad():
+                        # http://joschu.net/blog/kl-approx.html
+                        old_approx_kl = (-logratio).mean()
+                        approx_kl = ((ratio - 1) - logratio).mean()
+                        clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
 
-                # Value loss
-                if args.clip_vloss:
-                    v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
-                    v_clipped = b_values[mb_inds] + torch.clamp(newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef)
-                    v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
-                    v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
-                else:
-                    v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
+                    mb_advantages = b_advantages[mb_inds]
+                    if args.norm_adv:
+                        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
 
-                entropy_loss = entropy.mean()
-                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+                    # Policy loss (clipped surrogate, eq. 7)
+                    pg_loss1 = -mb_advantages * ratio
+                    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
 
-                optimizer.zero_grad()
-                loss.backward()
-                grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
-                check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
-                optimizer.step()
+                    # Value loss
+                    if args.clip_vloss:
+                        v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
+                        v_clipped = b_values[mb_inds] + torch.clamp(
+                            newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef
+                        )
+                        v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
+                        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+                    else:
+                        v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
 
-            if args.target_kl is not None and approx_kl.item() > args.target_kl:
-                break
+                    entropy_loss = entropy.mean()
+                    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
 
-        y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
-        var_y = np.var(y_true)
-        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+                    optimizer.zero_grad()
+                    loss.backward()
+                    grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+                    check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
+                    optimizer.step()
 
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
-        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
-        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
-        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
-        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
-        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
-        writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
-        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-            run.save_checkpoint(state, global_step, iteration=iteration)
-        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
-            run.exit(envs)
+                if args.target_kl is not None and approx_kl.item() > args.target_kl:
+                    break
 
+            y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
+            var_y = np.var(y_true)
+            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
+            writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
+            writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
+            writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
+            writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
+            writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+            writer.add_scalar("losses/explained_variance", explained_var, global_step)
+            writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+                run.save_checkpoint(state, global_step, iteration=iteration)
+            if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+                run.exit(envs)
+
+        envs.close()
     if args.save_model:
         run.save_model({"agent": agent}, evaluate)
-    envs.close()
     run.close()

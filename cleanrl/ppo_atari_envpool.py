@@ -28,9 +28,9 @@ import torch.optim as optim
 import tyro
 
 from cleanrl_utils.envpool_atari import GameStatistics, check_envpool_atari
-from cleanrl_utils.evals import Evaluation
-from cleanrl_utils.faults import check_env_step, check_finite
-from cleanrl_utils.run import RunArgs, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.legacy.evals import Evaluation
+from cleanrl_utils.legacy.faults import check_env_step, check_finite
+from cleanrl_utils.legacy.run import RunArgs, parse_args, require, require_positive, require_range, start_run
 
 try:  # EnvPool comes with the envpool extra; without it, --env-id says so
     import envpool
@@ -284,7 +284,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
     """Game scores ``[eval_episodes]`` of a saved model, in EnvPool: whole games, actions sampled from π as CleanRL
-    evaluates. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
+    evaluates. ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, None, make_envs=make_envs, **options)
     agent = evaluation.load(Agent(evaluation.envs).to(memory_format=torch.channels_last), "agent")
     generator = torch.Generator(evaluation.device).manual_seed(evaluation.seed)

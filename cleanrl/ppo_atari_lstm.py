@@ -26,10 +26,10 @@ import torch.optim as optim
 import tyro
 from stable_baselines3.common import atari_wrappers  # SB3's Atari preprocessing
 
-from cleanrl_utils.evals import Evaluation
-from cleanrl_utils.faults import check_finite
-from cleanrl_utils.run import RunArgs, check_env, parse_args, require, require_positive, require_range, start_run
-from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+from cleanrl_utils.legacy.evals import Evaluation
+from cleanrl_utils.legacy.faults import check_finite
+from cleanrl_utils.legacy.run import RunArgs, check_env, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.legacy.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
 try:  # the Atari games come with the atari extra; without it, --env-id says so
     import ale_py
@@ -255,7 +255,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
     """Game scores ``[eval_episodes]`` of a saved model, the LSTM state carried and reset at each episode start;
-    actions sampled from π by default, as CleanRL evaluates. ``options``: :class:`cleanrl_utils.evals.Evaluation`."""
+    actions sampled from π by default, as CleanRL evaluates. ``options``: :class:`cleanrl_utils.legacy.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     agent, device = evaluation.load(Agent(evaluation.envs), "agent"), evaluation.device
     generator = torch.Generator(device).manual_seed(evaluation.seed)

@@ -29,11 +29,11 @@ import torch.nn as nn
 import torch.optim as optim
 import tyro
 
-from cleanrl_utils.evals import Evaluation
-from cleanrl_utils.faults import check_finite
+from cleanrl_utils.legacy.evals import Evaluation
+from cleanrl_utils.legacy.faults import check_finite
 from cleanrl_utils.normalization import Normalization, NormalizeObservation
-from cleanrl_utils.run import RunArgs, check_env, parse_args, require, require_positive, require_range, start_run
-from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+from cleanrl_utils.legacy.run import RunArgs, check_env, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.legacy.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
 
 @dataclass
@@ -263,7 +263,7 @@ def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, **
     """Episodic returns ``[eval_episodes]`` of a model saved by this script: the Gaussian's mean (clipped to the bounds
     by the env), or (``deterministic=False``) a sample of N(μ, σ²); the LSTM state is carried from step to step and
     reset at each episode start, as in training. Observations are normalised with the statistics saved with the model,
-    frozen; rewards are the env's. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
+    frozen; rewards are the env's. ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     evaluation.envs = NormalizeObservation(evaluation.envs)
     evaluation.load_state(evaluation.envs, "obs_norm")  # checked: finite statistics of this env's shape

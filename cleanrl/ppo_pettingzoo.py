@@ -25,10 +25,10 @@ import torch.nn as nn
 import torch.optim as optim
 import tyro
 
-from cleanrl_utils.evals import Evaluation, OptionRefused
-from cleanrl_utils.faults import check_finite, time_limit
+from cleanrl_utils.legacy.evals import Evaluation, OptionRefused
+from cleanrl_utils.legacy.faults import check_finite, time_limit
 from cleanrl_utils.pettingzoo import ParallelEnvs, log_agent_episodes
-from cleanrl_utils.run import RunArgs, fail, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.legacy.run import RunArgs, fail, parse_args, require, require_positive, require_range, start_run
 
 FAMILIES = ("atari", "butterfly", "sisl", "classic")
 """PettingZoo's packages searched for a plain --env-id (``pong_v3`` is ``pettingzoo.atari.pong_v3``)."""
@@ -288,7 +288,7 @@ def make_envs(env_id: str, seed: int, capture_video: bool, video_dir: str, train
 
 def evaluate(model_path, eval_episodes, deterministic=False, eval_agent=-1, eval_opponent="", **options) -> np.ndarray:
     """Returns ``[eval_episodes]`` of agent ``eval_agent`` (-1: the run's) against ``eval_opponent`` ("random",
-    "self"; "": the run's); OptionRefused on other values. ``options``: :class:`cleanrl_utils.evals.Evaluation`."""
+    "self"; "": the run's); OptionRefused on other values. ``options``: :class:`cleanrl_utils.legacy.evals.Evaluation`."""
     if eval_opponent not in ("random", "self", ""):
         raise OptionRefused(f"eval_opponent must be 'random', 'self' or '', got {eval_opponent!r}")
     evaluation = Evaluation(__file__, model_path, eval_episodes, None, make_envs=make_envs, **options)

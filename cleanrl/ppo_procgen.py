@@ -29,11 +29,11 @@ import torch.optim as optim
 import tyro
 
 from cleanrl_utils.envpool_atari import GameStatistics
-from cleanrl_utils.evals import Evaluation
-from cleanrl_utils.faults import check_env_step, check_finite
+from cleanrl_utils.legacy.evals import Evaluation
+from cleanrl_utils.legacy.faults import check_env_step, check_finite
 from cleanrl_utils.normalization import RewardNormalization
 from cleanrl_utils.procgen import ProcgenVectorEnv, check_procgen
-from cleanrl_utils.run import RunArgs, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.legacy.run import RunArgs, parse_args, require, require_positive, require_range, start_run
 
 REWARD_CLIP = 10.0
 """Scaled rewards are clipped to ±this (CleanRL's ppo_procgen.py)."""
@@ -276,7 +276,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` (game rewards) of a saved model in the levels it trained on; actions
-    sampled from π (``deterministic``: the most probable). ``options``: :class:`cleanrl_utils.evals.Evaluation`."""
+    sampled from π (``deterministic``: the most probable). ``options``: :class:`cleanrl_utils.legacy.evals.Evaluation`."""
     levels = ("distribution_mode", "num_levels", "start_level")
     evaluation = Evaluation(__file__, model_path, eval_episodes, None, make_envs=make_envs, env_args=levels, **options)
     agent = evaluation.load(Agent(evaluation.envs).to(memory_format=torch.channels_last), "agent")

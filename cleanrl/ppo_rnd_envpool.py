@@ -32,9 +32,9 @@ import tyro
 from gymnasium.wrappers.utils import RunningMeanStd
 
 from cleanrl_utils.envpool_atari import GameStatistics, check_envpool_atari
-from cleanrl_utils.evals import Evaluation
-from cleanrl_utils.faults import check_env_step, check_finite
-from cleanrl_utils.run import RunArgs, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.legacy.evals import Evaluation
+from cleanrl_utils.legacy.faults import check_env_step, check_finite
+from cleanrl_utils.legacy.run import RunArgs, parse_args, require, require_positive, require_range, start_run
 
 try:  # EnvPool comes with the envpool extra; without it, --env-id says so
     import envpool

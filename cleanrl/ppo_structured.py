@@ -30,10 +30,10 @@ import torch.nn as nn
 import torch.optim as optim
 import tyro
 
-from cleanrl_utils.evals import Evaluation
-from cleanrl_utils.faults import check_finite
+from cleanrl_utils.legacy.evals import Evaluation
+from cleanrl_utils.legacy.faults import check_finite
 from cleanrl_utils.namedarraytuple import buffer_from_space, conform, map_leaves, to_device
-from cleanrl_utils.run import RunArgs, check_env, fail, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.legacy.run import RunArgs, check_env, fail, parse_args, require, require_positive, require_range, start_run
 from cleanrl_utils.spaces import (
     ACTION_MASK,
     ActionMaskFromInfo,
@@ -47,7 +47,7 @@ from cleanrl_utils.spaces import (
     observation_leaves,
     uses_masks,
 )
-from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+from cleanrl_utils.legacy.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
 try:  # the MiniGrid ids come with the minigrid extra; without it, --env-id says so
     import minigrid
@@ -367,7 +367,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, **options) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` of a model saved by this script: the most probable allowed action, or
-    (``deterministic=False``) a sampled one. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
+    (``deterministic=False``) a sampled one. ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, env_args=("action_mask",), **options)
     envs, device = evaluation.envs, evaluation.device
     agent = evaluation.load(Agent(envs.single_observation_space, envs.single_action_space), "agent")

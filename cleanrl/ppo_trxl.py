@@ -31,10 +31,10 @@ import torch.nn.functional as F
 import torch.optim as optim
 import tyro
 
-from cleanrl_utils.evals import Evaluation
-from cleanrl_utils.faults import check_finite
-from cleanrl_utils.run import RunArgs, check_env, parse_args, require, require_positive, require_range, start_run
-from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+from cleanrl_utils.legacy.evals import Evaluation
+from cleanrl_utils.legacy.faults import check_finite
+from cleanrl_utils.legacy.run import RunArgs, check_env, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.legacy.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
 os.environ.setdefault("SDL_AUDIODRIVER", "dummy")  # Memory Gym's envs call pygame.init(), which would open a sound card
 try:  # the MiniGrid ids come with the minigrid extra; without it, --env-id says so
@@ -325,7 +325,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, **options) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` of a saved model, the memory sliding along as in training; the most probable
-    action, or a sampled one (``deterministic=False``). ``options``: :class:`cleanrl_utils.evals.Evaluation`."""
+    action, or a sampled one (``deterministic=False``). ``options``: :class:`cleanrl_utils.legacy.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     sizes = {
         name: evaluation.saved_size(f"trxl_{name}", 1, 2**14) for name in ("dim", "num_layers", "num_heads", "memory_length")

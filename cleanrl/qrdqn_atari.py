@@ -38,10 +38,10 @@ except ImportError:
     ale_py = None
 
 from cleanrl_utils.buffers import ReplayBuffer
-from cleanrl_utils.evals import Evaluation
-from cleanrl_utils.faults import check_finite
-from cleanrl_utils.run import RunArgs, check_env, fail, parse_args, require, require_positive, require_range, start_run
-from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+from cleanrl_utils.legacy.evals import Evaluation
+from cleanrl_utils.legacy.faults import check_finite
+from cleanrl_utils.legacy.run import RunArgs, check_env, fail, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.legacy.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
 
 @dataclass
@@ -260,7 +260,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, epsilon: float = 0.05, **options) -> np.ndarray:
     """Game scores ``[eval_episodes]`` of a model saved by this script, ε-greedy (0.05, the usual Atari evaluation).
-    ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
+    ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     num_actions = int(evaluation.envs.single_action_space.n)
     n_quantiles = evaluation.saved_size("n_quantiles", 1, 2**16)  # checked before the network is built

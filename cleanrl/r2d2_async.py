@@ -53,11 +53,11 @@ from cleanrl_utils.actors import (
 )
 from cleanrl_utils.buffers import SequenceBuilder, SequenceReplayBuffer, sequence_priority
 from cleanrl_utils.cli import fail, flag_name, require, require_positive, require_range
-from cleanrl_utils.evals import Evaluation, run_episodes
-from cleanrl_utils.faults import EnvFault, check_finite, stop_signals_held
-from cleanrl_utils.files import read_file, script_name
-from cleanrl_utils.run import RunArgs, check_atari_or_vector_env, parse_args, start_run
-from cleanrl_utils.vector import SAME_STEP, real_next_obs, vector_env
+from cleanrl_utils.legacy.evals import Evaluation, run_episodes
+from cleanrl_utils.legacy.faults import EnvFault, check_finite, stop_signals_held
+from cleanrl_utils.legacy.files import read_file, script_name
+from cleanrl_utils.legacy.run import RunArgs, check_atari_or_vector_env, parse_args, start_run
+from cleanrl_utils.legacy.vector import SAME_STEP, real_next_obs, vector_env
 
 try:  # the Atari games come with the atari extra; without it, --env-id says so
     import ale_py
@@ -419,7 +419,7 @@ def run_actor(
 
 
 def recurrent_policy(network: RecurrentQNetwork, num_actions: int, seed: int, epsilon: float, device: torch.device | str):
-    """``(policy, on_done)`` for :func:`cleanrl_utils.evals.run_episodes` in a one-env vector env: ``network``
+    """``(policy, on_done)`` for :func:`cleanrl_utils.legacy.evals.run_episodes` in a one-env vector env: ``network``
     ε-greedy, its LSTM state carried from step to step and reset to zeros at each episode start."""
     rng = np.random.default_rng(seed)
     state = network.initial_state(1, device)
@@ -468,7 +468,7 @@ def check_args(args: Args) -> None:
 def evaluate(model_path: str, eval_episodes: int, epsilon: Optional[float] = None, **options) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` of a model saved by this script, ε-greedy (ε None: 0 on classic control,
     0.01 on Atari, where a greedy policy that never presses FIRE could stall a game); the LSTM state is reset to
-    zeros at each episode start. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
+    zeros at each episode start. ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
     saved = read_file(model_path, "model", script_name(__file__))["args"]  # the frame stack and sizes it was trained with
     make_stacked_env = partial(make_env, frame_stack=saved["frame_stack"])
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_stacked_env, **options)
@@ -626,7 +626,7 @@ if __name__ == "__main__":
             q_mean = (q_taken * learn).sum().item() / max(learn.sum().item(), 1.0)
             if args.debug_learner_sleep:
                 time.sleep(args.debug_learner_sleep)
-    finally:  # also after a fault (one line, exit 1: cleanrl_utils.faults)
+    finally:  # also after a fault (one line, exit 1: cleanrl_utils.legacy.faults)
         stop_actors(actors, shared)
     if run.stop_signal:
         run.exit(*([eval_envs] if args.eval_interval else []))

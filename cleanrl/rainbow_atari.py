@@ -42,10 +42,10 @@ except ImportError:
 
 from cleanrl_utils.buffers import PrioritizedReplayBuffer
 from cleanrl_utils.cli import require_support
-from cleanrl_utils.evals import Evaluation
-from cleanrl_utils.faults import check_finite
-from cleanrl_utils.run import RunArgs, check_env, fail, parse_args, require, require_positive, require_range, start_run
-from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+from cleanrl_utils.legacy.evals import Evaluation
+from cleanrl_utils.legacy.faults import check_finite
+from cleanrl_utils.legacy.run import RunArgs, check_env, fail, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.legacy.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
 
 @dataclass
@@ -340,7 +340,7 @@ def check_args(args: Args) -> None:
 def evaluate(model_path: str, eval_episodes: int, epsilon: float = 0.001, **options) -> np.ndarray:
     """Game scores ``[eval_episodes]`` of a model saved by this script, greedy in the mean return of the noisy
     layers' mean weights (no noise), with a small ε of random actions so that a deterministic policy cannot
-    loop forever. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
+    loop forever. ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     a, num_actions = evaluation.model["args"], int(evaluation.envs.single_action_space.n)
     network = RainbowNetwork(

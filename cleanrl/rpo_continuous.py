@@ -28,11 +28,11 @@ import torch.nn as nn
 import torch.optim as optim
 import tyro
 
-from cleanrl_utils.evals import Evaluation
-from cleanrl_utils.faults import check_finite
+from cleanrl_utils.legacy.evals import Evaluation
+from cleanrl_utils.legacy.faults import check_finite
 from cleanrl_utils.normalization import Normalization, NormalizeObservation
-from cleanrl_utils.run import RunArgs, check_env, parse_args, require, require_positive, require_range, start_run
-from cleanrl_utils.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+from cleanrl_utils.legacy.run import RunArgs, check_env, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.legacy.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
 
 
 @dataclass
@@ -229,7 +229,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, **options) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` of a saved model: μ(s), or (``deterministic=False``) a sample of N(μ(s), σ²),
-    observations normalised with the saved statistics, frozen. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
+    observations normalised with the saved statistics, frozen. ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     evaluation.envs = NormalizeObservation(evaluation.envs)
     evaluation.load_state(evaluation.envs, "obs_norm")  # checked: finite statistics of this env's shape

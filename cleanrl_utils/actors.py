@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from cleanrl_utils.faults import Fault, describe_exit, ignore_stop_signals, stop_signals_held
+from cleanrl_utils.legacy.faults import Fault, describe_exit, ignore_stop_signals, stop_signals_held
 from cleanrl_utils.writes import write_atomic
 
 
@@ -41,7 +41,7 @@ class Shared:
     - ``episodes``: queue of ``(actor, env, return, length)`` of finished episodes.
     - ``errors``: queue of ``(actor, traceback text, its exception's lines joined)`` of failed actors.
 
-    Create it in the learner inside :func:`cleanrl_utils.faults.stop_signals_held` (multiprocessing's resource
+    Create it in the learner inside :func:`cleanrl_utils.legacy.faults.stop_signals_held` (multiprocessing's resource
     tracker starts with the first queue).
     """
 
@@ -101,7 +101,7 @@ def actor_main(run_actor: Callable[..., None], actor_id: int, shared: Shared, *a
     failures reported to the learner.
 
     SIGINT, SIGTERM and SIGHUP are ignored: the learner stops the actors (``shared.stop``) after its
-    checkpoint. A failure goes to ``shared.errors`` (a :class:`~cleanrl_utils.faults.Fault`'s one line, or a
+    checkpoint. A failure goes to ``shared.errors`` (a :class:`~cleanrl_utils.legacy.faults.Fault`'s one line, or a
     traceback) and the process exits with 1. Actors are not daemonic (their async envs are child processes);
     ``run_actor`` should call :func:`check_parent` in its loop so that it ends when the learner is gone.
     """
@@ -156,7 +156,7 @@ def stop_actors(actors: list, shared: Shared, timeout: float = 10.0) -> None:
 def check_actors(actors: list, shared: Shared, run_dir: str | Path) -> None:
     """Raise :class:`ActorFailed` if an actor reported a failure or died.
 
-    Its message is one line: the actor's :class:`~cleanrl_utils.faults.Fault` (a dead, hung or misbehaving
+    Its message is one line: the actor's :class:`~cleanrl_utils.legacy.faults.Fault` (a dead, hung or misbehaving
     env), or the last line of another error's traceback, which is written in full to
     ``{run_dir}/actor_{i}_traceback.txt`` (named in the line).
     """
@@ -235,7 +235,7 @@ def learner_turn(
     or Ctrl-C: the caller then stops).
 
     Args:
-        run: the script's :class:`cleanrl_utils.run.Run`.
+        run: the script's :class:`cleanrl_utils.legacy.run.Run`.
         step_offset: env steps of the run before this process (a resumed run's checkpoint).
         global_step: the env steps at the last turn, where the episodes ended since are logged.
 

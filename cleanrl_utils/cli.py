@@ -1,7 +1,7 @@
 """The smallest shared command-line plumbing: one-line errors, file-name-safe ids, log tails.
 
 Imports nothing heavy (no torch, no gymnasium), so that tools that only start other processes
-(the benchmark launcher, the tuner) load in a moment. ``cleanrl_utils.run`` re-exports these.
+(the benchmark launcher, the tuner) load in a moment. ``cleanrl_utils.legacy.run`` re-exports these.
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ def log_tail(path: str | Path, lines: int = 20) -> list[str]:
 
 def printed_run_dir(log: str | Path, cwd: str | Path) -> Path | None:
     """The run directory a script printed into its log, as a line ``run directory: runs/...``
-    (``cleanrl_utils.run``; a `` (resumed at step N)`` suffix is dropped), joined to ``cwd``, the
+    (``cleanrl_utils.legacy.run``; a `` (resumed at step N)`` suffix is dropped), joined to ``cwd``, the
     script's working directory; the last such line counts. ``None`` when the log has no such line
     or cannot be read."""
     try:

@@ -19,7 +19,7 @@ class GameStatistics(gym.vector.VectorWrapper):
     unclipped rewards (``info["reward"]``) over all its lives; the info of the step where the game
     ends (``info["terminated"]``: no lives left; or the time limit) has ``info["episode"]``
     (``"r"``: scores, ``"l"``: frames, ``[num_envs]``) and ``info["_episode"]`` (bool ``[num_envs]``),
-    where ``Run.log_episodes`` and ``cleanrl_utils.evals.run_episodes`` read them.
+    where ``Run.log_episodes`` and ``cleanrl_utils.legacy.evals.run_episodes`` read them.
 
     With ``video_dir``, env 0's games that ``video_episodes(game_index) -> bool`` picks (gymnasium's
     schedule when None, as ``RecordVideo``) are written there as ``rl-video-episode-{i}.mp4``, one

@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from cleanrl_utils.faults import EnvFault
+from cleanrl_utils.legacy.faults import EnvFault
 
 
 class ParallelEnvs:

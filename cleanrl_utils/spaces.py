@@ -32,7 +32,7 @@ import torch
 import torch.nn as nn
 
 from cleanrl_utils.cli import fail
-from cleanrl_utils.faults import EnvFault
+from cleanrl_utils.legacy.faults import EnvFault
 
 ACTION_MASK = "action_mask"
 """The Dict observation key (top level) that holds the action mask; encoders do not read it."""
@@ -213,7 +213,7 @@ class ActionMaskFromInfo(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     Raises:
         ValueError: the env's observation space already has an ``action_mask`` key.
-        cleanrl_utils.faults.EnvFault: (at ``reset``/``step``) an info without ``"action_mask"``,
+        cleanrl_utils.legacy.faults.EnvFault: (at ``reset``/``step``) an info without ``"action_mask"``,
             or one of the wrong size.
     """
 
@@ -260,7 +260,7 @@ def check_action_masks(masks: np.ndarray, dims: list[int], step: int) -> None:
         step: the vector step the observations came from, for the message.
 
     Raises:
-        cleanrl_utils.faults.EnvFault: ``"env 3 gave an all-false action mask at vector step 120 (action dimension 0)"``.
+        cleanrl_utils.legacy.faults.EnvFault: ``"env 3 gave an all-false action mask at vector step 120 (action dimension 0)"``.
     """
     if len(dims) == 1:
         empty = ~masks.any(axis=1, keepdims=True)

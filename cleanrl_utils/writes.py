@@ -200,7 +200,7 @@ def atomic_file(path: str | os.PathLike, permissions: int | None = None, registr
         path: the file to write whole.
         permissions: the file's mode bits (``0o755`` for a script), else the default (``0o644`` less the umask).
         registry: a set that holds the temporary file's path while it is written
-            (:data:`cleanrl_utils.faults.being_written`: a second Ctrl-C removes it).
+            (:data:`cleanrl_utils.legacy.faults.being_written`: a second Ctrl-C removes it).
 
     Raises:
         UnsafePath: something that is not a regular file is at ``path`` or its temporary name.

@@ -228,7 +228,7 @@ def sigterm_then_resume(
     file when None), "curves": its scalars without charts/SPS}``, for the caller to compare
     (exactly, or as far as the script can).
     """
-    from cleanrl_utils.files import checkpoint_step, latest_checkpoint
+    from cleanrl_utils.legacy.files import checkpoint_step, latest_checkpoint
 
     def result(directory: Path) -> dict:
         import torch

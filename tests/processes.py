@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from cleanrl_utils.files import latest_checkpoint
+from cleanrl_utils.legacy.files import latest_checkpoint
 from tests.conftest import ROOT, run_dir
 
 

@@ -499,7 +499,7 @@ class DictCounter(gym.Env):
 
 
 def test_dict_observations_from_a_vector_env_with_real_final_obs():
-    from cleanrl_utils.vector import real_next_obs, vector_env
+    from cleanrl_utils.legacy.vector import real_next_obs, vector_env
 
     envs = vector_env([lambda: gym.wrappers.TimeLimit(DictCounter(), 3), lambda: gym.wrappers.TimeLimit(DictCounter(), 2)])
     rb = ReplayBuffer(10, 2, envs.single_observation_space, envs.single_action_space, seed=0)

@@ -116,7 +116,7 @@ def test_c51_resume_without_the_buffer_refills_it_then_updates(script, flags, to
 
 def test_c51_resume_refuses_another_scripts_checkpoint(tmp_path):
     from cleanrl.dqn import Args
-    from cleanrl_utils.files import checkpoint_path, write_file
+    from cleanrl_utils.legacy.files import checkpoint_path, write_file
     from tests.conftest import assert_stops_with_one_line
 
     path = write_file(checkpoint_path(tmp_path / "run", 100), "checkpoint", "dqn", Args(), {"global_step": 100})

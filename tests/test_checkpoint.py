@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from cleanrl_utils import checkpoint, files, vector
+from cleanrl_utils.legacy import checkpoint, files, vector
 from tests.conftest import assert_stops_with_one_line, run_dir, run_script, sigterm_then_resume
 
 
@@ -50,7 +50,7 @@ def _play(envs, actions):
     seen = []
     for action in actions:
         obs, reward, terminated, truncated, infos = envs.step(action)
-        from cleanrl_utils.run import episode_returns
+        from cleanrl_utils.legacy.run import episode_returns
 
         seen.append((obs.copy(), reward.copy(), terminated.copy(), truncated.copy(), np.asarray(episode_returns(infos))))
     return seen

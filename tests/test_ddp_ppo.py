@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from cleanrl_utils.files import checkpoint_step, latest_checkpoint
+from cleanrl_utils.legacy.files import checkpoint_step, latest_checkpoint
 from tests.conftest import (
     ROOT,
     assert_stops_with_one_line,
@@ -392,7 +392,7 @@ def test_local_num_envs_is_cleanrls_name_of_num_envs():
 
     import tyro
 
-    from cleanrl_utils.checkpoint import given_flags
+    from cleanrl_utils.legacy.checkpoint import given_flags
 
     spec = importlib.util.spec_from_file_location("ddp_ppo", SCRIPT)
     ddp_ppo = importlib.util.module_from_spec(spec)

@@ -1,6 +1,6 @@
 """dm_control ids (``dm_control/<domain>-<task>-v0``, through Shimmy: the dm_control extra) in the continuous scripts.
 
-One function registers them (cleanrl_utils.vector.register_dm_control), where each process needs them: the
+One function registers them (cleanrl_utils.legacy.vector.register_dm_control), where each process needs them: the
 argument checks (check_env, in the main process), the async env workers (fresh interpreters from the
 forkserver) and the evaluation of a saved model (a fresh process, the evaluation tool). Each script's
 make_env flattens their Dict observations (FlattenObservation), and check_env checks the Box they become,
@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 
 from cleanrl import ddpg_continuous, ppo_continuous, ppo_continuous_lstm, rpo_continuous, sac_continuous, td3_continuous
-from cleanrl_utils import checkpoint, vector
-from cleanrl_utils.run import check_env, episode_returns
+from cleanrl_utils.legacy import checkpoint, vector
+from cleanrl_utils.legacy.run import check_env, episode_returns
 from tests.conftest import ROOT, assert_stops_with_one_line, enjoy, run_dir, run_script, scalars
 
 pytest.importorskip("shimmy")
@@ -39,7 +39,7 @@ def test_ids_are_registered_where_asked_for_and_only_then():
     code = f"""
 import os, sys
 import gymnasium as gym
-from cleanrl_utils.vector import register_dm_control
+from cleanrl_utils.legacy.vector import register_dm_control
 os.environ.pop("DISPLAY", None); os.environ.pop("WAYLAND_DISPLAY", None); os.environ.pop("MUJOCO_GL", None)
 assert {CARTPOLE!r} not in gym.registry
 register_dm_control("Pendulum-v1")

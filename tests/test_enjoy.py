@@ -118,7 +118,7 @@ def test_enjoy_evaluates_a_checkpoint_with_the_scripts_networks(script, flags, t
 
 def test_a_checkpoint_without_networks_is_refused(tmp_path):
     from cleanrl_utils.enjoy import model_of_checkpoint
-    from cleanrl_utils.files import FileRefused
+    from cleanrl_utils.legacy.files import FileRefused
 
     with pytest.raises(FileRefused, match="holds no network to evaluate"):
         model_of_checkpoint({"path": "step_5.pt", "state": {"agent": {}}, "modules": {}})
@@ -154,7 +154,7 @@ def _model_of(tmp, script):
     """A well-formed model file whose recorded script name is a path: it must never choose the code that runs."""
     from dataclasses import dataclass
 
-    from cleanrl_utils.files import write_file
+    from cleanrl_utils.legacy.files import write_file
 
     @dataclass
     class Args:

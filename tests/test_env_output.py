@@ -20,9 +20,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from cleanrl_utils import faults
-from cleanrl_utils.run import _ended_episodes
-from cleanrl_utils.vector import SAME_STEP, space_problem, vector_env
+from cleanrl_utils.legacy import faults
+from cleanrl_utils.legacy.run import _ended_episodes
+from cleanrl_utils.legacy.vector import SAME_STEP, space_problem, vector_env
 from tests.conftest import ROOT, assert_stops_with_one_line, run_script
 
 SMALL = ["--num-envs", "2", "--num-steps", "16", "--total-timesteps", "1024", "--env-timeout", "30"]
@@ -152,14 +152,14 @@ def test_discrete_actions_that_do_not_start_at_0_are_refused(script, env_id, tmp
 HANG = """
 import sys
 import gymnasium as gym
-from cleanrl_utils.vector import vector_env
+from cleanrl_utils.legacy.vector import vector_env
 
 def make():
     return gym.make("CartPole-v1")
 
 if __name__ == "__main__":
     if sys.argv[1] == "hook":
-        from cleanrl_utils.faults import one_line_faults
+        from cleanrl_utils.legacy.faults import one_line_faults
         one_line_faults("hang", None, lambda: None)
     envs = vector_env([make, make], "async")
     envs.reset(seed=1)

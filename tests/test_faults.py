@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import torch
 
-from cleanrl_utils import checkpoint, faults, files
-from cleanrl_utils.vector import SAME_STEP, real_next_obs, vector_env
+from cleanrl_utils.legacy import checkpoint, faults, files
+from cleanrl_utils.legacy.vector import SAME_STEP, real_next_obs, vector_env
 from tests.conftest import ROOT, assert_stops_with_one_line, run_dir, run_script, sigterm_then_resume
 from tests.envs import FaultyEnv
 
@@ -346,7 +346,7 @@ def test_a_signal_during_the_final_evaluation_ends_it_and_keeps_the_model(tmp_pa
 
 SECOND_CTRL_C = """
 import atexit, dataclasses, os, signal, sys, time
-from cleanrl_utils.run import RunArgs, start_run
+from cleanrl_utils.legacy.run import RunArgs, start_run
 
 @dataclasses.dataclass
 class Args(RunArgs):
@@ -356,7 +356,7 @@ class Args(RunArgs):
 args = Args(script="demo")
 run = start_run(args, record=False)
 signal.signal(signal.SIGINT, run.stop)
-from cleanrl_utils.faults import being_written
+from cleanrl_utils.legacy.faults import being_written
 open("step_9.pt.tmp", "wb").close()
 being_written.add("step_9.pt.tmp")  # as if a checkpoint were being written
 atexit.register(lambda: (print("in exit handlers", flush=True), time.sleep(30)))
@@ -381,7 +381,7 @@ def test_a_second_ctrl_c_stops_at_once_even_in_exit_handlers(tmp_path):
 
 AFTER_THE_END = """
 import dataclasses, os, signal
-from cleanrl_utils.run import RunArgs, start_run
+from cleanrl_utils.legacy.run import RunArgs, start_run
 
 @dataclasses.dataclass
 class Args(RunArgs):
@@ -408,7 +408,7 @@ def test_a_signal_after_training_ended_is_said_and_the_run_exits_0(tmp_path):
 def test_the_vector_step_count_continues_across_a_resume():
     """A fault's "vector step N" counts the run's vector steps, not the resumed process's."""
     from cleanrl.ppo import make_env
-    from cleanrl_utils.vector import envs_state, restore_envs
+    from cleanrl_utils.legacy.vector import envs_state, restore_envs
 
     envs = vector_env([make_env("CartPole-v1", i, False, "") for i in range(2)], "sync", SAME_STEP)
     envs.reset(seed=1)

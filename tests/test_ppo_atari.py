@@ -18,7 +18,7 @@ import torch
 from cleanrl import ppo_atari, ppo_atari_envpool
 from cleanrl.ppo_atari_envpool import compute_gae, masked_mean, ppo_losses
 from cleanrl_utils.envpool_atari import GameStatistics
-from cleanrl_utils.vector import real_next_obs, vector_env
+from cleanrl_utils.legacy.vector import real_next_obs, vector_env
 from tests.conftest import (
     assert_stops_with_one_line,
     run_dir,
@@ -168,7 +168,7 @@ class _Scripted(gym.vector.VectorEnv):
 def test_game_statistics_report_games_as_episode_statistics():
     """Unclipped rewards summed per game (a lost life before the game over is no game over: the score
     goes on), reported where gymnasium's RecordEpisodeStatistics reports an episode, lengths in frames."""
-    from cleanrl_utils.run import episode_returns
+    from cleanrl_utils.legacy.run import episode_returns
 
     steps = [  # env 0's game ends at step 2, env 1's at step 3 (the time limit); then both at step 4
         ([1.0, 0.0], [False, False], [False, False], [1, 1]),
@@ -577,8 +577,8 @@ def test_envpool_resume_continues_the_run_with_new_envs(monkeypatch, tmp_path):
     """EnvPool's envs cannot be restored, so the resume is not exact: before the checkpoint the
     curves are the uninterrupted run's, after it every rollout is logged once (no overlap, no
     gap) with the same learning-rate schedule; and it starts from the checkpoint's weights."""
-    from cleanrl_utils.checkpoint import load_checkpoint
-    from cleanrl_utils.files import checkpoint_step, latest_checkpoint
+    from cleanrl_utils.legacy.checkpoint import load_checkpoint
+    from cleanrl_utils.legacy.files import checkpoint_step, latest_checkpoint
 
     whole, resumed = sigterm_then_resume("ppo_atari_envpool.py", RESUMED_RUN, 64, 192, tmp_path)
     checkpoint = latest_checkpoint(run_dir(tmp_path / "cut"))

@@ -16,7 +16,7 @@ import torch
 
 import tests.envs  # noqa: F401  registers ContinuousCounter-v0
 from cleanrl import ppo, ppo_continuous
-from cleanrl_utils.vector import SAME_STEP, real_next_obs, vector_env
+from cleanrl_utils.legacy.vector import SAME_STEP, real_next_obs, vector_env
 from tests import conftest
 from tests.conftest import (
     assert_stops_with_one_line,
@@ -348,7 +348,7 @@ def test_normalised_envs_resume_exactly(tmp_path):
     and the MuJoCo envs below them come back from a checkpoint of the script's state: the raw
     observation the replayed envs return, normalised with the restored statistics, and
     everything after it are exactly those of the run that was not interrupted."""
-    from cleanrl_utils import checkpoint
+    from cleanrl_utils.legacy import checkpoint
 
     def make():
         raw = vector_env([ppo_continuous.make_env("InvertedPendulum-v5", i, False, "") for i in range(2)], "sync", SAME_STEP)

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import cleanrl_utils.envs  # noqa: F401  (registers InvertedPendulumNoVelocity-v5)
-import cleanrl_utils.vector
+import cleanrl_utils.legacy.vector
 import tests.envs  # noqa: F401  (registers ContinuousEcho-v0)
 from cleanrl import ppo_continuous, ppo_continuous_lstm
 from tests.conftest import (
@@ -178,7 +178,7 @@ def frozen_run(monkeypatch, tmp_path):
     recording the real next observations the loop reads at truncations and the update's env permutations."""
     monkeypatch.setattr(torch.optim.Adam, "step", lambda self, closure=None: None)
     finals, perms = [], []
-    real_next_obs, randperm = cleanrl_utils.vector.real_next_obs, torch.randperm
+    real_next_obs, randperm = cleanrl_utils.legacy.vector.real_next_obs, torch.randperm
 
     def recording_real_next_obs(next_obs, infos):
         finals.append(real_next_obs(next_obs, infos).copy())
@@ -188,7 +188,7 @@ def frozen_run(monkeypatch, tmp_path):
         perms.append(randperm(*args, **kwargs))
         return perms[-1]
 
-    monkeypatch.setattr(cleanrl_utils.vector, "real_next_obs", recording_real_next_obs)
+    monkeypatch.setattr(cleanrl_utils.legacy.vector, "real_next_obs", recording_real_next_obs)
     monkeypatch.setattr(torch, "randperm", recording_randperm)
     g = run_in_process("ppo_continuous_lstm.py", monkeypatch, tmp_path, *LOOP)
     monkeypatch.undo()
@@ -320,7 +320,7 @@ FORGED_MODELS = {  # a saved model's normalisation statistics, edited as an atta
 
 @pytest.mark.parametrize("forged", list(FORGED_MODELS))
 def test_evaluation_refuses_forged_normalisation_statistics_in_one_line(forged, hopper_run, tmp_path):
-    from cleanrl_utils.files import FileRefused
+    from cleanrl_utils.legacy.files import FileRefused
 
     edit, message = FORGED_MODELS[forged]
     model = tmp_path / "ppo_continuous_lstm.cleanrl_model"

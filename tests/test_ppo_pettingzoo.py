@@ -13,7 +13,7 @@ import torch
 from cleanrl import ppo_pettingzoo
 from cleanrl.ppo_pettingzoo import add_agent_id, compute_gae, fold_agents, minibatches, unfold_agents
 from cleanrl_utils.envs import MinefieldRace
-from cleanrl_utils.faults import EnvFault
+from cleanrl_utils.legacy.faults import EnvFault
 from cleanrl_utils.pettingzoo import ParallelEnvs
 from tests.conftest import assert_stops_with_one_line, enjoy, run_dir, run_script, scalars, sigterm_then_resume
 

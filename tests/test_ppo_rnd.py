@@ -356,9 +356,9 @@ def test_resume_loads_the_networks_and_the_rnd_statistics_exactly(monkeypatch, t
     """SIGTERM, then --resume with new envs (EnvPool's cannot be saved): every rollout is logged once with the
     uninterrupted run's learning-rate schedule; the resumed run starts from the checkpoint's agent, target,
     predictor, optimiser and RND statistics exactly (no second random-play phase), and goes on from them."""
-    from cleanrl_utils import checkpoint as checkpoints
-    from cleanrl_utils.checkpoint import load_checkpoint
-    from cleanrl_utils.files import latest_checkpoint
+    from cleanrl_utils.legacy import checkpoint as checkpoints
+    from cleanrl_utils.legacy.checkpoint import load_checkpoint
+    from cleanrl_utils.legacy.files import latest_checkpoint
 
     whole, resumed = sigterm_then_resume("ppo_rnd_envpool.py", RESUMED_RUN, 64, 192, tmp_path)
     for tag in LOSS_TAGS | RND_TAGS | {"charts/learning_rate"}:
@@ -429,7 +429,7 @@ def test_intrinsic_reward_falls_as_the_predictor_learns_montezuma(monkeypatch, t
     on the last rollout's frames 426 with the initial predictor, 185 trained (0.43). With --update-proportion 0 (the
     predictor never trained) the curve stays at 409 -> 421, 379, 428 (ratio 1.0): the first check fails.
     This does not show exploration beyond PPO: at Montezuma's scale that needs hours (benchmark/README.md)."""
-    from cleanrl_utils.run import seed_everything
+    from cleanrl_utils.legacy.run import seed_everything
 
     g = run_in_process(
         "ppo_rnd_envpool.py",

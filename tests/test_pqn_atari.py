@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from cleanrl import pqn_atari_envpool, pqn_atari_envpool_lstm
-from cleanrl_utils.checkpoint import load_checkpoint
-from cleanrl_utils.files import checkpoint_step, checkpoints
+from cleanrl_utils.legacy.checkpoint import load_checkpoint
+from cleanrl_utils.legacy.files import checkpoint_step, checkpoints
 from tests.conftest import assert_stops_with_one_line, run_dir, run_in_process, run_script, scalars, sigterm_then_resume
 
 SCRIPTS = {"pqn_atari_envpool.py": pqn_atari_envpool, "pqn_atari_envpool_lstm.py": pqn_atari_envpool_lstm}

@@ -109,7 +109,7 @@ def test_target_on_a_real_replay_window_bootstraps_from_the_final_obs_of_a_trunc
     """qrdqn.py's path on the new replay interface: Counter-v0 (obs [t], reward 1, truncated at t = 3), n = 3."""
     from cleanrl.qrdqn import make_env
     from cleanrl_utils.buffers import ReplayBuffer
-    from cleanrl_utils.vector import real_next_obs, vector_env
+    from cleanrl_utils.legacy.vector import real_next_obs, vector_env
 
     envs = vector_env([make_env("tests.envs:Counter-v0", 0, False, "")])
     rb = ReplayBuffer(16, 1, envs.single_observation_space, envs.single_action_space, n_step=3, seed=0)
@@ -252,7 +252,7 @@ def test_qrdqn_resume_without_the_buffer_refills_it_then_updates(script, flags, 
 
 def test_qrdqn_resume_refuses_another_scripts_checkpoint(tmp_path):
     from cleanrl.dqn import Args
-    from cleanrl_utils.files import checkpoint_path, write_file
+    from cleanrl_utils.legacy.files import checkpoint_path, write_file
 
     path = write_file(checkpoint_path(tmp_path / "run", 100), "checkpoint", "dqn", Args(), {"global_step": 100})
     assert_stops_with_one_line("qrdqn.py", ["--resume", str(path)], "--resume", "written by dqn.py, not by qrdqn.py", tmp_path)
@@ -287,7 +287,7 @@ def test_evaluation_checks_a_forged_n_quantiles_before_building_the_network(n_qu
     """A model whose saved n_quantiles is out of range or missing is refused in one line, before
     any network is built (10**7 quantiles would allocate gigabytes)."""
     from cleanrl.qrdqn import Args, evaluate
-    from cleanrl_utils.files import FileRefused, write_file
+    from cleanrl_utils.legacy.files import FileRefused, write_file
 
     args = Args(exp_name="qrdqn", n_quantiles=1 if n_quantiles is None else n_quantiles)
     path = write_file(tmp_path / "qrdqn.cleanrl_model", "model", "qrdqn", args, {})

@@ -16,7 +16,7 @@ from cleanrl.rainbow_atari import (
     noise_buffers,
     weighted_cross_entropy,
 )
-from cleanrl_utils import checkpoint
+from cleanrl_utils.legacy import checkpoint
 from cleanrl_utils.buffers import PrioritizedReplayBuffer
 
 
@@ -250,7 +250,7 @@ def test_rainbow_resume_without_the_buffer_refills_it_then_updates(tmp_path):
 
 def test_rainbow_resume_refuses_another_scripts_checkpoint(tmp_path):
     from cleanrl.dqn_atari import Args
-    from cleanrl_utils.files import checkpoint_path, write_file
+    from cleanrl_utils.legacy.files import checkpoint_path, write_file
     from tests.conftest import assert_stops_with_one_line
 
     path = write_file(checkpoint_path(tmp_path / "run", 100), "checkpoint", "dqn_atari", Args(), {"global_step": 100})

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from cleanrl_utils import files
-from cleanrl_utils.run import parse_args
+from cleanrl_utils.legacy import files
+from cleanrl_utils.legacy.run import parse_args
 from cleanrl_utils.writes import UnsafePath, check_tree, create_new, make_folder, open_regular, write_atomic
 from tests.conftest import ROOT, assert_stops_with_one_line, enjoy, run_dir, run_script
 
@@ -394,7 +394,7 @@ def test_a_flag_given_twice_is_said_and_the_last_is_used(flags, warning, tmp_pat
 
 
 def test_the_lock_file_goes_when_the_run_is_over_and_still_keeps_a_second_process_out(finished_run, tmp_path):
-    from cleanrl_utils.run import _lock_run, _unlock
+    from cleanrl_utils.legacy.run import _lock_run, _unlock
 
     assert not (finished_run / "run.lock").exists()  # a run that finished
     run = copy_run(finished_run, tmp_path)

@@ -234,7 +234,7 @@ def test_resume_without_the_buffer_refills_it_then_updates_on(tmp_path):
     hold), the run refills the replay for --learning-starts steps, then updates on with its trained optimisers."""
     from shutil import copytree
 
-    from cleanrl_utils.files import checkpoint_path, write_file
+    from cleanrl_utils.legacy.files import checkpoint_path, write_file
     from tests.conftest import assert_stops_with_one_line, run_dir, run_script
 
     flags = [*CHECKPOINTED, "--learning-starts", "100", "--checkpoint-interval", "200"]

@@ -142,7 +142,7 @@ def test_runs_started_in_the_same_second_get_their_own_directories(tmp_path, mon
     import time
 
     from cleanrl.ppo import Args
-    from cleanrl_utils.run import start_run
+    from cleanrl_utils.legacy.run import start_run
 
     monkeypatch.setattr(time, "time", lambda: 1_000_000.5)
     runs = [start_run(Args(exp_name="ppo"), runs_dir=tmp_path) for _ in range(3)]
@@ -212,7 +212,7 @@ def test_async_env_mode_matches_sync(script, tmp_path):
 def test_progress_bar_on_a_terminal_and_lines_otherwise():
     import io
 
-    from cleanrl_utils.run import Progress
+    from cleanrl_utils.legacy.run import Progress
 
     class Terminal(io.StringIO):
         def isatty(self):
@@ -542,7 +542,7 @@ def test_dqn_resume_without_the_buffer_refills_it_then_updates(script, flags, to
 
 def test_dqn_resume_refuses_another_scripts_checkpoint(tmp_path):
     from cleanrl.c51 import Args
-    from cleanrl_utils.files import checkpoint_path, write_file
+    from cleanrl_utils.legacy.files import checkpoint_path, write_file
 
     path = write_file(checkpoint_path(tmp_path / "run", 100), "checkpoint", "c51", Args(), {"global_step": 100})
     assert_stops_with_one_line("dqn.py", ["--resume", str(path)], "--resume", "written by c51.py, not by dqn.py", tmp_path)

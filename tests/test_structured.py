@@ -20,7 +20,7 @@ import torch
 
 import cleanrl_utils.envs  # noqa: F401  (registers the tasks)
 from cleanrl import dqn_structured, ppo_structured
-from cleanrl_utils.faults import EnvFault
+from cleanrl_utils.legacy.faults import EnvFault
 from cleanrl_utils.namedarraytuple import buffer_from_space, conform, to_device
 from cleanrl_utils.spaces import ActionMaskFromInfo, OneHot, action_dims, check_action_masks, observation_leaves
 from tests.conftest import (

@@ -14,7 +14,7 @@ from cleanrl.dqn import compute_td_target, n_step_returns
 from cleanrl.dqn import make_env as dqn_make_env
 from cleanrl.ppo import compute_gae
 from cleanrl_utils.buffers import ReplayBuffer
-from cleanrl_utils.vector import real_next_obs, vector_env
+from cleanrl_utils.legacy.vector import real_next_obs, vector_env
 
 GAMMA, LAM = 0.9, 0.8
 REWARDS = np.array([[1.0], [1.0], [1.0]], dtype=np.float32)

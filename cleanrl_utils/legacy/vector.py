@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from gymnasium.vector.async_vector_env import AsyncState
 
-from cleanrl_utils.faults import (
+from cleanrl_utils.legacy.faults import (
     STOP_SIGNALS,
     EnvFault,
     check_env_step,
@@ -83,7 +83,7 @@ def vector_env(
     ``MUJOCO_GL=egl``; variables already set are kept).
 
     Every step is checked: a non-finite reward, or a non-finite value in a floating
-    observation, raises :class:`cleanrl_utils.faults.EnvFault` naming the env. Each env's first
+    observation, raises :class:`cleanrl_utils.legacy.faults.EnvFault` naming the env. Each env's first
     ``reset`` and ``step`` are checked against the API and its declared spaces (a 5-tuple; the
     observation's structure, shape and dtype; a real-number reward; bool flags; a dict info
     without the keys the vector env and episode statistics write), and every step's types
@@ -171,7 +171,7 @@ def register_dm_control(env_id: str | None = None) -> None:
 
 
 def _stopped_while_starting(error: BaseException) -> None:
-    """Where a stop signal (held back, see :func:`cleanrl_utils.faults.stop_signals_held`) arrived while the env
+    """Where a stop signal (held back, see :func:`cleanrl_utils.legacy.faults.stop_signals_held`) arrived while the env
     workers were starting and the start failed (a worker or the forkserver killed by it), end the process with
     one line and 128 + the signal, as a stop does: no training step was made, so there is nothing to checkpoint."""
     pending = signal.sigpending() & set(STOP_SIGNALS)
@@ -406,7 +406,7 @@ class SyncVectorEnv(_OneGroup, gym.vector.SyncVectorEnv):
     env resets, so an env that reuses its observation array in place cannot overwrite it.
 
     A ``step`` or ``reset`` that takes longer than ``timeout`` seconds is interrupted (a
-    ``SIGALRM`` timer, in the main thread) with :class:`cleanrl_utils.faults.EnvFault` naming
+    ``SIGALRM`` timer, in the main thread) with :class:`cleanrl_utils.legacy.faults.EnvFault` naming
     the env; rewards and floating observations are checked for NaN and infinity.
 
     Args:
@@ -544,7 +544,7 @@ class AsyncVectorEnv(_OneGroup, gym.vector.AsyncVectorEnv):
     """gymnasium's ``AsyncVectorEnv`` (forkserver workers) that names the env behind a fault.
 
     A worker that died (its exit code or signal), or that does not answer within ``timeout``
-    seconds, raises :class:`cleanrl_utils.faults.EnvFault` naming the env; the workers are then
+    seconds, raises :class:`cleanrl_utils.legacy.faults.EnvFault` naming the env; the workers are then
     killed (they ignore SIGTERM, see :func:`vector_env`). Each step's rewards and floating
     observations are checked for NaN and infinity.
 

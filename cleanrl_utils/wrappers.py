@@ -1,0 +1,323 @@
+"""Gymnasium wrappers a script stacks in its make_env: output checks, and the replay log that restores an env exactly.
+
+- :class:`CheckedEnv` checks what an env returns: in full at its first reset and first step (the API, the types,
+  the declared spaces), then cheaply at every step (finite numbers), in the env's own process.
+- :class:`ReplayableEnv` logs what rebuilds the env's state: :func:`envs_state` and :func:`restore_envs` save and
+  restore every env of a gymnasium vector env through its public ``call``.
+- :func:`real_next_obs`: the observation that ended an episode under same-step autoreset, for TD targets and
+  bootstraps; :func:`timed_step`: ``envs.step`` with gymnasium's own timeout for async workers.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import traceback
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from cleanrl_utils.faults import EnvFault
+
+SAME_STEP = gym.vector.AutoresetMode.SAME_STEP
+"""Same-step autoreset: an env whose episode ends is reset within that ``step``; the observation that ended it is in
+``infos["final_obs"][i]`` (flagged by ``infos["_final_obs"]``) and its last info in ``infos["final_info"]``."""
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_NUMBERS = frozenset({float, int, np.float64, np.float32, np.float16, np.int64, np.int32, np.int16, np.int8})
+_FLAGS = frozenset({bool, np.bool_})
+_RESERVED = frozenset({"final_obs", "_final_obs", "final_info", "_final_info"})  # the vector env writes these
+
+
+def timed_step(envs: gym.vector.VectorEnv, actions: Any, timeout: float) -> tuple:
+    """``envs.step(actions)``; the workers of a ``gym.vector.AsyncVectorEnv`` must answer within ``timeout`` seconds
+    (``--env-timeout``, gymnasium's ``step_wait`` timeout), else ``multiprocessing.TimeoutError``."""
+    if isinstance(envs, gym.vector.AsyncVectorEnv):
+        envs.step_async(actions)
+        return envs.step_wait(timeout=timeout)
+    return envs.step(actions)
+
+
+def space_problem(space: gym.Space, value: Any, what: str = "observation") -> str | None:
+    """What is wrong with ``value`` as an element of ``space`` (structure, shape, kind of dtype; not bounds), or None."""
+    if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        keys = list(space.spaces) if isinstance(space, gym.spaces.Dict) else list(range(len(space.spaces)))
+        if not isinstance(value, dict if isinstance(space, gym.spaces.Dict) else (tuple, list)) or len(value) != len(keys):
+            return f"{what} {str(value)[:60]}, not a {type(space).__name__} of {keys}"
+        if isinstance(space, gym.spaces.Dict) and set(value) != set(keys):
+            return f"{what} with keys {sorted(map(str, value))}, not {sorted(keys)}"
+        problems = (space_problem(space[key], value[key], f"{what}[{key!r}]") for key in keys)
+        return next((problem for problem in problems if problem is not None), None)
+    if not isinstance(space, (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
+        return None
+    try:
+        array = np.asarray(value) if isinstance(value, (np.ndarray, np.generic, int, float, bool, list, tuple)) else None
+    except ValueError:  # ragged lists
+        array = None
+    kinds = "iub" if space.dtype is not None and space.dtype.kind in "iub" else "iubf"
+    if array is None or array.dtype.kind not in kinds:
+        return f"{what} {str(value)[:60]} ({type(value).__name__}), not an array of {space}"
+    return None if array.shape == space.shape else f"{what} of shape {array.shape} where {space} has shape {space.shape}"
+
+
+def step_problem(result: Any, space: gym.Space | None = None) -> str | None:
+    """What is wrong with a ``step`` result, or None: not ``(obs, reward, terminated, truncated, info)``, a reward that
+    is not a real number, flags that are not bools, an info that is not a dict or holds the vector env's keys, and
+    (``space`` given) an observation that does not fit it."""
+    if not isinstance(result, tuple) or len(result) != 5:
+        old = " (gym's old API: obs, reward, done, info)" if isinstance(result, tuple) and len(result) == 4 else ""
+        return f"returned {str(result)[:60]} from step, not (obs, reward, terminated, truncated, info){old}"
+    obs, reward, terminated, truncated, info = result
+    if not isinstance(reward, (int, float, np.integer, np.floating)) or isinstance(reward, (bool, np.bool_)):
+        return f"returned a reward of {reward!r:.60} ({type(reward).__name__}), not a real number"
+    for name, flag in (("terminated", terminated), ("truncated", truncated)):
+        if not isinstance(flag, (bool, np.bool_)):
+            return f"returned {name} = {flag!r:.60} ({type(flag).__name__}), not a bool"
+    if not isinstance(info, dict) or _RESERVED & set(info):
+        return f"returned an info that is not a dict or holds a key the vector env writes: {str(info)[:80]}"
+    problem = None if space is None else space_problem(space, obs)
+    return None if problem is None else f"returned an {problem}"
+
+
+class CheckedEnv(gym.Wrapper):
+    """An env whose output is checked: in full at its first reset and first step (:func:`step_problem` against its
+    declared observation space), then cheaply at every step: a reward of a number type, finite and within float32's
+    range, bool flags, and finite floating observations. It runs where the env runs (in its worker process for
+    ``gym.vector.AsyncVectorEnv``), so the main process does no per-env work for it.
+
+    Also: an env that returns the same observation array twice (reusing it in place, Gymnasium#1132) has its
+    observations copied from then on, so a stored final observation cannot change; in a worker process, an
+    exception of the env becomes an :class:`EnvFault` saying where it was raised (the worker's traceback does not
+    reach the main process), and the worker ignores SIGINT, SIGTERM and SIGHUP: a signal to the whole process group
+    reaches the main process, which checkpoints with its envs alive, then closes them.
+
+    Args:
+        env: the env with its wrappers.
+        index: the env's index in its vector env, named in the messages.
+
+    Raises (from ``reset`` or ``step``):
+        EnvFault: ``env 2 returned a non-finite reward (nan) at its step 17``.
+    """
+
+    def __init__(self, env: gym.Env, index: int = 0):
+        super().__init__(env)
+        self.index, self.steps, self._first, self._last = index, 0, {"reset", "step"}, None
+        space = env.observation_space
+        self._float_obs = isinstance(space, gym.spaces.Box) and space.dtype.kind == "f"
+        self._copy = False
+        self._in_worker = multiprocessing.parent_process() is not None
+        if self._in_worker:
+            for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(signum, signal.SIG_IGN)
+
+    def reset(self, **kwargs):
+        """Reset as the wrapped env does; its first reset is checked in full."""
+        obs, info = self._call("reset", kwargs)
+        return obs.copy() if self._copy else obs, info
+
+    def step(self, action):
+        """Step as the wrapped env does, checked (see the class)."""
+        result = self._call("step", action)
+        self.steps += 1
+        obs, reward, terminated, truncated, info = result
+        fine = type(reward) in _NUMBERS and type(terminated) in _FLAGS and type(truncated) in _FLAGS
+        if not fine or (info and not _RESERVED.isdisjoint(info)):
+            self._refuse(step_problem(result))
+        if not -_FLOAT32_MAX <= reward <= _FLOAT32_MAX:  # NaN compares false
+            what = "a non-finite reward" if np.isnan(reward) or np.isinf(reward) else "a reward beyond float32's range"
+            self._refuse(f"returned {what} ({reward})")
+        if self._float_obs and not np.isfinite(obs).all():
+            self._refuse("returned a non-finite observation")
+        return (obs.copy() if self._copy else obs, reward, terminated, truncated, info)
+
+    def _call(self, name: str, argument: Any) -> Any:
+        try:
+            result = self.env.reset(**argument) if name == "reset" else self.env.step(argument)
+        except EnvFault:
+            raise
+        except Exception as error:
+            where = traceback.extract_tb(error.__traceback__)[-1]
+            if self._in_worker:  # the main process gets the exception without its traceback: say where
+                message = f"raised {type(error).__name__}: {str(error)[:200]} ({where.filename}:{where.lineno})"
+                raise EnvFault(f"env {self.index} {message} in {name}, at its step {self.steps + 1}") from None
+            error.add_note(f"(raised by env {self.index} in {name}, at its step {self.steps + 1})")
+            raise
+        if name in self._first:  # the first reset and the first step: in full, against the declared space
+            self._first.discard(name)
+            if name == "step":
+                problem = step_problem(result, self.observation_space)
+            elif isinstance(result, tuple) and len(result) == 2:
+                problem = step_problem((result[0], 0.0, False, False, result[1]), self.observation_space)
+            else:
+                problem = f"returned {str(result)[:60]} from reset, not (obs, info)"
+            self._refuse(problem, f"in its first {name}")
+            self._copy = self._copy or (self._last is not None and result[0] is self._last)
+            self._last = result[0] if isinstance(result[0], np.ndarray) else None
+        return result
+
+    def _refuse(self, problem: str | None, where: str = "") -> None:
+        if problem is not None:
+            raise EnvFault(f"env {self.index} {problem} {where or f'at its step {self.steps}'}")
+
+
+# ---- exact resume: the replay log
+
+
+def generator_state(generator: np.random.Generator | np.random.RandomState) -> dict:
+    """A numpy generator's state as plain data; a legacy ``RandomState`` (dm_control's tasks draw from one) as
+    ``{"RandomState": state}`` with its key as a list of ints."""
+    if isinstance(generator, np.random.RandomState):
+        state = generator.get_state(legacy=False)
+        return {"RandomState": {**state, "state": {"key": state["state"]["key"].tolist(), "pos": int(state["state"]["pos"])}}}
+    return generator.bit_generator.state
+
+
+def make_generator(state: dict) -> np.random.Generator | np.random.RandomState:
+    """A numpy generator in the state :func:`generator_state` returned.
+
+    Raises:
+        ValueError: a bit generator numpy does not have, or a state that does not fit it.
+    """
+    if "RandomState" in state:
+        legacy, generator = state["RandomState"], np.random.RandomState()
+        generator.set_state({**legacy, "state": {**legacy["state"], "key": np.asarray(legacy["state"]["key"], np.uint32)}})
+        return generator
+    if not hasattr(np.random, str(state.get("bit_generator"))):
+        raise ValueError(f"unknown numpy bit generator {state.get('bit_generator')!r}")
+    bit_generator = getattr(np.random, state["bit_generator"])()
+    bit_generator.state = state
+    return np.random.Generator(bit_generator)
+
+
+def _plain(value: Any) -> Any:
+    """An action, seed or reset option as plain data (arrays as ``{"ndarray": list, "dtype": str}``)."""
+    if isinstance(value, np.ndarray):
+        return {"ndarray": value.tolist(), "dtype": str(value.dtype)}
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _unplain(value: Any) -> Any:
+    """The inverse of :func:`_plain`."""
+    if isinstance(value, dict) and set(value) == {"ndarray", "dtype"}:
+        return np.asarray(value["ndarray"], dtype=value["dtype"])
+    return {key: _unplain(item) for key, item in value.items()} if isinstance(value, dict) else value
+
+
+class ReplayableEnv(gym.Wrapper):
+    """An env whose exact state a checkpoint can rebuild: it logs the state of the base env's random generator just
+    before the base env's last real reset, and every ``reset``/``step`` call on this wrapper since; :meth:`restore`
+    replays that log in a fresh env, which rebuilds the base env and every wrapper below this one (frame stacks,
+    time limits, episode statistics, episodic lives) for any env whose dynamics depend only on its actions and its
+    ``np_random`` (classic control, MuJoCo, the ALE without sticky actions). At most one episode is replayed.
+
+    Wrap the outermost layer of each training env. A "real" reset is a call of the base env's ``reset`` (an
+    episodic-life wrapper's reset after a lost life is not one): this wrapper sees it by setting the base env's
+    ``reset`` attribute, on that instance only, to a function that notes the generator state and calls the original.
+
+    Args:
+        env: the env with its wrappers.
+        index: the env's index in its vector env (picks its log in :meth:`restore`).
+    """
+
+    def __init__(self, env: gym.Env, index: int = 0):
+        super().__init__(env)
+        self.index = index
+        self._start: dict | None = None  # the base env's generator state just before its last real reset
+        self._events: list = []  # ["reset", seed, options] or the action of a step
+        self._reset_start: dict | None = None  # set by a real reset during the current call
+        self._replay_start: dict | None = None  # while restoring: the generator state to reset with
+        base, original_reset = env.unwrapped, env.unwrapped.reset
+
+        def observed_reset(*args, **kwargs):
+            if self._replay_start is not None:
+                base.np_random, self._replay_start = make_generator(self._replay_start), None
+            if self._reset_start is None:  # the first real reset of this call
+                self._reset_start = generator_state(base.np_random)
+            return original_reset(*args, **kwargs)
+
+        base.reset = observed_reset
+
+    def _restart_if_reset(self) -> None:
+        if self._reset_start is not None:  # this call reset the base env: the log starts again here
+            self._start, self._events, self._reset_start = self._reset_start, [], None
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        """Reset as the wrapped env does, and log it."""
+        self._reset_start = None
+        result = self.env.reset(seed=seed, options=options)
+        self._restart_if_reset()
+        self._events.append(["reset", seed, options])
+        return result
+
+    def step(self, action):
+        """Step as the wrapped env does, and log the action."""
+        result = self.env.step(action)
+        self._restart_if_reset()
+        self._events.append(action.copy() if type(action) is np.ndarray else action)  # the caller may reuse its array
+        return result
+
+    def replay_log(self) -> dict:
+        """``{"start": generator state or None, "events": [["reset", seed, options] | ["step", action], ...]}``."""
+        events = [_plain(event) if type(event) is list else ["step", _plain(event)] for event in self._events]
+        return {"start": self._start, "events": events}
+
+    def restore(self, logs: list[dict]) -> tuple:
+        """Replay ``logs[self.index]`` in this fresh env; ``(observation, info)`` of its last call: what the run acts on
+        next.
+
+        Raises:
+            ValueError: an empty log (the env was never reset).
+        """
+        log = logs[self.index]
+        if not log["events"]:
+            raise ValueError("empty replay log: the env was never reset")
+        self._replay_start, result = log["start"], None
+        for event in log["events"]:
+            if event[0] == "reset":
+                result = self.reset(seed=event[1], options=_unplain(event[2]))
+            else:
+                result = self.step(_unplain(event[1]))
+        return result[0], result[-1]
+
+
+def envs_state(envs: gym.vector.VectorEnv) -> dict:
+    """The replay logs of every env of ``envs`` (a vector env of :class:`ReplayableEnv`), as plain data."""
+    return {"logs": list(envs.call("replay_log"))}
+
+
+def restore_envs(envs: gym.vector.VectorEnv, state: dict) -> Any:
+    """Replay every env of a fresh ``envs`` into the state :func:`envs_state` saved; the batched observation
+    ``[num_envs, ...]`` the run acts on next.
+
+    Raises:
+        ValueError: another number of envs, or an empty log.
+    """
+    if len(state["logs"]) != envs.num_envs:
+        raise ValueError(f"the checkpoint has {len(state['logs'])} envs, this run {envs.num_envs}")
+    observations = [obs for obs, _ in envs.call("restore", state["logs"])]
+    empty = gym.vector.utils.create_empty_array(envs.single_observation_space, n=envs.num_envs)
+    return gym.vector.utils.concatenate(envs.single_observation_space, observations, empty)
+
+
+def real_next_obs(next_obs: Any, infos: dict) -> Any:
+    """The real next observations ``[num_envs, ...]`` of a same-step-autoreset vector step: ``next_obs`` with the
+    entries of envs whose episode just ended replaced by ``infos["final_obs"][i]`` (a copy when any are). What a TD
+    target or a truncation bootstrap must use as s'. Dict and Tuple observations are replaced field by field."""
+    if "_final_obs" not in infos:
+        return next_obs
+    ended = np.flatnonzero(infos["_final_obs"])
+
+    def replace(batch: Any, finals: list) -> Any:
+        if isinstance(batch, dict):
+            return {key: replace(field, [final[key] for final in finals]) for key, field in batch.items()}
+        if isinstance(batch, tuple):
+            return tuple(replace(field, [final[j] for final in finals]) for j, field in enumerate(batch))
+        real = batch.copy()
+        real[ended] = np.stack(finals)
+        return real
+
+    return replace(next_obs, [infos["final_obs"][i] for i in ended])

@@ -1,0 +1,139 @@
+"""What every script keeps, one test each, parametrized over the scripts: a short run that trains, saves and
+evaluates its model (and a checkpoint) with the evaluation tool; bad input refused in one line before any run
+directory exists; SIGTERM, then ``--resume``, ends where an uninterrupted run ends (model and curves identical);
+another script's checkpoint refused.
+
+A script joins by an entry of :data:`SCRIPTS`; its own tests (targets, options, learning) stay in its file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from cleanrl_utils.files import checkpoint_path, checkpoints, write_file
+from tests.conftest import (
+    assert_buffered_resume_is_exact,
+    assert_stops_with_one_line,
+    enjoy,
+    run_dir,
+    run_script,
+    scalars,
+    sigterm_then_resume,
+)
+
+
+@dataclasses.dataclass
+class Script:
+    """How a script is run here.
+
+    Attributes:
+        run: flags of a short run (seconds) that reaches training updates.
+        resume: flags of the SIGTERM-then-resume run (a checkpoint at a quarter of ``--total-timesteps``), which must
+            hold ``--total-timesteps``; off-policy scripts (``buffer``) checkpoint their replay buffer.
+        buffer: an off-policy script, resumed with ``--checkpoint-buffer``.
+        loss: a loss tag the script logs.
+        long: the resume comparison takes minutes: marked ``long`` (CI's second step).
+    """
+
+    run: list[str]
+    resume: list[str]
+    loss: str
+    buffer: bool = False
+    long: bool = False
+
+
+OFF_POLICY_CONTINUOUS = ["--env-id", "Pendulum-v1", "--learning-starts", "100", "--batch-size", "32"]
+SCRIPTS = {
+    "ppo.py": Script(
+        run=["--num-envs", "2", "--num-steps", "64", "--total-timesteps", "1024"],
+        resume=["--num-envs", "2", "--num-steps", "128", "--total-timesteps", "4096"],
+        loss="losses/value_loss",
+    ),
+    "dqn.py": Script(
+        run=["--total-timesteps", "1500", "--learning-starts", "500", "--train-frequency", "2"],
+        resume=["--total-timesteps", "2000", "--learning-starts", "500", "--buffer-size", "1000", "--batch-size", "32",
+                "--train-frequency", "4", "--target-network-frequency", "100"],
+        loss="losses/td_loss",
+        buffer=True,
+    ),
+    "sac_continuous.py": Script(
+        run=[*OFF_POLICY_CONTINUOUS, "--total-timesteps", "400"],
+        resume=[*OFF_POLICY_CONTINUOUS, "--total-timesteps", "1200", "--buffer-size", "2000"],
+        loss="losses/qf_loss",
+        buffer=True,
+    ),
+}  # fmt: skip
+
+
+def resume_cases() -> list:
+    return [pytest.param(name, marks=[pytest.mark.long] if script.long else []) for name, script in SCRIPTS.items()]
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_a_short_run_trains_saves_and_its_model_and_checkpoint_evaluate(name, tmp_path):
+    script = SCRIPTS[name]
+    total = int(script.run[script.run.index("--total-timesteps") + 1])
+    flags = [*script.run, "--save-model", "--eval-episodes", "1", "--checkpoint-interval", str(total // 2)]
+    result = run_script(name, *flags, cwd=tmp_path)
+    directory = run_dir(tmp_path)
+    assert json.loads((directory / "args.json").read_text())["script"] == name[:-3]
+    tags = set(scalars(directory))
+    assert {"charts/episodic_return", "charts/SPS", script.loss, "eval/episodic_return"} <= tags, tags
+    assert "evaluation over 1 episodes" in result.stdout and (directory / f"{name[:-3]}.cleanrl_model").is_file()
+    assert "evaluate it again: python -m cleanrl_utils.enjoy" in result.stdout
+    scored = enjoy(str(directory), "--eval-episodes", "1", cwd=tmp_path)
+    assert "episodes" in scored.stdout
+    saved = checkpoints(directory)
+    assert saved, list(directory.iterdir())
+    enjoy(str(saved[-1]), "--eval-episodes", "1", cwd=tmp_path)
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize(
+    "flags,flag,message",
+    [
+        (["--seed", "-1"], "--seed", "must be in [0, 2**31)"),
+        (["--exp-name", "a/b"], "--exp-name", "without '/'"),
+        (["--total-timesteps", "0"], "--total-timesteps", ""),
+        (["--no-such-flag", "1"], "--no-such-flag", "see --help"),
+        (["--env-id", "NoSuchEnv-v0"], "--env-id", "NoSuchEnv-v0"),
+    ],
+)
+def test_bad_input_stops_in_one_line_before_any_run_directory(name, flags, flag, message, tmp_path):
+    assert_stops_with_one_line(name, flags, flag, message, tmp_path)
+
+
+@pytest.mark.parametrize("name", resume_cases())
+def test_sigterm_then_resume_equals_an_uninterrupted_run(name, tmp_path):
+    script = SCRIPTS[name]
+    if script.buffer:
+        assert_buffered_resume_is_exact(name, script.resume, script.loss, tmp_path)
+        return
+    total = int(script.resume[script.resume.index("--total-timesteps") + 1])
+    flags = [*script.resume, "--save-model", "--eval-episodes", "1"]
+    whole, resumed = sigterm_then_resume(name, flags, total // 4, total, tmp_path)
+    assert whole["model"].keys() == resumed["model"].keys()
+    for key, tensor in whole["model"].items():
+        assert tensor.equal(resumed["model"][key]), key
+    assert resumed["curves"] == whole["curves"]
+
+
+@dataclasses.dataclass
+class _OtherArgs:
+    env_id: str = "CartPole-v1"
+    exp_name: str = "other"
+    seed: int = 1
+    total_timesteps: int = 1000
+    script: str = "other"
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_another_scripts_checkpoint_is_refused_in_one_line(name, tmp_path):
+    run = tmp_path / "run"
+    path = write_file(checkpoint_path(run, 100), "checkpoint", _OtherArgs(), {"global_step": 100, "state": {}})
+    (run / "args.json").write_text(json.dumps(dataclasses.asdict(_OtherArgs())))
+    message = f"written by other.py, not by {name}"
+    assert_stops_with_one_line(name, ["--resume", str(path)], "--resume", message, tmp_path)
