@@ -19,8 +19,8 @@ groups as ``run_alternating`` does) are timed instead, alternating mode by mode 
 process on one torch thread for ``--total-timesteps``; a run's steady rate is read from its TensorBoard events
 (env steps per second of wall time from its first rollout's end to its last: start-up excluded).
 
-    python benchmark/alternating_sampler.py --env-id BreakoutNoFrameskip-v4 --num-envs 8 --rounds 3
-    python benchmark/alternating_sampler.py --whole-script --total-timesteps 10240 --rounds 3
+    python benchmark/scripts/alternating_sampler.py --env-id BreakoutNoFrameskip-v4 --num-envs 8 --rounds 3
+    python benchmark/scripts/alternating_sampler.py --whole-script --total-timesteps 10240 --rounds 3
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmark"))
+sys.path.insert(0, str(ROOT / "benchmark" / "scripts"))
 
 import provenance  # noqa: E402
 

@@ -10,13 +10,14 @@ CleanRL's) at the same replay ratio.
 2. Whole runs, alternating in each of ``--rounds`` rounds, each side using both cores its own way: apex_dqn_atari.py
    at its defaults (2 actors x 4 envs stepped in the actors, the learner on its 2 torch threads), ours dqn_atari.py
    with ``--torch-threads 2``, at its defaults and with ``--double-q --dueling`` (the networks and passes of Ape-X's
-   learner), and CleanRL's dqn_atari.py (fe8d8a0, from the venv of benchmark/cleanrl_atari_venv.sh, torch at its
+   learner), and CleanRL's dqn_atari.py (fe8d8a0, from the venv of benchmark/scripts/cleanrl_atari_venv.sh, torch at its
    default threads): each ``--steps`` env steps, learning from ``--learning-starts``, batch 32 every 4 steps,
    replay ``--buffer-size``. Each run's steady rate is read from its TensorBoard events: env steps per second of
    wall time between its first logged step at or after learning-starts + 1,000 and its last (start-up and the
    warm-up excluded); the whole-process wall time is reported too.
 
-    python benchmark/apex_speed.py --rounds 3 --json benchmark/apex_speed.json   # on an otherwise idle machine
+    # on an otherwise idle machine:
+    python benchmark/scripts/apex_speed.py --rounds 3 --json benchmark/results/parallel/apex_speed.json
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmark"))
+sys.path.insert(0, str(ROOT / "benchmark" / "scripts"))
 
 import provenance  # noqa: E402
 
@@ -119,13 +120,13 @@ def main() -> None:
     parser.add_argument("--learning-starts", type=int, default=1000)
     parser.add_argument("--buffer-size", type=int, default=20000)
     parser.add_argument(
-        "--peer", default=os.environ.get("PEER", "/tmp/crl-atari"), help="benchmark/cleanrl_atari_venv.sh's venv"
+        "--peer", default=os.environ.get("PEER", "/tmp/crl-atari"), help="benchmark/scripts/cleanrl_atari_venv.sh's venv"
     )
     parser.add_argument("--json", help="write the results here")
     a = parser.parse_args()
     peer = Path(a.peer)
     if not (peer / "cleanrl_peer" / "dqn_atari.py").is_file():
-        sys.exit(f"no CleanRL venv at {peer}: run benchmark/cleanrl_atari_venv.sh {peer} first")
+        sys.exit(f"no CleanRL venv at {peer}: run benchmark/scripts/cleanrl_atari_venv.sh {peer} first")
     threads = apex_dqn_atari.Args().torch_threads
 
     common = ["--env-id", ENV_ID, "--seed", "1", "--total-timesteps", str(a.steps), "--buffer-size", str(a.buffer_size)]

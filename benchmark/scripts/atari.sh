@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Reproduces the Breakout learning runs in benchmark/README.md: what each Atari script learns
+# Reproduces the Breakout learning runs in benchmark/results/atari/: what each Atari script learns
 # in about 30 minutes of training on this 2-core machine (120k agent steps = 480k frames).
-# Usage: benchmark/atari.sh SCRIPT [SEED]   (SCRIPT: dqn_atari, c51_atari, rainbow_atari, sac_atari,
+# Usage: benchmark/scripts/atari.sh SCRIPT [SEED]   (SCRIPT: dqn_atari, c51_atari, rainbow_atari, sac_atari,
 # ppo_atari, ppo_atari_lstm, ppo_atari_envpool, r2d2_async, apex_dqn_atari or impala_atari; sac_atari, the PPO scripts and IMPALA run other
 # step counts, see their cases below)
 # The short budget moves the schedules forward against the 10M-step defaults: training starts
@@ -9,10 +9,10 @@
 # else is the script's defaults, except that Rainbow copies its target network every 2k steps
 # and learns at 1e-4 (as data-efficient Rainbow, van Hasselt et al. 2019) instead of 6.25e-5.
 # The learning curve is in the run's TensorBoard events (charts/episodic_return, full-game
-# scores); benchmark/curve.py summarises it.
+# scores); benchmark/scripts/curve.py summarises it.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-script="${1:?usage: benchmark/atari.sh dqn_atari|c51_atari|rainbow_atari|sac_atari|ppo_atari|ppo_atari_lstm|ppo_atari_envpool|r2d2_async|apex_dqn_atari|impala_atari [SEED]}"
+cd "$(dirname "$0")/../.."
+script="${1:?usage: benchmark/scripts/atari.sh dqn_atari|c51_atari|rainbow_atari|sac_atari|ppo_atari|ppo_atari_lstm|ppo_atari_envpool|r2d2_async|apex_dqn_atari|impala_atari [SEED]}"
 seed="${2:-1}"
 common=(--env-id BreakoutNoFrameskip-v4 --seed "$seed" --total-timesteps 120000
         --learning-starts 10000 --buffer-size 120000)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The peer side of benchmark/impala_speed.sh and benchmark/apex_speed.sh: CleanRL's cleanrl/ppo_atari.py and
+# The peer side of benchmark/scripts/impala_speed.sh and benchmark/scripts/apex_speed.py: CleanRL's cleanrl/ppo_atari.py and
 # cleanrl/dqn_atari.py, unmodified, in a virtual environment with the APIs they were written for, the Atari ROMs
 # included (nothing is downloaded when they run).
 #
-#   bash benchmark/cleanrl_atari_venv.sh [VENV] [CLEANRL]
+#   bash benchmark/scripts/cleanrl_atari_venv.sh [VENV] [CLEANRL]
 #
 # VENV     where to build it (default /tmp/crl-atari); ppo_atari.py and dqn_atari.py go to VENV/cleanrl_peer/ with
 #          the three files of CleanRL's cleanrl_utils they import (__init__.py; atari_wrappers.py and buffers.py, its

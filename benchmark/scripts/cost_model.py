@@ -18,7 +18,7 @@ prediction is then the actors' bound, ``C / (env + inference + transfer)`` with 
 holds as long as the GPU's update per step is shorter than its reciprocal. All of these are predictions, except
 at 2 cores, where the model is checked against the measured ``charts/SPS``.
 
-    python benchmark/cost_model.py --repeats 5 --json benchmark/cost_model.json
+    python benchmark/scripts/cost_model.py --repeats 5 --json benchmark/results/parallel/impala_cost_model.json
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmark"))
+sys.path.insert(0, str(ROOT / "benchmark" / "scripts"))
 
 import provenance  # noqa: E402
 

@@ -6,9 +6,11 @@ random policy on the same environment: on Atari through the same preprocessing
 (dqn_atari.py's ``make_env``), elsewhere the plain ``gym.make`` env (uniform actions within
 a Box's bounds).
 
-    python benchmark/curve.py runs/BreakoutNoFrameskip-v4__dqn_atari__1__* \\
-        --random-games 30 --json benchmark/atari.json --plot benchmark/atari.png
-    python benchmark/curve.py runs/Hopper-v5__* --bin 25000 --json benchmark/mujoco_hopper.json
+    python benchmark/scripts/curve.py runs/BreakoutNoFrameskip-v4__dqn_atari__1__* \\
+        --random-games 30 --json benchmark/results/atari/breakout_120k_dqn_c51_rainbow.json \\
+        --plot benchmark/results/atari/breakout_120k_dqn_c51_rainbow.png
+    python benchmark/scripts/curve.py runs/Hopper-v5__* --bin 25000 \\
+        --json benchmark/results/mujoco/hopper_60k_ddpg_td3_sac.json
 
 Each run's line: steps trained, wall-clock minutes from the first to the last event, the mean
 return of the last 20 and of the last 100 episodes (the window of CleanRL's published tables,
@@ -25,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import provenance
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def read_run(directory: Path) -> dict:

@@ -2,10 +2,10 @@
 # Speed of impala_atari.py beside CleanRL's ppo_atari.py and our ppo_atari.py on BreakoutNoFrameskip-v4: each run a
 # fresh process of STEPS env steps at the script's defaults, seed 1, its wall time measured; in each of PAIRS rounds,
 # in this order: ours impala_atari.py --env-mode sync, ours impala_atari.py --env-mode async, CleanRL's
-# ppo_atari.py, ours ppo_atari.py --torch-threads 2. Then benchmark/impala_speed.json: per-run wall seconds and
+# ppo_atari.py, ours ppo_atari.py --torch-threads 2. Then benchmark/results/parallel/impala_speed_30k.json: per-run wall seconds and
 # steps/s (STEPS / wall), the steps each of our runs reports, and the speed ratios of the medians.
 #
-#   bash benchmark/impala_speed.sh [STEPS] [PAIRS]   # defaults 51200, 3
+#   bash benchmark/scripts/impala_speed.sh [STEPS] [PAIRS]   # defaults 51200, 3
 #
 # No core is pinned and no thread count forced (OMP_NUM_THREADS and MKL_NUM_THREADS are unset): IMPALA's point is
 # to step its two actors and learn at once on both cores; CleanRL's ppo_atari.py leaves torch at its default threads
@@ -18,10 +18,10 @@
 # A STEPS that is a multiple of 5,120 is whole batches on every side; under 640 impala_atari.py refuses to start.
 # Each run is in its own folder of a temporary directory, deleted at the end (a failed run's log tail is printed).
 #
-# CleanRL's side runs in the venv at $PEER (default /tmp/crl-atari) that benchmark/cleanrl_atari_venv.sh builds;
+# CleanRL's side runs in the venv at $PEER (default /tmp/crl-atari) that benchmark/scripts/cleanrl_atari_venv.sh builds;
 # ours with $PYTHON (default python).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 STEPS=${1:-51200}
 PAIRS=${2:-3}
 PEER=${PEER:-/tmp/crl-atari}
@@ -31,7 +31,7 @@ if ! [ "$STEPS" -gt 0 ] || ! [ "$PAIRS" -gt 0 ]; then
     exit 1
 fi
 if ! [ -x "$PEER/bin/python" ] || ! [ -f "$PEER/cleanrl_peer/ppo_atari.py" ]; then
-    echo "no CleanRL venv at $PEER: run benchmark/cleanrl_atari_venv.sh $PEER first" >&2
+    echo "no CleanRL venv at $PEER: run benchmark/scripts/cleanrl_atari_venv.sh $PEER first" >&2
     exit 1
 fi
 unset OMP_NUM_THREADS MKL_NUM_THREADS
@@ -69,7 +69,7 @@ from importlib.metadata import version
 from pathlib import Path
 from statistics import median
 
-from benchmark.provenance import describe, git
+from benchmark.scripts.provenance import describe, git
 
 steps, runs, peer = int(os.environ["STEPS"]), Path(os.environ["RUNS"]), Path(os.environ["PEER"])
 names = ("impala_sync", "impala_async", "cleanrl_ppo_atari", "ours_ppo_atari")
@@ -121,6 +121,6 @@ report = {
     },
     "ratio_note": "A/B: B's median wall seconds over A's, that is STEPS/s of A over B; > 1 when A is faster",
 }
-Path("benchmark/impala_speed.json").write_text(json.dumps(report, indent=1) + "\n")
+Path("benchmark/results/parallel/impala_speed_30k.json").write_text(json.dumps(report, indent=1) + "\n")
 print(json.dumps({k: report[k] for k in ("steps", "pairs", "median_wall_seconds", "ratios_of_medians")}))
 PY

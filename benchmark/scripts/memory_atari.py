@@ -10,8 +10,8 @@ few thousand env steps of random play, cycled: the memory touched is the same as
 and stepping the game a million times would take an hour here), runs 100 gradient steps, and
 reports the process's peak resident set size (``ru_maxrss``).
 
-    python benchmark/memory_atari.py --capacity 100000 --fill 100000      # both sides
-    python benchmark/memory_atari.py --capacity 1000000 --fill 1000000 --side ours
+    python benchmark/scripts/memory_atari.py --capacity 100000 --fill 100000      # both sides
+    python benchmark/scripts/memory_atari.py --capacity 1000000 --fill 1000000 --side ours
 
 SB3's buffer at 1M transitions needs 1M x 4 x 84 x 84 bytes = 28.2 GB for the observations alone,
 more than this 24 GiB machine has; it is measured at a partial fill.
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import provenance
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GIB = 2**30
 
 

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Reproduces the MuJoCo learning runs in benchmark/README.md: DDPG, TD3 and SAC at their defaults
+# Reproduces the MuJoCo learning runs in benchmark/results/mujoco/: DDPG, TD3 and SAC at their defaults
 # (CleanRL's hyperparameters: batch 256, 256-256 networks, one gradient step per environment
 # step; random actions for the first 25k steps (DDPG, TD3) or 5k (SAC)) on Hopper-v5 and
 # HalfCheetah-v5 for STEPS environment steps, one torch thread each, two runs at a time on
 # a 2-core machine.
-# Usage: benchmark/mujoco.sh [STEPS] [SEED]      (defaults: 100000 steps, seed 1)
+# Usage: benchmark/scripts/mujoco.sh [STEPS] [SEED]      (defaults: 100000 steps, seed 1)
 # STEPS must exceed 25000, where DDPG and TD3 start training.
-# Then: python benchmark/curve.py runs/Hopper-v5__* --bin 10000 --random-games 30 --json benchmark/mujoco_hopper.json \
-#         --plot benchmark/mujoco_hopper.png
+# Then: python benchmark/scripts/curve.py runs/Hopper-v5__* --bin 10000 --random-games 30 --json benchmark/results/mujoco/hopper_60k_ddpg_td3_sac.json \
+#         --plot benchmark/results/mujoco/hopper_60k_ddpg_td3_sac.png
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 steps="${1:-100000}"
 seed="${2:-1}"
 run() {  # script env

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The peer side of benchmark/value_breadth.py: CleanRL's pqn.py, pqn_atari_envpool.py and
+# The peer side of benchmark/scripts/value_breadth.py: CleanRL's pqn.py, pqn_atari_envpool.py and
 # pqn_atari_envpool_lstm.py, unmodified, in a virtual environment with the APIs they were written for.
 #
-#   bash benchmark/peer_venv.sh [VENV] [CLEANRL]
+#   bash benchmark/scripts/peer_venv.sh [VENV] [CLEANRL]
 #
 # VENV     where to build it (default /tmp/crl-venv); the three scripts go to VENV/cleanrl_peer/ with
 #          the CleanRL commit they come from in VENV/cleanrl_peer/COMMIT.

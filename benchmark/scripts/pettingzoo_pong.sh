@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Reproduces the ppo_pettingzoo.py section of benchmark/README.md: speed beside CleanRL's
+# Reproduces benchmark/results/multi_agent/: speed beside CleanRL's
 # ppo_pettingzoo_ma_atari.py on pong_v3 self-play (same steps, each side's defaults, which agree: 8 games x 2 agents
 # = 16 rows x 128 steps, 4 minibatches, 4 epochs), ours and CleanRL's alternating, pinned to one core, one torch
-# thread; then benchmark/pettingzoo_pong.json, with the episode lengths of any self-play runs named in CURVES.
+# thread; then benchmark/results/multi_agent/pong_selfplay_vs_cleanrl.json, with the episode lengths of any self-play runs named in CURVES.
 #
-#   bash benchmark/pettingzoo_pong.sh [STEPS] [PAIRS] [CORE] [RUNS_DIR]   # defaults 12288, 3, 1, /tmp/pettingzoo-pong
-#   CURVES="ours=DIR cleanrl=DIR" bash benchmark/pettingzoo_pong.sh ...    # add longer runs' curves to the JSON
-#   CURVES=... bash benchmark/pettingzoo_pong.sh 0 0                      # only the curves; the speed kept as it is
+#   bash benchmark/scripts/pettingzoo_pong.sh [STEPS] [PAIRS] [CORE] [RUNS_DIR]   # defaults 12288, 3, 1, /tmp/pettingzoo-pong
+#   CURVES="ours=DIR cleanrl=DIR" bash benchmark/scripts/pettingzoo_pong.sh ...    # add longer runs' curves to the JSON
+#   CURVES=... bash benchmark/scripts/pettingzoo_pong.sh 0 0                      # only the curves; the speed kept as it is
 #
 # CleanRL's side needs its pins (PettingZoo 1.18.1, SuperSuit 3.4.0, multi-agent-ale-py 0.1.11, gym 0.23.1,
 # numpy < 2; multi-agent-ale-py has no wheel past Python 3.10): the venv at $PEER (default /tmp/pz-peer), e.g.
@@ -14,7 +14,7 @@
 # supersuit==3.4.0 multi-agent-ale-py==0.1.11 tensorboard`, ale-py's pong.bin copied into
 # multi_agent_ale_py/roms/, and CleanRL's cleanrl/ppo_pettingzoo_ma_atari.py in $PEER/cleanrl_peer/.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 STEPS=${1:-12288}
 PAIRS=${2:-3}
 CORE=${3:-1}
@@ -46,9 +46,9 @@ from statistics import median
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from benchmark.provenance import describe
+from benchmark.scripts.provenance import describe
 
-runs, output = Path(os.environ["RUNS"]), Path("benchmark/pettingzoo_pong.json")
+runs, output = Path(os.environ["RUNS"]), Path("benchmark/results/multi_agent/pong_selfplay_vs_cleanrl.json")
 times = {"ours": [], "cleanrl": []}
 for line in (runs / "times.txt").read_text().split("\n"):
     if line:

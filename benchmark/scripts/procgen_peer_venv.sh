@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The peer side of benchmark/procgen_ppo.sh: CleanRL's ppo_procgen.py and ppg_procgen.py, unmodified, in a virtual
+# The peer side of benchmark/scripts/procgen_ppo.sh: CleanRL's ppo_procgen.py and ppg_procgen.py, unmodified, in a virtual
 # environment with the APIs they were written for.
 #
-#   bash benchmark/procgen_peer_venv.sh [VENV] [CLEANRL]
+#   bash benchmark/scripts/procgen_peer_venv.sh [VENV] [CLEANRL]
 #
 # VENV     where to build it (default /tmp/procgen-peer); the scripts go to VENV/cleanrl_peer/ with the CleanRL
 #          commit they come from in VENV/cleanrl_peer/COMMIT.

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Reproduces the ppg_procgen.py section of benchmark/README.md: ours and CleanRL's ppg_procgen.py (unmodified) on
+# Reproduces benchmark/results/procgen/starpilot_ppg_vs_cleanrl.json: ours and CleanRL's ppg_procgen.py (unmodified) on
 # starpilot (easy, every level) at the same steps and hyperparameters, seeds alternating, each run pinned to one
 # core with one torch thread; then the last-20-episode return of each run, its wall-clock speed and the ratio.
 #
-#   bash benchmark/procgen_ppg.sh [NUM_ENVS] [CORE] [RUNS_DIR]    # defaults 1, 1, /tmp/procgen-ppg-bench
+#   bash benchmark/scripts/procgen_ppg.sh [NUM_ENVS] [CORE] [RUNS_DIR]    # defaults 1, 1, /tmp/procgen-ppg-bench
 #
 # One phase is n_iteration (32) rollouts of NUM_ENVS x 256 steps: at CleanRL's 64 envs that is 524,288 steps, hours
 # on one CPU core; NUM_ENVS 1 (8,192 steps: 32 policy iterations, then one auxiliary phase of 6 epochs) is the
@@ -11,7 +11,7 @@
 # (default /tmp/procgen-peer) with torch 2.13.0, gym 0.26.2, procgen-mirror (numpy < 2), tyro and tensorboard, and
 # CleanRL's file at $PEER/cleanrl_peer/ppg_procgen.py (commit in $PEER/cleanrl_peer/COMMIT).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 NUM_ENVS=${1:-1}
 CORE=${2:-1}
 RUNS=${3:-/tmp/procgen-ppg-bench}
@@ -43,13 +43,13 @@ from pathlib import Path
 import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from benchmark.provenance import describe
+from benchmark.scripts.provenance import describe
 
 runs, steps, num_envs, peer = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
 result = {
     **describe(),
     "peer_commit": (peer / "cleanrl_peer" / "COMMIT").read_text().strip(),
-    "command": f"bash benchmark/procgen_ppg.sh {num_envs}",
+    "command": f"bash benchmark/scripts/procgen_ppg.sh {num_envs}",
     "env": "starpilot, easy, every level",
     "steps": steps,
     "num_envs": num_envs,
@@ -77,6 +77,6 @@ for side in ("ours", "cleanrl"):
         "sps_wall_mean": float(np.mean([r["sps_wall"] for r in rows])),
     }
 result["sps_ratio_ours_over_cleanrl"] = round(result["ours"]["sps_wall_mean"] / result["cleanrl"]["sps_wall_mean"], 3)
-Path("benchmark/procgen_ppg.json").write_text(json.dumps(result, indent=2) + "\n")
+Path("benchmark/results/procgen/starpilot_ppg_vs_cleanrl.json").write_text(json.dumps(result, indent=2) + "\n")
 print(json.dumps(result, indent=2))
 EOF

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Reproduces the ppo_procgen.py section of benchmark/README.md: ours and CleanRL's ppo_procgen.py (unmodified) on
+# Reproduces benchmark/results/procgen/starpilot_ppo_vs_cleanrl.json: ours and CleanRL's ppo_procgen.py (unmodified) on
 # starpilot (easy, all levels) at CleanRL's default hyperparameters (64 envs x 256 steps, 3 epochs x 8 minibatches,
 # lr 5e-4, γ 0.999), the same steps, seeds 1 and 2, alternating (ours 1, CleanRL 1, ours 2, CleanRL 2), each
-# pinned to one core with one torch thread; then benchmark/procgen_report.py writes benchmark/procgen_ppo.json.
+# pinned to one core with one torch thread; then benchmark/scripts/procgen_report.py writes benchmark/results/procgen/starpilot_ppo_vs_cleanrl.json.
 #
-#   bash benchmark/procgen_ppo.sh [STEPS] [RUNS_DIR] [CORE]   # STEPS default 32768 (2 rollouts), CORE default 0
+#   bash benchmark/scripts/procgen_ppo.sh [STEPS] [RUNS_DIR] [CORE]   # STEPS default 32768 (2 rollouts), CORE default 0
 #
-# CleanRL's side needs the venv of benchmark/procgen_peer_venv.sh at $PEER (default /tmp/procgen-peer).
+# CleanRL's side needs the venv of benchmark/scripts/procgen_peer_venv.sh at $PEER (default /tmp/procgen-peer).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 STEPS=${1:-32768}
 RUNS=${2:-/tmp/procgen-ppo-bench}
 CORE=${3:-0}
@@ -31,4 +31,4 @@ for seed in 1 2; do
       taskset -c "$CORE" "${cmd[@]}" > log.txt 2>&1)
   done
 done
-python benchmark/procgen_report.py "$RUNS" --steps "$STEPS" --core "$CORE" --json benchmark/procgen_ppo.json
+python benchmark/scripts/procgen_report.py "$RUNS" --steps "$STEPS" --core "$CORE" --json benchmark/results/procgen/starpilot_ppo_vs_cleanrl.json

@@ -1,6 +1,7 @@
-"""Summarise the runs of benchmark/procgen_ppo.sh: ours beside CleanRL's script at equal steps, return and speed.
+"""Summarise the runs of benchmark/scripts/procgen_ppo.sh: ours beside CleanRL's script at equal steps, return and speed.
 
-    python benchmark/procgen_report.py RUNS_DIR --steps 32768 --window 16384 --core 0 --json benchmark/procgen_ppo.json
+    python benchmark/scripts/procgen_report.py RUNS_DIR --steps 32768 --window 16384 --core 0 \
+        --json benchmark/results/procgen/starpilot_ppo_vs_cleanrl.json
 
 ``RUNS_DIR`` holds one folder a run, ``{ours,cleanrl}-{seed}``, each with the run's ``runs/*/`` TensorBoard events
 (both scripts write the same tags), its ``command.txt`` and ``time.txt`` (``/usr/bin/time -f "%e %U %S"``: wall,

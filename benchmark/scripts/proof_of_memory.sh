@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Reproduces the ppo_trxl.py section of benchmark/README.md: on the proof-of-memory task
+# Reproduces benchmark/results/memory/: on the proof-of-memory task
 # (cleanrl_utils.envs:ProofOfMemory-v0: a cue, 4-12 blank steps, a choice worth +1 or -1), ppo_trxl.py,
 # ppo_lstm.py and ppo.py (no memory) at the same steps, each at its defaults, seeds 1-3, one torch thread, one core;
 # a uniformly random policy's return over 10,000 episodes (chance); then, if CleanRL's side is set up, the speed of
 # ours and of CleanRL's ppo_trxl.py (unmodified) at the same steps and hyperparameters on CleanRL's own ProofofMemory-v0 (pom_env.py).
 #
-#   bash benchmark/proof_of_memory.sh [STEPS] [CORE] [RUNS_DIR]    # defaults 49152, 1, /tmp/proof-of-memory-bench
+#   bash benchmark/scripts/proof_of_memory.sh [STEPS] [CORE] [RUNS_DIR]    # defaults 49152, 1, /tmp/proof-of-memory-bench
 #
 # CleanRL's side needs memory_gym, einops and gymnasium 0.29 (its pin: it reads infos["final_info"]): the venv at
 # $PEER (default /tmp/trxl-peer), e.g. `python -m venv --system-site-packages $PEER && $PEER/bin/pip install
 # "numpy<2" gymnasium==0.29.1 einops==0.7.0 && $PEER/bin/pip install --no-deps memory-gym==1.0.2`, with CleanRL's
 # cleanrl/ppo_trxl/{ppo_trxl,pom_env}.py in $PEER/cleanrl_peer/ (commit in $PEER/cleanrl_peer/COMMIT).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 STEPS=${1:-49152}
 CORE=${2:-1}
 RUNS=${3:-/tmp/proof-of-memory-bench}
@@ -46,7 +46,7 @@ if [ -f "$PEER/cleanrl_peer/ppo_trxl.py" ]; then
       "$PEER/cleanrl_peer/ppo_trxl.py" "${SAME[@]}" --seed "$seed" --no-cuda
   done
 fi
-PYTHONPATH="$PWD:$PWD/benchmark" python - "$RUNS" "$STEPS" "$PEER" <<'EOF'
+PYTHONPATH="$PWD:$PWD/benchmark/scripts" python - "$RUNS" "$STEPS" "$PEER" <<'EOF'
 import json
 import sys
 from pathlib import Path
@@ -54,15 +54,15 @@ from pathlib import Path
 import numpy as np
 
 import cleanrl_utils.envs  # noqa: F401
-from benchmark.curve import binned, random_policy_returns, read_run
-from benchmark.provenance import describe
+from benchmark.scripts.curve import binned, random_policy_returns, read_run
+from benchmark.scripts.provenance import describe
 
 runs, steps, peer = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
 BIN = 4096
 chance = random_policy_returns("cleanrl_utils.envs:ProofOfMemory-v0", 10000, seed=0)
 result = {
     **describe(),
-    "command": f"bash benchmark/proof_of_memory.sh {steps}",
+    "command": f"bash benchmark/scripts/proof_of_memory.sh {steps}",
     "env": "cleanrl_utils.envs:ProofOfMemory-v0",
     "steps": steps,
     "bin_steps": BIN,
@@ -101,6 +101,6 @@ if (runs / "speed-ours-1").exists():
     result["speed"]["sps_ratio_ours_over_cleanrl"] = round(
         result["speed"]["ours"]["sps_wall_mean"] / result["speed"]["cleanrl"]["sps_wall_mean"], 3
     )
-Path("benchmark/proof_of_memory.json").write_text(json.dumps(result, indent=1) + "\n")
+Path("benchmark/results/memory/proof_of_memory_trxl_lstm_ppo.json").write_text(json.dumps(result, indent=1) + "\n")
 print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=2))
 EOF

@@ -20,7 +20,7 @@ For each size N and buffer kind:
 - a consistency check on one sampled batch: the next observation's stack is the
   observation's stack shifted by one frame.
 
-    python benchmark/replay.py --sizes 100000 1000000 --json benchmark/replay.json
+    python benchmark/scripts/replay.py --sizes 100000 1000000 --json benchmark/results/replay/buffers_vs_sb3.json
 
 Each buffer is freed (del + gc) before the next one is built.
 """
@@ -46,7 +46,7 @@ from stable_baselines3.common.buffers import ReplayBuffer as SB3ReplayBuffer
 
 from cleanrl_utils.buffers import PrioritizedReplayBuffer, ReplayBuffer, SumTree
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 KINDS = ["ours", "ours_prioritized", "sb3", "sb3_optimized"]
 LABELS = {
     "ours": "ours uniform",

@@ -4,7 +4,7 @@ Subcommands, each writing one json (--json to put it elsewhere):
   train     one run, pinned with taskset to one core, one torch thread: ``ours`` (cleanrl/ppo_rnd_envpool.py),
             ``ours-no-rnd`` (the same with --int-coef 0: PPO on the game's reward alone, the predictor still
             trained and its reward logged) or ``peer`` (CleanRL's file, unmodified, in the venv
-            benchmark/peer_venv.sh builds, run by a launcher that sets one torch thread and saves its agent).
+            benchmark/scripts/peer_venv.sh builds, run by a launcher that sets one torch thread and saves its agent).
             Ours run in this process's Python with EnvPool's RAM recorded (room = RAM byte 3, x = byte 42,
             y = byte 43): the rooms and the cells (room, x // 8, y // 8) the training envs visited, after the
             random play. CleanRL's EnvPool (0.8.4) gives no RAM, so its runs are measured by ``evaluate``.
@@ -16,8 +16,8 @@ Subcommands, each writing one json (--json to put it elsewhere):
             losses/fwd_loss, the same quantity), games with a positive score during training, rooms and
             cells visited in training (ours) and in the evaluation (all).
 
-    bash benchmark/peer_venv.sh /tmp/rnd-peer /path/to/cleanrl   # then copy its ppo_rnd_envpool.py, see rnd.sh
-    bash benchmark/rnd.sh
+    bash benchmark/scripts/peer_venv.sh /tmp/rnd-peer /path/to/cleanrl   # then copy its ppo_rnd_envpool.py, see rnd.sh
+    bash benchmark/scripts/rnd.sh
 
 Both sides get CleanRL's defaults except the sizes a CPU can run (--num-envs, --total-timesteps); the 50
 rollouts of random play for the observation statistics are CleanRL's rule (50 x num_envs x num_steps steps,
@@ -40,7 +40,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import provenance  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PEER_VENV = Path("/tmp/rnd-peer")
 ROOM, X, Y = 3, 42, 43  # Montezuma's Revenge's RAM bytes: the room, the player's x and y
 CELL = 8  # pixels of a cell's side
@@ -313,17 +313,17 @@ def main() -> None:
     speed.add_argument("--iterations", type=int, default=4, help="training rollouts of 8 x 128 steps per run")
     speed.add_argument("--out", default="/tmp/rnd-speed")
     speed.add_argument("--core", type=int, default=1)
-    speed.add_argument("--json", default="benchmark/speed_rnd.json")
+    speed.add_argument("--json", default="benchmark/results/exploration/montezuma_rnd_speed_vs_cleanrl.json")
     evaluate = sub.add_parser("evaluate")
     evaluate.add_argument("runs", nargs="+")
     evaluate.add_argument("--games", type=int, default=16)
     evaluate.add_argument("--num-envs", type=int, default=8)
     evaluate.add_argument("--seed", type=int, default=100_001)
-    evaluate.add_argument("--json", default="benchmark/rnd_evaluation.json")
+    evaluate.add_argument("--json", default="benchmark/results/exploration/montezuma_rnd_evaluation.json")
     report = sub.add_parser("report")
     report.add_argument("runs", nargs="+")
     report.add_argument("--evaluation", help="the json of evaluate")
-    report.add_argument("--json", default="benchmark/rnd_exploration.json")
+    report.add_argument("--json", default="benchmark/results/exploration/montezuma_rnd_training.json")
     args = parser.parse_args()
     commands = {"train": command_train, "evaluate": command_evaluate, "report": command_report, "speed": command_speed}
     commands[args.command](args)

@@ -3,7 +3,7 @@
 # prioritized) in each tree, then every logged scalar (SPS aside) compared, value for value.
 # Issue 30 ran it with the commit before the replay buffers stopped computing returns:
 #   git worktree add /tmp/before 5661dff
-#   bash benchmark/same_losses.sh /tmp/before . /tmp/same_losses
+#   bash benchmark/scripts/same_losses.sh /tmp/before . /tmp/same_losses
 # usage: same_losses.sh TREE_A TREE_B OUTDIR
 set -euo pipefail
 A=$(realpath "$1"); B=$(realpath "$2"); OUT=$3

@@ -1,6 +1,6 @@
 """Stable-Baselines3's PPO (``MultiInputPolicy``) on MiniGrid-DoorKey-5x5-v0, set up as ``cleanrl/ppo_structured.py``.
 
-The baseline of the speed comparison in benchmark/README.md ("ppo_structured.py against SB3's PPO
+The baseline of the speed comparison in benchmark/results/structured/README.md ("ppo_structured.py against SB3's PPO
 on MiniGrid"): ppo_structured.py's defaults, as far as SB3 expresses them.
 
 - Envs: 16 in one process (``DummyVecEnv``); each is ``gym.make`` -> ``FilterObservation`` (``mission``,
@@ -19,7 +19,7 @@ Differences SB3 cannot express: its value clipping uses the clipped loss alone (
 clipped and unclipped, as CleanRL); its orthogonal initialisation also covers the CNN (ours leaves
 the CNN at PyTorch's default); its Adam is not fused.
 
-    python benchmark/sb3_ppo_structured.py --total-timesteps 300000 --seed 1
+    python benchmark/scripts/sb3_ppo_structured.py --total-timesteps 300000 --seed 1
 
 Prints the mean return of the last 20 episodes, steps per second of ``model.learn`` and the wall
 time of the whole process.

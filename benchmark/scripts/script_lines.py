@@ -1,7 +1,7 @@
 """Count the lines of a script that are algorithm and the lines that are plumbing.
 
-    python benchmark/script_lines.py cleanrl/ppo.py cleanrl/dqn.py
-    python benchmark/script_lines.py --cleanrl ../cleanrl   # also CleanRL's equivalents, side by side
+    python benchmark/scripts/script_lines.py cleanrl/ppo.py cleanrl/dqn.py
+    python benchmark/scripts/script_lines.py --cleanrl ../cleanrl   # also CleanRL's equivalents, side by side
 
 One rule set, applied the same way to this project's scripts and to CleanRL's, statement by
 statement (Python's ``ast``); every physical line of the file is counted once, and a blank or
@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("scripts", nargs="*", type=Path, help="scripts to count (default: every cleanrl/*.py)")
     parser.add_argument("--cleanrl", type=Path, help="a checkout of CleanRL, to count its equivalents beside ours")
     args = parser.parse_args(argv)
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     scripts = args.scripts or sorted(p for p in (root / "cleanrl").glob("*.py") if p.name != "__init__.py")
     print(
         "| script | lines | algorithm | plumbing | CleanRL file | lines | algorithm | plumbing"

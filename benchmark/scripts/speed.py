@@ -11,11 +11,11 @@ fresh process, and prints
 steps per second (environment steps over the wall time of the training loop, as each
 library reports it) and the ratio ours / SB3 (median over the repeats).
 
-    python benchmark/speed.py --algos ppo dqn --total-timesteps 100000 --repeats 3
-    python benchmark/speed.py --algos dqn_atari --atari-timesteps 10000 --repeats 3
-    python benchmark/speed.py --algos sac td3 ddpg --mujoco-timesteps 3000 --repeats 3
-    python benchmark/speed.py --algos ppo_atari ppo_atari_envpool --atari-timesteps 20480 --repeats 3
-    python benchmark/speed.py --algos ppo_continuous --total-timesteps 40960 --repeats 3
+    python benchmark/scripts/speed.py --algos ppo dqn --total-timesteps 100000 --repeats 3
+    python benchmark/scripts/speed.py --algos dqn_atari --atari-timesteps 10000 --repeats 3
+    python benchmark/scripts/speed.py --algos sac td3 ddpg --mujoco-timesteps 3000 --repeats 3
+    python benchmark/scripts/speed.py --algos ppo_atari ppo_atari_envpool --atari-timesteps 20480 --repeats 3
+    python benchmark/scripts/speed.py --algos ppo_continuous --total-timesteps 40960 --repeats 3
 
 Both sides use the same number of torch threads (``--torch-threads``). Hyperparameters that
 SB3 cannot express exactly are listed in the output (DQN: SB3 uses the Huber loss and clips
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import provenance
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # Hyperparameters shared by both sides; ours are the scripts' defaults.
 PPO = dict(

@@ -1,4 +1,4 @@
-"""Issue 30's benchmarks side by side: PQN against CleanRL's scripts, QR-DQN against SB3-contrib.
+"""Value-based breadth side by side: PQN against CleanRL's scripts, QR-DQN against SB3-contrib.
 
 Subcommands, each writing one json (--json to put it elsewhere):
   returns-pqn    cleanrl/pqn.py on CartPole-v1, Acrobot-v1, MountainCar-v0, seeds 1 2 3, 500k steps:
@@ -13,12 +13,12 @@ Subcommands, each writing one json (--json to put it elsewhere):
   breakout       ours and CleanRL's pqn_atari_envpool.py and pqn_atari_envpool_lstm.py on Breakout-v5
                  at equal steps, alternating: last-20 return and steps per second.
 
-CleanRL's side runs its unmodified files in the venv benchmark/peer_venv.sh builds:
-    bash benchmark/peer_venv.sh /tmp/crl-venv /path/to/a/clone/of/cleanrl
-    python benchmark/value_breadth.py returns-pqn --jobs 2
-    python benchmark/value_breadth.py returns-qrdqn --jobs 2 --total-timesteps 100000
-    python benchmark/value_breadth.py speed --repeats 3
-    python benchmark/value_breadth.py breakout --total-timesteps 200000
+CleanRL's side runs its unmodified files in the venv benchmark/scripts/peer_venv.sh builds:
+    bash benchmark/scripts/peer_venv.sh /tmp/crl-venv /path/to/a/clone/of/cleanrl
+    python benchmark/scripts/value_breadth.py returns-pqn --jobs 2
+    python benchmark/scripts/value_breadth.py returns-qrdqn --jobs 2 --total-timesteps 100000
+    python benchmark/scripts/value_breadth.py speed --repeats 3
+    python benchmark/scripts/value_breadth.py breakout --total-timesteps 200000
 
 Steps per second is over each side's training loop, from its first env step to its end, as each
 reports it (ours: charts/SPS written after the last update, or for QR-DQN the final progress line;
@@ -51,7 +51,7 @@ import numpy as np
 import provenance
 from speed import DQN
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CLASSIC = ["CartPole-v1", "Acrobot-v1", "MountainCar-v0"]
 ATARI_ENV = "Breakout-v5"
 PEER_VENV = Path("/tmp/crl-venv")
@@ -374,7 +374,7 @@ def check_peer(args) -> None:
     if not (args.peer_python.exists() and (args.peer_scripts / "pqn.py").exists()):
         sys.exit(
             f"error: --peer-python/--peer-scripts: {args.peer_python} or {args.peer_scripts} is missing; run: "
-            f"bash benchmark/peer_venv.sh {args.peer_python.parent.parent} /path/to/cleanrl"
+            f"bash benchmark/scripts/peer_venv.sh {args.peer_python.parent.parent} /path/to/cleanrl"
         )
 
 
@@ -632,7 +632,7 @@ def cmd_breakout(args, work: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--json", type=Path, help="write the record here instead of benchmark/<name>.json")
+    common.add_argument("--json", type=Path, help="write the record here instead of benchmark/results/<topic>/<name>.json")
     common.add_argument("--runs-dir", type=Path, help="keep every run's folder (TensorBoard events, output.log) here")
     common.add_argument("--nice", type=int, default=0, help="niceness of the runs (0: as is)")
     common.add_argument("--peer-python", type=Path, default=PEER_VENV / "bin" / "python", help="the peer venv's python")
@@ -693,8 +693,13 @@ def main() -> None:
     if needs_peer or (args.command == "speed" and set(args.algos) != {"qrdqn"}):
         check_peer(args)
     signal.signal(signal.SIGTERM, end_live_runs)
-    default = {"returns-pqn": "pqn_classic_control", "returns-qrdqn": "qrdqn_classic_control", "speed": "speed_issue30"}
-    SO_FAR["path"] = args.json or ROOT / "benchmark" / f"{default.get(args.command, 'breakout_pqn')}.json"
+    default = {
+        "returns-pqn": "classic_control/pqn_returns",
+        "returns-qrdqn": "classic_control/qrdqn_vs_sb3_contrib_returns",
+        "speed": "speed/pqn_vs_cleanrl",
+    }
+    name = default.get(args.command, "atari/breakout_200k_pqn_vs_cleanrl")
+    SO_FAR["path"] = args.json or ROOT / "benchmark" / "results" / f"{name}.json"
     work = args.runs_dir or Path(tempfile.mkdtemp(prefix="value_breadth-"))
     work.mkdir(parents=True, exist_ok=True)
     command = {

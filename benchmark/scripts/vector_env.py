@@ -1,6 +1,6 @@
 """Vector-env throughput with random actions: ours against Stable-Baselines3's and bare gymnasium's.
 
-    python benchmark/vector_env.py --json benchmark/vector_env.json
+    python benchmark/scripts/vector_env.py --json benchmark/results/speed/vector_env_cartpole_breakout.json
 
 What each side steps, the same games and the same pre-drawn random actions:
 
@@ -32,7 +32,7 @@ import gymnasium as gym
 import numpy as np
 import provenance
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 
