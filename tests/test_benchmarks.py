@@ -110,7 +110,7 @@ def test_the_runtime_lines_section_appears_when_its_results_exist(scratch: Path)
     and a docs section with the table of runtime_lines.md; without them neither is there."""
     docs = scratch / "docs" / "benchmarks.md"
     runtime = scratch / "benchmark" / "results" / "runtime"
-    runtime.mkdir()
+    runtime.mkdir(exist_ok=True)
     (runtime / "runtime_lines.json").write_text(json.dumps({"commit": "abc1234", "time": "2026-12-07T10:00:00"}))
     (runtime / "runtime_lines.md").write_text("| script | lines |\n|---|---|\n| ppo.py | 123 |\n")
     assert report(scratch, "--check").returncode == 1

@@ -8,7 +8,7 @@ For every script ``cleanrl/*.py`` (not ``__init__.py``) three numbers:
     buffers (:data:`APART`: ``cleanrl_utils/buffers.py`` and ``cleanrl_utils/namedarraytuple.py``,
     listed apart); with the list of those modules and their lines;
 (c) CleanRL's lines: the lines of its counterpart in a CleanRL checkout, paired by
-    ``benchmark/script_lines.py``'s ``CLEANRL_EQUIVALENT`` (read from there, beside this file or one
+    ``benchmark/scripts/script_lines.py``'s ``CLEANRL_EQUIVALENT`` (read from there, beside this file or one
     folder up), with ``--cleanrl PATH``. CleanRL's runtime column shows 0, by convention: CleanRL has
     no runtime of this kind, but its scripts do import a little of its own ``cleanrl_utils`` (its
     replay buffer, which is apart as ours is; ``atari_wrappers.py`` in some Atari scripts; and after
