@@ -223,7 +223,8 @@ def test_learns_cartpole_with_two_actors(tmp_path):
     ratio 32). The actors' own episodes cannot show it: they explore on the ε ladder (ε from 0.4 down to 0.4^8). Nor
     can the final network alone: DQN's greedy policy on CartPole oscillates. Measured with 80,000 steps, seeds 1-6
     three at a time on 2 cores: first at or above 475 at 64k, 80k, 32k, 40k, 48k and 32k steps, four of them below
-    475 again at a later evaluation (benchmark/apex_cartpole.json); the budget here leaves two evaluations more.
+    475 again at a later evaluation (benchmark/results/parallel/apex_cartpole_evaluations.json); the budget here
+    leaves two evaluations more.
     Asynchronous, so each run differs."""
     flags = [*CARTPOLE, "--eval-interval", "8000", "--save-model", "--eval-episodes", "20"]
     result = run_script("apex_dqn_atari.py", *flags, cwd=tmp_path, timeout=1200)

@@ -196,7 +196,7 @@ def test_dockerignore_leaves_out_run_data_and_everything_not_copied(tmp_path):
         ".tools/bin",
         "tests/conftest.py",
         ".pytest_cache/v",
-        "benchmark/atari.json",
+        "benchmark/results/atari/breakout_120k_dqn_c51_rainbow.json",
         "model.pt",
         "cleanrl/step_1.pt",
         "cleanrl/__pycache__/ppo.cpython-311.pyc",

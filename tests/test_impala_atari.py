@@ -204,7 +204,7 @@ def test_learns_cartpole_with_two_actors(tmp_path):
     """CartPole-v1 solved by the training episodes: mean return >= 475 over the last 20, within 800,000 env steps
     (two actor processes x 4 envs, trajectories of 16 steps, batches of 16, RMSProp at 3e-3 annealed to 0, plain
     V-trace, rewards scaled by 0.1 in the learner). About a minute on 2 idle cores. Asynchronous, so each run
-    differs: seeds 1-12, four runs at a time on 2 cores, ended at 500.0 each (benchmark/README.md, IMPALA)."""
+    differs: seeds 1-12, four runs at a time on 2 cores, ended at 500.0 each (benchmark/results/parallel/README.md)."""
     run_script("impala_atari.py", *CARTPOLE, "--seed", "1", cwd=tmp_path, timeout=1200)
     returns = episodic_returns(run_dir(tmp_path))
     print(f"last 20: {np.mean(returns[-20:]):.1f}, last 100: {np.mean(returns[-100:]):.1f}, {len(returns)} episodes")

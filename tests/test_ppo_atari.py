@@ -5,7 +5,7 @@ masked PPO losses, the game-score accounting), the environment semantics both sc
 (the 108k-frame limit and the real final observation in gymnasium; EnvPool's next-step reset),
 short runs of both scripts on Breakout (run directory, tags, saved model and its evaluation,
 videos, same seed same numbers), and bad input. No learning tests: learning is shown by the
-benchmark runs (benchmark/atari.sh).
+benchmark runs (benchmark/scripts/atari.sh).
 """
 
 import math

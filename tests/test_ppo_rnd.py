@@ -428,7 +428,8 @@ def test_intrinsic_reward_falls_as_the_predictor_learns_montezuma(monkeypatch, t
     Measured at 6e9f4a6 (seed 1): 409 per step in the first rollout, 186, 164, 186 in the last three (ratio 0.44);
     on the last rollout's frames 426 with the initial predictor, 185 trained (0.43). With --update-proportion 0 (the
     predictor never trained) the curve stays at 409 -> 421, 379, 428 (ratio 1.0): the first check fails.
-    This does not show exploration beyond PPO: at Montezuma's scale that needs hours (benchmark/README.md)."""
+    This does not show exploration beyond PPO: at Montezuma's scale that needs hours
+    (benchmark/results/exploration/README.md)."""
     from cleanrl_utils.legacy.run import seed_everything
 
     g = run_in_process(
