@@ -37,7 +37,7 @@ from cleanrl_utils.evals import Evaluation
 from cleanrl_utils.faults import check_finite
 from cleanrl_utils.flags import RunArgs, fail, parse_args, require, require_positive, require_range
 from cleanrl_utils.run import start_run
-from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, real_next_obs
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, real_next_obs, timed_step
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
@@ -351,7 +351,9 @@ if __name__ == "__main__":
             else:
                 with torch.inference_mode():
                     u = actor.sample(torch.as_tensor(obs, dtype=torch.float32, device=device))[0].cpu().numpy()
-            next_obs, rewards, terminations, truncations, infos = envs.step(scale_action(u, low, high))
+            next_obs, rewards, terminations, truncations, infos = timed_step(
+                envs, scale_action(u, low, high), args.env_timeout
+            )
             run.log_episodes(global_step, infos)
             # s' is the real next observation: where an episode ended, its final observation.
             rb.add(obs, u, rewards, terminations, truncations, real_next_obs(next_obs, infos))
