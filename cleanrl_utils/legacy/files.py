@@ -31,8 +31,8 @@ from typing import Any, NoReturn
 
 import torch
 
-from cleanrl_utils.legacy.faults import WriteFailed, being_written, free_space
-from cleanrl_utils.writes import atomic_file, make_folder
+from cleanrl_utils.legacy.faults import WriteFailed, free_space
+from cleanrl_utils.legacy.writes import atomic_file, make_folder
 
 FORMAT = 2
 """Version of the file layout; a file of another version is refused."""
@@ -104,7 +104,7 @@ def write_content(path: str | os.PathLike, data: dict) -> Path:
     path = Path(path)
     try:
         make_folder(path.parent)  # a real folder, never a link to one elsewhere
-        with atomic_file(path, registry=being_written) as file:  # a second Ctrl-C meanwhile removes the temporary
+        with atomic_file(path) as file:  # a second Ctrl-C meanwhile removes the temporary
             torch.save(data, file)
     except (OSError, RuntimeError) as error:  # disk full (torch says "unexpected pos"), read-only folder: no partial file
         reason = (error.strerror if isinstance(error, OSError) else None) or str(error).strip().splitlines()[0][:200]
