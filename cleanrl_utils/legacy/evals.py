@@ -21,9 +21,7 @@ from cleanrl_utils.legacy.run import RunArgs, check_run_args, episode_returns
 from cleanrl_utils.legacy.vector import SAME_STEP, register_dm_control, vector_env
 
 
-class OptionRefused(ValueError):
-    """An option of a script's ``evaluate()`` out of its range (``python -m cleanrl_utils.enjoy`` reports it as
-    ``--option`` in one line)."""
+from cleanrl_utils.evals import OptionRefused  # noqa: E402  one class for both runtimes while they coexist
 
 
 def run_episodes(

@@ -43,12 +43,7 @@ MODEL_SUFFIX = ".cleanrl_model"
 _CHECKPOINT_NAME = re.compile(r"step_(\d+)\.pt")
 
 
-class FileRefused(ValueError):
-    """A file that is not what the reader expects: its message is one line saying why."""
-
-
-class FileDamaged(FileRefused):
-    """A file that is empty, truncated or corrupted (a crash or a full disk while it was written, a bad disk)."""
+from cleanrl_utils.files import FileDamaged, FileRefused  # noqa: E402  one class for both runtimes while they coexist
 
 
 SCRIPTS_DIR = Path(__file__).resolve().parent.parent.parent / "cleanrl"
