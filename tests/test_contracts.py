@@ -65,6 +65,12 @@ SCRIPTS = {
         loss="losses/qf_loss",
         buffer=True,
     ),
+    "ppo_lstm.py": Script(
+        run=["--total-timesteps", "1024", "--num-envs", "4", "--num-minibatches", "2", "--update-epochs", "2"],
+        resume=["--num-envs", "2", "--num-steps", "32", "--update-epochs", "2", "--lstm-size", "16",
+                "--total-timesteps", "1280"],
+        loss="losses/value_loss",
+    ),
 }  # fmt: skip
 
 
