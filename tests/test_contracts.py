@@ -46,6 +46,8 @@ class Script:
 
 
 OFF_POLICY_CONTINUOUS = ["--env-id", "Pendulum-v1", "--learning-starts", "100", "--batch-size", "32"]
+PENDULUM_NO_VELOCITY = ["--env-id", "cleanrl_utils.envs:PendulumNoVelocity-v1", "--num-envs", "2", "--num-steps", "64",
+                        "--num-minibatches", "2", "--lstm-size", "16"]  # fmt: skip
 SCRIPTS = {
     "ppo.py": Script(
         run=["--num-envs", "2", "--num-steps", "64", "--total-timesteps", "1024"],
@@ -70,6 +72,12 @@ SCRIPTS = {
         resume=["--num-envs", "2", "--num-steps", "32", "--update-epochs", "2", "--lstm-size", "16",
                 "--total-timesteps", "1280"],
         loss="losses/value_loss",
+    ),
+    "ppo_continuous_lstm.py": Script(
+        run=[*PENDULUM_NO_VELOCITY, "--update-epochs", "1", "--total-timesteps", "512"],
+        resume=[*PENDULUM_NO_VELOCITY, "--update-epochs", "2", "--total-timesteps", "1280"],
+        loss="losses/value_loss",
+        long=True,
     ),
 }  # fmt: skip
 
