@@ -79,6 +79,12 @@ SCRIPTS = {
         loss="losses/value_loss",
         long=True,
     ),
+    "ppo_trxl.py": Script(
+        run=["--total-timesteps", "1024", "--num-envs", "4", "--num-steps", "64", "--update-epochs", "2"],
+        resume=["--num-envs", "2", "--num-steps", "32", "--update-epochs", "2", "--trxl-dim", "16",
+                "--total-timesteps", "1280"],
+        loss="losses/value_loss",
+    ),
 }  # fmt: skip
 
 
