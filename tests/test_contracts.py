@@ -85,6 +85,21 @@ SCRIPTS = {
                 "--total-timesteps", "1280"],
         loss="losses/value_loss",
     ),
+    "dqn_structured.py": Script(
+        run=["--total-timesteps", "1500", "--learning-starts", "500", "--train-frequency", "2"],
+        resume=["--env-id", "cleanrl_utils.envs:CombinationLock-v0", "--total-timesteps", "4000", "--learning-starts", "500",
+                "--buffer-size", "2000"],
+        loss="losses/td_loss",
+        buffer=True,
+        long=True,
+    ),
+    "ppo_structured.py": Script(
+        run=["--env-id", "cleanrl_utils.envs:CombinationLock-v0", "--num-envs", "2", "--num-steps", "64",
+             "--total-timesteps", "1024"],
+        resume=["--env-id", "MiniGrid-DoorKey-5x5-v0", "--num-envs", "4", "--num-steps", "64", "--total-timesteps", "4096"],
+        loss="losses/value_loss",
+        long=True,
+    ),
 }  # fmt: skip
 
 
