@@ -8,7 +8,8 @@ recomputed numbers: values at episode starts come from a reset state, a minibatc
 sequences replayed from their stored initial state (reproducing the rollout's log π and V), and a
 truncation bootstraps from V(normalised final observation) read with the episode's own LSTM state.
 Smoke runs (subprocess): Hopper-v5 with subprocess envs, the saved model and its evaluation
-(frozen statistics, sampled actions), async = sync, SIGTERM then --resume, bad input.
+(frozen statistics, sampled actions), async = sync, forged recurrent states refused, bad input; exact
+resume is tests/test_contracts.py's.
 Learning (marked ``learning`` and ``long``): see :func:`test_memory_balances_the_pendulum_with_hidden_velocities`.
 """
 

@@ -6,7 +6,8 @@ terminates), against recomputed numbers: values at episode starts come from a re
 the update's sequence replay reproduces the rollout's log-probabilities and values, and a
 truncation bootstraps from V(final observation) read with the episode's own LSTM state.
 Smoke runs (subprocess): run directory, tags, saved model and evaluation, async = sync, the
-same seed the same numbers, bad input; ppo_atari_lstm.py on Breakout.
+same seed the same numbers, bad input; ppo_atari_lstm.py on Breakout. ppo_lstm.py's exact resume is
+tests/test_contracts.py's.
 Learning (marked ``learning``): on the masked CartPole, ppo_lstm.py balances the pole and ppo.py,
 with the same steps, does not (budgets and measured values in the two tests' docstrings).
 """
