@@ -297,6 +297,7 @@ def test_smoke_logs_saves_and_evaluates(tmp_path):
         ppo_lstm.evaluate(str(model), eval_episodes=1)
 
 
+@pytest.mark.long  # four whole runs: CI's -m long, out of the README's command (30 minutes)
 def test_same_seed_same_returns_and_async_matches_sync(tmp_path):
     flags = ["--total-timesteps", "1024", "--num-envs", "2", "--num-steps", "64", "--update-epochs", "2"]
     returns = {}
