@@ -46,6 +46,8 @@ class Script:
 
 
 OFF_POLICY_CONTINUOUS = ["--env-id", "Pendulum-v1", "--learning-starts", "100", "--batch-size", "32"]
+PENDULUM_NO_VELOCITY = ["--env-id", "cleanrl_utils.envs:PendulumNoVelocity-v1", "--num-envs", "2", "--num-steps", "64",
+                        "--num-minibatches", "2", "--lstm-size", "16"]  # fmt: skip
 SCRIPTS = {
     "ppo.py": Script(
         run=["--num-envs", "2", "--num-steps", "64", "--total-timesteps", "1024"],
@@ -64,6 +66,39 @@ SCRIPTS = {
         resume=[*OFF_POLICY_CONTINUOUS, "--total-timesteps", "1200", "--buffer-size", "2000"],
         loss="losses/qf_loss",
         buffer=True,
+    ),
+    "ppo_lstm.py": Script(
+        run=["--total-timesteps", "1024", "--num-envs", "4", "--num-minibatches", "2", "--update-epochs", "2"],
+        resume=["--num-envs", "2", "--num-steps", "32", "--update-epochs", "2", "--lstm-size", "16",
+                "--total-timesteps", "1280"],
+        loss="losses/value_loss",
+    ),
+    "ppo_continuous_lstm.py": Script(
+        run=[*PENDULUM_NO_VELOCITY, "--update-epochs", "1", "--total-timesteps", "512"],
+        resume=[*PENDULUM_NO_VELOCITY, "--update-epochs", "2", "--total-timesteps", "1280"],
+        loss="losses/value_loss",
+        long=True,
+    ),
+    "ppo_trxl.py": Script(
+        run=["--total-timesteps", "1024", "--num-envs", "4", "--num-steps", "64", "--update-epochs", "2"],
+        resume=["--num-envs", "2", "--num-steps", "32", "--update-epochs", "2", "--trxl-dim", "16",
+                "--total-timesteps", "1280"],
+        loss="losses/value_loss",
+    ),
+    "dqn_structured.py": Script(
+        run=["--total-timesteps", "1500", "--learning-starts", "500", "--train-frequency", "2"],
+        resume=["--env-id", "cleanrl_utils.envs:CombinationLock-v0", "--total-timesteps", "4000", "--learning-starts", "500",
+                "--buffer-size", "2000"],
+        loss="losses/td_loss",
+        buffer=True,
+        long=True,
+    ),
+    "ppo_structured.py": Script(
+        run=["--env-id", "cleanrl_utils.envs:CombinationLock-v0", "--num-envs", "2", "--num-steps", "64",
+             "--total-timesteps", "1024"],
+        resume=["--env-id", "MiniGrid-DoorKey-5x5-v0", "--num-envs", "4", "--num-steps", "64", "--total-timesteps", "4096"],
+        loss="losses/value_loss",
+        long=True,
     ),
 }  # fmt: skip
 
