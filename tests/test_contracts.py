@@ -65,6 +65,11 @@ SCRIPTS = {
         loss="losses/qf_loss",
         buffer=True,
     ),
+    "a2c.py": Script(
+        run=["--total-timesteps", "2000", "--log-interval", "10"],
+        resume=["--total-timesteps", "6000", "--log-interval", "5", "--anneal-lr"],
+        loss="losses/value_loss",
+    ),
 }  # fmt: skip
 
 
