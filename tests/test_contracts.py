@@ -70,6 +70,13 @@ SCRIPTS = {
         resume=["--total-timesteps", "6000", "--log-interval", "5", "--anneal-lr"],
         loss="losses/value_loss",
     ),
+    "c51.py": Script(
+        run=["--total-timesteps", "1500", "--learning-starts", "500", "--train-frequency", "2"],
+        resume=["--total-timesteps", "2000", "--learning-starts", "500", "--buffer-size", "1000", "--batch-size", "32",
+                "--train-frequency", "4", "--target-network-frequency", "100", "--n-step", "3"],
+        loss="losses/loss",
+        buffer=True,
+    ),
 }  # fmt: skip
 
 
