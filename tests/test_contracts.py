@@ -77,6 +77,14 @@ SCRIPTS = {
         loss="losses/loss",
         buffer=True,
     ),
+    "qrdqn.py": Script(
+        run=["--total-timesteps", "1500", "--learning-starts", "500", "--train-frequency", "2", "--n-quantiles", "32",
+             "--batch-size", "32", "--buffer-size", "2000"],
+        resume=["--total-timesteps", "2000", "--learning-starts", "500", "--buffer-size", "1000", "--batch-size", "32",
+                "--train-frequency", "4", "--target-network-frequency", "100", "--double-q", "--n-step", "3"],
+        loss="losses/quantile_loss",
+        buffer=True,
+    ),
 }  # fmt: skip
 
 
