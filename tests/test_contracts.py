@@ -85,6 +85,12 @@ SCRIPTS = {
         loss="losses/quantile_loss",
         buffer=True,
     ),
+    "pqn.py": Script(
+        run=["--total-timesteps", "1024", "--num-envs", "2", "--num-steps", "128"],
+        resume=["--total-timesteps", "15360"],
+        loss="losses/td_loss",
+        long=True,
+    ),
 }  # fmt: skip
 
 
