@@ -91,6 +91,18 @@ SCRIPTS = {
         loss="losses/td_loss",
         long=True,
     ),
+    "ddpg_continuous.py": Script(
+        run=[*OFF_POLICY_CONTINUOUS, "--total-timesteps", "400"],
+        resume=[*OFF_POLICY_CONTINUOUS, "--num-envs", "2", "--total-timesteps", "1200", "--buffer-size", "800"],
+        loss="losses/qf1_loss",
+        buffer=True,
+    ),
+    "td3_continuous.py": Script(
+        run=[*OFF_POLICY_CONTINUOUS, "--total-timesteps", "400"],
+        resume=[*OFF_POLICY_CONTINUOUS, "--num-envs", "2", "--total-timesteps", "1200", "--buffer-size", "800"],
+        loss="losses/qf1_loss",
+        buffer=True,
+    ),
 }  # fmt: skip
 
 
