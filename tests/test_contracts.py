@@ -46,6 +46,8 @@ class Script:
 
 
 OFF_POLICY_CONTINUOUS = ["--env-id", "Pendulum-v1", "--learning-starts", "100", "--batch-size", "32"]
+PPO_CONTINUOUS = ["--env-id", "Pendulum-v1", "--num-envs", "2", "--num-steps", "64", "--num-minibatches", "2",
+                  "--update-epochs", "2"]  # fmt: skip
 SCRIPTS = {
     "ppo.py": Script(
         run=["--num-envs", "2", "--num-steps", "64", "--total-timesteps", "1024"],
@@ -102,6 +104,11 @@ SCRIPTS = {
         resume=[*OFF_POLICY_CONTINUOUS, "--num-envs", "2", "--total-timesteps", "1200", "--buffer-size", "800"],
         loss="losses/qf1_loss",
         buffer=True,
+    ),
+    "ppo_continuous.py": Script(
+        run=[*PPO_CONTINUOUS, "--total-timesteps", "512"],
+        resume=[*PPO_CONTINUOUS, "--total-timesteps", "1920"],
+        loss="losses/value_loss",
     ),
 }  # fmt: skip
 
