@@ -110,6 +110,12 @@ SCRIPTS = {
         resume=[*PPO_CONTINUOUS, "--total-timesteps", "1920"],
         loss="losses/value_loss",
     ),
+    "rpo_continuous.py": Script(
+        run=[*PPO_CONTINUOUS, "--total-timesteps", "512"],
+        resume=[*PPO_CONTINUOUS, "--total-timesteps", "1920"],
+        loss="losses/value_loss",
+        long=True,
+    ),
 }  # fmt: skip
 
 

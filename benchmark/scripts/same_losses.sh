@@ -32,6 +32,7 @@ runs() {  # TREE DIR
     run pqn pqn.py --total-timesteps 4096 --num-envs 2 --num-steps 64
     local ppoc=(--env-id Pendulum-v1 --num-envs 2 --num-steps 64 --num-minibatches 2 --update-epochs 2 --total-timesteps 1920)
     run ppoc ppo_continuous.py "${ppoc[@]}"
+    run rpoc rpo_continuous.py "${ppoc[@]}"
     run qrdqn qrdqn.py --total-timesteps 3000 --learning-starts 500 --train-frequency 2 --n-step 3 --double-q --num-envs 2
 }
 rm -rf "$OUT"; runs "$A" "$OUT/a"; runs "$B" "$OUT/b"
