@@ -104,6 +104,10 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
     """
 
     def thunk():
+        if env_id.startswith("dm_control/"):  # registered in each process, a fresh worker's too
+            from cleanrl_utils import dmc
+
+            dmc.register(env_id)
         if capture_video and idx == 0:
             env = gym.make(env_id, render_mode="rgb_array")
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes)

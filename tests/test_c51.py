@@ -58,23 +58,8 @@ def test_q_values_are_the_means_of_the_distributions():
 
 # ---- checkpoints: SIGTERM, then --resume (cleanrl_utils/checkpoint.py)
 
+# c51.py's resume is tests/test_contracts.py's
 C51_RESUME = {  # tiny runs: few updates (an Atari update costs tens of ms on one core, whatever the batch)
-    "c51.py": [
-        "--total-timesteps",
-        "2000",
-        "--learning-starts",
-        "500",
-        "--buffer-size",
-        "1000",
-        "--batch-size",
-        "32",
-        "--train-frequency",
-        "4",
-        "--target-network-frequency",
-        "100",
-        "--n-step",
-        "3",
-    ],
     "c51_atari.py": [
         "--total-timesteps",
         "800",
@@ -112,14 +97,3 @@ def test_c51_resume_without_the_buffer_refills_it_then_updates(script, flags, to
     from tests.conftest import resume_without_the_buffer
 
     resume_without_the_buffer(script, flags, total, "losses/loss", tmp_path)
-
-
-def test_c51_resume_refuses_another_scripts_checkpoint(tmp_path):
-    from cleanrl.dqn import Args
-    from cleanrl_utils.legacy.files import checkpoint_path, write_file
-    from tests.conftest import assert_stops_with_one_line
-
-    path = write_file(checkpoint_path(tmp_path / "run", 100), "checkpoint", "dqn", Args(), {"global_step": 100})
-    assert_stops_with_one_line(
-        "c51.py", ["--resume", str(path.parent.parent)], "--resume", "written by dqn.py, not by c51.py", tmp_path
-    )
