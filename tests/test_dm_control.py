@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from cleanrl import ddpg_continuous, ppo_continuous, ppo_continuous_lstm, rpo_continuous, sac_continuous, td3_continuous
-from cleanrl_utils import checkpoint
+from cleanrl_utils import checkpoint, resume
 from cleanrl_utils.env_checks import check_env
 from cleanrl_utils.wrappers import SAME_STEP, generator_state, make_generator
 from tests.conftest import ROOT, assert_stops_with_one_line, enjoy, run_dir, run_script, scalars
@@ -187,7 +187,7 @@ def test_dm_control_envs_resume_exactly_across_an_autoreset(tmp_path):
     torch.save(checkpoint.capture({"envs": envs}), path)
     after = play(envs, actions[1050:])
     fresh = make()
-    restored, missing = checkpoint.restore({"envs": fresh}, {"state": torch.load(path, weights_only=True), "path": str(path)})
+    restored, missing = resume.restore({"envs": fresh}, {"state": torch.load(path, weights_only=True), "path": str(path)})
     assert not missing and np.array_equal(restored, obs)
     for step_after, step_replayed in zip(after, play(fresh, actions[1050:])):
         for a, b in zip(step_after, step_replayed):
