@@ -120,16 +120,15 @@ class RewardNormalization:
         self.envs = gym.wrappers.vector.TransformReward(self.reward, lambda reward: np.clip(reward, -reward_clip, reward_clip))
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """``return_rms.{mean,var,count}`` (float64), the per-env discounted return ``accumulated_reward``
-        ``[num_envs]`` and its previous step's dones ``prev_dones`` ``[num_envs]``: all a checkpoint needs to
-        continue the normalisation exactly."""
+        """``return_rms.{mean,var,count}`` (float64) and the per-env discounted return ``accumulated_reward``
+        ``[num_envs]``: all a checkpoint needs to continue the normalisation exactly under same-step autoreset (the
+        scripts' envs), where ``NormalizeReward``'s record of the last dones changes nothing that follows."""
         rms = self.reward.return_rms
         return {
             "return_rms.mean": torch.tensor(rms.mean, dtype=torch.float64),
             "return_rms.var": torch.tensor(rms.var, dtype=torch.float64),
             "return_rms.count": torch.tensor(float(rms.count), dtype=torch.float64),
             "accumulated_reward": torch.from_numpy(self.reward.accumulated_reward.copy()),
-            "prev_dones": torch.from_numpy(self.reward._prev_dones.copy()),
         }
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
@@ -137,8 +136,7 @@ class RewardNormalization:
 
         Raises:
             ValueError: (one line naming the entry) a statistic missing, of another dtype or shape, or not finite;
-                ``return_rms.var`` < 0, ``return_rms.count`` <= 0, ``accumulated_reward`` not of shape
-                ``[num_envs]``, ``prev_dones`` not of that shape or holding values other than 0 and 1.
+                ``return_rms.var`` < 0, ``return_rms.count`` <= 0, ``accumulated_reward`` not of shape ``[num_envs]``.
         """
         self._set(*self._checked(state))
 
@@ -148,15 +146,11 @@ class RewardNormalization:
         var = statistic(state, "return_rms.var", (), low=0.0)
         count = statistic(state, "return_rms.count", (), low=0.0, positive=True)
         accumulated = statistic(state, "accumulated_reward", num_envs, dtype=torch.float32)
-        prev_dones = statistic(state, "prev_dones", num_envs, dtype=torch.float32)
-        if not np.isin(prev_dones, (0.0, 1.0)).all():
-            raise ValueError("the normalisation's 'prev_dones' holds values other than 0 and 1")
-        return mean, var, count, accumulated, prev_dones
+        return mean, var, count, accumulated
 
-    def _set(self, mean, var, count, accumulated, prev_dones) -> None:
+    def _set(self, mean, var, count, accumulated) -> None:
         self.reward.return_rms.mean, self.reward.return_rms.var, self.reward.return_rms.count = mean, var, float(count)
         self.reward.accumulated_reward[:] = accumulated
-        self.reward._prev_dones = prev_dones
 
 
 class Normalization:
