@@ -356,7 +356,7 @@ def test_normalised_envs_resume_exactly(tmp_path):
     and the MuJoCo envs below them come back from a checkpoint of the script's state: the raw
     observation the replayed envs return, normalised with the restored statistics, and
     everything after it are exactly those of the run that was not interrupted."""
-    from cleanrl_utils import checkpoint
+    from cleanrl_utils import checkpoint, resume
 
     def make():
         raw = vector_envs([ppo_continuous.make_env("InvertedPendulum-v5", i, False, "") for i in range(2)])
@@ -381,7 +381,7 @@ def test_normalised_envs_resume_exactly(tmp_path):
     assert statistics["accumulated_reward"].abs().sum() > 0 and statistics["obs_rms.count"] > 150
     after = play(normalization.envs, actions[150:])
     fresh, fresh_state = make()
-    raw_obs, missing = checkpoint.restore(fresh_state, {"state": saved, "path": str(path)})
+    raw_obs, missing = resume.restore(fresh_state, {"state": saved, "path": str(path)})
     restored = fresh.obs.normalize(raw_obs)  # as the script does
     assert not missing and restored.dtype == obs.dtype == np.float32 and np.array_equal(restored, obs)
     replayed = play(fresh.envs, actions[150:])
