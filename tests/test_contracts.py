@@ -65,6 +65,11 @@ SCRIPTS = {
         loss="losses/qf_loss",
         buffer=True,
     ),
+    "ddp_ppo.py": Script(  # one rank, plain python (two ranks under torchrun: tests/test_ddp_ppo.py)
+        run=["--env-id", "CartPole-v1", "--num-envs", "2", "--num-steps", "64", "--total-timesteps", "1024"],
+        resume=["--env-id", "CartPole-v1", "--num-envs", "2", "--num-steps", "128", "--total-timesteps", "4096"],
+        loss="losses/value_loss",
+    ),
 }  # fmt: skip
 
 
