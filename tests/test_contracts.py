@@ -80,6 +80,14 @@ SCRIPTS = {
         loss="losses/policy_loss",
         exact_resume=False,
     ),
+    "apex_dqn_atari.py": Script(
+        run=["--env-id", "CartPole-v1", "--env-mode", "sync", "--num-actors", "1", "--num-envs", "2", "--hidden-size", "16",
+             "--batch-size", "8", "--buffer-size", "1000", "--learning-starts", "100", "--replay-ratio", "2",
+             "--torch-threads", "1", "--total-timesteps", "1000"],
+        resume=[],
+        loss="losses/td_loss",
+        exact_resume=False,
+    ),
 }  # fmt: skip
 
 
