@@ -44,7 +44,6 @@ LONG = {
     "test_structured.py::test_dqn_structured_resumes_exactly_with_dict_replay",
     "test_structured.py::test_odd_leaf_shapes_train_and_the_bundled_tasks_record_videos[ppo_structured.py]",
     "test_structured.py::test_odd_leaf_shapes_train_and_the_bundled_tasks_record_videos[dqn_structured.py]",
-    "test_r2d2_async.py::test_crashing_actor_stops_the_run_in_one_line[async]",
     "test_terraform.py::test_checkov_has_no_failed_check_and_every_skip_has_a_reason",
 }
 """The slowest of the other tests on 2 cores (``pytest --durations``, 33-115 s each: whole-run resume and

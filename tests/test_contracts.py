@@ -88,6 +88,14 @@ SCRIPTS = {
         loss="losses/td_loss",
         exact_resume=False,
     ),
+    "r2d2_async.py": Script(
+        run=["--env-id", "CartPole-v1", "--env-mode", "sync", "--num-actors", "1", "--num-envs", "4", "--lstm-size", "16",
+             "--hidden-size", "16", "--burn-in", "2", "--learn-length", "4", "--n-step", "2", "--batch-size", "8",
+             "--buffer-size", "500", "--learning-starts", "200", "--total-timesteps", "1200"],
+        resume=[],
+        loss="losses/td_loss",
+        exact_resume=False,
+    ),
 }  # fmt: skip
 
 
