@@ -365,26 +365,36 @@ class RankState:
 
 
 @contextmanager
-def collectives_fail_in_one_line(rank: int) -> Iterator[None]:
-    """Within the block, a collective that fails (another rank died, or did not answer within
-    ``--collective-timeout``) raises a :class:`~cleanrl_utils.faults.Fault`, which ``run.stop_on_fault`` says in one
-    line: a ``RuntimeError`` raised in ``torch.distributed`` (named by its function), or one of gloo or NCCL
-    (DDP's gradient all-reduce in ``backward``). Other errors pass unchanged."""
+def rank_faults(rank: int) -> Iterator[None]:
+    """Within the block, a collective that fails because another rank died, or did not answer within
+    ``--collective-timeout``, is a :class:`~cleanrl_utils.faults.Fault`, which ``run.stop_on_fault`` says in one line:
+    a ``RuntimeError`` raised in ``torch.distributed`` (named by its function), or one of gloo or NCCL (DDP's
+    gradient all-reduce in ``backward``). A rank other than 0 names itself in a fault's line (``ddp_ppo.py: rank 1:
+    ...``). Other errors pass unchanged."""
     try:
         yield
     except RuntimeError as error:
-        name, in_backward, frame = None, False, error.__traceback__
-        while frame is not None:
-            code = frame.tb_frame.f_code
-            name = code.co_name if code.co_filename.endswith("distributed_c10d.py") else name  # the innermost
-            in_backward = in_backward or code.co_name == "backward"
-            frame = frame.tb_next
-        if name is None and any(word in str(error) for word in ("gloo", "NCCL", "ProcessGroup")):
-            name = "the gradient all-reduce" if in_backward else "a collective"
-        if name is None:
+        what = str(error) if isinstance(error, Fault) else failed_collective(error)
+        if what is None:
             raise
-        message = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
-        raise Fault(f"rank {rank}: {name} failed: another rank died or hung ({message})") from None
+        raise Fault(f"rank {rank}: {what}" if rank else what) from None
+
+
+def failed_collective(error: RuntimeError) -> str | None:
+    """``"all_reduce failed: another rank died or hung (<the error's first line>)"`` for an error of a collective,
+    else None (see :func:`rank_faults`)."""
+    name, in_backward, frame = None, False, error.__traceback__
+    while frame is not None:
+        code = frame.tb_frame.f_code
+        name = code.co_name if code.co_filename.endswith("distributed_c10d.py") else name  # the innermost
+        in_backward = in_backward or code.co_name == "backward"
+        frame = frame.tb_next
+    if name is None and any(word in str(error) for word in ("gloo", "NCCL", "ProcessGroup")):
+        name = "the gradient all-reduce" if in_backward else "a collective"
+    if name is None:
+        return None
+    message = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+    return f"{name} failed: another rank died or hung ({message})"
 
 
 # ---- plumbing a reader may skip: argument checks and the evaluation of a saved model
@@ -488,7 +498,7 @@ if __name__ == "__main__":
     else:
         envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
     # a fault (a failed collective too: a dead or hung rank) ends the run in one line; any error ends the env workers
-    with run.stop_on_fault(envs), collectives_fail_in_one_line(rank):
+    with run.stop_on_fault(envs), rank_faults(rank):
         atari = len(envs.single_observation_space.shape) == 3
         agent = make_agent(envs).to(device)  # DDP below broadcasts rank 0's parameters to every rank
         optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
