@@ -38,6 +38,7 @@ from stable_baselines3.common import atari_wrappers  # SB3's Atari preprocessing
 
 from cleanrl_utils.actors import (
     Shared,
+    actor_envs,
     epsilon_ladder,
     learner_may_update,
     learner_turn,
@@ -47,12 +48,13 @@ from cleanrl_utils.actors import (
     wait_for_learner,
 )
 from cleanrl_utils.buffers import PrioritizedReplayBuffer, ReplaySamples
-from cleanrl_utils.cli import fail, flag_name, require, require_positive, require_range
-from cleanrl_utils.legacy.evals import Evaluation, run_episodes
-from cleanrl_utils.legacy.faults import check_finite, stop_signals_held
-from cleanrl_utils.legacy.files import read_file, script_name
-from cleanrl_utils.legacy.run import RunArgs, check_atari_or_vector_env, parse_args, start_run
-from cleanrl_utils.legacy.vector import SAME_STEP, real_next_obs, vector_env
+from cleanrl_utils.env_checks import check_atari_or_vector_env
+from cleanrl_utils.evals import Evaluation, run_episodes
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.files import read_file, script_name
+from cleanrl_utils.flags import RunArgs, fail, flag_name, parse_args, require, require_positive, require_range
+from cleanrl_utils.run import start_run
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, real_next_obs, timed_step
 
 try:  # the Atari games come with the atari extra; without it, --env-id says so
     import ale_py
@@ -151,7 +153,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
             env = gym.make(env_id)
         env = gym.wrappers.RecordEpisodeStatistics(env)  # return and length in the info of the episode's last step
         if not hasattr(env.unwrapped, "ale"):
-            return env
+            return CheckedEnv(env, idx)  # the first reset and step checked in full, then finite numbers at every step
         env = atari_wrappers.NoopResetEnv(env, noop_max=30)
         env = atari_wrappers.MaxAndSkipEnv(env, skip=4)
         env = atari_wrappers.EpisodicLifeEnv(env)
@@ -161,7 +163,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
         env = atari_wrappers.WarpFrame(env, 84, 84)  # grayscale (ITU-R 601 luma), then 84x84 by area: [84, 84, 1]
         env = gym.wrappers.ReshapeObservation(env, (84, 84))
         env = gym.wrappers.FrameStackObservation(env, 4, padding_type="zero")
-        return env
+        return CheckedEnv(env, idx)  # the first reset and step checked in full, then finite numbers at every step
 
     return thunk
 
@@ -255,13 +257,12 @@ def run_actor(actor_id: int, shared: Shared, args: Args, rb: PrioritizedReplayBu
     epsilons = epsilon_ladder(args.num_actors * E, args.epsilon, args.epsilon_alpha)[columns]
     # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
     # that ended the episode is in infos["final_obs"].
-    envs = vector_env(
-        [make_env(args.env_id, i, args.capture_video and i == 0, video_dir) for i in columns],
-        args.env_mode,
-        timeout=args.env_timeout,
-        autoreset_mode=SAME_STEP,
-    )
-    try:
+    thunks = [make_env(args.env_id, i, args.capture_video and i == 0, video_dir) for i in columns]
+    if args.env_mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
+        envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
+    else:
+        envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
+    with actor_envs(envs, first=first, timeout=args.env_timeout):  # a dead or hung env worker: one line; closed after
         num_actions = int(envs.single_action_space.n)
         network = DuelingQNetwork(envs.single_observation_space.shape, num_actions, args.hidden_size)
         network.requires_grad_(False)
@@ -275,7 +276,7 @@ def run_actor(actor_id: int, shared: Shared, args: Args, rb: PrioritizedReplayBu
                 greedy = network(torch.as_tensor(obs)).argmax(1).numpy()
             explore = rng.random(E) < epsilons
             actions = np.where(explore, rng.integers(num_actions, size=E), greedy)
-            next_obs, rewards, terminations, truncations, infos = envs.step(actions)
+            next_obs, rewards, terminations, truncations, infos = timed_step(envs, actions, args.env_timeout)
             # s' is the real next observation: where an episode ended, its final observation
             ready = rb.add(
                 obs, actions, rewards, terminations, truncations, real_next_obs(next_obs, infos), columns=columns,
@@ -295,8 +296,6 @@ def run_actor(actor_id: int, shared: Shared, args: Args, rb: PrioritizedReplayBu
             shared.actor_steps[actor_id] += E
             # the throttle: not too far ahead of the learner (waking every 5 ms leaves the learner's threads their cores)
             wait_for_learner(shared, per_update, args.learning_starts, lead, parent_pid, poll=0.005)
-    finally:
-        envs.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,7 +303,7 @@ def run_actor(actor_id: int, shared: Shared, args: Args, rb: PrioritizedReplayBu
 
 
 def epsilon_greedy(network: nn.Module, num_actions: int, epsilon: float, seed: int, device: torch.device | str):
-    """A policy for :func:`cleanrl_utils.legacy.evals.run_episodes`: observations ``[N, *obs_shape]`` -> actions ``[N]``,
+    """A policy for :func:`cleanrl_utils.evals.run_episodes`: observations ``[N, *obs_shape]`` -> actions ``[N]``,
     the network's greedy actions, each replaced by a uniformly random one with probability ``epsilon``."""
     rng = np.random.default_rng(seed)
 
@@ -347,7 +346,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, epsilon: Optional[float] = None, **options) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` of a model saved by this script, ε-greedy (ε None: 0 on 1-D observations,
-    0.05 on Atari, the usual Atari evaluation). ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
+    0.05 on Atari, the usual Atari evaluation). ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     saved = read_file(model_path, "model", script_name(__file__))["args"]
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     shape, num_actions = evaluation.envs.single_observation_space.shape, int(evaluation.envs.single_action_space.n)
@@ -371,8 +370,9 @@ if __name__ == "__main__":
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
     rb.device = device
-    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint, stop the actors, exit 143
-    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the learner checkpoints, stops the actors, exits
+            signal.signal(signum, run.stop)  # 128 + signum (the actors ignore them)
     print(f"replay: {args.buffer_size} transitions in shared memory ({rb.nbytes / 2**20:.1f} MiB)")
 
     num_actions = int(action_space.n)
@@ -387,80 +387,81 @@ if __name__ == "__main__":
         step_offset, update_offset = saved["global_step"], saved["updates"]
         print(f"the checkpoint has no replay: refilling it until step {step_offset + args.learning_starts} before updating")
 
-    with stop_signals_held():  # multiprocessing's resource tracker starts here
+    # an actor's failure (its env's fault, its exception, its death) and the learner's faults end the run in one line
+    with run.stop_on_fault():
         shared = Shared(sum(p.numel() for p in q_network.parameters()), args.num_actors)
-    shared.publish(q_network)
-    epsilons = epsilon_ladder(columns, args.epsilon, args.epsilon_alpha)
-    for i in range(args.num_actors):
-        writer.add_scalar(f"charts/epsilon/actor_{i}", epsilons[i * args.num_envs : (i + 1) * args.num_envs].mean(), 0)
-    actors = spawn_actors(run_actor, args.num_actors, shared, args, rb, os.getpid(), run.video_dir, name="apex-actor")
-    if args.eval_interval:  # the learner's network, every --eval-interval env steps (the actors wait meanwhile)
-        eval_envs = vector_env([make_env(args.env_id, 0, False, "", False)], "sync", SAME_STEP)
-        next_eval = (step_offset // args.eval_interval + 1) * args.eval_interval
-    per_update = args.batch_size / args.replay_ratio  # env steps each gradient step needs
-    global_step, updates, last_log, td_loss, q_mean = step_offset, 0, time.time(), float("nan"), float("nan")
-    waited, started = 0.0, time.perf_counter()
-    try:
-        start_actors(actors)  # with stop signals held: a signal to the process group cannot kill one half-started
-        while True:
-            # episodes, failures, progress, checkpoints (every --checkpoint-interval steps, and after SIGTERM)
-            counters = dict(updates=update_offset + updates)
-            collected, global_step = learner_turn(run, shared, actors, state, step_offset, global_step, **counters)
-            if run.stop_signal:  # after SIGTERM, with the checkpoint written: the actors stop, then exit 143
-                break
-            owed = learner_may_update(updates, collected, per_update, args.learning_starts) and len(rb) >= args.batch_size
-            if global_step >= args.total_timesteps:  # enough env steps: the actors hold, the learner
-                shared.hold[0] = 1  # makes the gradient steps the ratio still owes
-                if not owed:
+        shared.publish(q_network)
+        epsilons = epsilon_ladder(columns, args.epsilon, args.epsilon_alpha)
+        for i in range(args.num_actors):
+            writer.add_scalar(f"charts/epsilon/actor_{i}", epsilons[i * args.num_envs : (i + 1) * args.num_envs].mean(), 0)
+        actors = spawn_actors(run_actor, args.num_actors, shared, args, rb, os.getpid(), run.video_dir, name="apex-actor")
+        if args.eval_interval:  # the learner's network, every --eval-interval env steps (the actors wait meanwhile)
+            eval_envs = gym.vector.SyncVectorEnv([make_env(args.env_id, 0, False, "", False)], autoreset_mode=SAME_STEP)
+            next_eval = (step_offset // args.eval_interval + 1) * args.eval_interval
+        per_update = args.batch_size / args.replay_ratio  # env steps each gradient step needs
+        global_step, updates, last_log, td_loss, q_mean = step_offset, 0, time.time(), float("nan"), float("nan")
+        waited, started = 0.0, time.perf_counter()
+        try:
+            start_actors(actors)  # with stop signals blocked: a signal to the process group cannot kill one half-started
+            while True:
+                # episodes, failures, progress, checkpoints (every --checkpoint-interval steps, and after SIGTERM)
+                counters = dict(updates=update_offset + updates)
+                collected, global_step = learner_turn(run, shared, actors, state, step_offset, global_step, **counters)
+                if run.stop_signal:  # after SIGTERM, with the checkpoint written: the actors stop, then exit 143
                     break
-            if args.eval_interval and global_step >= next_eval:  # the current network, as evaluate() plays
-                next_eval += args.eval_interval * ((global_step - next_eval) // args.eval_interval + 1)
-                policy = epsilon_greedy(q_network, num_actions, 0.05 if atari else 0.0, args.seed + 100_000, device)
-                episodic_returns = run_episodes(eval_envs, policy, args.eval_episodes, args.seed + 100_000)
-                writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
-                print(f"step {global_step}: evaluation over {args.eval_episodes} episodes: {episodic_returns.mean():.1f}")
-            now = time.time()
-            if now - last_log >= 1.0 and collected > args.learning_starts:
-                last_log = now
-                ratio = updates * args.batch_size / (collected - args.learning_starts)
-                writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
-                writer.add_scalar("charts/replay_ratio", ratio, global_step)
-                writer.add_scalar("charts/updates", update_offset + updates, global_step)
-                writer.add_scalar("charts/learner_wait_fraction", waited / (time.perf_counter() - started), global_step)
-                writer.add_scalar("charts/buffer_transitions", len(rb), global_step)
-                writer.add_scalar("losses/td_loss", td_loss, global_step)
-                writer.add_scalar("losses/q_values", q_mean, global_step)
-            if not owed:  # the throttle: a gradient step only when the actors have collected enough for it
-                start_wait = time.perf_counter()
-                time.sleep(0.001)
-                waited += time.perf_counter() - start_wait
-                continue
+                owed = learner_may_update(updates, collected, per_update, args.learning_starts) and len(rb) >= args.batch_size
+                if global_step >= args.total_timesteps:  # enough env steps: the actors hold, the learner
+                    shared.hold[0] = 1  # makes the gradient steps the ratio still owes
+                    if not owed:
+                        break
+                if args.eval_interval and global_step >= next_eval:  # the current network, as evaluate() plays
+                    next_eval += args.eval_interval * ((global_step - next_eval) // args.eval_interval + 1)
+                    policy = epsilon_greedy(q_network, num_actions, 0.05 if atari else 0.0, args.seed + 100_000, device)
+                    episodic_returns = run_episodes(eval_envs, policy, args.eval_episodes, args.seed + 100_000)
+                    writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
+                    print(f"step {global_step}: evaluation over {args.eval_episodes} episodes: {episodic_returns.mean():.1f}")
+                now = time.time()
+                if now - last_log >= 1.0 and collected > args.learning_starts:
+                    last_log = now
+                    ratio = updates * args.batch_size / (collected - args.learning_starts)
+                    writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+                    writer.add_scalar("charts/replay_ratio", ratio, global_step)
+                    writer.add_scalar("charts/updates", update_offset + updates, global_step)
+                    writer.add_scalar("charts/learner_wait_fraction", waited / (time.perf_counter() - started), global_step)
+                    writer.add_scalar("charts/buffer_transitions", len(rb), global_step)
+                    writer.add_scalar("losses/td_loss", td_loss, global_step)
+                    writer.add_scalar("losses/q_values", q_mean, global_step)
+                if not owed:  # the throttle: a gradient step only when the actors have collected enough for it
+                    start_wait = time.perf_counter()
+                    time.sleep(0.001)
+                    waited += time.perf_counter() - start_wait
+                    continue
 
-            # ---- the learner: prioritized batch, double-Q n-step TD errors, importance-weighted squared loss
-            data = rb.sample(args.batch_size, args.importance_beta)
-            versions = rb.versions.reshape(-1)[data.indices.cpu().numpy()].copy()
-            td_error, q_taken = td_errors(q_network, target_network, data, args.gamma)
-            loss = (data.weights * td_error.square()).mean()
-            optimizer.zero_grad()
-            loss.backward()
-            check_finite(update_offset + updates + 1, global_step, loss=loss)  # stops a diverging run here
-            nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm, foreach=True)
-            optimizer.step()
-            rb.update_priorities(data.indices, td_error.detach().abs(), versions)  # p = |δ| + ε
-            updates += 1
-            shared.updates[0] = updates
-            if updates % args.publish_interval == 0:
-                shared.publish(q_network)
-            if (update_offset + updates) % args.target_network_frequency == 0:
-                target_network.load_state_dict(q_network.state_dict())
-            td_loss, q_mean = loss.item(), q_taken.mean().item()
-            if args.debug_learner_sleep:
-                time.sleep(args.debug_learner_sleep)
-    finally:  # also after a fault (one line, exit 1: cleanrl_utils.legacy.faults)
-        stop_actors(actors, shared)
-    if run.stop_signal:
-        run.exit(*([eval_envs] if args.eval_interval else []))
-    run.progress.close()
+                # ---- the learner: prioritized batch, double-Q n-step TD errors, importance-weighted squared loss
+                data = rb.sample(args.batch_size, args.importance_beta)
+                versions = rb.versions.reshape(-1)[data.indices.cpu().numpy()].copy()
+                td_error, q_taken = td_errors(q_network, target_network, data, args.gamma)
+                loss = (data.weights * td_error.square()).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                check_finite(update_offset + updates + 1, global_step, loss=loss)  # stops a diverging run here
+                nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm, foreach=True)
+                optimizer.step()
+                rb.update_priorities(data.indices, td_error.detach().abs(), versions)  # p = |δ| + ε
+                updates += 1
+                shared.updates[0] = updates
+                if updates % args.publish_interval == 0:
+                    shared.publish(q_network)
+                if (update_offset + updates) % args.target_network_frequency == 0:
+                    target_network.load_state_dict(q_network.state_dict())
+                td_loss, q_mean = loss.item(), q_taken.mean().item()
+                if args.debug_learner_sleep:
+                    time.sleep(args.debug_learner_sleep)
+        finally:  # also after a fault, before it is said in one line
+            stop_actors(actors, shared)
+        if run.stop_signal:  # the checkpoint written, the actors stopped: exit 128 + the signal
+            run.exit(*([eval_envs] if args.eval_interval else []))
+    run.progress(force=True)
     collected = int(shared.actor_steps.sum())
     if collected > args.learning_starts:
         ratio = updates * args.batch_size / (collected - args.learning_starts)

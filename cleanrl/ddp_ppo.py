@@ -25,9 +25,10 @@ Run:
 import os
 import signal
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Iterator, Literal, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -39,12 +40,13 @@ import tyro
 from stable_baselines3.common import atari_wrappers  # SB3's Atari preprocessing
 from torch.nn.parallel import DistributedDataParallel
 
-from cleanrl_utils.legacy.checkpoint import PerRank
-from cleanrl_utils.cli import require, require_positive, require_range
-from cleanrl_utils.legacy.evals import Evaluation
-from cleanrl_utils.legacy.faults import check_finite
-from cleanrl_utils.legacy.run import RunArgs, check_env, parse_args, seed_everything, start_run
-from cleanrl_utils.legacy.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+from cleanrl_utils.checkpoint import rng_state, set_rng_state
+from cleanrl_utils.env_checks import check_env
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import Fault, check_finite
+from cleanrl_utils.flags import RunArgs, parse_args, require, require_positive, require_range
+from cleanrl_utils.run import seed_everything, start_run
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, envs_state, real_next_obs, restore_envs, timed_step
 
 try:  # the Atari games come with the atari extra; without it, --env-id says so
     import ale_py
@@ -153,6 +155,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
             env = atari_wrappers.WarpFrame(env, 84, 84)  # grayscale (ITU-R 601 luma), then 84x84 by area: [84, 84, 1]
             env = gym.wrappers.ReshapeObservation(env, (84, 84))
             env = gym.wrappers.FrameStackObservation(env, 4, padding_type="zero")
+        env = CheckedEnv(env, idx)  # the first reset and step checked in full, then finite numbers at every step
         return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
@@ -328,6 +331,72 @@ def leave_group(envs: gym.vector.VectorEnv) -> None:
     dist.destroy_process_group()
 
 
+class RankState:
+    """This rank's envs and global random generators in a checkpoint (the networks, the optimiser and the counts
+    are the same on every rank): :meth:`state_dict` gathers every rank's into rank 0's file, and
+    :meth:`load_state_dict` gives each rank its own back. An entry of the checkpoint state (``ranks=RankState(envs)``).
+
+    Attributes:
+        obs: after :meth:`load_state_dict`: the observation ``[num_envs, ...]`` the restored envs act on next.
+    """
+
+    def __init__(self, envs: gym.vector.VectorEnv):
+        self.envs, self.obs = envs, None
+
+    def state_dict(self) -> list[dict] | None:
+        """``[{"state": {"envs": replay logs}, "rng": generators} of rank 0, of rank 1, ...]`` on rank 0, None on
+        the others. A collective (``gather_object``): every rank calls it at the same point."""
+        mine = {"state": {"envs": envs_state(self.envs)}, "rng": rng_state()}
+        gathered = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+        dist.gather_object(mine, gathered, dst=0)
+        return gathered
+
+    def load_state_dict(self, saved: list[dict]) -> None:
+        """Replay this rank's envs into their saved state and set its global generators.
+
+        Raises:
+            ValueError: ``saved`` was written by another number of ranks, or its envs do not fit.
+        """
+        if len(saved) != dist.get_world_size():
+            raise ValueError(f"the checkpoint was written by {len(saved)} ranks, this run has {dist.get_world_size()}")
+        mine = saved[dist.get_rank()]
+        self.obs = restore_envs(self.envs, mine["state"]["envs"])
+        set_rng_state(mine["rng"])
+
+
+@contextmanager
+def rank_faults(rank: int) -> Iterator[None]:
+    """Within the block, a collective that fails because another rank died, or did not answer within
+    ``--collective-timeout``, is a :class:`~cleanrl_utils.faults.Fault`, which ``run.stop_on_fault`` says in one line:
+    a ``RuntimeError`` raised in ``torch.distributed`` (named by its function), or one of gloo or NCCL (DDP's
+    gradient all-reduce in ``backward``). A rank other than 0 names itself in a fault's line (``ddp_ppo.py: rank 1:
+    ...``). Other errors pass unchanged."""
+    try:
+        yield
+    except RuntimeError as error:
+        what = str(error) if isinstance(error, Fault) else failed_collective(error)
+        if what is None:
+            raise
+        raise Fault(f"rank {rank}: {what}" if rank else what) from None
+
+
+def failed_collective(error: RuntimeError) -> str | None:
+    """``"all_reduce failed: another rank died or hung (<the error's first line>)"`` for an error of a collective,
+    else None (see :func:`rank_faults`)."""
+    name, in_backward, frame = None, False, error.__traceback__
+    while frame is not None:
+        code = frame.tb_frame.f_code
+        name = code.co_name if code.co_filename.endswith("distributed_c10d.py") else name  # the innermost
+        in_backward = in_backward or code.co_name == "backward"
+        frame = frame.tb_next
+    if name is None and any(word in str(error) for word in ("gloo", "NCCL", "ProcessGroup")):
+        name = "the gradient all-reduce" if in_backward else "a collective"
+    if name is None:
+        return None
+    message = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+    return f"{name} failed: another rank died or hung ({message})"
+
+
 # ---- plumbing a reader may skip: argument checks and the evaluation of a saved model
 
 
@@ -377,7 +446,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` of a saved model, in one process: actions sampled from π, or (``deterministic``)
-    the most probable. ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
+    the most probable. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     agent = evaluation.load(make_agent(evaluation.envs), "agent")
     generator = torch.Generator(evaluation.device).manual_seed(evaluation.seed)
@@ -411,8 +480,11 @@ if __name__ == "__main__":
     run = start_run(args, resumed, record=rank == 0)
     writer, device = run.writer, torch.device(f"cuda:{gpu}" if use_cuda else "cpu")
     seed_everything(args.seed + RANK_SEED_STRIDE * rank, args.torch_deterministic)
-    signal.signal(signal.SIGTERM, run.stop)  # a scheduler, or torchrun passing a signal on: checkpoint, exit 143
-    signal.signal(signal.SIGINT, lambda *_: run.stop(signal.SIGTERM))  # Ctrl-C (twice: torchrun passes it on): the same
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # a scheduler (or torchrun passing it on), a closed terminal
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the ranks agree, checkpoint, exit 128 + signum
+            signal.signal(signum, run.stop)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # Ctrl-C, twice (torchrun passes it on): as SIGTERM
+        signal.signal(signal.SIGINT, lambda *_: run.stop(signal.SIGTERM))
     if rank == 0:  # the global batch and minibatch; the steps of whole global rollouts
         batches = f"global batch {args.batch_size} = {world_size} x {args.num_envs} envs x {args.num_steps} steps"
         print(f"{world_size} rank(s), backend {dist.get_backend()}; {batches}; minibatch {world_size * args.minibatch_size}")
@@ -420,173 +492,179 @@ if __name__ == "__main__":
             print(f"training {args.num_iterations * args.batch_size} steps: --total-timesteps rounded down to whole rollouts")
 
     # Same-step autoreset: an ended episode's last observation is in infos["final_obs"]
-    envs = vector_env(
-        [make_env(args.env_id, i, args.capture_video and rank == 0, run.video_dir) for i in range(args.num_envs)],
-        args.env_mode,
-        timeout=args.env_timeout,
-        autoreset_mode=SAME_STEP,
-    )
-    atari = len(envs.single_observation_space.shape) == 3
-    agent = make_agent(envs).to(device)  # DDP below broadcasts rank 0's parameters to every rank
-    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-
-    # Rollout storage [num_steps, num_envs]: what the networks read in torch, the rest in numpy for GAE
-    T, N = args.num_steps, args.num_envs
-    obs_dtype = torch.uint8 if atari else torch.float32
-    obs = torch.zeros((T, N) + envs.single_observation_space.shape, dtype=obs_dtype, device=device)
-    actions = torch.zeros((T, N), dtype=torch.long, device=device)
-    logprobs = torch.zeros((T, N), device=device)
-    values = torch.zeros((T, N), device=device)
-    rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
-    truncated = np.zeros((T, N), dtype=bool)  # episode ended by truncation, not termination
-    final_obs = np.zeros((T, N) + envs.single_observation_space.shape, dtype=np.uint8 if atari else np.float32)
-    episode_counts = torch.zeros(world_size, dtype=torch.int64)  # episodes of each rank so far
-
-    # a checkpoint holds the networks, optimiser and counts, and each rank's envs and generators (in rank 0's file)
-    state = dict(agent=agent, optimizer=optimizer, episode_counts=episode_counts, ranks=PerRank(envs=envs))
-    global_step, start_iteration = 0, 1
-    if run.resumed:  # the checkpoint's networks, optimiser and counts; this rank's envs (replayed) and generators
-        saved = run.restore(state)
-        global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, state["ranks"].obs
+    thunks = [make_env(args.env_id, i, args.capture_video and rank == 0, run.video_dir) for i in range(args.num_envs)]
+    if args.env_mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
+        envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
     else:
-        next_obs, _ = envs.reset(seed=args.seed + RANK_SEED_STRIDE * rank)  # env i: + i
-    ddp_agent = DistributedDataParallel(agent, device_ids=[gpu] if use_cuda else None)
+        envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
+    # a fault (a failed collective too: a dead or hung rank) ends the run in one line; any error ends the env workers
+    with run.stop_on_fault(envs), rank_faults(rank):
+        atari = len(envs.single_observation_space.shape) == 3
+        agent = make_agent(envs).to(device)  # DDP below broadcasts rank 0's parameters to every rank
+        optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
 
-    for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+        # Rollout storage [num_steps, num_envs]: what the networks read in torch, the rest in numpy for GAE
+        T, N = args.num_steps, args.num_envs
+        obs_dtype = torch.uint8 if atari else torch.float32
+        obs = torch.zeros((T, N) + envs.single_observation_space.shape, dtype=obs_dtype, device=device)
+        actions = torch.zeros((T, N), dtype=torch.long, device=device)
+        logprobs = torch.zeros((T, N), device=device)
+        values = torch.zeros((T, N), device=device)
+        rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
+        truncated = np.zeros((T, N), dtype=bool)  # episode ended by truncation, not termination
+        final_obs = np.zeros((T, N) + envs.single_observation_space.shape, dtype=np.uint8 if atari else np.float32)
+        episode_counts = torch.zeros(world_size, dtype=torch.int64)  # episodes of each rank so far
 
-        ended = []  # (global step, return, length) of this rank's episodes that ended in the rollout
-        for step in range(T):
-            global_step += N * world_size
-            obs[step] = torch.as_tensor(next_obs)
-            with torch.inference_mode():
-                action, logprob, _, value = agent.get_action_and_value(obs[step])
-            actions[step], logprobs[step], values[step] = action, logprob, value
+        # a checkpoint holds the networks, optimiser and counts, and each rank's envs and generators (in rank 0's file)
+        state = dict(agent=agent, optimizer=optimizer, episode_counts=episode_counts, ranks=RankState(envs))
+        global_step, start_iteration = 0, 1
+        if run.resumed:  # the checkpoint's networks, optimiser and counts; this rank's envs (replayed) and generators
+            saved = run.restore(state)
+            global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, state["ranks"].obs
+        else:
+            next_obs, _ = envs.reset(seed=args.seed + RANK_SEED_STRIDE * rank)  # env i: + i
+        ddp_agent = DistributedDataParallel(agent, device_ids=[gpu] if use_cuda else None)
 
-            next_obs, reward, termination, truncation, infos = envs.step(action.cpu().numpy())
-            rewards[step], terminations[step], dones[step] = reward, termination, termination | truncation
-            # Truncated (not terminated) envs will bootstrap from their real final observation.
-            truncated[step] = truncation & ~termination
-            if truncated[step].any():
-                final_obs[step, truncated[step]] = real_next_obs(next_obs, infos)[truncated[step]]
-            final = infos.get("final_info", {})
-            for i in np.flatnonzero(final.get("_episode", ())):
-                ended.append((global_step, float(final["episode"]["r"][i]), int(final["episode"]["l"][i])))
+        for iteration in range(start_iteration, args.num_iterations + 1):
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / args.num_iterations
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
-        # the episodes of every rank, in order, in rank 0's logs
-        ranked = gather(ended)
-        episode_counts += torch.tensor([len(episodes) for episodes in ranked])
-        for episode_step, episodic_return, episodic_length in sorted(e for episodes in ranked for e in episodes):
-            writer.add_scalar("charts/episodic_return", episodic_return, episode_step)
-            writer.add_scalar("charts/episodic_length", episodic_length, episode_step)
-            run.progress.episodes([episodic_return])
-        for source, count in enumerate(episode_counts.tolist()):
-            writer.add_scalar(f"ranks/episodes_rank{source}", count, global_step)
-        run.progress.update(global_step)
+            ended = []  # (global step, return, length) of this rank's episodes that ended in the rollout
+            for step in range(T):
+                global_step += N * world_size
+                obs[step] = torch.as_tensor(next_obs)
+                with torch.inference_mode():
+                    action, logprob, _, value = agent.get_action_and_value(obs[step])
+                actions[step], logprobs[step], values[step] = action, logprob, value
 
-        # Bootstrap values: V(final obs) at truncations and V(obs after the rollout); then GAE
-        with torch.no_grad():
-            last_values = agent.get_value(torch.as_tensor(next_obs, dtype=obs_dtype, device=device)).cpu().numpy()
-            final_values = np.zeros((T, N), dtype=np.float32)
-            if truncated.any():
-                final_values[truncated] = agent.get_value(torch.from_numpy(final_obs[truncated]).to(device)).cpu().numpy()
-        advantages, returns = compute_gae(
-            rewards, values.cpu().numpy(), last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
-        )
+                next_obs, reward, termination, truncation, infos = timed_step(envs, action.cpu().numpy(), args.env_timeout)
+                rewards[step], terminations[step], dones[step] = reward, termination, termination | truncation
+                # Truncated (not terminated) envs will bootstrap from their real final observation.
+                truncated[step] = truncation & ~termination
+                if truncated[step].any():
+                    final_obs[step, truncated[step]] = real_next_obs(next_obs, infos)[truncated[step]]
+                final = infos.get("final_info", {})
+                for i in np.flatnonzero(final.get("_episode", ())):
+                    ended.append((global_step, float(final["episode"]["r"][i]), int(final["episode"]["l"][i])))
 
-        # flatten this rank's batch (Atari: channels-last once per update, each minibatch's conversion is then elementwise)
-        b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)
-        if atari:
-            b_obs = b_obs.contiguous(memory_format=torch.channels_last)
-        b_logprobs, b_actions, b_values = logprobs.reshape(-1), actions.reshape(-1), values.reshape(-1)
-        b_advantages = torch.as_tensor(advantages.reshape(-1), dtype=torch.float32, device=device)
-        b_returns = torch.as_tensor(returns.reshape(-1), dtype=torch.float32, device=device)
+            # the episodes of every rank, in order, in rank 0's logs
+            ranked = gather(ended)
+            episode_counts += torch.tensor([len(episodes) for episodes in ranked])
+            for episode_step, episodic_return, episodic_length in sorted(e for episodes in ranked for e in episodes):
+                run.log_episode(episode_step, episodic_return, episodic_length)
+            for source, count in enumerate(episode_counts.tolist()):
+                writer.add_scalar(f"ranks/episodes_rank{source}", count, global_step)
+            run.progress(global_step)
 
-        # Optimise: one optimiser step per minibatch on every rank, with gradients averaged by DDP
-        clipfracs = []
-        for epoch in range(args.update_epochs):
-            b_inds = torch.randperm(args.local_batch_size, device=device)
-            for start in range(0, args.local_batch_size, args.minibatch_size):
-                mb_inds = b_inds[start : start + args.minibatch_size]
-                _, newlogprob, entropy, newvalue = ddp_agent(b_obs[mb_inds], b_actions[mb_inds])
-                logratio = newlogprob - b_logprobs[mb_inds]
-                ratio = logratio.exp()
+            # Bootstrap values: V(final obs) at truncations and V(obs after the rollout); then GAE
+            with torch.no_grad():
+                last_values = agent.get_value(torch.as_tensor(next_obs, dtype=obs_dtype, device=device)).cpu().numpy()
+                final_values = np.zeros((T, N), dtype=np.float32)
+                if truncated.any():
+                    final_values[truncated] = agent.get_value(torch.from_numpy(final_obs[truncated]).to(device)).cpu().numpy()
+            advantages, returns = compute_gae(
+                rewards, values.cpu().numpy(), last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
+            )
 
-                with torch.no_grad():
-                    # http://joschu.net/blog/kl-approx.html
-                    old_approx_kl = (-logratio).mean()
-                    approx_kl = ((ratio - 1) - logratio).mean()
-                    clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
+            # flatten this rank's batch (Atari: channels-last once per update, each minibatch's conversion is then elementwise)
+            b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)
+            if atari:
+                b_obs = b_obs.contiguous(memory_format=torch.channels_last)
+            b_logprobs, b_actions, b_values = logprobs.reshape(-1), actions.reshape(-1), values.reshape(-1)
+            b_advantages = torch.as_tensor(advantages.reshape(-1), dtype=torch.float32, device=device)
+            b_returns = torch.as_tensor(returns.reshape(-1), dtype=torch.float32, device=device)
 
-                mb_advantages = b_advantages[mb_inds]
-                if args.norm_adv:  # over the global minibatch: the samples of all ranks
-                    mb_advantages = global_normalize(mb_advantages)
+            # Optimise: one optimiser step per minibatch on every rank, with gradients averaged by DDP
+            clipfracs = []
+            for epoch in range(args.update_epochs):
+                b_inds = torch.randperm(args.local_batch_size, device=device)
+                for start in range(0, args.local_batch_size, args.minibatch_size):
+                    mb_inds = b_inds[start : start + args.minibatch_size]
+                    _, newlogprob, entropy, newvalue = ddp_agent(b_obs[mb_inds], b_actions[mb_inds])
+                    logratio = newlogprob - b_logprobs[mb_inds]
+                    ratio = logratio.exp()
 
-                # Policy loss (clipped surrogate, eq. 7)
-                pg_loss1 = -mb_advantages * ratio
-                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+                    with torch.no_grad():
+                        # http://joschu.net/blog/kl-approx.html
+                        old_approx_kl = (-logratio).mean()
+                        approx_kl = ((ratio - 1) - logratio).mean()
+                        clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
 
-                # Value loss
-                if args.clip_vloss:
-                    v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
-                    v_clipped = b_values[mb_inds] + torch.clamp(newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef)
-                    v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
-                    v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
-                else:
-                    v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
+                    mb_advantages = b_advantages[mb_inds]
+                    if args.norm_adv:  # over the global minibatch: the samples of all ranks
+                        mb_advantages = global_normalize(mb_advantages)
 
-                entropy_loss = entropy.mean()
-                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+                    # Policy loss (clipped surrogate, eq. 7)
+                    pg_loss1 = -mb_advantages * ratio
+                    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
 
-                optimizer.zero_grad()
-                loss.backward()  # DDP all-reduces (averages) the gradients over the ranks here
-                grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
-                check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
-                optimizer.step()
+                    # Value loss
+                    if args.clip_vloss:
+                        v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
+                        v_clipped = b_values[mb_inds] + torch.clamp(
+                            newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef
+                        )
+                        v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
+                        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+                    else:
+                        v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
 
-            # the early stop acts on the KL averaged over ranks, and on a decision all ranks share
-            approx_kl = mean_over_ranks(approx_kl)
-            if args.target_kl is not None and agree(approx_kl.item() > args.target_kl, device=device)[0]:
+                    entropy_loss = entropy.mean()
+                    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+
+                    optimizer.zero_grad()
+                    loss.backward()  # DDP all-reduces (averages) the gradients over the ranks here
+                    grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+                    check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
+                    optimizer.step()
+
+                # the early stop acts on the KL averaged over ranks, and on a decision all ranks share
+                approx_kl = mean_over_ranks(approx_kl)
+                if args.target_kl is not None and agree(approx_kl.item() > args.target_kl, device=device)[0]:
+                    break
+
+            if args.check_params_every and (iteration % args.check_params_every == 0 or iteration == args.num_iterations):
+                divergence = param_divergence(agent)  # the same value on every rank
+                writer.add_scalar("charts/param_divergence", divergence, global_step)
+                if divergence != 0.0:
+                    raise RuntimeError(
+                        f"rank {rank}: parameters differ across ranks after update {iteration} ({divergence:g})"
+                    )
+
+            y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
+            var_y = np.var(y_true)
+            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
+            writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
+            writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
+            writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
+            writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)  # mean over ranks
+            writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+            writer.add_scalar("losses/explained_variance", explained_var, global_step)
+            writer.add_scalar("losses/epochs", epoch + 1, global_step)
+            writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+            # a stop on any rank stops every rank after this update (the interval is the same on every rank)
+            run.stop_signal = agree(run.stop_signal or 0, device=device)[0] or None
+            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after a stop
+                run.save_checkpoint(state, global_step, iteration=iteration)  # every rank's envs and generators; rank 0 writes
+            if run.stop_signal:  # after a stop, with the checkpoint written: every rank leaves the group together
                 break
 
-        if args.check_params_every and (iteration % args.check_params_every == 0 or iteration == args.num_iterations):
-            divergence = param_divergence(agent)  # the same value on every rank
-            writer.add_scalar("charts/param_divergence", divergence, global_step)
-            if divergence != 0.0:
-                raise RuntimeError(f"rank {rank}: parameters differ across ranks after update {iteration} ({divergence:g})")
-
-        y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
-        var_y = np.var(y_true)
-        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
-
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
-        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
-        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
-        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
-        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)  # mean over ranks
-        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
-        writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        writer.add_scalar("losses/epochs", epoch + 1, global_step)
-        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
-        # a stop on any rank stops every rank after this update (the interval is the same on every rank)
-        run.stop_signal = agree(run.stop_signal or 0, device=device)[0] or None
-        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after a stop
-            run.save_checkpoint(state, global_step, iteration=iteration)  # every rank's envs and generators; rank 0 writes
-        if run.stop_signal:  # after a stop, with the checkpoint written: every rank leaves the group together
-            break
-
-    # DDP's reducer holds the group: dropped first (gloo objects left to interpreter shutdown can abort the process)
-    del ddp_agent
-    leave_group(envs)
+        # DDP's reducer holds the group: dropped first (gloo objects left to interpreter shutdown can abort the process)
+        del ddp_agent
+        leave_group(envs)  # closes the envs; every rank leaves together
     if args.save_model and not run.stop_signal:  # rank 0 (the other ranks' Run writes nothing)
         run.save_model({"agent": agent}, evaluate)
-    status = run.finish()  # 0, or 143 after a stop
+    run.progress(force=True)
+    if run.stop_signal and run.records:  # where the checkpoint is, and how to resume
+        name = signal.Signals(run.stop_signal).name
+        print(f"{name}: checkpoint written to {run.last_checkpoint}; resume with: {run.resume_command()}", flush=True)
+    run.close()
     # Everything is written: leave without the interpreter's teardown, which can abort a finished rank
-    # ("terminate called without an active exception"; pytorch/pytorch PR 179291)
-
+    # ("terminate called without an active exception"; pytorch/pytorch PR 179291); 128 + the signal after a stop
     sys.stdout.flush(), sys.stderr.flush()
-    os._exit(status)
+    os._exit(128 + run.stop_signal if run.stop_signal else 0)

@@ -37,13 +37,23 @@ import torch.nn as nn
 import torch.optim as optim
 from stable_baselines3.common import atari_wrappers  # SB3's Atari preprocessing
 
-from cleanrl_utils.actors import Shared, check_actors, check_parent, learner_turn, spawn_actors, start_actors, stop_actors
-from cleanrl_utils.cli import require, require_positive, require_range
-from cleanrl_utils.legacy.evals import Evaluation
-from cleanrl_utils.legacy.faults import check_finite, stop_signals_held
-from cleanrl_utils.legacy.files import read_file, script_name
-from cleanrl_utils.legacy.run import RunArgs, check_atari_or_vector_env, parse_args, start_run
-from cleanrl_utils.legacy.vector import SAME_STEP, vector_env
+from cleanrl_utils.actors import (
+    Shared,
+    actor_envs,
+    check_actors,
+    check_parent,
+    learner_turn,
+    spawn_actors,
+    start_actors,
+    stop_actors,
+)
+from cleanrl_utils.env_checks import check_atari_or_vector_env
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.files import read_file, script_name
+from cleanrl_utils.flags import RunArgs, parse_args, require, require_positive, require_range
+from cleanrl_utils.run import start_run
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, timed_step
 
 try:  # the Atari games come with the atari extra; without it, --env-id says so
     import ale_py
@@ -126,7 +136,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
             env = gym.make(env_id, **kwargs)
         env = gym.wrappers.RecordEpisodeStatistics(env)  # return and length in the info of the episode's last step
         if not hasattr(env.unwrapped, "ale"):
-            return env
+            return CheckedEnv(env, idx)  # the first reset and step checked in full, then finite numbers at every step
         env = atari_wrappers.NoopResetEnv(env, noop_max=30)
         env = atari_wrappers.MaxAndSkipEnv(env, skip=4)
         if training:
@@ -138,7 +148,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
         env = atari_wrappers.WarpFrame(env, 84, 84)  # grayscale (ITU-R 601 luma), then 84x84 by area: [84, 84, 1]
         env = gym.wrappers.ReshapeObservation(env, (84, 84))
         env = gym.wrappers.FrameStackObservation(env, 4, padding_type="zero")
-        return env
+        return CheckedEnv(env, idx)  # the first reset and step checked in full, then finite numbers at every step
 
     return thunk
 
@@ -346,13 +356,12 @@ def run_actor(actor_id: int, shared: Shared, args: Args, slots: Slots, parent_pi
     first = actor_id * args.num_envs
     # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
     # that ended the episode is in infos["final_obs"].
-    envs = vector_env(
-        [make_env(args.env_id, first + i, args.capture_video and actor_id == 0, video_dir) for i in range(args.num_envs)],
-        args.env_mode,
-        timeout=args.env_timeout,
-        autoreset_mode=SAME_STEP,
-    )
-    try:
+    thunks = [make_env(args.env_id, first + i, args.capture_video and actor_id == 0, video_dir) for i in range(args.num_envs)]
+    if args.env_mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
+        envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
+    else:
+        envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
+    with actor_envs(envs, first=first, timeout=args.env_timeout):  # a dead or hung env worker: one line; closed after
         agent = Agent(envs.single_observation_space.shape, int(envs.single_action_space.n), args.network)
         agent.requires_grad_(False)
         version = shared.pull(agent, -1)
@@ -375,7 +384,7 @@ def run_actor(actor_id: int, shared: Shared, args: Args, slots: Slots, parent_pi
                     logits, _ = agent(obs)
                     dist = torch.distributions.Categorical(logits=logits)
                     action = dist.sample()
-                next_obs, reward, terminated, truncated, infos = envs.step(action.numpy())
+                next_obs, reward, terminated, truncated, infos = timed_step(envs, action.numpy(), args.env_timeout)
                 slots.actions[slot, t], slots.logprobs[slot, t] = action, dist.log_prob(action)
                 slots.rewards[slot, t] = torch.as_tensor(reward)
                 slots.terminations[slot, t], slots.truncations[slot, t] = (
@@ -398,8 +407,6 @@ def run_actor(actor_id: int, shared: Shared, args: Args, slots: Slots, parent_pi
             while shared.hold[0] and not shared.stop[0]:  # --total-timesteps collected: step no more
                 check_parent(parent_pid)
                 time.sleep(0.01)
-    finally:
-        envs.close()
 
 
 # ---- plumbing a reader may skip: argument checks and the evaluation of a saved model
@@ -426,7 +433,7 @@ def check_args(args: Args) -> None:
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` of a model saved by this script: actions sampled from π, as it trained
     (``deterministic=True``: the most probable); on Atari whole games with game rewards. ``options``: see
-    :class:`cleanrl_utils.legacy.evals.Evaluation`."""
+    :class:`cleanrl_utils.evals.Evaluation`."""
     saved = read_file(model_path, "model", script_name(__file__))["args"]
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     envs = evaluation.envs
@@ -451,8 +458,9 @@ if __name__ == "__main__":
     require(atari or args.network == "nature", "--network", f"{args.network} {trunk}")
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
-    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint, stop the actors, exit 143
-    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the learner checkpoints, stops the actors, exits
+            signal.signal(signum, run.stop)  # 128 + signum (the actors ignore them)
 
     agent = Agent(observation_space.shape, int(action_space.n), args.network).to(device)
     optimizer = optim.RMSprop(agent.parameters(), lr=args.learning_rate, alpha=args.rmsprop_alpha, eps=args.rmsprop_eps)
@@ -462,95 +470,95 @@ if __name__ == "__main__":
         saved = run.restore(state)
         step_offset, update_offset = saved["global_step"], saved["updates"]
 
-    with stop_signals_held():  # multiprocessing's resource tracker starts here
+    # an actor's failure (its env's fault, its exception, its death) and the learner's faults end the run in one line
+    with run.stop_on_fault():
         shared = Shared(sum(p.numel() for p in agent.parameters()), args.num_actors)
         slots = Slots(args.num_slots, args.unroll_length, args.num_envs, observation_space)
-    print(
-        f"trajectory slots: {args.num_slots} of {args.num_envs} x {args.unroll_length} steps ({slots.nbytes / 2**20:.1f} MiB)"
-    )
-    shared.publish(agent)
-    actors = spawn_actors(run_actor, args.num_actors, shared, args, slots, os.getpid(), run.video_dir, name="impala-actor")
-    per_batch, T = args.batch_size // args.num_envs, args.unroll_length
-    global_step, updates, waited, lag, last_log, started = step_offset, 0, 0.0, 0.0, time.time(), time.perf_counter()
-    try:
-        start_actors(actors)  # with stop signals held: a signal to the process group cannot kill one half-started
-        while global_step < args.total_timesteps:
-            # ---- a batch of full slots (copied out, the slots handed back at once); episodes, faults, checkpoints
-            taken, start_wait = [], time.perf_counter()
-            while len(taken) < per_batch and not run.stop_signal:
-                try:
-                    taken.append(slots.full.get(timeout=0.05))
-                except queue.Empty:
-                    check_actors(actors, shared, run.directory)
-            waited += time.perf_counter() - start_wait
-            counters = dict(updates=update_offset + updates)
-            _, global_step = learner_turn(run, shared, actors, state, step_offset, global_step, **counters)
-            if run.stop_signal:  # after SIGTERM, with the checkpoint written: the actors stop, then exit 143
-                break
-            index = torch.tensor(taken)
-            obs = slots.obs[index].transpose(0, 1).flatten(1, 2).to(device)  # [T + 1, B, *obs_shape], B = slots x envs
-            actions, behaviour_logp, rewards, next_values = (
-                getattr(slots, name)[index].transpose(0, 1).flatten(1, 2).to(device)
-                for name in ("actions", "logprobs", "rewards", "next_values")
-            )
-            dones = (slots.terminations[index] | slots.truncations[index]).transpose(0, 1).flatten(1, 2).to(device)
-            lag = updates - slots.policy_version[index].float().mean().item()  # gradient steps behind, this process
-            for slot in taken:
-                slots.free.put(slot)
+        slot = f"{args.num_envs} x {args.unroll_length} steps"
+        print(f"trajectory slots: {args.num_slots} of {slot} ({slots.nbytes / 2**20:.1f} MiB)")
+        shared.publish(agent)
+        actors = spawn_actors(run_actor, args.num_actors, shared, args, slots, os.getpid(), run.video_dir, name="impala-actor")
+        per_batch, T = args.batch_size // args.num_envs, args.unroll_length
+        global_step, updates, waited, lag, last_log, started = step_offset, 0, 0.0, 0.0, time.time(), time.perf_counter()
+        try:
+            start_actors(actors)  # with stop signals blocked: a signal to the process group cannot kill one half-started
+            while global_step < args.total_timesteps:
+                # ---- a batch of full slots (copied out, the slots handed back at once); episodes, faults, checkpoints
+                taken, start_wait = [], time.perf_counter()
+                while len(taken) < per_batch and not run.stop_signal:
+                    try:
+                        taken.append(slots.full.get(timeout=0.05))
+                    except queue.Empty:
+                        check_actors(actors, shared, run.directory)
+                waited += time.perf_counter() - start_wait
+                counters = dict(updates=update_offset + updates)
+                _, global_step = learner_turn(run, shared, actors, state, step_offset, global_step, **counters)
+                if run.stop_signal:  # after SIGTERM, with the checkpoint written: the actors stop, then exit 143
+                    break
+                index = torch.tensor(taken)
+                obs = slots.obs[index].transpose(0, 1).flatten(1, 2).to(device)  # [T + 1, B, *obs_shape], B = slots x envs
+                actions, behaviour_logp, rewards, next_values = (
+                    getattr(slots, name)[index].transpose(0, 1).flatten(1, 2).to(device)
+                    for name in ("actions", "logprobs", "rewards", "next_values")
+                )
+                dones = (slots.terminations[index] | slots.truncations[index]).transpose(0, 1).flatten(1, 2).to(device)
+                lag = updates - slots.policy_version[index].float().mean().item()  # gradient steps behind, this process
+                for slot in taken:
+                    slots.free.put(slot)
 
-            # ---- the learner: V-trace targets, then the actor-critic losses (section 4.2), summed over the batch
-            if args.anneal_lr:
-                optimizer.param_groups[0]["lr"] = args.learning_rate * max(1.0 - global_step / args.total_timesteps, 0.0)
-            logits, values = agent(obs.flatten(0, 1))
-            logits, values = logits.view(T + 1, -1, logits.shape[-1]), values.view(T + 1, -1)
-            dist = torch.distributions.Categorical(logits=logits[:T])
-            target_logp = dist.log_prob(actions)
-            vs, advantages, rhos = vtrace(
-                behaviour_logp,
-                target_logp,
-                args.reward_scale * rewards,
-                values[:T].detach(),
-                next_values,
-                values[T].detach(),
-                dones,
-                args.gamma,
-                args.rho_bar,
-                args.c_bar,
-                args.vtrace_lambda,
-            )
-            pg_loss = -(target_logp * advantages).sum()
-            v_loss = 0.5 * (vs - values[:T]).square().sum()
-            entropy = dist.entropy().sum()
-            loss = pg_loss + args.vf_coef * v_loss - args.ent_coef * entropy
-            optimizer.zero_grad()
-            loss.backward()
-            check_finite(update_offset + updates + 1, global_step, loss=loss)  # stops a diverging run here
-            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
-            optimizer.step()
-            updates += 1
-            shared.updates[0] = updates
-            shared.publish(agent)
+                # ---- the learner: V-trace targets, then the actor-critic losses (section 4.2), summed over the batch
+                if args.anneal_lr:
+                    optimizer.param_groups[0]["lr"] = args.learning_rate * max(1.0 - global_step / args.total_timesteps, 0.0)
+                logits, values = agent(obs.flatten(0, 1))
+                logits, values = logits.view(T + 1, -1, logits.shape[-1]), values.view(T + 1, -1)
+                dist = torch.distributions.Categorical(logits=logits[:T])
+                target_logp = dist.log_prob(actions)
+                vs, advantages, rhos = vtrace(
+                    behaviour_logp,
+                    target_logp,
+                    args.reward_scale * rewards,
+                    values[:T].detach(),
+                    next_values,
+                    values[T].detach(),
+                    dones,
+                    args.gamma,
+                    args.rho_bar,
+                    args.c_bar,
+                    args.vtrace_lambda,
+                )
+                pg_loss = -(target_logp * advantages).sum()
+                v_loss = 0.5 * (vs - values[:T]).square().sum()
+                entropy = dist.entropy().sum()
+                loss = pg_loss + args.vf_coef * v_loss - args.ent_coef * entropy
+                optimizer.zero_grad()
+                loss.backward()
+                check_finite(update_offset + updates + 1, global_step, loss=loss)  # stops a diverging run here
+                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                optimizer.step()
+                updates += 1
+                shared.updates[0] = updates
+                shared.publish(agent)
 
-            now = time.time()
-            if now - last_log >= 1.0:
-                last_log = now
-                n = float(rewards.numel())
-                writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-                writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
-                writer.add_scalar("charts/policy_lag", lag, global_step)
-                writer.add_scalar("charts/learner_wait_fraction", waited / (time.perf_counter() - started), global_step)
-                writer.add_scalar("charts/updates", update_offset + updates, global_step)
-                writer.add_scalar("charts/importance_weight", rhos.mean().item(), global_step)
-                writer.add_scalar("charts/clipped_rho_fraction", (rhos > args.rho_bar).float().mean().item(), global_step)
-                writer.add_scalar("losses/policy_loss", pg_loss.item() / n, global_step)
-                writer.add_scalar("losses/value_loss", v_loss.item() / n, global_step)
-                writer.add_scalar("losses/entropy", entropy.item() / n, global_step)
-        shared.hold[0] = 1
-    finally:  # also after a fault (one line, exit 1: cleanrl_utils.legacy.faults)
-        stop_actors(actors, shared)
-    if run.stop_signal:
-        run.exit()
-    run.progress.close()
+                now = time.time()
+                if now - last_log >= 1.0:
+                    last_log = now
+                    n = float(rewards.numel())
+                    writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+                    writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+                    writer.add_scalar("charts/policy_lag", lag, global_step)
+                    writer.add_scalar("charts/learner_wait_fraction", waited / (time.perf_counter() - started), global_step)
+                    writer.add_scalar("charts/updates", update_offset + updates, global_step)
+                    writer.add_scalar("charts/importance_weight", rhos.mean().item(), global_step)
+                    writer.add_scalar("charts/clipped_rho_fraction", (rhos > args.rho_bar).float().mean().item(), global_step)
+                    writer.add_scalar("losses/policy_loss", pg_loss.item() / n, global_step)
+                    writer.add_scalar("losses/value_loss", v_loss.item() / n, global_step)
+                    writer.add_scalar("losses/entropy", entropy.item() / n, global_step)
+            shared.hold[0] = 1
+        finally:  # also after a fault, before it is said in one line
+            stop_actors(actors, shared)
+        if run.stop_signal:  # the checkpoint written, the actors stopped: exit 128 + the signal
+            run.exit()
+    run.progress(force=True)
     writer.add_scalar("charts/updates", update_offset + updates, global_step)
     print(f"{updates} gradient steps in this process; policy lag at the end {lag:.1f} gradient steps")
 

@@ -43,6 +43,7 @@ from stable_baselines3.common import atari_wrappers  # SB3's Atari preprocessing
 
 from cleanrl_utils.actors import (
     Shared,
+    actor_envs,
     epsilon_ladder,
     learner_may_update,
     learner_turn,
@@ -52,12 +53,13 @@ from cleanrl_utils.actors import (
     wait_for_learner,
 )
 from cleanrl_utils.buffers import SequenceBuilder, SequenceReplayBuffer, sequence_priority
-from cleanrl_utils.cli import fail, flag_name, require, require_positive, require_range
-from cleanrl_utils.legacy.evals import Evaluation, run_episodes
-from cleanrl_utils.legacy.faults import EnvFault, check_finite, stop_signals_held
-from cleanrl_utils.legacy.files import read_file, script_name
-from cleanrl_utils.legacy.run import RunArgs, check_atari_or_vector_env, parse_args, start_run
-from cleanrl_utils.legacy.vector import SAME_STEP, real_next_obs, vector_env
+from cleanrl_utils.env_checks import check_atari_or_vector_env
+from cleanrl_utils.evals import Evaluation, run_episodes
+from cleanrl_utils.faults import EnvFault, check_finite
+from cleanrl_utils.files import read_file, script_name
+from cleanrl_utils.flags import RunArgs, fail, flag_name, parse_args, require, require_positive, require_range
+from cleanrl_utils.run import start_run
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, real_next_obs
 
 try:  # the Atari games come with the atari extra; without it, --env-id says so
     import ale_py
@@ -168,7 +170,7 @@ def make_env(
             env = gym.make(env_id)
         env = gym.wrappers.RecordEpisodeStatistics(env)  # return and length in the info of the episode's last step
         if not hasattr(env.unwrapped, "ale"):
-            return env
+            return CheckedEnv(env, idx)  # the first reset and step checked in full, then finite numbers at every step
         env = atari_wrappers.NoopResetEnv(env, noop_max=30)
         env = atari_wrappers.MaxAndSkipEnv(env, skip=4)
         env = atari_wrappers.EpisodicLifeEnv(env)
@@ -178,7 +180,7 @@ def make_env(
         env = atari_wrappers.WarpFrame(env, 84, 84)  # grayscale (ITU-R 601 luma), then 84x84 by area: [84, 84, 1]
         env = gym.wrappers.ReshapeObservation(env, (84, 84))
         env = gym.wrappers.FrameStackObservation(env, frame_stack, padding_type="zero")
-        return env
+        return CheckedEnv(env, idx)  # the first reset and step checked in full, then finite numbers at every step
 
     return thunk
 
@@ -315,7 +317,10 @@ def run_actor(
     """Actor ``actor_id`` (a spawned process, started by :func:`cleanrl_utils.actors.start_actors`): step two
     alternating env groups with the ε-greedy LSTM policy until ``shared.stop``.
 
-    While one group's envs step (in a worker thread), the policy runs for the other group.
+    While one group's envs step, the policy runs for the other group: an async group (``--env-mode async``, a
+    ``gym.vector.AsyncVectorEnv``) steps in its worker processes between ``step_async`` and ``step_wait``, which
+    waits at most ``--env-timeout``; a sync group (a ``gym.vector.SyncVectorEnv``) steps in a thread of this actor,
+    whose result is awaited as long (a hung sync env stops the run; its thread is left to the actor's end).
     """
     torch.set_num_threads(1)
     rng = np.random.default_rng([args.seed, actor_id])
@@ -326,16 +331,15 @@ def run_actor(
     group_envs = [list(range(first, first + half)), list(range(first + half, first + args.num_envs))]
     # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
     # that ended the episode is in infos["final_obs"].
-    groups = [
-        vector_env(
-            [make_env(args.env_id, i, args.capture_video, video_dir, frame_stack=args.frame_stack) for i in envs],
-            args.env_mode,
-            timeout=args.env_timeout,
-            autoreset_mode=SAME_STEP,
-        )
-        for envs in group_envs
-    ]
-    try:
+    groups = []
+    for envs in group_envs:
+        thunks = [make_env(args.env_id, i, args.capture_video, video_dir, frame_stack=args.frame_stack) for i in envs]
+        if args.env_mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
+            groups.append(gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver"))
+        else:
+            groups.append(gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP))
+    # a dead or hung env worker: one line; the groups closed after
+    with actor_envs(*groups, first=[envs[0] for envs in group_envs], timeout=args.env_timeout):
         single = groups[0]
         network = RecurrentQNetwork(
             single.single_observation_space.shape, int(single.single_action_space.n), args.lstm_size, args.hidden_size, atari
@@ -370,26 +374,33 @@ def run_actor(
             before[k], states[k] = states[k], after
             return np.where(explore, rng.integers(num_actions, size=len(greedy)), greedy)
 
-        def result(j: int) -> tuple:  # group j's step, under --env-timeout (a sync env steps in a thread, untimed)
+        pool, pending = concurrent.futures.ThreadPoolExecutor(2), [None, None]
+
+        def send(k: int, group_actions: np.ndarray) -> None:  # group k's step starts
+            if isinstance(groups[k], gym.vector.AsyncVectorEnv):
+                groups[k].step_async(group_actions)
+            else:
+                pending[k] = pool.submit(groups[k].step, group_actions)
+
+        def receive(j: int) -> tuple:  # group j's step, within --env-timeout
+            if isinstance(groups[j], gym.vector.AsyncVectorEnv):
+                return groups[j].step_wait(timeout=args.env_timeout)
             try:
                 return pending[j].result(timeout=args.env_timeout)
             except concurrent.futures.TimeoutError:
-                env = group_envs[j][getattr(groups[j], "_current", None) or 0]
-                raise EnvFault(f"env {env}: no answer to a step within --env-timeout {args.env_timeout:g} s") from None
-            except EnvFault as error:  # its env index counts within the group
-                raise EnvFault(f"envs {group_envs[j][0]}-{group_envs[j][-1]}: {error}") from None
+                envs = f"envs {group_envs[j][0]}-{group_envs[j][-1]}" if len(group_envs[j]) > 1 else f"env {group_envs[j][0]}"
+                raise EnvFault(f"{envs}: no answer to a step within --env-timeout {args.env_timeout:g} s") from None
 
-        pool = concurrent.futures.ThreadPoolExecutor(2)
         try:
             actions[0] = act(0)
-            pending = [pool.submit(groups[0].step, actions[0]), None]
+            send(0, actions[0])
             k = 1
             while not shared.stop[0]:
                 version = shared.pull(network, version)
                 actions[k] = act(k)  # overlaps the other group's step
-                pending[k] = pool.submit(groups[k].step, actions[k])
+                send(k, actions[k])
                 j = 1 - k
-                next_obs, rewards, terminations, truncations, infos = result(j)
+                next_obs, rewards, terminations, truncations, infos = receive(j)
                 sequences = builders[j].add(
                     obs[j], actions[j], rewards, terminations, truncations, real_next_obs(next_obs, infos), before[j].numpy()
                 )
@@ -405,13 +416,9 @@ def run_actor(
                 shared.actor_steps[actor_id] += len(group_envs[j])
                 wait_for_learner(shared, per_update, args.learning_starts, lead, parent_pid)  # not too far ahead
                 k = j
-            for j in (0, 1):
-                result(j)
+            receive(1 - k)  # the step still under way, before the groups close
         finally:
             pool.shutdown(wait=False, cancel_futures=True)  # a hung env's thread is not waited for
-    finally:
-        for group in groups:
-            group.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -419,7 +426,7 @@ def run_actor(
 
 
 def recurrent_policy(network: RecurrentQNetwork, num_actions: int, seed: int, epsilon: float, device: torch.device | str):
-    """``(policy, on_done)`` for :func:`cleanrl_utils.legacy.evals.run_episodes` in a one-env vector env: ``network``
+    """``(policy, on_done)`` for :func:`cleanrl_utils.evals.run_episodes` in a one-env vector env: ``network``
     ε-greedy, its LSTM state carried from step to step and reset to zeros at each episode start."""
     rng = np.random.default_rng(seed)
     state = network.initial_state(1, device)
@@ -468,7 +475,7 @@ def check_args(args: Args) -> None:
 def evaluate(model_path: str, eval_episodes: int, epsilon: Optional[float] = None, **options) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` of a model saved by this script, ε-greedy (ε None: 0 on classic control,
     0.01 on Atari, where a greedy policy that never presses FIRE could stall a game); the LSTM state is reset to
-    zeros at each episode start. ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
+    zeros at each episode start. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     saved = read_file(model_path, "model", script_name(__file__))["args"]  # the frame stack and sizes it was trained with
     make_stacked_env = partial(make_env, frame_stack=saved["frame_stack"])
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_stacked_env, **options)
@@ -493,8 +500,9 @@ if __name__ == "__main__":
         fail("--buffer-size", str(error))
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
-    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint, stop the actors, exit 143
-    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the learner checkpoints, stops the actors, exits
+            signal.signal(signum, run.stop)  # 128 + signum (the actors ignore them)
     print(f"replay: {args.buffer_size} sequences of {T} steps in shared memory ({rb.nbytes / 2**20:.1f} MiB)")
 
     num_actions = int(action_space.n)
@@ -510,127 +518,133 @@ if __name__ == "__main__":
         step_offset, update_offset = saved["global_step"], saved["updates"]
         print(f"the checkpoint has no replay: refilling it until step {step_offset + args.learning_starts} before updating")
 
-    with stop_signals_held():  # multiprocessing's resource tracker starts here
+    # an actor's failure (its env's fault, its exception, its death) and the learner's faults end the run in one line
+    with run.stop_on_fault():
         shared = Shared(sum(p.numel() for p in q_network.parameters()), args.num_actors)
-    shared.publish(q_network)
-    epsilons = epsilon_ladder(args.num_actors * args.num_envs, args.epsilon, args.epsilon_alpha)
-    for i in range(args.num_actors):
-        ladder = epsilons[i * args.num_envs : (i + 1) * args.num_envs]
-        writer.add_scalar(f"charts/epsilon/actor_{i}", ladder.mean(), step_offset)
-    actors = spawn_actors(run_actor, args.num_actors, shared, args, atari, rb, os.getpid(), run.video_dir, name="r2d2-actor")
-    if args.eval_interval:  # the learner's network, every --eval-interval env steps (the actors wait meanwhile)
-        eval_envs = vector_env([make_env(args.env_id, 0, False, "", False, frame_stack=args.frame_stack)], "sync", SAME_STEP)
-        next_eval = (step_offset // args.eval_interval + 1) * args.eval_interval
-    per_update = args.batch_size * args.learn_length / args.replay_ratio  # env steps each gradient step needs
-    global_step, updates, last_log, td_loss, q_mean = step_offset, 0, time.time(), float("nan"), float("nan")
-    try:
-        start_actors(actors)  # with stop signals held: a signal to the process group cannot kill one half-started
-        while True:
-            # episodes, failures, progress, checkpoints (every --checkpoint-interval steps, and after SIGTERM)
-            counters = dict(updates=update_offset + updates)
-            collected, global_step = learner_turn(run, shared, actors, state, step_offset, global_step, **counters)
-            if run.stop_signal:  # after SIGTERM, with the checkpoint written: the actors stop, then exit 143
-                break
-            owed = learner_may_update(updates, collected, per_update, args.learning_starts) and len(rb) >= args.batch_size
-            if global_step >= args.total_timesteps:  # enough env steps: the actors hold, the learner
-                shared.hold[0] = 1  # makes the gradient steps the ratio still owes
-                if not owed:
+        shared.publish(q_network)
+        epsilons = epsilon_ladder(args.num_actors * args.num_envs, args.epsilon, args.epsilon_alpha)
+        for i in range(args.num_actors):
+            ladder = epsilons[i * args.num_envs : (i + 1) * args.num_envs]
+            writer.add_scalar(f"charts/epsilon/actor_{i}", ladder.mean(), step_offset)
+        actors = spawn_actors(
+            run_actor, args.num_actors, shared, args, atari, rb, os.getpid(), run.video_dir, name="r2d2-actor"
+        )
+        if args.eval_interval:  # the learner's network, every --eval-interval env steps (the actors wait meanwhile)
+            thunk = make_env(args.env_id, 0, False, "", False, frame_stack=args.frame_stack)
+            eval_envs = gym.vector.SyncVectorEnv([thunk], autoreset_mode=SAME_STEP)
+            next_eval = (step_offset // args.eval_interval + 1) * args.eval_interval
+        per_update = args.batch_size * args.learn_length / args.replay_ratio  # env steps each gradient step needs
+        global_step, updates, last_log, td_loss, q_mean = step_offset, 0, time.time(), float("nan"), float("nan")
+        try:
+            start_actors(actors)  # with stop signals blocked: a signal to the process group cannot kill one half-started
+            while True:
+                # episodes, failures, progress, checkpoints (every --checkpoint-interval steps, and after SIGTERM)
+                counters = dict(updates=update_offset + updates)
+                collected, global_step = learner_turn(run, shared, actors, state, step_offset, global_step, **counters)
+                if run.stop_signal:  # after SIGTERM, with the checkpoint written: the actors stop, then exit 143
                     break
-            if args.eval_interval and global_step >= next_eval:  # the current network, greedy
-                next_eval += args.eval_interval * ((global_step - next_eval) // args.eval_interval + 1)
-                policy, on_done = recurrent_policy(q_network, num_actions, args.seed + 100_000, 0.01 if atari else 0.0, device)
-                with torch.no_grad():
-                    episodic_returns = run_episodes(eval_envs, policy, args.eval_episodes, args.seed + 100_000, on_done)
-                writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
-                print(
-                    f"step {global_step}: evaluation over {args.eval_episodes} episodes: "
-                    f"{episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}",
-                    flush=True,
-                )
-            now = time.time()
-            if now - last_log >= 1.0 and collected > args.learning_starts:
-                last_log = now
-                writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
-                writer.add_scalar(
-                    "charts/replay_ratio",
-                    updates * args.batch_size * args.learn_length / (collected - args.learning_starts),
-                    global_step,
-                )
-                writer.add_scalar("charts/updates", update_offset + updates, global_step)
-                writer.add_scalar("charts/buffer_sequences", len(rb), global_step)
-                writer.add_scalar("losses/td_loss", td_loss, global_step)
-                writer.add_scalar("losses/q_values", q_mean, global_step)
-            # the throttle: a gradient step only when the actors have collected enough for it
-            if not owed:
-                time.sleep(0.001)
-                continue
-
-            data = rb.sample(args.batch_size, args.importance_beta)
-            versions = rb.versions[data.indices.numpy()].copy()
-            data = data._replace(
-                **{
-                    name: getattr(data, name).to(device)
-                    for name in (
-                        "obs",
-                        "actions",
-                        "rewards",
-                        "terminations",
-                        "truncations",
-                        "mask",
-                        "learn_mask",
-                        "states",
-                        "starts_episode",
-                        "weights",
+                owed = learner_may_update(updates, collected, per_update, args.learning_starts) and len(rb) >= args.batch_size
+                if global_step >= args.total_timesteps:  # enough env steps: the actors hold, the learner
+                    shared.hold[0] = 1  # makes the gradient steps the ratio still owes
+                    if not owed:
+                        break
+                if args.eval_interval and global_step >= next_eval:  # the current network, greedy
+                    next_eval += args.eval_interval * ((global_step - next_eval) // args.eval_interval + 1)
+                    policy, on_done = recurrent_policy(
+                        q_network, num_actions, args.seed + 100_000, 0.01 if atari else 0.0, device
                     )
-                }
-            )
-            # online network from the stored state; the gradient stops at the end of the burn-in
-            # except for sequences that start their episode (exact zero state, every step learned)
-            if args.burn_in > 0:
-                q_burn, burn_state = q_network(data.obs[:, : args.burn_in], data.states)
-                keep = data.starts_episode.view(-1, 1, 1)
-                burn_state = torch.where(keep, burn_state, burn_state.detach())
-                q_rest, _ = q_network(data.obs[:, args.burn_in :], burn_state)
-                q_all = torch.cat([q_burn, q_rest], 1)  # [B, T + 1, A]
-            else:
-                q_all, _ = q_network(data.obs, data.states)
-            with torch.no_grad():
-                q_target_all, _ = target_network(data.obs, data.states)
-                best = q_all.argmax(-1, keepdim=True)  # double Q: the online network picks a'
-                next_values = inverse_value_rescale(q_target_all.gather(-1, best).squeeze(-1), args.value_rescale_eps)
-                targets = value_rescale(
-                    n_step_targets(
-                        data.rewards, data.terminations, data.truncations, data.mask, next_values, args.gamma, args.n_step
-                    ),
-                    args.value_rescale_eps,
+                    with torch.no_grad():
+                        episodic_returns = run_episodes(eval_envs, policy, args.eval_episodes, args.seed + 100_000, on_done)
+                    writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
+                    print(
+                        f"step {global_step}: evaluation over {args.eval_episodes} episodes: "
+                        f"{episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}",
+                        flush=True,
+                    )
+                now = time.time()
+                if now - last_log >= 1.0 and collected > args.learning_starts:
+                    last_log = now
+                    writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+                    writer.add_scalar(
+                        "charts/replay_ratio",
+                        updates * args.batch_size * args.learn_length / (collected - args.learning_starts),
+                        global_step,
+                    )
+                    writer.add_scalar("charts/updates", update_offset + updates, global_step)
+                    writer.add_scalar("charts/buffer_sequences", len(rb), global_step)
+                    writer.add_scalar("losses/td_loss", td_loss, global_step)
+                    writer.add_scalar("losses/q_values", q_mean, global_step)
+                # the throttle: a gradient step only when the actors have collected enough for it
+                if not owed:
+                    time.sleep(0.001)
+                    continue
+
+                data = rb.sample(args.batch_size, args.importance_beta)
+                versions = rb.versions[data.indices.numpy()].copy()
+                data = data._replace(
+                    **{
+                        name: getattr(data, name).to(device)
+                        for name in (
+                            "obs",
+                            "actions",
+                            "rewards",
+                            "terminations",
+                            "truncations",
+                            "mask",
+                            "learn_mask",
+                            "states",
+                            "starts_episode",
+                            "weights",
+                        )
+                    }
                 )
-            q_taken = q_all[:, :T].gather(-1, data.actions.long().unsqueeze(-1)).squeeze(-1)
-            td_error = targets - q_taken
-            learn = data.learn_mask.float()
-            per_sequence = (td_error.square() * learn).sum(1) / learn.sum(1).clamp(min=1.0)
-            loss = 0.5 * (data.weights * per_sequence).mean()
-            optimizer.zero_grad()
-            loss.backward()
-            check_finite(update_offset + updates + 1, global_step, loss=loss)  # stops a diverging run here
-            optimizer.step()
-            rb.update_priorities(
-                data.indices, sequence_priority(td_error.detach().abs(), data.learn_mask, args.priority_eta), versions
-            )
-            updates += 1
-            shared.updates[0] = updates
-            if updates % args.publish_interval == 0:
-                shared.publish(q_network)
-            if (update_offset + updates) % args.target_network_frequency == 0:
-                target_network.load_state_dict(q_network.state_dict())
-            td_loss = loss.item()
-            q_mean = (q_taken * learn).sum().item() / max(learn.sum().item(), 1.0)
-            if args.debug_learner_sleep:
-                time.sleep(args.debug_learner_sleep)
-    finally:  # also after a fault (one line, exit 1: cleanrl_utils.legacy.faults)
-        stop_actors(actors, shared)
-    if run.stop_signal:
-        run.exit(*([eval_envs] if args.eval_interval else []))
-    run.progress.close()
+                # online network from the stored state; the gradient stops at the end of the burn-in
+                # except for sequences that start their episode (exact zero state, every step learned)
+                if args.burn_in > 0:
+                    q_burn, burn_state = q_network(data.obs[:, : args.burn_in], data.states)
+                    keep = data.starts_episode.view(-1, 1, 1)
+                    burn_state = torch.where(keep, burn_state, burn_state.detach())
+                    q_rest, _ = q_network(data.obs[:, args.burn_in :], burn_state)
+                    q_all = torch.cat([q_burn, q_rest], 1)  # [B, T + 1, A]
+                else:
+                    q_all, _ = q_network(data.obs, data.states)
+                with torch.no_grad():
+                    q_target_all, _ = target_network(data.obs, data.states)
+                    best = q_all.argmax(-1, keepdim=True)  # double Q: the online network picks a'
+                    next_values = inverse_value_rescale(q_target_all.gather(-1, best).squeeze(-1), args.value_rescale_eps)
+                    targets = value_rescale(
+                        n_step_targets(
+                            data.rewards, data.terminations, data.truncations, data.mask, next_values, args.gamma, args.n_step
+                        ),
+                        args.value_rescale_eps,
+                    )
+                q_taken = q_all[:, :T].gather(-1, data.actions.long().unsqueeze(-1)).squeeze(-1)
+                td_error = targets - q_taken
+                learn = data.learn_mask.float()
+                per_sequence = (td_error.square() * learn).sum(1) / learn.sum(1).clamp(min=1.0)
+                loss = 0.5 * (data.weights * per_sequence).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                check_finite(update_offset + updates + 1, global_step, loss=loss)  # stops a diverging run here
+                optimizer.step()
+                rb.update_priorities(
+                    data.indices, sequence_priority(td_error.detach().abs(), data.learn_mask, args.priority_eta), versions
+                )
+                updates += 1
+                shared.updates[0] = updates
+                if updates % args.publish_interval == 0:
+                    shared.publish(q_network)
+                if (update_offset + updates) % args.target_network_frequency == 0:
+                    target_network.load_state_dict(q_network.state_dict())
+                td_loss = loss.item()
+                q_mean = (q_taken * learn).sum().item() / max(learn.sum().item(), 1.0)
+                if args.debug_learner_sleep:
+                    time.sleep(args.debug_learner_sleep)
+        finally:  # also after a fault, before it is said in one line
+            stop_actors(actors, shared)
+        if run.stop_signal:  # the checkpoint written, the actors stopped: exit 128 + the signal
+            run.exit(*([eval_envs] if args.eval_interval else []))
+    run.progress(force=True)
     collected = int(shared.actor_steps.sum())
     if collected > args.learning_starts:
         ratio = updates * args.batch_size * args.learn_length / (collected - args.learning_starts)

@@ -13,18 +13,25 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
+import signal
 import sys
 import time
 import traceback
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
 
-from cleanrl_utils.legacy.faults import Fault, describe_exit, ignore_stop_signals, stop_signals_held
+from cleanrl_utils.faults import EnvFault, Fault
 from cleanrl_utils.writes import write_atomic
+
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+"""Ctrl-C, a scheduler, a closed terminal: the learner's to handle; actors and their env workers ignore them."""
 
 
 class Shared:
@@ -41,8 +48,8 @@ class Shared:
     - ``episodes``: queue of ``(actor, env, return, length)`` of finished episodes.
     - ``errors``: queue of ``(actor, traceback text, its exception's lines joined)`` of failed actors.
 
-    Create it in the learner inside :func:`cleanrl_utils.legacy.faults.stop_signals_held` (multiprocessing's resource
-    tracker starts with the first queue).
+    Create it in the learner after ``start_run``, which starts multiprocessing's resource tracker (the queues' semaphores
+    are registered with it).
     """
 
     def __init__(self, num_params: int, num_actors: int):
@@ -100,12 +107,17 @@ def actor_main(run_actor: Callable[..., None], actor_id: int, shared: Shared, *a
     """Entry point of actor ``actor_id`` (a spawned process): ``run_actor(actor_id, shared, *args)``, with
     failures reported to the learner.
 
-    SIGINT, SIGTERM and SIGHUP are ignored: the learner stops the actors (``shared.stop``) after its
-    checkpoint. A failure goes to ``shared.errors`` (a :class:`~cleanrl_utils.legacy.faults.Fault`'s one line, or a
-    traceback) and the process exits with 1. Actors are not daemonic (their async envs are child processes);
-    ``run_actor`` should call :func:`check_parent` in its loop so that it ends when the learner is gone.
+    SIGINT, SIGTERM and SIGHUP are ignored, and stay blocked as :func:`start_actors` started the process, so that the
+    actor's env workers (and their forkserver) ignore them from their start too: the learner stops the run, then the
+    actors (``shared.stop``) after its checkpoint. A failure goes to ``shared.errors`` (a
+    :class:`~cleanrl_utils.faults.Fault`'s one line, or a traceback) and the process exits with 1. Actors are not
+    daemonic (their async envs are child processes); ``run_actor`` should call :func:`check_parent` in its loop so
+    that it ends when the learner is gone, and open its envs with :func:`actor_envs`.
     """
-    ignore_stop_signals()
+    for signum in STOP_SIGNALS:  # the learner stops the run and its actors
+        signal.signal(signum, signal.SIG_IGN)
+    # gymnasium logs a worker's error with its traceback as a warning: actor_envs says it in one line instead
+    warnings.filterwarnings("ignore", ".*ERROR: (Received the following error|Traceback|Raising the last)")
     shared.episodes.cancel_join_thread()  # at exit, do not wait for a learner that no longer reads
     try:
         run_actor(actor_id, shared, *args)
@@ -113,6 +125,77 @@ def actor_main(run_actor: Callable[..., None], actor_id: int, shared: Shared, *a
         summary = " ".join(line.strip() for line in traceback.format_exception_only(error))  # with its notes
         shared.errors.put((actor_id, str(error) if isinstance(error, Fault) else traceback.format_exc(), summary))
         sys.exit(1)  # a normal exit: multiprocessing's finalizers unlink this process's semaphores
+
+
+@contextmanager
+def actor_envs(*envs: gym.vector.VectorEnv, first: int | list[int], timeout: float) -> Iterator[None]:
+    """An actor's vector envs (gymnasium's ``SyncVectorEnv`` or ``AsyncVectorEnv``, ``envs[k]`` holding the run's envs
+    from ``first[k]``), closed when the block ends. Within it, an async worker that died, or did not answer within
+    ``timeout`` s (``multiprocessing.TimeoutError`` from ``step_wait(timeout=...)``), is an
+    :class:`~cleanrl_utils.faults.EnvFault` naming the env (one line in the learner); after any error the workers
+    are killed first (they ignore stop signals, and a dead or hung one would keep ``close`` waiting).
+
+    Args:
+        first: the run's index of the first env of each vector env (an int for one vector env).
+        timeout: ``--env-timeout``, named in the message.
+
+    Raises:
+        cleanrl_utils.faults.EnvFault: ``env 5: no answer within --env-timeout 600 s``, ``env 5: its worker process
+            (pid 4242) died: killed by SIGKILL``; other errors pass unchanged.
+    """
+    firsts = [first] if isinstance(first, int) else list(first)
+    try:
+        yield
+    except BaseException as error:
+        what = _worker_fault(envs, firsts, error, timeout)
+        for vector_env in envs:
+            if isinstance(vector_env, gym.vector.AsyncVectorEnv) and not vector_env.closed:
+                for process in vector_env.processes:
+                    process.kill()
+                    process.join()
+                for pipe in vector_env.parent_pipes:
+                    if pipe is not None:
+                        pipe.close()
+                vector_env.closed = True
+        if what is None:
+            raise
+        raise EnvFault(what) from None
+    finally:
+        for vector_env in envs:
+            vector_env.close()
+
+
+def _worker_fault(envs: tuple, firsts: list[int], error: BaseException, timeout: float) -> str | None:
+    """What :func:`actor_envs` says of ``error``: a late or dead async worker, named by the run's env index; None for
+    other errors (a :class:`~cleanrl_utils.faults.Fault` raised in a worker is one line already)."""
+    workers = []  # (the run's index of its env, process, pipe) of each async worker
+    for vector_env, first in zip(envs, firsts):
+        if isinstance(vector_env, gym.vector.AsyncVectorEnv):
+            pairs = zip(vector_env.processes, vector_env.parent_pipes)
+            workers += [(first + i, process, pipe) for i, (process, pipe) in enumerate(pairs)]
+    if isinstance(error, mp.TimeoutError):
+        late = next((index for index, _, pipe in workers if pipe is not None and not pipe.poll(0)), "?")
+        return f"env {late}: no answer within --env-timeout {timeout:g} s"
+    if isinstance(error, (EOFError, BrokenPipeError, ConnectionResetError)) and workers:
+        for _, process, _ in workers:
+            process.join(1.0)
+        dead = next(((index, process) for index, process, _ in workers if process.exitcode is not None), None)
+        if dead is None:
+            return f"lost contact with an env worker ({type(error).__name__})"
+        return f"env {dead[0]}: its worker process (pid {dead[1].pid}) died: {exit_status(dead[1].exitcode)}"
+    return None
+
+
+def exit_status(exitcode: int | None) -> str:
+    """``"exit code 3"``, ``"killed by SIGKILL"`` or ``"still running"`` for a process's ``exitcode``."""
+    if exitcode is None:
+        return "still running"
+    if exitcode >= 0:
+        return f"exit code {exitcode}"
+    try:
+        return f"killed by {signal.Signals(-exitcode).name}"
+    except ValueError:
+        return f"killed by signal {-exitcode}"
 
 
 def check_parent(parent_pid: int) -> None:
@@ -133,11 +216,14 @@ def spawn_actors(run_actor: Callable[..., None], num_actors: int, shared: Shared
 
 
 def start_actors(actors: list) -> None:
-    """Start the processes of :func:`spawn_actors` with the stop signals held, so that a signal to the whole
-    process group cannot kill one half-started."""
-    with stop_signals_held():
+    """Start the processes of :func:`spawn_actors` with the stop signals blocked, which they inherit: a signal to the
+    whole process group cannot kill one half-started (:func:`actor_main` ignores them before anything else)."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
         for process in actors:
             process.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a signal that came meanwhile reaches the learner now
 
 
 def stop_actors(actors: list, shared: Shared, timeout: float = 10.0) -> None:
@@ -156,7 +242,7 @@ def stop_actors(actors: list, shared: Shared, timeout: float = 10.0) -> None:
 def check_actors(actors: list, shared: Shared, run_dir: str | Path) -> None:
     """Raise :class:`ActorFailed` if an actor reported a failure or died.
 
-    Its message is one line: the actor's :class:`~cleanrl_utils.legacy.faults.Fault` (a dead, hung or misbehaving
+    Its message is one line: the actor's :class:`~cleanrl_utils.faults.Fault` (a dead, hung or misbehaving
     env), or the last line of another error's traceback, which is written in full to
     ``{run_dir}/actor_{i}_traceback.txt`` (named in the line).
     """
@@ -172,7 +258,7 @@ def check_actors(actors: list, shared: Shared, run_dir: str | Path) -> None:
         except queue.Empty:
             (actor_id, exitcode), text = dead[0], ""
     if not text:
-        raise ActorFailed(f"actor {actor_id} died ({describe_exit(exitcode)}) without a word")
+        raise ActorFailed(f"actor {actor_id} died ({exit_status(exitcode)}) without a word")
     if "\n" not in text.strip():  # a Fault: one line already
         raise ActorFailed(f"actor {actor_id}: {text.strip()}")
     path = write_atomic(Path(run_dir) / f"actor_{actor_id}_traceback.txt", text)
@@ -235,7 +321,7 @@ def learner_turn(
     or Ctrl-C: the caller then stops).
 
     Args:
-        run: the script's :class:`cleanrl_utils.legacy.run.Run`.
+        run: the script's :class:`cleanrl_utils.run.Run`.
         step_offset: env steps of the run before this process (a resumed run's checkpoint).
         global_step: the env steps at the last turn, where the episodes ended since are logged.
 
@@ -244,13 +330,11 @@ def learner_turn(
         plus those.
     """
     for _, _, episodic_return, length in shared.episodes_ended():
-        run.writer.add_scalar("charts/episodic_return", episodic_return, global_step)
-        run.writer.add_scalar("charts/episodic_length", length, global_step)
-        run.progress.episodes([episodic_return])
+        run.log_episode(global_step, episodic_return, length)
     check_actors(actors, shared, run.directory)
     collected = int(shared.actor_steps.sum())
     global_step = step_offset + collected
-    run.progress.update(global_step)
+    run.progress(global_step)
     if run.checkpoint_due(global_step):
         run.save_checkpoint(state, global_step, **counters)
     return collected, global_step
@@ -260,6 +344,7 @@ __all__ = [
     "Shared",
     "ActorFailed",
     "actor_main",
+    "actor_envs",
     "check_parent",
     "spawn_actors",
     "start_actors",

@@ -177,6 +177,7 @@ class Run:
                     raise
                 print(self._line(what), file=sys.stderr, flush=True)
                 self.writer.close()
+                self._unlock()
                 raise SystemExit(1) from None
 
     def _fault(self, error: BaseException) -> str | None:
@@ -260,7 +261,7 @@ class Run:
                 raise ValueError(f"its iteration does not make its global_step {step} ({steps_per_iteration} steps each)")
         except Exception as error:  # a damaged or forged file, one of another network
             self.writer.close()
-            for events in self.directory.glob(f"events.out.tfevents.*{self.events_suffix}"):
+            for events in self.directory.glob(f"events.out.tfevents.*{self.events_suffix}") if self.records else ():
                 events.unlink()
             refused = isinstance(error, files.FileRefused)  # its one line names the file already
             fail("--resume", str(error) if refused else f"{self.resumed['path']} does not fit this run: {first_line(error)}")
@@ -268,7 +269,7 @@ class Run:
 
     def exit(self, *envs: Any) -> NoReturn:
         """After :meth:`stop` and the checkpoint: say how to resume, close ``envs`` and the run, exit 128 + the signal."""
-        self._progress(force=True)
+        self.progress(force=True)
         resume = ["--resume", str(self.directory)]
         resume += ["--env-id", self.args.env_id] * bool(files.untrusted_env_module(self.args.env_id))
         if "TORCHELASTIC_RUN_ID" in os.environ:  # launched by torchrun: the same launch, with these flags
@@ -276,7 +277,8 @@ class Run:
         else:
             command = shlex.join(["python", sys.argv[0], *resume])
         name = signal.Signals(self.stop_signal).name
-        print(f"{name}: checkpoint written to {self.last_checkpoint}; resume with: {command}", flush=True)
+        if self.records:
+            print(f"{name}: checkpoint written to {self.last_checkpoint}; resume with: {command}", flush=True)
         for vector_env in envs:
             vector_env.close()
         self.close()
@@ -286,7 +288,7 @@ class Run:
 
     def log_episodes(self, global_step: int, infos: dict) -> None:
         """Log the episodes that ended in this vector step (``RecordEpisodeStatistics``' info, in ``final_info`` under
-        same-step autoreset) as ``charts/episodic_return`` and ``charts/episodic_length``; a progress line every 10 s.
+        same-step autoreset) with :meth:`log_episode`; a progress line every 10 s.
 
         Raises:
             cleanrl_utils.faults.EnvFault: statistics that are not ``RecordEpisodeStatistics``' numbers.
@@ -300,16 +302,22 @@ class Run:
                 except (TypeError, KeyError, IndexError, ValueError) as error:
                     raise EnvFault(f"the episode statistics (info 'episode') are not RecordEpisodeStatistics': {error}")
                 for episodic_return, episodic_length in zip(returns, lengths):
-                    self.writer.add_scalar("charts/episodic_return", episodic_return, global_step)
-                    self.writer.add_scalar("charts/episodic_length", episodic_length, global_step)
-                self.returns.extend(returns)
-        if self.start is None:
-            self.start, self.start_step = time.monotonic(), global_step
-        self.step = global_step
-        self._progress()
+                    self.log_episode(global_step, episodic_return, episodic_length)
+        self.progress(global_step)
 
-    def _progress(self, force: bool = False) -> None:
+    def log_episode(self, global_step: int, episodic_return: float, episodic_length: int) -> None:
+        """One ended episode as ``charts/episodic_return`` and ``charts/episodic_length`` (and in the progress lines)."""
+        self.writer.add_scalar("charts/episodic_return", episodic_return, global_step)
+        self.writer.add_scalar("charts/episodic_length", episodic_length, global_step)
+        self.returns.append(episodic_return)
+
+    def progress(self, global_step: int | None = None, force: bool = False) -> None:
+        """The run has reached ``global_step``: a progress line if 10 s have passed since the last one (``force``: now,
+        if the last one is out of date)."""
         now = time.monotonic()
+        if global_step is not None:
+            self.start, self.start_step = (now, global_step) if self.start is None else (self.start, self.start_step)
+            self.step = global_step
         if self.records and (now - self.last_print >= 10.0 or force and self.printed_step != self.step):
             recent = f"return (last {len(self.returns)}) {np.mean(self.returns):.1f}" if self.returns else "no episode yet"
             where = f"step {self.step}/{self.total} ({100 * self.step / self.total:.0f}%)"
@@ -329,7 +337,7 @@ class Run:
         Raises:
             cleanrl_utils.faults.WriteFailed, cleanrl_utils.faults.NonFinite: one line, nothing written.
         """
-        self._progress(force=True)
+        self.progress(force=True)
         if not self.records:
             return None
         modules = {name: value for name, value in models.items() if isinstance(value, torch.nn.Module)}
@@ -364,7 +372,7 @@ class Run:
 
     def close(self) -> None:
         """Close the writer; print a finished run's summary; upload the videos to W&B; remove and release the lock."""
-        self._progress(force=True)
+        self.progress(force=True)
         self.writer.close()
         if self.records and not self.stop_signal:
             print(self.summary(), flush=True)
@@ -373,6 +381,9 @@ class Run:
             for video in sorted(self.directory.glob("videos*/*.mp4")):
                 wandb.log({f"{video.parent.name}/{video.stem}": wandb.Video(str(video), format="mp4")})
             wandb.finish()
+        self._unlock()
+
+    def _unlock(self) -> None:
         if self.lock is not None and not self.lock.closed:
             Path(self.directory, "run.lock").unlink(missing_ok=True)  # while still locked: no one else holds that file
             self.lock.close()

@@ -34,7 +34,6 @@ LONG = {
     "test_faults.py::test_a_signal_to_the_process_group_leaves_a_checkpoint_the_run_resumes_exactly_from[2-async]",
     "test_faults.py::test_a_signal_to_the_process_group_leaves_a_checkpoint_the_run_resumes_exactly_from[15-async]",
     "test_env_output.py::test_sigterm_while_many_async_workers_start_is_a_stop_not_a_traceback",
-    "test_r2d2_async.py::test_crashing_actor_stops_the_run_in_one_line[async]",
     "test_terraform.py::test_checkov_has_no_failed_check_and_every_skip_has_a_reason",
 }
 """The slowest of the other tests on 2 cores (``pytest --durations``, 33-115 s each: whole-run resume and

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from cleanrl_utils.legacy.files import latest_checkpoint
+from cleanrl_utils.files import checkpoints
 from tests.conftest import ROOT, run_dir
 
 
@@ -128,4 +128,4 @@ def sigterm_after_a_checkpoint(script: str, flags: list[str], cwd: Path) -> tupl
     assert process.returncode == 143, err
     assert "SIGTERM: checkpoint written" in out
     run = run_dir(cwd)
-    return run, torch.load(latest_checkpoint(run), weights_only=True)
+    return run, torch.load(checkpoints(run)[-1], weights_only=True)

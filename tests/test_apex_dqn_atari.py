@@ -1,10 +1,12 @@
 """Ape-X DQN (cleanrl/apex_dqn_atari.py): actor processes on an ε ladder, a shared prioritized replay, one learner.
 
 Unit tests: the double-Q n-step TD error against hand-computed numbers; the actors' initial priorities equal the
-learner's |δ| under the same network; the replay-ratio throttle's two rules. Subprocess runs: classic control and
-Atari with their tags, model and evaluation; the measured replay ratio holds with slow actors and with a slow
-learner; bad input one-liners; an env raising inside an actor; Ctrl-C to the process group leaves no process and
-no shared memory; SIGTERM writes a checkpoint and --resume continues. Learning (marked ``learning``): CartPole-v1.
+learner's |δ| under the same network; the replay-ratio throttle's two rules. Subprocess runs: classic control with
+two actors, their tags and periodic evaluations, and Atari with its model and evaluation; the measured replay ratio
+holds with slow actors and with a slow learner; bad input one-liners; an env raising inside an actor; Ctrl-C to the
+process group leaves no process and no shared memory; SIGTERM writes a checkpoint and --resume continues. Learning
+(marked ``learning``): CartPole-v1. The short run with its model and checkpoint evaluated, the generic bad input and
+another script's checkpoint: tests/test_contracts.py.
 """
 
 import re
@@ -107,21 +109,19 @@ def test_the_throttle_rules():
 # ---- whole runs
 
 
-def test_smoke_on_cartpole_tags_model_and_evaluation(tmp_path):
-    flags = ["--env-id", "CartPole-v1", *SMALL, "--num-actors", "2", "--total-timesteps", "2000", "--save-model"]
+def test_two_actors_log_their_tags_and_periodic_evaluations_on_cartpole(tmp_path):
+    """(The saved model and its evaluation: tests/test_contracts.py.)"""
+    flags = ["--env-id", "CartPole-v1", *SMALL, "--num-actors", "2", "--total-timesteps", "2000", "--replay-ratio", "2"]
     flags += ["--eval-episodes", "2", "--eval-interval", "1000"]
     result = run_script("apex_dqn_atari.py", *flags, cwd=tmp_path, timeout=300)
     assert "replay: 1000 transitions in shared memory" in result.stdout
     assert re.search(r"^step 1\d{3}: evaluation over 2 episodes: ", result.stdout, re.M), result.stdout
-    assert "evaluation over 2 episodes" in result.stdout
     directory = run_dir(tmp_path)
     tags = scalars(directory)
     expected = {"charts/replay_ratio", "charts/learner_wait_fraction", "charts/updates", "charts/buffer_transitions"}
     expected |= {"losses/td_loss", "losses/q_values", "charts/episodic_return", "charts/SPS", "charts/epsilon/actor_1"}
-    assert expected | {"eval/episodic_return"} <= set(tags) and len(tags["eval/episodic_return"]) >= 2
+    assert expected | {"eval/episodic_return"} <= set(tags) and len(tags["eval/episodic_return"]) >= 1
     assert tags["charts/epsilon/actor_1"][0][1] == pytest.approx(apex_dqn_atari.epsilon_ladder(4)[2:].mean())
-    returns = apex_dqn_atari.evaluate(str(directory / "apex_dqn_atari.cleanrl_model"), eval_episodes=3)
-    assert returns.shape == (3,) and (returns >= 8).all()
 
 
 def test_smoke_on_breakout(tmp_path):
@@ -155,7 +155,7 @@ def test_replay_ratio_holds(case, tmp_path):
 @pytest.mark.parametrize(
     "flags, flag, message",
     [
-        (["--replay-ratio", "0"], "--replay-ratio", "must be positive"),
+        (["--replay-ratio", "0"], "--replay-ratio", "must be a positive finite number"),
         (["--actor-lead", "2"], "--actor-lead", "must exceed --batch-size / --replay-ratio = 4"),
         (["--buffer-size", "12"], "--buffer-size", "6 steps per env with 1 actors x 2 envs; --n-step 3 needs 8"),
         (["--epsilon", "1.5"], "--epsilon", "must be in [0, 1]"),

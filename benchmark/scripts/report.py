@@ -1324,6 +1324,7 @@ SCRIPT_PURPOSE = {
     "rnd.sh": "ppo_rnd_envpool.py on Montezuma's Revenge beside CleanRL's, evaluation and speed",
     "rnd_exploration.py": "the runs, evaluation, report and speed pairs rnd.sh calls",
     "same_losses.sh": "whether two checkouts log the same values in short seeded runs of every replay script (no file)",
+    "same_scalars_ddp.sh": "whether two checkouts log the same values in short seeded runs of ddp_ppo.py (no file)",
     "sb3_ppo_structured.py": "SB3's PPO at ppo_structured.py's settings, the peer of its speed pairs",
     "script_lines.py": "lines of each script that are algorithm and plumbing, beside CleanRL's (prints a table; no file)",
     "speed.py": "our scripts against Stable-Baselines3 at identical hyperparameters",
