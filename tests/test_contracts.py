@@ -74,6 +74,20 @@ SCRIPTS = {
         loss="losses/value_loss",
         new_envs=True,
     ),
+    "pqn_atari_envpool.py": Script(
+        run=["--num-envs", "2", "--num-steps", "64", "--total-timesteps", "1024", "--num-minibatches", "1",
+             "--update-epochs", "1", "--num-threads", "1"],
+        resume=[],
+        loss="losses/td_loss",
+        new_envs=True,
+    ),
+    "pqn_atari_envpool_lstm.py": Script(
+        run=["--num-envs", "2", "--num-steps", "64", "--total-timesteps", "1024", "--num-minibatches", "1",
+             "--update-epochs", "1", "--num-threads", "1"],
+        resume=[],
+        loss="losses/td_loss",
+        new_envs=True,
+    ),
 }  # fmt: skip
 
 
