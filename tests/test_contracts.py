@@ -88,6 +88,13 @@ SCRIPTS = {
         loss="losses/td_loss",
         new_envs=True,
     ),
+    "ppo_rnd_envpool.py": Script(
+        run=["--env-id", "Breakout-v5", "--num-envs", "4", "--num-steps", "32", "--num-iterations-obs-norm-init", "1",
+             "--num-threads", "1", "--total-timesteps", "1024"],  # Breakout: games end in a short run
+        resume=[],
+        loss="losses/rnd_loss",
+        new_envs=True,
+    ),
 }  # fmt: skip
 
 
