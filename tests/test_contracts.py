@@ -95,6 +95,12 @@ SCRIPTS = {
         loss="losses/rnd_loss",
         new_envs=True,
     ),
+    "ppo_procgen.py": Script(
+        run=["--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--total-timesteps", "256"],
+        resume=[],
+        loss="losses/value_loss",
+        new_envs=True,
+    ),
 }  # fmt: skip
 
 
