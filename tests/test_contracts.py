@@ -101,6 +101,13 @@ SCRIPTS = {
         loss="losses/value_loss",
         new_envs=True,
     ),
+    "ppg_procgen.py": Script(
+        run=["--num-envs", "2", "--num-steps", "32", "--n-iteration", "2", "--num-minibatches", "2",
+             "--e-auxiliary", "1", "--num-aux-rollouts", "2", "--total-timesteps", "256"],
+        resume=[],
+        loss="losses/aux/kl_loss",
+        new_envs=True,
+    ),
 }  # fmt: skip
 
 
