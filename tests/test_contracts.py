@@ -108,6 +108,13 @@ SCRIPTS = {
         loss="losses/aux/kl_loss",
         new_envs=True,
     ),
+    "ppo_pettingzoo.py": Script(
+        run=["--env-id", "cleanrl_utils.envs:MinefieldRace", "--num-envs", "2", "--num-steps", "32",
+             "--total-timesteps", "512"],
+        resume=["--env-id", "cleanrl_utils.envs:MinefieldRace", "--num-envs", "2", "--num-steps", "32",
+                "--total-timesteps", "3072"],
+        loss="losses/value_loss",
+    ),
 }  # fmt: skip
 
 
