@@ -528,6 +528,8 @@ def test_ppo_atari_smoke_video_model_and_evaluation(tmp_path):
         ppo_atari_envpool.evaluate(str(model), eval_episodes=1)
 
 
+@pytest.mark.long  # the contract's short run (tests/test_contracts.py) covers training, the model and its evaluation in
+# the README's command; this one adds videos, whole-game lengths and a seeded evaluation: CI's -m long
 def test_ppo_atari_envpool_smoke_video_model_and_evaluation(tmp_path):
     result = run_script(
         "ppo_atari_envpool.py",

@@ -162,6 +162,8 @@ def test_the_loop_bootstraps_a_truncation_from_the_value_of_the_last_observation
 # ---- whole runs
 
 
+@pytest.mark.long  # the contract's short run (tests/test_contracts.py) covers training, the model and its evaluation in
+# the README's command; this one adds videos, a seeded evaluation and the tool's score: CI's -m long
 def test_smoke_video_model_evaluation_and_the_evaluation_tool(tmp_path):
     flags = ["--total-timesteps", "256", "--save-model", "--eval-episodes", "1", "--capture-video"]
     result = run_script("ppo_procgen.py", *TINY, *flags, cwd=tmp_path)

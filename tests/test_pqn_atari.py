@@ -187,6 +187,8 @@ def test_same_seed_same_numbers(script, monkeypatch, tmp_path):
 # ---- whole scripts
 
 
+@pytest.mark.long  # the contract's short run (tests/test_contracts.py) covers training, the model and its evaluation in
+# the README's command; this one adds videos, ε's schedule, whole-game lengths and a seeded evaluation: CI's -m long
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_smoke_tags_model_and_evaluation(script, tmp_path):
     """A short run on Breakout (games end, tags, the model saved and evaluated, env 0's games on video); the model
