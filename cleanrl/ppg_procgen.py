@@ -29,13 +29,14 @@ import torch.nn as nn
 import torch.optim as optim
 import tyro
 
-from cleanrl_utils.legacy import checkpoint as checkpoints
-from cleanrl_utils.envpool_atari import GameStatistics
-from cleanrl_utils.legacy.evals import Evaluation
-from cleanrl_utils.legacy.faults import check_env_step, check_finite
+from cleanrl_utils import checkpoint as checkpoints
+from cleanrl_utils.envpool_atari import GameStatistics, check_rollout
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.flags import RunArgs, parse_args, require, require_positive, require_range
 from cleanrl_utils.normalization import RewardNormalization
 from cleanrl_utils.procgen import ProcgenVectorEnv, check_procgen
-from cleanrl_utils.legacy.run import RunArgs, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.run import start_run
 
 REWARD_CLIP = 10.0
 """Normalised rewards are clipped to ±10 (CleanRL's and PPG's)."""
@@ -330,7 +331,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
     """Game returns ``[eval_episodes]`` of a saved model in the levels it trained on; actions sampled from π
-    (``deterministic``: the most probable). ``options``: :class:`cleanrl_utils.legacy.evals.Evaluation`."""
+    (``deterministic``: the most probable). ``options``: :class:`cleanrl_utils.evals.Evaluation`."""
     levels = ("distribution_mode", "num_levels", "start_level")
     evaluation = Evaluation(__file__, model_path, eval_episodes, None, make_envs=make_envs, env_args=levels, **options)
     policy_network = evaluation.load(PolicyNetwork(evaluation.envs), "policy")
@@ -350,8 +351,9 @@ if __name__ == "__main__":
     args, resumed = parse_args(Args, __file__, check_args)
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
-    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: back to the phase's start, checkpoint, exit 143
-    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the rollout ends, checkpoints, exits 128 + signum
+            signal.signal(signum, run.stop)
 
     # The envs are not checkpointed: a resumed run makes new ones, seeded from --seed and its step (other levels)
     seed = args.seed
@@ -359,154 +361,165 @@ if __name__ == "__main__":
         seed = int(np.random.SeedSequence([args.seed, resumed["global_step"]]).generate_state(1)[0] % 2**31)
     levels = dict(num_levels=args.num_levels, start_level=args.start_level, distribution_mode=args.distribution_mode)
     envs = make_envs(args.env_id, seed, args.capture_video, run.video_dir, num_envs=args.num_envs, **levels)
-    normalization = RewardNormalization(envs, args.gamma, REWARD_CLIP)  # r / std(discounted return), clipped to ±10
-    obs_shape = envs.single_observation_space.shape  # (64, 64, 3)
+    with run.stop_on_fault(envs):  # a fault ends the run in one line
+        normalization = RewardNormalization(envs, args.gamma, REWARD_CLIP)  # r / std(discounted return), clipped to ±10
+        obs_shape = envs.single_observation_space.shape  # (64, 64, 3)
 
-    policy = PolicyNetwork(envs).to(device, memory_format=torch.channels_last)
-    value = ValueNetwork().to(device, memory_format=torch.channels_last)
-    optimizer = optim.Adam([*policy.parameters(), *value.parameters()], lr=args.learning_rate, eps=1e-8)
+        policy = PolicyNetwork(envs).to(device, memory_format=torch.channels_last)
+        value = ValueNetwork().to(device, memory_format=torch.channels_last)
+        optimizer = optim.Adam([*policy.parameters(), *value.parameters()], lr=args.learning_rate, eps=1e-8)
 
-    # Rollout storage [num_steps, num_envs]; the auxiliary phase's [num_steps, num_envs * n_iteration] (uint8 frames)
-    T, N, R = args.num_steps, args.num_envs, args.aux_batch_rollouts
-    obs = torch.zeros((T, N) + obs_shape, dtype=torch.uint8, device=device)
-    actions = torch.zeros((T, N), dtype=torch.long, device=device)
-    logprobs = torch.zeros((T, N), device=device)
-    values = torch.zeros((T, N), device=device)
-    rewards, terminations, truncations = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
-    aux_obs = torch.zeros((T, R) + obs_shape, dtype=torch.uint8)
-    aux_returns = torch.zeros((T, R))
+        # Rollout storage [num_steps, num_envs]; the auxiliary phase's [num_steps, num_envs * n_iteration] (uint8 frames)
+        T, N, R = args.num_steps, args.num_envs, args.aux_batch_rollouts
+        obs = torch.zeros((T, N) + obs_shape, dtype=torch.uint8, device=device)
+        actions = torch.zeros((T, N), dtype=torch.long, device=device)
+        logprobs = torch.zeros((T, N), device=device)
+        values = torch.zeros((T, N), device=device)
+        rewards, terminations, truncations = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
+        game_rewards = np.zeros((T, N), dtype=np.float32)  # the games' own, before scaling: checked after the rollout
+        aux_obs = torch.zeros((T, R) + obs_shape, dtype=torch.uint8)
+        aux_returns = torch.zeros((T, R))
 
-    # what a checkpoint holds, besides the generators: not the envs, not the auxiliary buffer
-    state = {"policy": policy, "value": value, "optimizer": optimizer, "reward_normalization": normalization}
-    global_step, start_phase = 0, 1
-    if run.resumed:  # the checkpoint's networks, optimiser, statistics and generators, in place; the envs are new
-        saved = run.restore(state, steps_per_iteration=args.batch_size)
-        global_step, start_phase = saved["global_step"], saved["iteration"] // args.n_iteration + 1
-        require(saved["iteration"] % args.n_iteration == 0, "--resume", f"{resumed['path']}: not at a phase's end")
-    next_obs, _ = normalization.envs.reset()
+        # what a checkpoint holds, besides the generators: not the envs, not the auxiliary buffer
+        state = {"policy": policy, "value": value, "optimizer": optimizer, "reward_normalization": normalization}
+        global_step, start_phase = 0, 1
+        if run.resumed:  # the checkpoint's networks, optimiser, statistics and generators, in place; the envs are new
+            saved = run.restore(state, steps_per_iteration=args.batch_size)
+            global_step, start_phase = saved["global_step"], saved["iteration"] // args.n_iteration + 1
+            require(saved["iteration"] % args.n_iteration == 0, "--resume", f"{resumed['path']}: not at a phase's end")
+        next_obs, _ = normalization.envs.reset()
 
-    for phase in range(start_phase, args.num_phases + 1):
-        # the state at the phase's start, written instead of the current one when a stop signal comes mid-phase
-        phase_start = (copy.deepcopy(checkpoints.capture(state)), checkpoints.rng_state(), global_step)
+        for phase in range(start_phase, args.num_phases + 1):
+            # the state at the phase's start, written instead of the current one when a stop signal comes mid-phase
+            phase_start = (copy.deepcopy(checkpoints.capture(state)), checkpoints.rng_state(), global_step)
 
-        # ---- POLICY PHASE: N_pi iterations of PPO (E_pi policy epochs, E_V value epochs each)
-        for update in range(1, args.n_iteration + 1):
-            iteration = (phase - 1) * args.n_iteration + update
-            if args.anneal_lr:
-                optimizer.param_groups[0]["lr"] = (1.0 - (iteration - 1.0) / args.num_iterations) * args.learning_rate
+            # ---- POLICY PHASE: N_pi iterations of PPO (E_pi policy epochs, E_V value epochs each)
+            for update in range(1, args.n_iteration + 1):
+                iteration = (phase - 1) * args.n_iteration + update
+                if args.anneal_lr:
+                    optimizer.param_groups[0]["lr"] = (1.0 - (iteration - 1.0) / args.num_iterations) * args.learning_rate
 
-            for step in range(T):
-                global_step += N
-                obs[step] = torch.as_tensor(next_obs)
-                with torch.inference_mode():
-                    logits, _ = policy(obs[step])
-                    action = torch.multinomial(logits.softmax(-1), 1).squeeze(-1)
-                    logprobs[step] = score_actions(logits, action)[0]
-                    # V(s_t): also the bootstrap value of a truncation at this step (Procgen hides the final obs)
-                    values[step], actions[step] = value(obs[step]), action
-                next_obs, reward, termination, truncation, info = normalization.envs.step(action.cpu().numpy())
-                check_env_step(reward, next_obs, info, global_step // N)  # NaN or infinite rewards stop here
-                rewards[step], terminations[step], truncations[step] = reward, termination, truncation
-                run.log_episodes(global_step, info)  # game returns (GameStatistics)
+                for step in range(T):
+                    global_step += N
+                    obs[step] = torch.as_tensor(next_obs)
+                    with torch.inference_mode():
+                        logits, _ = policy(obs[step])
+                        action = torch.multinomial(logits.softmax(-1), 1).squeeze(-1)
+                        logprobs[step] = score_actions(logits, action)[0]
+                        # V(s_t): also the bootstrap value of a truncation at this step (Procgen hides the final obs)
+                        values[step], actions[step] = value(obs[step]), action
+                    next_obs, reward, termination, truncation, info = normalization.envs.step(action.cpu().numpy())
+                    rewards[step], terminations[step], truncations[step] = reward, termination, truncation
+                    game_rewards[step] = info["reward"]
+                    run.log_episodes(global_step, info)  # game returns (GameStatistics)
 
-            with torch.no_grad():
-                last_values = value(torch.as_tensor(next_obs, device=device)).cpu().numpy()
-            advantages, returns = compute_gae(
-                rewards, values.cpu().numpy(), last_values, terminations, truncations, args.gamma, args.gae_lambda
-            )
+                # the first NaN or infinite game reward stops the run (frames: uint8); the scaling mixes the envs' rewards
+                check_rollout(global_step, reward=game_rewards)
+                with torch.no_grad():
+                    last_values = value(torch.as_tensor(next_obs, device=device)).cpu().numpy()
+                advantages, returns = compute_gae(
+                    rewards, values.cpu().numpy(), last_values, terminations, truncations, args.gamma, args.gae_lambda
+                )
 
-            b_obs = obs.reshape((-1,) + obs_shape)
-            b_logprobs, b_actions, b_values = logprobs.reshape(-1), actions.reshape(-1), values.reshape(-1)
-            b_advantages = torch.as_tensor(advantages.reshape(-1), device=device)
-            if args.adv_norm_fullbatch:
-                b_advantages = normalize_advantages(b_advantages)
-            b_returns = torch.as_tensor(returns.reshape(-1), device=device)
+                b_obs = obs.reshape((-1,) + obs_shape)
+                b_logprobs, b_actions, b_values = logprobs.reshape(-1), actions.reshape(-1), values.reshape(-1)
+                b_advantages = torch.as_tensor(advantages.reshape(-1), device=device)
+                if args.adv_norm_fullbatch:
+                    b_advantages = normalize_advantages(b_advantages)
+                b_returns = torch.as_tensor(returns.reshape(-1), device=device)
 
-            clipfracs, policy_epochs = [], args.e_policy
-            for epoch in range(max(args.e_policy, args.v_value)):
-                train_policy, train_value = epoch < policy_epochs, epoch < args.v_value
-                if not (train_policy or train_value):  # --target-kl ended the policy's epochs, the value's are done
+                clipfracs, policy_epochs = [], args.e_policy
+                for epoch in range(max(args.e_policy, args.v_value)):
+                    train_policy, train_value = epoch < policy_epochs, epoch < args.v_value
+                    if not (train_policy or train_value):  # --target-kl ended the policy's epochs, the value's are done
+                        break
+                    b_inds = torch.randperm(args.batch_size, device=device)
+                    for start in range(0, args.batch_size, args.minibatch_size):
+                        mb = b_inds[start : start + args.minibatch_size]
+                        newlogprob, entropy = b_logprobs[mb], torch.zeros_like(b_logprobs[mb])  # constants when not trained
+                        if train_policy:
+                            newlogprob, entropy = score_actions(policy.logits(b_obs[mb]), b_actions[mb])
+                        newvalue = value(b_obs[mb]) if train_value else b_values[mb]
+                        losses = ppo_losses(
+                            newlogprob, entropy, newvalue, b_logprobs[mb], b_values[mb], b_advantages[mb], b_returns[mb],
+                            args.clip_coef, args.clip_vloss,
+                        )  # fmt: skip
+                        policy_loss = losses["policy_loss"] - args.ent_coef * losses["entropy"]
+                        loss = policy_loss * train_policy + args.vf_coef * losses["value_loss"] * train_value
+                        trained = {"policy": policy} if train_policy else {}
+                        trained |= {"value": value} if train_value else {}
+                        gradient_step(
+                            optimizer,
+                            loss,
+                            trained,
+                            args.max_grad_norm,
+                            f"iteration {iteration}, epoch {epoch + 1}",
+                            global_step,
+                        )
+                        if train_policy:
+                            clipfracs.append(losses["clipfrac"])
+                    if train_policy and args.target_kl is not None and losses["approx_kl"].item() > args.target_kl:
+                        policy_epochs = epoch + 1  # the policy's epochs end here; the value's go on
+
+                y_pred, y_true = b_values.cpu().numpy(), returns.reshape(-1)
+                var_y = np.var(y_true)
+                explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+                writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+                for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl"):
+                    writer.add_scalar(f"losses/{name}", losses[name].item(), global_step)
+                writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+                writer.add_scalar("losses/explained_variance", explained_var, global_step)
+                writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+
+                # the rollout kept whole, per env, for the auxiliary phase: its observations and value targets
+                aux_obs[:, (update - 1) * N : update * N] = obs.cpu()
+                aux_returns[:, (update - 1) * N : update * N] = torch.as_tensor(returns)
+                if run.stop_signal:
                     break
-                b_inds = torch.randperm(args.batch_size, device=device)
-                for start in range(0, args.batch_size, args.minibatch_size):
-                    mb = b_inds[start : start + args.minibatch_size]
-                    newlogprob, entropy = b_logprobs[mb], torch.zeros_like(b_logprobs[mb])  # constants when not trained
-                    if train_policy:
-                        newlogprob, entropy = score_actions(policy.logits(b_obs[mb]), b_actions[mb])
-                    newvalue = value(b_obs[mb]) if train_value else b_values[mb]
-                    losses = ppo_losses(
-                        newlogprob, entropy, newvalue, b_logprobs[mb], b_values[mb], b_advantages[mb], b_returns[mb],
-                        args.clip_coef, args.clip_vloss,
-                    )  # fmt: skip
-                    policy_loss = losses["policy_loss"] - args.ent_coef * losses["entropy"]
-                    loss = policy_loss * train_policy + args.vf_coef * losses["value_loss"] * train_value
-                    trained = {"policy": policy} if train_policy else {}
-                    trained |= {"value": value} if train_value else {}
-                    gradient_step(
-                        optimizer, loss, trained, args.max_grad_norm, f"iteration {iteration}, epoch {epoch + 1}", global_step
-                    )
-                    if train_policy:
-                        clipfracs.append(losses["clipfrac"])
-                if train_policy and args.target_kl is not None and losses["approx_kl"].item() > args.target_kl:
-                    policy_epochs = epoch + 1  # the policy's epochs end here; the value's go on
 
-            y_pred, y_true = b_values.cpu().numpy(), returns.reshape(-1)
-            var_y = np.var(y_true)
-            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
-            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-            for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl"):
-                writer.add_scalar(f"losses/{name}", losses[name].item(), global_step)
-            writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
-            writer.add_scalar("losses/explained_variance", explained_var, global_step)
-            writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+            # ---- AUXILIARY PHASE: E_aux epochs over the phase's rollouts, num_aux_rollouts whole rollouts a minibatch
+            complete = not run.stop_signal  # a stop signal in the policy phase skips it
+            if complete:
+                aux_logits = torch.zeros((T, R, envs.single_action_space.n))  # π_old: the policy before this phase
+                with torch.no_grad():
+                    for start in range(0, R, args.num_aux_rollouts):
+                        chunk = slice(start, start + args.num_aux_rollouts)
+                        aux_logits[:, chunk] = (
+                            policy.logits(aux_obs[:, chunk].to(device).flatten(0, 1)).cpu().unflatten(0, (T, -1))
+                        )
+                for aux_epoch in range(1, args.e_auxiliary + 1):
+                    aux_inds = torch.randperm(R)
+                    for start in range(0, R, args.num_aux_rollouts):
+                        mb = aux_inds[start : start + args.num_aux_rollouts]
+                        mb_obs = aux_obs[:, mb].to(device).flatten(0, 1)
+                        new_logits, new_aux_values = policy(mb_obs)
+                        aux = aux_losses(
+                            new_logits, aux_logits[:, mb].to(device).flatten(0, 1), new_aux_values, value(mb_obs),
+                            aux_returns[:, mb].to(device).flatten(0, 1), args.beta_clone,
+                        )  # fmt: skip
+                        loss = aux["joint_loss"] + aux["real_value_loss"]  # L_joint on π's network, L_value on V's
+                        where = f"phase {phase}, auxiliary epoch {aux_epoch}"
+                        gradient_step(
+                            optimizer, loss, {"policy": policy, "value": value}, args.max_grad_norm, where, global_step
+                        )
+                    if run.stop_signal and aux_epoch < args.e_auxiliary:
+                        complete = False
+                        break
+                for name in ("kl_loss", "aux_value_loss", "real_value_loss"):
+                    writer.add_scalar(f"losses/aux/{name}", aux[name].item(), global_step)
 
-            # the rollout kept whole, per env, for the auxiliary phase: its observations and value targets
-            aux_obs[:, (update - 1) * N : update * N] = obs.cpu()
-            aux_returns[:, (update - 1) * N : update * N] = torch.as_tensor(returns)
-            if run.stop_signal:
-                break
+            if not complete:  # stopped mid-phase: the auxiliary buffer is not saved, so the checkpoint holds the phase's start
+                captured, rng, global_step = phase_start
+                for name, obj in state.items():
+                    obj.load_state_dict(captured[name])
+                checkpoints.set_rng_state(rng)
+                print(f"stopped in phase {phase}: the checkpoint holds the state at its start, step {global_step}", flush=True)
+            if run.checkpoint_due(global_step):  # at phase ends: every --checkpoint-interval steps, and after a signal
+                run.save_checkpoint(state, global_step, iteration=global_step // args.batch_size)
+            if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+                run.exit(envs)
 
-        # ---- AUXILIARY PHASE: E_aux epochs over the phase's rollouts, num_aux_rollouts whole rollouts a minibatch
-        complete = not run.stop_signal  # a stop signal in the policy phase skips it
-        if complete:
-            aux_logits = torch.zeros((T, R, envs.single_action_space.n))  # π_old: the policy before this phase
-            with torch.no_grad():
-                for start in range(0, R, args.num_aux_rollouts):
-                    chunk = slice(start, start + args.num_aux_rollouts)
-                    aux_logits[:, chunk] = (
-                        policy.logits(aux_obs[:, chunk].to(device).flatten(0, 1)).cpu().unflatten(0, (T, -1))
-                    )
-            for aux_epoch in range(1, args.e_auxiliary + 1):
-                aux_inds = torch.randperm(R)
-                for start in range(0, R, args.num_aux_rollouts):
-                    mb = aux_inds[start : start + args.num_aux_rollouts]
-                    mb_obs = aux_obs[:, mb].to(device).flatten(0, 1)
-                    new_logits, new_aux_values = policy(mb_obs)
-                    aux = aux_losses(
-                        new_logits, aux_logits[:, mb].to(device).flatten(0, 1), new_aux_values, value(mb_obs),
-                        aux_returns[:, mb].to(device).flatten(0, 1), args.beta_clone,
-                    )  # fmt: skip
-                    loss = aux["joint_loss"] + aux["real_value_loss"]  # L_joint on π's network, L_value on V's
-                    where = f"phase {phase}, auxiliary epoch {aux_epoch}"
-                    gradient_step(optimizer, loss, {"policy": policy, "value": value}, args.max_grad_norm, where, global_step)
-                if run.stop_signal and aux_epoch < args.e_auxiliary:
-                    complete = False
-                    break
-            for name in ("kl_loss", "aux_value_loss", "real_value_loss"):
-                writer.add_scalar(f"losses/aux/{name}", aux[name].item(), global_step)
-
-        if not complete:  # stopped mid-phase: the auxiliary buffer is not saved, so the checkpoint holds the phase's start
-            captured, rng, global_step = phase_start
-            for name, obj in state.items():
-                obj.load_state_dict(captured[name])
-            checkpoints.set_rng_state(rng)
-            print(f"stopped in phase {phase}: the checkpoint holds the state at its start, step {global_step}", flush=True)
-        if run.checkpoint_due(global_step):  # at phase ends: every --checkpoint-interval steps, and after a signal
-            run.save_checkpoint(state, global_step, iteration=global_step // args.batch_size)
-        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
-            run.exit(envs)
-
+        envs.close()
     if args.save_model:
         run.save_model({"policy": policy, "value": value}, evaluate)
-    envs.close()
     run.close()

@@ -27,10 +27,11 @@ import torch.nn as nn
 import torch.optim as optim
 import tyro
 
-from cleanrl_utils.envpool_atari import GameStatistics, check_envpool_atari
-from cleanrl_utils.legacy.evals import Evaluation
-from cleanrl_utils.legacy.faults import check_env_step, check_finite
-from cleanrl_utils.legacy.run import RunArgs, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.envpool_atari import GameStatistics, check_envpool_atari, check_rollout
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.flags import RunArgs, parse_args, require, require_positive, require_range
+from cleanrl_utils.run import start_run
 
 try:  # EnvPool comes with the envpool extra; without it, --env-id says so
     import envpool
@@ -284,7 +285,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
     """Game scores ``[eval_episodes]`` of a saved model, in EnvPool: whole games, actions sampled from π as CleanRL
-    evaluates. ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
+    evaluates. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, None, make_envs=make_envs, **options)
     agent = evaluation.load(Agent(evaluation.envs).to(memory_format=torch.channels_last), "agent")
     generator = torch.Generator(evaluation.device).manual_seed(evaluation.seed)
@@ -303,8 +304,9 @@ if __name__ == "__main__":
     args, resumed = parse_args(Args, __file__, check_args)
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
-    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
-    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the rollout ends, checkpoints, exits 128 + signum
+            signal.signal(signum, run.stop)
 
     # The envs are not checkpointed: a resumed run makes new ones, seeded from --seed and its step (other games)
     seed = args.seed
@@ -314,110 +316,111 @@ if __name__ == "__main__":
     envs = make_envs(
         args.env_id, seed, args.capture_video, run.video_dir, num_envs=args.num_envs, num_threads=args.num_threads
     )
-    obs_shape = envs.single_observation_space.shape  # (4, 84, 84)
-    # channels-last weights and inputs: faster convolutions on CPU (benchmark/README.md)
-    agent = Agent(envs).to(device, memory_format=torch.channels_last)
-    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
+    with run.stop_on_fault(envs):  # a fault ends the run in one line
+        obs_shape = envs.single_observation_space.shape  # (4, 84, 84)
+        # channels-last weights and inputs: faster convolutions on CPU (benchmark/README.md)
+        agent = Agent(envs).to(device, memory_format=torch.channels_last)
+        optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
 
-    # Rollout storage [num_steps, num_envs]: what the networks read in torch (frames uint8), the rest in numpy for GAE
-    T, N = args.num_steps, args.num_envs
-    obs = torch.zeros((T, N) + obs_shape, dtype=torch.uint8, device=device)
-    actions = torch.zeros((T, N), dtype=torch.long, device=device)
-    logprobs = torch.zeros((T, N), device=device)
-    values = torch.zeros((T, N), device=device)
-    rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
-    resets = np.zeros((T, N), dtype=bool)  # EnvPool's reset steps: not transitions of the game
+        # Rollout storage [num_steps, num_envs]: what the networks read in torch (frames uint8), the rest in numpy for GAE
+        T, N = args.num_steps, args.num_envs
+        obs = torch.zeros((T, N) + obs_shape, dtype=torch.uint8, device=device)
+        actions = torch.zeros((T, N), dtype=torch.long, device=device)
+        logprobs = torch.zeros((T, N), device=device)
+        values = torch.zeros((T, N), device=device)
+        rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
+        resets = np.zeros((T, N), dtype=bool)  # EnvPool's reset steps: not transitions of the game
 
-    state = {"agent": agent, "optimizer": optimizer}  # what a checkpoint holds, besides the generators: not the envs
-    global_step, start_iteration = 0, 1
-    if run.resumed:  # the checkpoint's networks, optimiser and generators, in place; the envs are new
-        saved = run.restore(state, steps_per_iteration=args.batch_size)
-        global_step, start_iteration = saved["global_step"], saved["iteration"] + 1
-    next_obs, _ = envs.reset()
-    next_done = np.zeros(N, dtype=bool)  # the last step's dones: the next step is a reset step
+        state = {"agent": agent, "optimizer": optimizer}  # what a checkpoint holds, besides the generators: not the envs
+        global_step, start_iteration = 0, 1
+        if run.resumed:  # the checkpoint's networks, optimiser and generators, in place; the envs are new
+            saved = run.restore(state, steps_per_iteration=args.batch_size)
+            global_step, start_iteration = saved["global_step"], saved["iteration"] + 1
+        next_obs, _ = envs.reset()
+        next_done = np.zeros(N, dtype=bool)  # the last step's dones: the next step is a reset step
 
-    for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+        for iteration in range(start_iteration, args.num_iterations + 1):
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / args.num_iterations
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
-        for step in range(T):
-            global_step += N
-            obs[step] = torch.as_tensor(next_obs)
-            resets[step] = next_done  # a reset step (masked out of training); V(s_t) bootstraps a truncation
-            with torch.inference_mode():
-                action, logprob, _, value = agent.get_action_and_value(obs[step])
-            actions[step], logprobs[step], values[step] = action, logprob, value
+            for step in range(T):
+                global_step += N
+                obs[step] = torch.as_tensor(next_obs)
+                resets[step] = next_done  # a reset step (masked out of training); V(s_t) bootstraps a truncation
+                with torch.inference_mode():
+                    action, logprob, _, value = agent.get_action_and_value(obs[step])
+                actions[step], logprobs[step], values[step] = action, logprob, value
 
-            next_obs, reward, termination, truncation, info = envs.step(action.cpu().numpy())
-            check_env_step(reward, next_obs, info, global_step // args.num_envs)  # NaN or infinite rewards stop here
-            next_done = termination | truncation
-            rewards[step], terminations[step], dones[step] = reward, termination, next_done
-            run.log_episodes(global_step, info)  # game scores: unclipped rewards over all lives (GameStatistics)
+                next_obs, reward, termination, truncation, info = envs.step(action.cpu().numpy())
+                next_done = termination | truncation
+                rewards[step], terminations[step], dones[step] = reward, termination, next_done
+                run.log_episodes(global_step, info)  # game scores: unclipped rewards over all lives (GameStatistics)
 
-        with torch.no_grad():
-            last_values = agent.get_value(torch.as_tensor(next_obs, device=device)).cpu().numpy()
-        advantages, returns = compute_gae(
-            rewards, values.cpu().numpy(), last_values, terminations, dones, resets, args.gamma, args.gae_lambda
-        )
+            check_rollout(global_step, reward=rewards)  # the first NaN or infinite reward stops the run (frames: uint8)
+            with torch.no_grad():
+                last_values = agent.get_value(torch.as_tensor(next_obs, device=device)).cpu().numpy()
+            advantages, returns = compute_gae(
+                rewards, values.cpu().numpy(), last_values, terminations, dones, resets, args.gamma, args.gae_lambda
+            )
 
-        # Flatten the batch; frames channels-last once per update (each minibatch's conversion is then elementwise)
+            # Flatten the batch; frames channels-last once per update (each minibatch's conversion is then elementwise)
 
-        b_obs = obs.reshape((-1,) + obs_shape).contiguous(memory_format=torch.channels_last)
-        b_logprobs, b_actions, b_values = logprobs.reshape(-1), actions.reshape(-1), values.reshape(-1)
-        b_advantages = torch.as_tensor(advantages.reshape(-1), device=device)
-        b_returns = torch.as_tensor(returns.reshape(-1), device=device)
-        b_mask = torch.as_tensor((~resets).reshape(-1), dtype=torch.float32, device=device)
+            b_obs = obs.reshape((-1,) + obs_shape).contiguous(memory_format=torch.channels_last)
+            b_logprobs, b_actions, b_values = logprobs.reshape(-1), actions.reshape(-1), values.reshape(-1)
+            b_advantages = torch.as_tensor(advantages.reshape(-1), device=device)
+            b_returns = torch.as_tensor(returns.reshape(-1), device=device)
+            b_mask = torch.as_tensor((~resets).reshape(-1), dtype=torch.float32, device=device)
 
-        # Optimise the policy and value networks on the game's transitions (reset steps masked out)
-        clipfracs = []
-        for epoch in range(args.update_epochs):
-            b_inds = torch.randperm(args.batch_size, device=device)
-            for start in range(0, args.batch_size, args.minibatch_size):
-                mb_inds = b_inds[start : start + args.minibatch_size]
-                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
-                losses = ppo_losses(
-                    newlogprob,
-                    entropy,
-                    newvalue,
-                    b_logprobs[mb_inds],
-                    b_values[mb_inds],
-                    b_advantages[mb_inds],
-                    b_returns[mb_inds],
-                    b_mask[mb_inds],
-                    args.clip_coef,
-                    args.clip_vloss,
-                    args.norm_adv,
-                )
-                clipfracs.append(losses["clipfrac"])
-                loss = losses["policy_loss"] - args.ent_coef * losses["entropy"] + losses["value_loss"] * args.vf_coef
+            # Optimise the policy and value networks on the game's transitions (reset steps masked out)
+            clipfracs = []
+            for epoch in range(args.update_epochs):
+                b_inds = torch.randperm(args.batch_size, device=device)
+                for start in range(0, args.batch_size, args.minibatch_size):
+                    mb_inds = b_inds[start : start + args.minibatch_size]
+                    _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
+                    losses = ppo_losses(
+                        newlogprob,
+                        entropy,
+                        newvalue,
+                        b_logprobs[mb_inds],
+                        b_values[mb_inds],
+                        b_advantages[mb_inds],
+                        b_returns[mb_inds],
+                        b_mask[mb_inds],
+                        args.clip_coef,
+                        args.clip_vloss,
+                        args.norm_adv,
+                    )
+                    clipfracs.append(losses["clipfrac"])
+                    loss = losses["policy_loss"] - args.ent_coef * losses["entropy"] + losses["value_loss"] * args.vf_coef
 
-                optimizer.zero_grad()
-                loss.backward()
-                grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
-                check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
-                optimizer.step()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+                    check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
+                    optimizer.step()
 
-            if args.target_kl is not None and losses["approx_kl"].item() > args.target_kl:
-                break
+                if args.target_kl is not None and losses["approx_kl"].item() > args.target_kl:
+                    break
 
-        valid = ~resets.reshape(-1)
-        y_pred, y_true = b_values.cpu().numpy()[valid], returns.reshape(-1)[valid]
-        var_y = np.var(y_true) if valid.any() else 0.0
-        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+            valid = ~resets.reshape(-1)
+            y_pred, y_true = b_values.cpu().numpy()[valid], returns.reshape(-1)[valid]
+            var_y = np.var(y_true) if valid.any() else 0.0
+            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl"):
-            writer.add_scalar(f"losses/{name}", losses[name].item(), global_step)
-        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
-        writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
-        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-            run.save_checkpoint(state, global_step, iteration=iteration)
-        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
-            run.exit(envs)
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl"):
+                writer.add_scalar(f"losses/{name}", losses[name].item(), global_step)
+            writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+            writer.add_scalar("losses/explained_variance", explained_var, global_step)
+            writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+                run.save_checkpoint(state, global_step, iteration=iteration)
+            if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+                run.exit(envs)
 
+        envs.close()
     if args.save_model:
         run.save_model({"agent": agent}, evaluate)
-    envs.close()
     run.close()

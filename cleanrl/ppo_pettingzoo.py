@@ -25,10 +25,11 @@ import torch.nn as nn
 import torch.optim as optim
 import tyro
 
-from cleanrl_utils.legacy.evals import Evaluation, OptionRefused
-from cleanrl_utils.legacy.faults import check_finite, time_limit
-from cleanrl_utils.pettingzoo import ParallelEnvs, log_agent_episodes
-from cleanrl_utils.legacy.run import RunArgs, fail, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.evals import Evaluation, OptionRefused
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.flags import RunArgs, fail, parse_args, require, require_positive, require_range
+from cleanrl_utils.pettingzoo import ParallelEnvs, check_rollout, log_agent_episodes
+from cleanrl_utils.run import start_run
 
 FAMILIES = ("atari", "butterfly", "sisl", "classic")
 """PettingZoo's packages searched for a plain --env-id (``pong_v3`` is ``pettingzoo.atari.pong_v3``)."""
@@ -81,7 +82,7 @@ class Args(RunArgs):
     checkpoint_interval: int = 0
     """agent steps (as --total-timesteps) between checkpoints in `{run_dir}/checkpoints/` (0: only on SIGTERM or Ctrl-C)"""
     env_timeout: float = 600.0
-    """seconds to make the env (its envs step in this process, untimed) before the run stops"""
+    """not used: the envs are made and stepped in this process, untimed (RunArgs' flag, for scripts with workers)"""
     num_agents: tyro.conf.Suppress[int] = 0  # agents per env, read from the env (not a flag)
     batch_size: tyro.conf.Suppress[int] = 0  # num_envs * num_agents * num_steps (computed; not a flag)
     num_iterations: tyro.conf.Suppress[int] = 0  # total_timesteps // batch_size (computed; not a flag)
@@ -248,8 +249,7 @@ def check_args(args: Args) -> None:
     require(args.vf_coef >= 0, "--vf-coef", f"must be >= 0, got {args.vf_coef}")
     require(args.target_kl is None or args.target_kl > 0, "--target-kl", f"must be positive, got {args.target_kl}")
     try:
-        with time_limit(args.env_timeout, f"creating {args.env_id}"):
-            env = make_env(args.env_id, 0, False)()
+        env = make_env(args.env_id, 0, False)()
         agents = list(env.possible_agents)
         observation_space, action_space = env.observation_space(agents[0]), env.action_space(agents[0])
         same = all(env.observation_space(a) == observation_space and env.action_space(a) == action_space for a in agents)
@@ -288,7 +288,7 @@ def make_envs(env_id: str, seed: int, capture_video: bool, video_dir: str, train
 
 def evaluate(model_path, eval_episodes, deterministic=False, eval_agent=-1, eval_opponent="", **options) -> np.ndarray:
     """Returns ``[eval_episodes]`` of agent ``eval_agent`` (-1: the run's) against ``eval_opponent`` ("random",
-    "self"; "": the run's); OptionRefused on other values. ``options``: :class:`cleanrl_utils.legacy.evals.Evaluation`."""
+    "self"; "": the run's); OptionRefused on other values. ``options``: :class:`cleanrl_utils.evals.Evaluation`."""
     if eval_opponent not in ("random", "self", ""):
         raise OptionRefused(f"eval_opponent must be 'random', 'self' or '', got {eval_opponent!r}")
     evaluation = Evaluation(__file__, model_path, eval_episodes, None, make_envs=make_envs, **options)
@@ -325,144 +325,163 @@ if __name__ == "__main__":
     args, resumed = parse_args(Args, __file__, check_args)
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
-    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
-    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the rollout ends, checkpoints, exits 128 + signum
+            signal.signal(signum, run.stop)
 
     # PettingZoo's dicts; an env whose agents have all ended resets within the step (ended agents: info["final_obs"])
     video_dir = run.video_dir if args.capture_video else None
     envs = ParallelEnvs([make_env(args.env_id, i, args.capture_video) for i in range(args.num_envs)], video_dir)
-    agents, space = envs.possible_agents, envs.observation_space
-    A, N, T = len(agents), args.num_envs, args.num_steps
-    R = N * A  # rows: row env * A + a is agent agents[a] of env env
+    with run.stop_on_fault(envs):  # a fault ends the run in one line
+        agents, space = envs.possible_agents, envs.observation_space
+        A, N, T = len(agents), args.num_envs, args.num_steps
+        R = N * A  # rows: row env * A + a is agent agents[a] of env env
 
-    def observe(obs_dicts: list[dict]) -> tuple[np.ndarray, np.ndarray]:  # rows [R, *obs_shape] with the id, present [R]
-        rows, present = fold_agents(obs_dicts, agents, space.shape, space.dtype)
-        return (add_agent_id(rows, A) if args.agent_id else rows), present
+        def observe(obs_dicts: list[dict]) -> tuple[np.ndarray, np.ndarray]:  # rows [R, *obs_shape] with the id, present [R]
+            rows, present = fold_agents(obs_dicts, agents, space.shape, space.dtype)
+            return (add_agent_id(rows, A) if args.agent_id else rows), present
 
-    obs_shape = space.shape[:-1] + (space.shape[-1] + A * args.agent_id,)
-    agent = Agent(obs_shape, int(envs.action_space.n)).to(device, memory_format=torch.channels_last)
-    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
+        obs_shape = space.shape[:-1] + (space.shape[-1] + A * args.agent_id,)
+        agent = Agent(obs_shape, int(envs.action_space.n)).to(device, memory_format=torch.channels_last)
+        optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
 
-    # Rollout storage [num_steps, rows]: what the network reads in torch, the rest in numpy for GAE
-    obs = torch.zeros((T, R) + obs_shape, dtype=torch.from_numpy(np.zeros(0, space.dtype)).dtype, device=device)
-    actions = torch.zeros((T, R), dtype=torch.long, device=device)
-    logprobs, values = (torch.zeros((T, R), device=device) for _ in range(2))
-    rewards, terminations, dones, alive = (np.zeros((T, R), dtype=np.float32) for _ in range(4))
-    truncated = np.zeros((T, R), dtype=bool)  # the agent's episode ended by truncation, not termination
-    final_obs = np.zeros((T, R) + obs_shape, dtype=space.dtype)  # its real final observation
+        # Rollout storage [num_steps, rows]: what the network reads in torch, the rest in numpy for GAE
+        obs = torch.zeros((T, R) + obs_shape, dtype=torch.from_numpy(np.zeros(0, space.dtype)).dtype, device=device)
+        actions = torch.zeros((T, R), dtype=torch.long, device=device)
+        logprobs, values = (torch.zeros((T, R), device=device) for _ in range(2))
+        rewards, terminations, dones, alive = (np.zeros((T, R), dtype=np.float32) for _ in range(4))
+        truncated = np.zeros((T, R), dtype=bool)  # the agent's episode ended by truncation, not termination
+        final_obs = np.zeros((T, R) + obs_shape, dtype=space.dtype)  # its real final observation
 
-    state = {"agent": agent, "optimizer": optimizer, "envs": envs}  # what a checkpoint holds, besides the generators
-    global_step, start_iteration = 0, 1
-    if run.resumed:  # the checkpoint's networks, optimiser, generators and envs (replayed), in place
-        saved = run.restore(state, steps_per_iteration=args.batch_size)
-        global_step, start_iteration = saved["global_step"], saved["iteration"] + 1
-        next_obs = envs.obs
-    else:
-        next_obs, _ = envs.reset(seed=args.seed)
+        state = {"agent": agent, "optimizer": optimizer, "envs": envs}  # what a checkpoint holds, besides the generators
+        global_step, start_iteration = 0, 1
+        if run.resumed:  # the checkpoint's networks, optimiser, generators and envs (replayed), in place
+            saved = run.restore(state, steps_per_iteration=args.batch_size)
+            global_step, start_iteration = saved["global_step"], saved["iteration"] + 1
+            next_obs = envs.obs
+        else:
+            next_obs, _ = envs.reset(seed=args.seed)
 
-    for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+        for iteration in range(start_iteration, args.num_iterations + 1):
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / args.num_iterations
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
-        for step in range(T):
-            global_step += R
-            rows, present = observe(next_obs)
-            obs[step], alive[step] = torch.as_tensor(rows), present
-            with torch.inference_mode():
-                action, logprob, _, value = agent.get_action_and_value(obs[step])
-            actions[step], logprobs[step], values[step] = action, logprob, value
+            for step in range(T):
+                global_step += R
+                rows, present = observe(next_obs)
+                obs[step], alive[step] = torch.as_tensor(rows), present
+                with torch.inference_mode():
+                    action, logprob, _, value = agent.get_action_and_value(obs[step])
+                actions[step], logprobs[step], values[step] = action, logprob, value
 
-            next_obs, reward, termination, truncation, infos = envs.step(unfold_agents(action.cpu().numpy(), agents, present))
-            rewards[step] = fold_agents(reward, agents, (), np.float32)[0]
-            terminated = fold_agents(termination, agents, (), bool)[0]
-            truncated[step] = fold_agents(truncation, agents, (), bool)[0] & ~terminated
-            terminations[step], dones[step] = terminated, terminated | truncated[step]
-            if truncated[step].any():  # truncated (not terminated) agents bootstrap from their real final observation
-                finals = [{a: i["final_obs"] for a, i in env_infos.items() if "final_obs" in i} for env_infos in infos]
-                final_obs[step, truncated[step]] = observe(finals)[0][truncated[step]]
-            log_agent_episodes(run, global_step, infos)
+                next_obs, reward, termination, truncation, infos = envs.step(
+                    unfold_agents(action.cpu().numpy(), agents, present)
+                )
+                rewards[step] = fold_agents(reward, agents, (), np.float32)[0]
+                terminated = fold_agents(termination, agents, (), bool)[0]
+                truncated[step] = fold_agents(truncation, agents, (), bool)[0] & ~terminated
+                terminations[step], dones[step] = terminated, terminated | truncated[step]
+                if truncated[step].any():  # truncated (not terminated) agents bootstrap from their real final observation
+                    finals = [{a: i["final_obs"] for a, i in env_infos.items() if "final_obs" in i} for env_infos in infos]
+                    final_obs[step, truncated[step]] = observe(finals)[0][truncated[step]]
+                log_agent_episodes(run, global_step, infos)
 
-        # Bootstrap values: V(final obs) at truncations and V(obs after the rollout); then GAE over the rows
-        with torch.no_grad():
-            last_values = agent.get_value(torch.as_tensor(observe(next_obs)[0], device=device)).cpu().numpy()
-            final_values = np.zeros((T, R), dtype=np.float32)
-            if truncated.any():
-                final_values[truncated] = agent.get_value(torch.as_tensor(final_obs[truncated], device=device)).cpu().numpy()
-        advantages, returns = compute_gae(
-            rewards, values.cpu().numpy(), last_values, final_values, terminations, dones, alive, args.gamma, args.gae_lambda
-        )
+            # the first NaN or infinite reward or observation stops the run (final_obs: written at truncations only)
+            check_rollout(global_step, agents, reward=rewards, observation=obs, final_observation=final_obs)
 
-        # Flatten the batch; minibatches hold the rows where an agent acted (dead or absent agents' rows in none)
-        b_obs = obs.reshape((-1,) + obs_shape)
-        b_logprobs, b_actions, b_values = logprobs.reshape(-1), actions.reshape(-1), values.reshape(-1)
-        b_advantages = torch.as_tensor(advantages.reshape(-1), device=device)
-        b_returns = torch.as_tensor(returns.reshape(-1), device=device)
-        b_alive = torch.as_tensor(alive.reshape(-1) > 0, device=device)
+            # Bootstrap values: V(final obs) at truncations and V(obs after the rollout); then GAE over the rows
+            with torch.no_grad():
+                last_values = agent.get_value(torch.as_tensor(observe(next_obs)[0], device=device)).cpu().numpy()
+                final_values = np.zeros((T, R), dtype=np.float32)
+                if truncated.any():
+                    final_values[truncated] = (
+                        agent.get_value(torch.as_tensor(final_obs[truncated], device=device)).cpu().numpy()
+                    )
+            advantages, returns = compute_gae(
+                rewards,
+                values.cpu().numpy(),
+                last_values,
+                final_values,
+                terminations,
+                dones,
+                alive,
+                args.gamma,
+                args.gae_lambda,
+            )
 
-        # Optimise the policy and value networks
-        clipfracs = []
-        for epoch in range(args.update_epochs):
-            for mb_inds in minibatches(b_alive, args.num_minibatches):
-                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
-                logratio = newlogprob - b_logprobs[mb_inds]
-                ratio = logratio.exp()
+            # Flatten the batch; minibatches hold the rows where an agent acted (dead or absent agents' rows in none)
+            b_obs = obs.reshape((-1,) + obs_shape)
+            b_logprobs, b_actions, b_values = logprobs.reshape(-1), actions.reshape(-1), values.reshape(-1)
+            b_advantages = torch.as_tensor(advantages.reshape(-1), device=device)
+            b_returns = torch.as_tensor(returns.reshape(-1), device=device)
+            b_alive = torch.as_tensor(alive.reshape(-1) > 0, device=device)
 
-                with torch.no_grad():
-                    old_approx_kl = (-logratio).mean()  # http://joschu.net/blog/kl-approx.html
-                    approx_kl = ((ratio - 1) - logratio).mean()
-                    clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
+            # Optimise the policy and value networks
+            clipfracs = []
+            for epoch in range(args.update_epochs):
+                for mb_inds in minibatches(b_alive, args.num_minibatches):
+                    _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
+                    logratio = newlogprob - b_logprobs[mb_inds]
+                    ratio = logratio.exp()
 
-                mb_advantages = b_advantages[mb_inds]
-                if args.norm_adv and len(mb_inds) > 1:
-                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+                    with torch.no_grad():
+                        old_approx_kl = (-logratio).mean()  # http://joschu.net/blog/kl-approx.html
+                        approx_kl = ((ratio - 1) - logratio).mean()
+                        clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
 
-                # Policy loss (clipped surrogate, eq. 7)
-                pg_loss1 = -mb_advantages * ratio
-                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+                    mb_advantages = b_advantages[mb_inds]
+                    if args.norm_adv and len(mb_inds) > 1:
+                        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
 
-                # Value loss
-                if args.clip_vloss:
-                    v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
-                    v_clipped = b_values[mb_inds] + torch.clamp(newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef)
-                    v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
-                    v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
-                else:
-                    v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
+                    # Policy loss (clipped surrogate, eq. 7)
+                    pg_loss1 = -mb_advantages * ratio
+                    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
 
-                entropy_loss = entropy.mean()
-                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+                    # Value loss
+                    if args.clip_vloss:
+                        v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
+                        v_clipped = b_values[mb_inds] + torch.clamp(
+                            newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef
+                        )
+                        v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
+                        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+                    else:
+                        v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
 
-                optimizer.zero_grad()
-                loss.backward()
-                grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
-                check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
-                optimizer.step()
+                    entropy_loss = entropy.mean()
+                    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
 
-            if args.target_kl is not None and approx_kl.item() > args.target_kl:
-                break
+                    optimizer.zero_grad()
+                    loss.backward()
+                    grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+                    check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
+                    optimizer.step()
 
-        y_pred, y_true = b_values[b_alive].cpu().numpy(), b_returns[b_alive].cpu().numpy()
-        var_y = np.var(y_true)
-        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+                if args.target_kl is not None and approx_kl.item() > args.target_kl:
+                    break
 
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("charts/alive_fraction", alive.mean(), global_step)
-        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
-        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
-        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
-        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
-        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
-        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
-        writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
-        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-            run.save_checkpoint(state, global_step, iteration=iteration)
-        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
-            run.exit(envs)
+            y_pred, y_true = b_values[b_alive].cpu().numpy(), b_returns[b_alive].cpu().numpy()
+            var_y = np.var(y_true)
+            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            writer.add_scalar("charts/alive_fraction", alive.mean(), global_step)
+            writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
+            writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
+            writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
+            writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
+            writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
+            writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+            writer.add_scalar("losses/explained_variance", explained_var, global_step)
+            writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+                run.save_checkpoint(state, global_step, iteration=iteration)
+            if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+                run.exit(envs)
+
+        envs.close()
     if args.save_model:
         run.save_model({"agent": agent}, evaluate)
-    envs.close()
     run.close()

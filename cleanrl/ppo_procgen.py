@@ -28,12 +28,13 @@ import torch.nn as nn
 import torch.optim as optim
 import tyro
 
-from cleanrl_utils.envpool_atari import GameStatistics
-from cleanrl_utils.legacy.evals import Evaluation
-from cleanrl_utils.legacy.faults import check_env_step, check_finite
+from cleanrl_utils.envpool_atari import GameStatistics, check_rollout
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.flags import RunArgs, parse_args, require, require_positive, require_range
 from cleanrl_utils.normalization import RewardNormalization
 from cleanrl_utils.procgen import ProcgenVectorEnv, check_procgen
-from cleanrl_utils.legacy.run import RunArgs, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.run import start_run
 
 REWARD_CLIP = 10.0
 """Scaled rewards are clipped to ±this (CleanRL's ppo_procgen.py)."""
@@ -276,7 +277,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` (game rewards) of a saved model in the levels it trained on; actions
-    sampled from π (``deterministic``: the most probable). ``options``: :class:`cleanrl_utils.legacy.evals.Evaluation`."""
+    sampled from π (``deterministic``: the most probable). ``options``: :class:`cleanrl_utils.evals.Evaluation`."""
     levels = ("distribution_mode", "num_levels", "start_level")
     evaluation = Evaluation(__file__, model_path, eval_episodes, None, make_envs=make_envs, env_args=levels, **options)
     agent = evaluation.load(Agent(evaluation.envs).to(memory_format=torch.channels_last), "agent")
@@ -296,8 +297,9 @@ if __name__ == "__main__":
     args, resumed = parse_args(Args, __file__, check_args)
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
-    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
-    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the rollout ends, checkpoints, exits 128 + signum
+            signal.signal(signum, run.stop)
 
     # The envs are not checkpointed: a resumed run makes new ones, seeded from --seed and its step (other levels)
     seed = args.seed
@@ -316,107 +318,112 @@ if __name__ == "__main__":
         num_levels=args.num_levels,
         start_level=args.start_level,
     )
-    normalization = RewardNormalization(envs, args.gamma, REWARD_CLIP)
-    obs_shape = envs.single_observation_space.shape  # (64, 64, 3)
-    # channels-last weights: the frames, height-width-channels, are channels-last once permuted (Agent.hidden)
-    agent = Agent(envs).to(device, memory_format=torch.channels_last)
-    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
+    with run.stop_on_fault(envs):  # a fault ends the run in one line
+        normalization = RewardNormalization(envs, args.gamma, REWARD_CLIP)
+        obs_shape = envs.single_observation_space.shape  # (64, 64, 3)
+        # channels-last weights: the frames, height-width-channels, are channels-last once permuted (Agent.hidden)
+        agent = Agent(envs).to(device, memory_format=torch.channels_last)
+        optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
 
-    # Rollout storage [num_steps, num_envs]: what the networks read in torch (frames uint8), the rest in numpy for GAE
-    T, N = args.num_steps, args.num_envs
-    obs = torch.zeros((T, N) + obs_shape, dtype=torch.uint8, device=device)
-    actions = torch.zeros((T, N), dtype=torch.long, device=device)
-    logprobs = torch.zeros((T, N), device=device)
-    values = torch.zeros((T, N), device=device)
-    rewards, terminations, truncations = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
+        # Rollout storage [num_steps, num_envs]: what the networks read in torch (frames uint8), the rest in numpy for GAE
+        T, N = args.num_steps, args.num_envs
+        obs = torch.zeros((T, N) + obs_shape, dtype=torch.uint8, device=device)
+        actions = torch.zeros((T, N), dtype=torch.long, device=device)
+        logprobs = torch.zeros((T, N), device=device)
+        values = torch.zeros((T, N), device=device)
+        rewards, terminations, truncations = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
+        game_rewards = np.zeros((T, N), dtype=np.float32)  # the games' own, before scaling: checked after the rollout
 
-    # what a checkpoint holds, besides the generators: not the envs
-    state = {"agent": agent, "optimizer": optimizer, "reward_normalization": normalization}
-    global_step, start_iteration = 0, 1
-    if run.resumed:  # the checkpoint's networks, optimiser, statistics and generators, in place; the envs are new
-        saved = run.restore(state, steps_per_iteration=args.batch_size)
-        global_step, start_iteration = saved["global_step"], saved["iteration"] + 1
-        normalization.reward.accumulated_reward[:] = 0.0  # the new envs start new episodes: their returns from 0
-    next_obs, _ = normalization.envs.reset()
+        # what a checkpoint holds, besides the generators: not the envs
+        state = {"agent": agent, "optimizer": optimizer, "reward_normalization": normalization}
+        global_step, start_iteration = 0, 1
+        if run.resumed:  # the checkpoint's networks, optimiser, statistics and generators, in place; the envs are new
+            saved = run.restore(state, steps_per_iteration=args.batch_size)
+            global_step, start_iteration = saved["global_step"], saved["iteration"] + 1
+            normalization.reward.accumulated_reward[:] = 0.0  # the new envs start new episodes: their returns from 0
+        next_obs, _ = normalization.envs.reset()
 
-    for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+        for iteration in range(start_iteration, args.num_iterations + 1):
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / args.num_iterations
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
-        for step in range(T):
-            global_step += N
-            obs[step] = torch.as_tensor(next_obs)
-            with torch.inference_mode():
-                action, logprob, _, value = agent.get_action_and_value(obs[step])
-            actions[step], logprobs[step], values[step] = action, logprob, value
+            for step in range(T):
+                global_step += N
+                obs[step] = torch.as_tensor(next_obs)
+                with torch.inference_mode():
+                    action, logprob, _, value = agent.get_action_and_value(obs[step])
+                actions[step], logprobs[step], values[step] = action, logprob, value
 
-            next_obs, reward, termination, truncation, info = normalization.envs.step(action.cpu().numpy())
-            check_env_step(info["reward"], next_obs, info, global_step // N)  # NaN or infinite game rewards stop here
-            rewards[step], terminations[step], truncations[step] = reward, termination, truncation
-            run.log_episodes(global_step, info)  # game rewards, summed over the episode (GameStatistics)
+                next_obs, reward, termination, truncation, info = normalization.envs.step(action.cpu().numpy())
+                rewards[step], terminations[step], truncations[step] = reward, termination, truncation
+                game_rewards[step] = info["reward"]
+                run.log_episodes(global_step, info)  # game rewards, summed over the episode (GameStatistics)
 
-        # GAE. A truncation bootstraps from V(s_t), the value of the episode's last observation: Procgen
-        # returns no final observation (compute_gae); a termination does not bootstrap.
-        with torch.no_grad():
-            last_values = agent.get_value(torch.as_tensor(next_obs, device=device)).cpu().numpy()
-        advantages, returns = compute_gae(
-            rewards, values.cpu().numpy(), last_values, terminations, truncations, args.gamma, args.gae_lambda
-        )
+            # the first NaN or infinite game reward stops the run (frames: uint8); the scaling mixes the envs' rewards
+            check_rollout(global_step, reward=game_rewards)
 
-        # Flatten the batch
-        b_obs = obs.reshape((-1,) + obs_shape)
-        b_logprobs, b_actions, b_values = logprobs.reshape(-1), actions.reshape(-1), values.reshape(-1)
-        b_advantages = torch.as_tensor(advantages.reshape(-1), device=device)
-        b_returns = torch.as_tensor(returns.reshape(-1), device=device)
+            # GAE. A truncation bootstraps from V(s_t), the value of the episode's last observation: Procgen
+            # returns no final observation (compute_gae); a termination does not bootstrap.
+            with torch.no_grad():
+                last_values = agent.get_value(torch.as_tensor(next_obs, device=device)).cpu().numpy()
+            advantages, returns = compute_gae(
+                rewards, values.cpu().numpy(), last_values, terminations, truncations, args.gamma, args.gae_lambda
+            )
 
-        # Optimise the policy and value networks
-        clipfracs = []
-        for epoch in range(args.update_epochs):
-            b_inds = torch.randperm(args.batch_size, device=device)
-            for start in range(0, args.batch_size, args.minibatch_size):
-                mb_inds = b_inds[start : start + args.minibatch_size]
-                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
-                losses = ppo_losses(
-                    newlogprob,
-                    entropy,
-                    newvalue,
-                    b_logprobs[mb_inds],
-                    b_values[mb_inds],
-                    b_advantages[mb_inds],
-                    b_returns[mb_inds],
-                    args.clip_coef,
-                    args.clip_vloss,
-                    args.norm_adv,
-                )
-                clipfracs.append(losses["clipfrac"])
-                loss = losses["policy_loss"] - args.ent_coef * losses["entropy"] + losses["value_loss"] * args.vf_coef
+            # Flatten the batch
+            b_obs = obs.reshape((-1,) + obs_shape)
+            b_logprobs, b_actions, b_values = logprobs.reshape(-1), actions.reshape(-1), values.reshape(-1)
+            b_advantages = torch.as_tensor(advantages.reshape(-1), device=device)
+            b_returns = torch.as_tensor(returns.reshape(-1), device=device)
 
-                optimizer.zero_grad()
-                loss.backward()
-                grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
-                check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
-                optimizer.step()
+            # Optimise the policy and value networks
+            clipfracs = []
+            for epoch in range(args.update_epochs):
+                b_inds = torch.randperm(args.batch_size, device=device)
+                for start in range(0, args.batch_size, args.minibatch_size):
+                    mb_inds = b_inds[start : start + args.minibatch_size]
+                    _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
+                    losses = ppo_losses(
+                        newlogprob,
+                        entropy,
+                        newvalue,
+                        b_logprobs[mb_inds],
+                        b_values[mb_inds],
+                        b_advantages[mb_inds],
+                        b_returns[mb_inds],
+                        args.clip_coef,
+                        args.clip_vloss,
+                        args.norm_adv,
+                    )
+                    clipfracs.append(losses["clipfrac"])
+                    loss = losses["policy_loss"] - args.ent_coef * losses["entropy"] + losses["value_loss"] * args.vf_coef
 
-            if args.target_kl is not None and losses["approx_kl"].item() > args.target_kl:
-                break
+                    optimizer.zero_grad()
+                    loss.backward()
+                    grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+                    check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
+                    optimizer.step()
 
-        y_pred, y_true = b_values.cpu().numpy(), returns.reshape(-1)
-        var_y = np.var(y_true)
-        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+                if args.target_kl is not None and losses["approx_kl"].item() > args.target_kl:
+                    break
 
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl"):
-            writer.add_scalar(f"losses/{name}", losses[name].item(), global_step)
-        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
-        writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
-        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-            run.save_checkpoint(state, global_step, iteration=iteration)
-        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
-            run.exit(envs)
+            y_pred, y_true = b_values.cpu().numpy(), returns.reshape(-1)
+            var_y = np.var(y_true)
+            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl"):
+                writer.add_scalar(f"losses/{name}", losses[name].item(), global_step)
+            writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+            writer.add_scalar("losses/explained_variance", explained_var, global_step)
+            writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+                run.save_checkpoint(state, global_step, iteration=iteration)
+            if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+                run.exit(envs)
+
+        envs.close()
     if args.save_model:
         run.save_model({"agent": agent}, evaluate)
-    envs.close()
     run.close()

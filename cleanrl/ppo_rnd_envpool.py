@@ -31,10 +31,11 @@ import torch.optim as optim
 import tyro
 from gymnasium.wrappers.utils import RunningMeanStd
 
-from cleanrl_utils.envpool_atari import GameStatistics, check_envpool_atari
-from cleanrl_utils.legacy.evals import Evaluation
-from cleanrl_utils.legacy.faults import check_env_step, check_finite
-from cleanrl_utils.legacy.run import RunArgs, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.envpool_atari import GameStatistics, check_envpool_atari, check_rollout
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.flags import RunArgs, parse_args, require, require_positive, require_range
+from cleanrl_utils.run import start_run
 
 try:  # EnvPool comes with the envpool extra; without it, --env-id says so
     import envpool
@@ -503,8 +504,9 @@ if __name__ == "__main__":
     args, resumed = parse_args(Args, __file__, check_args)
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
-    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
-    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the rollout ends, checkpoints, exits 128 + signum
+            signal.signal(signum, run.stop)
 
     # The envs are not checkpointed: a resumed run makes new ones, seeded from --seed and its step (other games)
     seed = args.seed
@@ -515,165 +517,177 @@ if __name__ == "__main__":
     envs = make_envs(
         args.env_id, seed, args.capture_video, run.video_dir, num_envs=args.num_envs, num_threads=args.num_threads
     )
-    obs_shape = envs.single_observation_space.shape  # (4, 84, 84)
-    frame_shape = obs_shape[1:]  # the RND networks read the newest frame of each observation
-    agent = Agent(envs).to(device, memory_format=torch.channels_last)
-    rnd = RNDModel().to(device, memory_format=torch.channels_last)
-    # one optimiser, one gradient clip for the agent and the predictor (the target is fixed)
-    trained = list(agent.parameters()) + list(rnd.predictor.parameters())
-    optimizer = optim.Adam(trained, lr=args.learning_rate, eps=1e-5, fused=True)
-    statistics = RNDStatistics(args.num_envs, args.int_gamma, frame_shape)
+    with run.stop_on_fault(envs):  # a fault ends the run in one line
+        obs_shape = envs.single_observation_space.shape  # (4, 84, 84)
+        frame_shape = obs_shape[1:]  # the RND networks read the newest frame of each observation
+        agent = Agent(envs).to(device, memory_format=torch.channels_last)
+        rnd = RNDModel().to(device, memory_format=torch.channels_last)
+        # one optimiser, one gradient clip for the agent and the predictor (the target is fixed)
+        trained = list(agent.parameters()) + list(rnd.predictor.parameters())
+        optimizer = optim.Adam(trained, lr=args.learning_rate, eps=1e-5, fused=True)
+        statistics = RNDStatistics(args.num_envs, args.int_gamma, frame_shape)
 
-    # Rollout storage [num_steps, num_envs]: what the networks read in torch (frames uint8), the rest in numpy for GAE
-    T, N = args.num_steps, args.num_envs
-    obs = torch.zeros((T, N) + obs_shape, dtype=torch.uint8, device=device)
-    next_frames = torch.zeros((T, N) + frame_shape, dtype=torch.uint8, device=device)  # newest frame of s_{t+1}
-    actions = torch.zeros((T, N), dtype=torch.long, device=device)
-    logprobs = torch.zeros((T, N), device=device)
-    ext_values = torch.zeros((T, N), device=device)
-    int_values = torch.zeros((T, N), device=device)
-    rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
-    resets = np.zeros((T, N), dtype=bool)  # EnvPool's reset steps: not transitions of the game
+        # Rollout storage [num_steps, num_envs]: what the networks read in torch (frames uint8), the rest in numpy for GAE
+        T, N = args.num_steps, args.num_envs
+        obs = torch.zeros((T, N) + obs_shape, dtype=torch.uint8, device=device)
+        next_frames = torch.zeros((T, N) + frame_shape, dtype=torch.uint8, device=device)  # newest frame of s_{t+1}
+        actions = torch.zeros((T, N), dtype=torch.long, device=device)
+        logprobs = torch.zeros((T, N), device=device)
+        ext_values = torch.zeros((T, N), device=device)
+        int_values = torch.zeros((T, N), device=device)
+        rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
+        resets = np.zeros((T, N), dtype=bool)  # EnvPool's reset steps: not transitions of the game
 
-    # what a checkpoint holds, besides the generators: not the envs
-    state = {"agent": agent, "rnd": rnd, "optimizer": optimizer, "rnd_statistics": statistics}
-    global_step, start_iteration = 0, 1
-    if run.resumed:  # the checkpoint's networks, optimiser, statistics and generators, in place; the envs are new
-        saved = run.restore(state, steps_per_iteration=args.batch_size)
-        global_step, start_iteration = saved["global_step"], saved["iteration"] + 1
-    if start_iteration == 1:
-        # The RND input's statistics start from the frames of uniformly random play (Burda et al. 2018, sec. 2.4),
-        # stepped below the game statistics (no game of it is logged); training then starts from new games.
-        play = np.random.default_rng(args.seed)
-        random_frames = np.zeros((T, N) + frame_shape, dtype=np.uint8)
-        envs.env.reset()
-        for _ in range(args.num_iterations_obs_norm_init):
+        # what a checkpoint holds, besides the generators: not the envs
+        state = {"agent": agent, "rnd": rnd, "optimizer": optimizer, "rnd_statistics": statistics}
+        global_step, start_iteration = 0, 1
+        if run.resumed:  # the checkpoint's networks, optimiser, statistics and generators, in place; the envs are new
+            saved = run.restore(state, steps_per_iteration=args.batch_size)
+            global_step, start_iteration = saved["global_step"], saved["iteration"] + 1
+        if start_iteration == 1:
+            # The RND input's statistics start from the frames of uniformly random play (Burda et al. 2018, sec. 2.4),
+            # stepped below the game statistics (no game of it is logged); training then starts from new games.
+            play = np.random.default_rng(args.seed)
+            random_frames = np.zeros((T, N) + frame_shape, dtype=np.uint8)
+            envs.env.reset()
+            for _ in range(args.num_iterations_obs_norm_init):
+                for step in range(T):
+                    frames, *_ = envs.env.step(play.integers(envs.single_action_space.n, size=N))
+                    random_frames[step] = frames[:, -1]
+                statistics.update_obs(random_frames.reshape((-1,) + frame_shape))
+        next_obs, _ = envs.reset()
+        next_done = np.zeros(N, dtype=bool)  # the last step's dones: the next step is a reset step
+
+        for iteration in range(start_iteration, args.num_iterations + 1):
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / args.num_iterations
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
             for step in range(T):
-                frames, *_ = envs.env.step(play.integers(envs.single_action_space.n, size=N))
-                random_frames[step] = frames[:, -1]
-            statistics.update_obs(random_frames.reshape((-1,) + frame_shape))
-    next_obs, _ = envs.reset()
-    next_done = np.zeros(N, dtype=bool)  # the last step's dones: the next step is a reset step
+                global_step += N
+                obs[step] = torch.as_tensor(next_obs)
+                # After a done, EnvPool's next step resets the env: it ignores the action and
+                # returns reward 0 and the new episode's first observation (masked out of the losses).
+                resets[step] = next_done
+                with torch.inference_mode():
+                    action, logprob, _, ext_value, int_value = agent.get_action_and_value(obs[step])
+                actions[step], logprobs[step], ext_values[step], int_values[step] = action, logprob, ext_value, int_value
 
-    for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+                next_obs, reward, termination, truncation, info = envs.step(action.cpu().numpy())
+                next_done = termination | truncation
+                rewards[step], terminations[step], dones[step] = reward, termination, next_done
+                next_frames[step] = torch.as_tensor(next_obs[:, -1])
+                run.log_episodes(global_step, info)  # game scores: unclipped rewards over all lives (GameStatistics)
 
-        for step in range(T):
-            global_step += N
-            obs[step] = torch.as_tensor(next_obs)
-            # After a done, EnvPool's next step resets the env: it ignores the action and
-            # returns reward 0 and the new episode's first observation (masked out of the losses).
-            resets[step] = next_done
-            with torch.inference_mode():
-                action, logprob, _, ext_value, int_value = agent.get_action_and_value(obs[step])
-            actions[step], logprobs[step], ext_values[step], int_values[step] = action, logprob, ext_value, int_value
+            check_rollout(global_step, reward=rewards)  # the first NaN or infinite reward stops the run (frames: uint8)
 
-            next_obs, reward, termination, truncation, info = envs.step(action.cpu().numpy())
-            check_env_step(reward, next_obs, info, global_step // args.num_envs)  # NaN or infinite rewards stop here
-            next_done = termination | truncation
-            rewards[step], terminations[step], dones[step] = reward, termination, next_done
-            next_frames[step] = torch.as_tensor(next_obs[:, -1])
-            run.log_episodes(global_step, info)  # game scores: unclipped rewards over all lives (GameStatistics)
-
-        # Intrinsic rewards: the predictor's error on each s_{t+1}, with this rollout's input statistics
-        obs_mean = torch.as_tensor(statistics.obs_rms.mean, device=device)
-        obs_var = torch.as_tensor(statistics.obs_rms.var, device=device)
-        b_rnd_input = rnd_input(next_frames.reshape((-1,) + frame_shape), obs_mean, obs_var)
-        with torch.no_grad():
-            raw_int_rewards = torch.cat([intrinsic_rewards(rnd, x) for x in b_rnd_input.split(4096)])  # bounded memory
-            raw_int_rewards = raw_int_rewards.reshape(T, N).cpu().numpy()
-            last_ext_values, last_int_values = (
-                v.cpu().numpy() for v in agent.get_value(torch.as_tensor(next_obs, device=device))
+            # Intrinsic rewards: the predictor's error on each s_{t+1}, with this rollout's input statistics
+            obs_mean = torch.as_tensor(statistics.obs_rms.mean, device=device)
+            obs_var = torch.as_tensor(statistics.obs_rms.var, device=device)
+            b_rnd_input = rnd_input(next_frames.reshape((-1,) + frame_shape), obs_mean, obs_var)
+            with torch.no_grad():
+                raw_int_rewards = torch.cat([intrinsic_rewards(rnd, x) for x in b_rnd_input.split(4096)])  # bounded memory
+                raw_int_rewards = raw_int_rewards.reshape(T, N).cpu().numpy()
+                last_ext_values, last_int_values = (
+                    v.cpu().numpy() for v in agent.get_value(torch.as_tensor(next_obs, device=device))
+                )
+            int_rewards = statistics.normalize_rewards(raw_int_rewards)
+            targets = two_head_gae(
+                rewards,
+                int_rewards,
+                ext_values.cpu().numpy(),
+                int_values.cpu().numpy(),
+                last_ext_values,
+                last_int_values,
+                terminations,
+                dones,
+                resets,
+                args.gamma,
+                args.int_gamma,
+                args.gae_lambda,
+                args.ext_coef,
+                args.int_coef,
             )
-        int_rewards = statistics.normalize_rewards(raw_int_rewards)
-        targets = two_head_gae(
-            rewards,
-            int_rewards,
-            ext_values.cpu().numpy(),
-            int_values.cpu().numpy(),
-            last_ext_values,
-            last_int_values,
-            terminations,
-            dones,
-            resets,
-            args.gamma,
-            args.int_gamma,
-            args.gae_lambda,
-            args.ext_coef,
-            args.int_coef,
-        )
-        # The predictor learns on the frames that gave the rewards, normalised with the statistics updated by them
-        statistics.update_obs(next_frames.reshape((-1,) + frame_shape).cpu().numpy())
-        obs_mean = torch.as_tensor(statistics.obs_rms.mean, device=device)
-        obs_var = torch.as_tensor(statistics.obs_rms.var, device=device)
-        b_rnd_input = rnd_input(next_frames.reshape((-1,) + frame_shape), obs_mean, obs_var)
+            # The predictor learns on the frames that gave the rewards, normalised with the statistics updated by them
+            statistics.update_obs(next_frames.reshape((-1,) + frame_shape).cpu().numpy())
+            obs_mean = torch.as_tensor(statistics.obs_rms.mean, device=device)
+            obs_var = torch.as_tensor(statistics.obs_rms.var, device=device)
+            b_rnd_input = rnd_input(next_frames.reshape((-1,) + frame_shape), obs_mean, obs_var)
 
-        # Flatten the batch; the frames in channels-last layout once per update (as ppo_atari_envpool.py)
-        b_obs = obs.reshape((-1,) + obs_shape).contiguous(memory_format=torch.channels_last)
-        b_logprobs, b_actions, b_ext_values = logprobs.reshape(-1), actions.reshape(-1), ext_values.reshape(-1)
-        b = {name: torch.as_tensor(value.reshape(-1), device=device) for name, value in targets.items()}
-        b_mask = torch.as_tensor((~resets).reshape(-1), dtype=torch.float32, device=device)
+            # Flatten the batch; the frames in channels-last layout once per update (as ppo_atari_envpool.py)
+            b_obs = obs.reshape((-1,) + obs_shape).contiguous(memory_format=torch.channels_last)
+            b_logprobs, b_actions, b_ext_values = logprobs.reshape(-1), actions.reshape(-1), ext_values.reshape(-1)
+            b = {name: torch.as_tensor(value.reshape(-1), device=device) for name, value in targets.items()}
+            b_mask = torch.as_tensor((~resets).reshape(-1), dtype=torch.float32, device=device)
 
-        # Optimise the policy, the value heads and the predictor (reset steps masked out of PPO's losses)
-        clipfracs = []
-        for epoch in range(args.update_epochs):
-            b_inds = torch.randperm(args.batch_size, device=device)
-            for start in range(0, args.batch_size, args.minibatch_size):
-                mb_inds = b_inds[start : start + args.minibatch_size]
-                predicted, target = rnd(b_rnd_input[mb_inds])
-                forward_loss = rnd_loss(predicted, target, predictor_update_mask(len(mb_inds), args.update_proportion, device))
-                _, newlogprob, entropy, new_ext_value, new_int_value = agent.get_action_and_value(
-                    b_obs[mb_inds], b_actions[mb_inds]
-                )
-                losses = ppo_losses(
-                    newlogprob,
-                    entropy,
-                    new_ext_value,
-                    new_int_value,
-                    b_logprobs[mb_inds],
-                    b_ext_values[mb_inds],
-                    b["advantages"][mb_inds],
-                    b["ext_returns"][mb_inds],
-                    b["int_returns"][mb_inds],
-                    b_mask[mb_inds],
-                    args.clip_coef,
-                    args.clip_vloss,
-                    args.norm_adv,
-                )
-                clipfracs.append(losses["clipfrac"])
-                loss = (
-                    losses["policy_loss"]
-                    - args.ent_coef * losses["entropy"]
-                    + losses["value_loss"] * args.vf_coef
-                    + forward_loss
-                )
+            # Optimise the policy, the value heads and the predictor (reset steps masked out of PPO's losses)
+            clipfracs = []
+            for epoch in range(args.update_epochs):
+                b_inds = torch.randperm(args.batch_size, device=device)
+                for start in range(0, args.batch_size, args.minibatch_size):
+                    mb_inds = b_inds[start : start + args.minibatch_size]
+                    predicted, target = rnd(b_rnd_input[mb_inds])
+                    forward_loss = rnd_loss(
+                        predicted, target, predictor_update_mask(len(mb_inds), args.update_proportion, device)
+                    )
+                    _, newlogprob, entropy, new_ext_value, new_int_value = agent.get_action_and_value(
+                        b_obs[mb_inds], b_actions[mb_inds]
+                    )
+                    losses = ppo_losses(
+                        newlogprob,
+                        entropy,
+                        new_ext_value,
+                        new_int_value,
+                        b_logprobs[mb_inds],
+                        b_ext_values[mb_inds],
+                        b["advantages"][mb_inds],
+                        b["ext_returns"][mb_inds],
+                        b["int_returns"][mb_inds],
+                        b_mask[mb_inds],
+                        args.clip_coef,
+                        args.clip_vloss,
+                        args.norm_adv,
+                    )
+                    clipfracs.append(losses["clipfrac"])
+                    loss = (
+                        losses["policy_loss"]
+                        - args.ent_coef * losses["entropy"]
+                        + losses["value_loss"] * args.vf_coef
+                        + forward_loss
+                    )
 
-                optimizer.zero_grad()
-                loss.backward()
-                grad_norm = nn.utils.clip_grad_norm_(trained, args.max_grad_norm, foreach=True)
-                check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
-                optimizer.step()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    grad_norm = nn.utils.clip_grad_norm_(trained, args.max_grad_norm, foreach=True)
+                    check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
+                    optimizer.step()
 
-            if args.target_kl is not None and losses["approx_kl"].item() > args.target_kl:
-                break
+                if args.target_kl is not None and losses["approx_kl"].item() > args.target_kl:
+                    break
 
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("charts/intrinsic_reward", raw_int_rewards.mean(), global_step)  # before normalisation
-        writer.add_scalar("charts/intrinsic_reward_normalized", int_rewards.mean(), global_step)
-        writer.add_scalar("charts/intrinsic_return_std", np.sqrt(statistics.return_rms.var), global_step)
-        for name in ("value_loss", "ext_value_loss", "int_value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl"):
-            writer.add_scalar(f"losses/{name}", losses[name].item(), global_step)
-        writer.add_scalar("losses/rnd_loss", forward_loss.item(), global_step)
-        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
-        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
-        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-            run.save_checkpoint(state, global_step, iteration=iteration)
-        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
-            run.exit(envs)
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            writer.add_scalar("charts/intrinsic_reward", raw_int_rewards.mean(), global_step)  # before normalisation
+            writer.add_scalar("charts/intrinsic_reward_normalized", int_rewards.mean(), global_step)
+            writer.add_scalar("charts/intrinsic_return_std", np.sqrt(statistics.return_rms.var), global_step)
+            for name in (
+                "value_loss",
+                "ext_value_loss",
+                "int_value_loss",
+                "policy_loss",
+                "entropy",
+                "old_approx_kl",
+                "approx_kl",
+            ):
+                writer.add_scalar(f"losses/{name}", losses[name].item(), global_step)
+            writer.add_scalar("losses/rnd_loss", forward_loss.item(), global_step)
+            writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+            writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+                run.save_checkpoint(state, global_step, iteration=iteration)
+            if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+                run.exit(envs)
 
+        envs.close()
     if args.save_model:
         run.save_model({"agent": agent}, evaluate)
-    envs.close()
     run.close()

@@ -24,10 +24,11 @@ import torch.nn as nn
 import torch.optim as optim
 import tyro
 
-from cleanrl_utils.envpool_atari import GameStatistics, check_envpool_atari
-from cleanrl_utils.legacy.evals import Evaluation
-from cleanrl_utils.legacy.faults import check_env_step, check_finite
-from cleanrl_utils.legacy.run import RunArgs, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.envpool_atari import GameStatistics, check_envpool_atari, check_rollout
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.flags import RunArgs, parse_args, require, require_positive, require_range
+from cleanrl_utils.run import start_run
 
 try:  # EnvPool comes with the envpool extra; without it, --env-id says so
     import envpool
@@ -232,7 +233,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, epsilon: float = 0.05, **options) -> np.ndarray:
     """Game scores ``[eval_episodes]`` of a model saved by this script, ε-greedy (0.05, the usual Atari evaluation),
-    in EnvPool: whole games, unclipped rewards. ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
+    in EnvPool: whole games, unclipped rewards. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, None, make_envs=make_envs, **options)
     num_actions = int(evaluation.envs.single_action_space.n)
     q_network = evaluation.load(QNetwork(num_actions).to(memory_format=torch.channels_last), "q_network")
@@ -252,8 +253,9 @@ if __name__ == "__main__":
     args, resumed = parse_args(Args, __file__, check_args)
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
-    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
-    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the rollout ends, checkpoints, exits 128 + signum
+            signal.signal(signum, run.stop)
 
     # The envs are not checkpointed: a resumed run makes new ones, seeded from --seed and its step (other games)
     seed = args.seed
@@ -264,83 +266,92 @@ if __name__ == "__main__":
     envs = make_envs(
         args.env_id, seed, args.capture_video, run.video_dir, num_envs=args.num_envs, num_threads=args.num_threads
     )
-    obs_shape, num_actions = envs.single_observation_space.shape, int(envs.single_action_space.n)  # (4, 84, 84)
-    q_network = QNetwork(num_actions).to(device, memory_format=torch.channels_last)  # NHWC: faster convolutions on CPU
-    optimizer = optim.RAdam(q_network.parameters(), lr=args.learning_rate)
+    with run.stop_on_fault(envs):  # a fault ends the run in one line
+        obs_shape, num_actions = envs.single_observation_space.shape, int(envs.single_action_space.n)  # (4, 84, 84)
+        q_network = QNetwork(num_actions).to(device, memory_format=torch.channels_last)  # NHWC: faster convolutions on CPU
+        optimizer = optim.RAdam(q_network.parameters(), lr=args.learning_rate)
 
-    # Rollout storage [num_steps, num_envs]
-    T, N = args.num_steps, args.num_envs
-    obs = torch.zeros((T, N) + obs_shape, dtype=torch.uint8, device=device)
-    actions = torch.zeros((T, N), dtype=torch.long, device=device)
-    values = torch.zeros((T, N), device=device)  # max_a Q(obs[t], a) under the rollout's weights
-    rewards, terminations, truncations = (torch.zeros((T, N), device=device) for _ in range(3))
-    resets = torch.zeros((T, N), dtype=torch.bool, device=device)  # EnvPool's reset steps: not transitions of the game
+        # Rollout storage [num_steps, num_envs]
+        T, N = args.num_steps, args.num_envs
+        obs = torch.zeros((T, N) + obs_shape, dtype=torch.uint8, device=device)
+        actions = torch.zeros((T, N), dtype=torch.long, device=device)
+        values = torch.zeros((T, N), device=device)  # max_a Q(obs[t], a) under the rollout's weights
+        rewards, terminations, truncations = (torch.zeros((T, N), device=device) for _ in range(3))
+        resets = torch.zeros((T, N), dtype=torch.bool, device=device)  # EnvPool's reset steps: not transitions of the game
 
-    state = {"q_network": q_network, "optimizer": optimizer}  # what a checkpoint holds, besides the generators: not the envs
-    global_step, start_iteration = 0, 1
-    if run.resumed:  # the checkpoint's network, optimiser and generators, in place; the envs are new
-        saved = run.restore(state, steps_per_iteration=args.batch_size)
-        global_step, start_iteration = saved["global_step"], saved["iteration"] + 1
-    next_obs, _ = envs.reset()
-    next_done = torch.zeros(N, dtype=torch.bool, device=device)  # the last step's dones: the next step is a reset step
+        state = {
+            "q_network": q_network,
+            "optimizer": optimizer,
+        }  # what a checkpoint holds, besides the generators: not the envs
+        global_step, start_iteration = 0, 1
+        if run.resumed:  # the checkpoint's network, optimiser and generators, in place; the envs are new
+            saved = run.restore(state, steps_per_iteration=args.batch_size)
+            global_step, start_iteration = saved["global_step"], saved["iteration"] + 1
+        next_obs, _ = envs.reset()
+        next_done = torch.zeros(N, dtype=torch.bool, device=device)  # the last step's dones: the next step is a reset step
 
-    for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+        for iteration in range(start_iteration, args.num_iterations + 1):
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / args.num_iterations
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
-        for step in range(T):
-            global_step += N
-            obs[step], resets[step] = torch.as_tensor(next_obs), next_done
-            epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
-            with torch.inference_mode():
-                q_values = q_network(obs[step])
-            values[step], greedy = q_values.max(dim=1)
-            explore = torch.rand(N, device=device) < epsilon
-            actions[step] = torch.where(explore, torch.randint(num_actions, (N,), device=device), greedy)
+            for step in range(T):
+                global_step += N
+                obs[step], resets[step] = torch.as_tensor(next_obs), next_done
+                epsilon = linear_schedule(
+                    args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step
+                )
+                with torch.inference_mode():
+                    q_values = q_network(obs[step])
+                values[step], greedy = q_values.max(dim=1)
+                explore = torch.rand(N, device=device) < epsilon
+                actions[step] = torch.where(explore, torch.randint(num_actions, (N,), device=device), greedy)
 
-            next_obs, reward, termination, truncation, info = envs.step(actions[step].cpu().numpy())
-            check_env_step(reward, next_obs, info, global_step // N)  # NaN or infinite rewards stop here
-            rewards[step] = torch.as_tensor(reward, device=device)
-            terminations[step] = torch.as_tensor(termination, device=device)
-            truncations[step] = torch.as_tensor(truncation, device=device)
-            next_done = torch.as_tensor(termination | truncation, device=device)
-            run.log_episodes(global_step, info)  # game scores: unclipped rewards over all lives (GameStatistics)
+                next_obs, reward, termination, truncation, info = envs.step(actions[step].cpu().numpy())
+                rewards[step] = torch.as_tensor(reward, device=device)
+                terminations[step] = torch.as_tensor(termination, device=device)
+                truncations[step] = torch.as_tensor(truncation, device=device)
+                next_done = torch.as_tensor(termination | truncation, device=device)
+                run.log_episodes(global_step, info)  # game scores: unclipped rewards over all lives (GameStatistics)
 
-        # Q(λ) targets. EnvPool's obs[t + 1] is the real next observation of step t (the final one after a done)
-        with torch.no_grad():
-            last_values = q_network(torch.as_tensor(next_obs, device=device)).max(dim=1).values
-            next_values = torch.cat([values[1:], last_values[None]])
-            returns = q_lambda_returns(rewards, terminations, truncations, next_values, args.gamma, args.q_lambda)
+            check_rollout(global_step, reward=rewards)  # the first NaN or infinite reward stops the run (frames: uint8)
 
-        b_obs, b_actions, b_returns = obs.reshape((-1,) + obs_shape), actions.reshape(-1), returns.reshape(-1)
-        b_mask = (~resets).reshape(-1).float()
+            # Q(λ) targets. EnvPool's obs[t + 1] is the real next observation of step t (the final one after a done)
+            with torch.no_grad():
+                last_values = q_network(torch.as_tensor(next_obs, device=device)).max(dim=1).values
+                next_values = torch.cat([values[1:], last_values[None]])
+                returns = q_lambda_returns(rewards, terminations, truncations, next_values, args.gamma, args.q_lambda)
 
-        # Regress Q(s_t, a_t) on the Q(λ) returns, in minibatches of the game's transitions (reset steps masked out)
-        for epoch in range(args.update_epochs):
-            b_inds = torch.randperm(args.batch_size, device=device)
-            for start in range(0, args.batch_size, args.minibatch_size):
-                mb_inds = b_inds[start : start + args.minibatch_size]
-                q_taken = q_network(b_obs[mb_inds]).gather(1, b_actions[mb_inds, None]).squeeze(1)
-                td_loss = masked_mean((q_taken - b_returns[mb_inds]) ** 2, b_mask[mb_inds])
+            b_obs, b_actions, b_returns = obs.reshape((-1,) + obs_shape), actions.reshape(-1), returns.reshape(-1)
+            b_mask = (~resets).reshape(-1).float()
 
-                optimizer.zero_grad()
-                td_loss.backward()
-                grad_norm = nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm, foreach=True)
-                check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, td_loss=td_loss, grad_norm=grad_norm)
-                optimizer.step()
+            # Regress Q(s_t, a_t) on the Q(λ) returns, in minibatches of the game's transitions (reset steps masked out)
+            for epoch in range(args.update_epochs):
+                b_inds = torch.randperm(args.batch_size, device=device)
+                for start in range(0, args.batch_size, args.minibatch_size):
+                    mb_inds = b_inds[start : start + args.minibatch_size]
+                    q_taken = q_network(b_obs[mb_inds]).gather(1, b_actions[mb_inds, None]).squeeze(1)
+                    td_loss = masked_mean((q_taken - b_returns[mb_inds]) ** 2, b_mask[mb_inds])
 
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("charts/epsilon", epsilon, global_step)
-        writer.add_scalar("losses/td_loss", td_loss.item(), global_step)
-        writer.add_scalar("losses/q_values", masked_mean(q_taken.detach(), b_mask[mb_inds]).item(), global_step)
-        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
-        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-            run.save_checkpoint(state, global_step, iteration=iteration)
-        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
-            run.exit(envs)
+                    optimizer.zero_grad()
+                    td_loss.backward()
+                    grad_norm = nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm, foreach=True)
+                    check_finite(
+                        f"iteration {iteration}, epoch {epoch + 1}", global_step, td_loss=td_loss, grad_norm=grad_norm
+                    )
+                    optimizer.step()
 
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            writer.add_scalar("charts/epsilon", epsilon, global_step)
+            writer.add_scalar("losses/td_loss", td_loss.item(), global_step)
+            writer.add_scalar("losses/q_values", masked_mean(q_taken.detach(), b_mask[mb_inds]).item(), global_step)
+            writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+                run.save_checkpoint(state, global_step, iteration=iteration)
+            if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+                run.exit(envs)
+
+        envs.close()
     if args.save_model:
         run.save_model({"q_network": q_network}, evaluate)
-    envs.close()
     run.close()

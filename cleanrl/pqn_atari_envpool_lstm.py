@@ -24,10 +24,11 @@ import torch.nn as nn
 import torch.optim as optim
 import tyro
 
-from cleanrl_utils.envpool_atari import GameStatistics, check_envpool_atari
-from cleanrl_utils.legacy.evals import Evaluation
-from cleanrl_utils.legacy.faults import check_env_step, check_finite
-from cleanrl_utils.legacy.run import RunArgs, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.envpool_atari import GameStatistics, check_envpool_atari, check_rollout
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.flags import RunArgs, parse_args, require, require_positive, require_range
+from cleanrl_utils.run import start_run
 
 try:  # EnvPool comes with the envpool extra; without it, --env-id says so
     import envpool
@@ -272,7 +273,7 @@ def evaluate(model_path: str, eval_episodes: int, epsilon: float = 0.05, **optio
 
     In EnvPool with episodic life, as in training: the LSTM state is carried from step to step and
     reset at the first observation after each lost life; a game's score sums its lives' unclipped
-    rewards. ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`.
+    rewards. ``options``: see :class:`cleanrl_utils.evals.Evaluation`.
     """
     evaluation = Evaluation(__file__, model_path, eval_episodes, None, make_envs=make_envs, **options)
     num_actions, device = int(evaluation.envs.single_action_space.n), evaluation.device
@@ -300,8 +301,9 @@ if __name__ == "__main__":
     args, resumed = parse_args(Args, __file__, check_args)
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
-    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
-    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the rollout ends, checkpoints, exits 128 + signum
+            signal.signal(signum, run.stop)
 
     # The envs are not checkpointed: a resumed run makes new ones, seeded from --seed and its step (other games)
     seed = args.seed
@@ -312,89 +314,99 @@ if __name__ == "__main__":
     envs = make_envs(
         args.env_id, seed, args.capture_video, run.video_dir, num_envs=args.num_envs, num_threads=args.num_threads
     )
-    obs_shape, num_actions = envs.single_observation_space.shape, int(envs.single_action_space.n)  # (1, 84, 84)
-    q_network = QNetwork(num_actions).to(device, memory_format=torch.channels_last)  # NHWC: faster convolutions on CPU
-    optimizer = optim.RAdam(q_network.parameters(), lr=args.learning_rate)
+    with run.stop_on_fault(envs):  # a fault ends the run in one line
+        obs_shape, num_actions = envs.single_observation_space.shape, int(envs.single_action_space.n)  # (1, 84, 84)
+        q_network = QNetwork(num_actions).to(device, memory_format=torch.channels_last)  # NHWC: faster convolutions on CPU
+        optimizer = optim.RAdam(q_network.parameters(), lr=args.learning_rate)
 
-    # Rollout storage [num_steps, num_envs]
-    T, N = args.num_steps, args.num_envs
-    obs = torch.zeros((T, N) + obs_shape, dtype=torch.uint8, device=device)
-    starts = torch.zeros((T, N), device=device)  # 1.0 where obs[t] is the first of an episode: the LSTM state is reset
-    actions = torch.zeros((T, N), dtype=torch.long, device=device)
-    values = torch.zeros((T, N), device=device)  # max_a Q(history up to obs[t], a) under the rollout's weights
-    rewards, terminations, truncations = (torch.zeros((T, N), device=device) for _ in range(3))
-    resets = torch.zeros((T, N), dtype=torch.bool, device=device)  # EnvPool's reset steps: not transitions of the game
+        # Rollout storage [num_steps, num_envs]
+        T, N = args.num_steps, args.num_envs
+        obs = torch.zeros((T, N) + obs_shape, dtype=torch.uint8, device=device)
+        starts = torch.zeros((T, N), device=device)  # 1.0 where obs[t] is the first of an episode: the LSTM state is reset
+        actions = torch.zeros((T, N), dtype=torch.long, device=device)
+        values = torch.zeros((T, N), device=device)  # max_a Q(history up to obs[t], a) under the rollout's weights
+        rewards, terminations, truncations = (torch.zeros((T, N), device=device) for _ in range(3))
+        resets = torch.zeros((T, N), dtype=torch.bool, device=device)  # EnvPool's reset steps: not transitions of the game
 
-    state = {"q_network": q_network, "optimizer": optimizer}  # what a checkpoint holds, besides the generators: not the envs
-    global_step, start_iteration = 0, 1
-    if run.resumed:  # the checkpoint's network, optimiser and generators, in place; the envs and LSTM state are new
-        saved = run.restore(state, steps_per_iteration=args.batch_size)
-        global_step, start_iteration = saved["global_step"], saved["iteration"] + 1
-    next_obs, _ = envs.reset()
-    next_done = torch.zeros(N, dtype=torch.bool, device=device)  # the last step's dones: the next step is a reset step
-    next_start = torch.ones(N, device=device)  # the next observation starts an episode
-    lstm_state = q_network.initial_state(N, device)
+        state = {
+            "q_network": q_network,
+            "optimizer": optimizer,
+        }  # what a checkpoint holds, besides the generators: not the envs
+        global_step, start_iteration = 0, 1
+        if run.resumed:  # the checkpoint's network, optimiser and generators, in place; the envs and LSTM state are new
+            saved = run.restore(state, steps_per_iteration=args.batch_size)
+            global_step, start_iteration = saved["global_step"], saved["iteration"] + 1
+        next_obs, _ = envs.reset()
+        next_done = torch.zeros(N, dtype=torch.bool, device=device)  # the last step's dones: the next step is a reset step
+        next_start = torch.ones(N, device=device)  # the next observation starts an episode
+        lstm_state = q_network.initial_state(N, device)
 
-    for iteration in range(start_iteration, args.num_iterations + 1):
-        initial_state = (lstm_state[0].clone(), lstm_state[1].clone())  # the update replays each env's sequence from it
-        if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+        for iteration in range(start_iteration, args.num_iterations + 1):
+            initial_state = (lstm_state[0].clone(), lstm_state[1].clone())  # the update replays each env's sequence from it
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / args.num_iterations
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
-        for step in range(T):
-            global_step += N
-            obs[step], starts[step], resets[step] = torch.as_tensor(next_obs), next_start, next_done
-            epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
-            with torch.inference_mode():
-                q_values, lstm_state = q_network(obs[step : step + 1], starts[step : step + 1], lstm_state)
-            values[step], greedy = q_values[0].max(dim=1)
-            explore = torch.rand(N, device=device) < epsilon
-            actions[step] = torch.where(explore, torch.randint(num_actions, (N,), device=device), greedy)
+            for step in range(T):
+                global_step += N
+                obs[step], starts[step], resets[step] = torch.as_tensor(next_obs), next_start, next_done
+                epsilon = linear_schedule(
+                    args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step
+                )
+                with torch.inference_mode():
+                    q_values, lstm_state = q_network(obs[step : step + 1], starts[step : step + 1], lstm_state)
+                values[step], greedy = q_values[0].max(dim=1)
+                explore = torch.rand(N, device=device) < epsilon
+                actions[step] = torch.where(explore, torch.randint(num_actions, (N,), device=device), greedy)
 
-            next_obs, reward, termination, truncation, info = envs.step(actions[step].cpu().numpy())
-            check_env_step(reward, next_obs, info, global_step // N)  # NaN or infinite rewards stop here
-            rewards[step] = torch.as_tensor(reward, device=device)
-            terminations[step] = torch.as_tensor(termination, device=device)
-            truncations[step] = torch.as_tensor(truncation, device=device)
-            next_done = torch.as_tensor(termination | truncation, device=device)
-            next_start = resets[step].float()  # after a reset step comes the first observation of the next episode
-            run.log_episodes(global_step, info)  # game scores: unclipped rewards over all lives (GameStatistics)
+                next_obs, reward, termination, truncation, info = envs.step(actions[step].cpu().numpy())
+                rewards[step] = torch.as_tensor(reward, device=device)
+                terminations[step] = torch.as_tensor(termination, device=device)
+                truncations[step] = torch.as_tensor(truncation, device=device)
+                next_done = torch.as_tensor(termination | truncation, device=device)
+                next_start = resets[step].float()  # after a reset step comes the first observation of the next episode
+                run.log_episodes(global_step, info)  # game scores: unclipped rewards over all lives (GameStatistics)
 
-        # Q(λ) targets. EnvPool's obs[t + 1] is the real next observation of step t (the final one after a done),
-        # read by the LSTM with its own episode's memory
-        with torch.no_grad():
-            last_q, _ = q_network(torch.as_tensor(next_obs[None], device=device), next_start[None], lstm_state)
-            next_values = torch.cat([values[1:], last_q.max(dim=2).values])
-            returns = q_lambda_returns(rewards, terminations, truncations, next_values, args.gamma, args.q_lambda)
-        mask = (~resets).float()
+            check_rollout(global_step, reward=rewards)  # the first NaN or infinite reward stops the run (frames: uint8)
 
-        # Regress Q(history, a_t) on the Q(λ) returns, in minibatches of whole env sequences [T, envs] (reset steps masked out)
-        envs_per_minibatch = N // args.num_minibatches
-        for epoch in range(args.update_epochs):
-            env_inds = torch.randperm(N, device=device)
-            for start in range(0, N, envs_per_minibatch):
-                mb = env_inds[start : start + envs_per_minibatch]
-                q_values, _ = q_network(obs[:, mb], starts[:, mb], (initial_state[0][mb], initial_state[1][mb]))
-                q_taken = q_values.gather(2, actions[:, mb, None]).squeeze(2)
-                td_loss = masked_mean((q_taken - returns[:, mb]) ** 2, mask[:, mb])
+            # Q(λ) targets. EnvPool's obs[t + 1] is the real next observation of step t (the final one after a done),
+            # read by the LSTM with its own episode's memory
+            with torch.no_grad():
+                last_q, _ = q_network(torch.as_tensor(next_obs[None], device=device), next_start[None], lstm_state)
+                next_values = torch.cat([values[1:], last_q.max(dim=2).values])
+                returns = q_lambda_returns(rewards, terminations, truncations, next_values, args.gamma, args.q_lambda)
+            mask = (~resets).float()
 
-                optimizer.zero_grad()
-                td_loss.backward()
-                grad_norm = nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm, foreach=True)
-                check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, td_loss=td_loss, grad_norm=grad_norm)
-                optimizer.step()
+            # Regress Q(history, a_t) on the Q(λ) returns, in minibatches of whole env sequences [T, envs]
+            # (reset steps masked out)
+            envs_per_minibatch = N // args.num_minibatches
+            for epoch in range(args.update_epochs):
+                env_inds = torch.randperm(N, device=device)
+                for start in range(0, N, envs_per_minibatch):
+                    mb = env_inds[start : start + envs_per_minibatch]
+                    q_values, _ = q_network(obs[:, mb], starts[:, mb], (initial_state[0][mb], initial_state[1][mb]))
+                    q_taken = q_values.gather(2, actions[:, mb, None]).squeeze(2)
+                    td_loss = masked_mean((q_taken - returns[:, mb]) ** 2, mask[:, mb])
 
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("charts/epsilon", epsilon, global_step)
-        writer.add_scalar("losses/td_loss", td_loss.item(), global_step)
-        writer.add_scalar("losses/q_values", masked_mean(q_taken.detach(), mask[:, mb]).item(), global_step)
-        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
-        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-            run.save_checkpoint(state, global_step, iteration=iteration)
-        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
-            run.exit(envs)
+                    optimizer.zero_grad()
+                    td_loss.backward()
+                    grad_norm = nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm, foreach=True)
+                    check_finite(
+                        f"iteration {iteration}, epoch {epoch + 1}", global_step, td_loss=td_loss, grad_norm=grad_norm
+                    )
+                    optimizer.step()
 
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            writer.add_scalar("charts/epsilon", epsilon, global_step)
+            writer.add_scalar("losses/td_loss", td_loss.item(), global_step)
+            writer.add_scalar("losses/q_values", masked_mean(q_taken.detach(), mask[:, mb]).item(), global_step)
+            writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+                run.save_checkpoint(state, global_step, iteration=iteration)
+            if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+                run.exit(envs)
+
+        envs.close()
     if args.save_model:
         run.save_model({"q_network": q_network}, evaluate)
-    envs.close()
     run.close()

@@ -1,5 +1,6 @@
-"""EnvPool's Atari envs in the scripts that use them (ppo_atari_envpool.py, pqn_atari_envpool.py, pqn_atari_envpool_lstm.py):
-the game statistics wrapper their ``make_envs`` applies, and the check of ``--env-id``."""
+"""EnvPool's Atari envs in the scripts that use them (ppo_atari_envpool.py, ppo_rnd_envpool.py, pqn_atari_envpool.py,
+pqn_atari_envpool_lstm.py; the Procgen scripts share the first two): the game statistics wrapper their ``make_envs``
+applies, the check of a rollout's rewards, and the check of ``--env-id``."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from typing import Any, Optional
 
 import gymnasium as gym
 import numpy as np
+import torch
 
-from cleanrl_utils.cli import fail, require
+from cleanrl_utils.faults import EnvFault
+from cleanrl_utils.flags import fail, require
 
 
 class GameStatistics(gym.vector.VectorWrapper):
@@ -19,7 +22,7 @@ class GameStatistics(gym.vector.VectorWrapper):
     unclipped rewards (``info["reward"]``) over all its lives; the info of the step where the game
     ends (``info["terminated"]``: no lives left; or the time limit) has ``info["episode"]``
     (``"r"``: scores, ``"l"``: frames, ``[num_envs]``) and ``info["_episode"]`` (bool ``[num_envs]``),
-    where ``Run.log_episodes`` and ``cleanrl_utils.legacy.evals.run_episodes`` read them.
+    where ``Run.log_episodes`` and ``cleanrl_utils.evals.run_episodes`` read them.
 
     With ``video_dir``, env 0's games that ``video_episodes(game_index) -> bool`` picks (gymnasium's
     schedule when None, as ``RecordVideo``) are written there as ``rl-video-episode-{i}.mp4``, one
@@ -72,6 +75,32 @@ class GameStatistics(gym.vector.VectorWrapper):
             fps = 60 // self.frame_skip
             save_video(self.frames, self.video_dir, episode_trigger=lambda _: True, episode_index=self.game, fps=fps)
         self.frames = []
+
+
+def check_rollout(global_step: int, **rollout: Any) -> None:
+    """Raise :class:`~cleanrl_utils.faults.EnvFault` naming the env and the global step of the first NaN or infinite
+    value of a rollout (a reward beyond float32's range is infinite once stored), in step order, then env order.
+
+    The scripts whose envs are one vector env of their own library (EnvPool, Procgen) call it once per rollout, after
+    it, on the arrays they stored: nothing runs per env per step for it. Their frames are uint8, always finite.
+
+    Args:
+        global_step: the run's steps at the rollout's end (the last vector step's).
+        rollout: by name (``reward=rewards``), numpy arrays or torch tensors ``[num_steps, num_envs, ...]``.
+
+    Raises:
+        EnvFault: ``env 1 returned a non-finite reward (nan) at global step 1216 (step 7 of the rollout)``.
+    """
+    for name, values in rollout.items():
+        finite = torch.isfinite(values) if isinstance(values, torch.Tensor) else np.isfinite(values)
+        if bool(finite.all()):
+            continue
+        bad = ~finite.reshape(finite.shape[0], finite.shape[1], -1).all(-1)
+        step, env = (int(index) for index in (bad.nonzero()[0] if isinstance(bad, torch.Tensor) else np.argwhere(bad)[0]))
+        num_steps, num_envs = bad.shape
+        at = global_step - (num_steps - 1 - step) * num_envs
+        shown = values[step, env].flatten()[~finite[step, env].flatten()][0].item()
+        raise EnvFault(f"env {env} returned a non-finite {name} ({shown}) at global step {at} (step {step} of the rollout)")
 
 
 def check_envpool_atari(args: Any, envpool: Any) -> None:

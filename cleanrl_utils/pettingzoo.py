@@ -12,8 +12,9 @@ folds them into rows itself (``ppo_pettingzoo.py``'s ``fold_agents``). What it a
   seed), so a checkpoint holds, per env, the seed of its episode and the actions since, and
   :meth:`ParallelEnvs.load_state_dict` replays them into fresh envs: the exact state (emulator, frame
   stacks, statistics) of any env that is deterministic given its seed and its actions;
-- checks: a non-finite reward or floating observation, an agent that acted but got no reward or flags, an
-  agent that left ``env.agents`` without a termination or truncation, raise :class:`EnvFault` naming the env;
+- checks of each step's structure: an agent that acted but got no reward or flags, an agent that left
+  ``env.agents`` without a termination or truncation, raise :class:`EnvFault` naming the env; the numbers (a NaN or
+  infinite reward or observation) are checked once per rollout by the script, with :func:`check_rollout`;
 - videos of env 0's episodes (``render_mode="rgb_array"``), as gymnasium's ``RecordVideo`` makes them.
 """
 
@@ -23,8 +24,9 @@ import os
 from typing import Any, Callable, Sequence
 
 import numpy as np
+import torch
 
-from cleanrl_utils.legacy.faults import EnvFault
+from cleanrl_utils.faults import EnvFault
 
 
 class ParallelEnvs:
@@ -126,12 +128,7 @@ class ParallelEnvs:
         for agent in acting:
             if agent not in rewards or agent not in terminations or agent not in truncations:
                 raise EnvFault(f"{where}: agent {agent!r} acted but got no reward, termination or truncation")
-            reward = float(rewards[agent])
-            if not np.isfinite(reward) or abs(reward) > np.finfo(np.float32).max:
-                raise EnvFault(f"{where}: agent {agent!r} got the reward {reward}, not a finite float32")
-            if agent in obs and np.asarray(obs[agent]).dtype.kind == "f" and not np.isfinite(obs[agent]).all():
-                raise EnvFault(f"{where}: agent {agent!r} got a non-finite observation")
-            self._returns[index][agent] += reward
+            self._returns[index][agent] += float(rewards[agent])
             self._lengths[index][agent] += 1
         infos = {agent: dict(infos.get(agent, {})) for agent in acting}
         ended = [agent for agent in acting if terminations[agent] or truncations[agent]]
@@ -235,5 +232,39 @@ def log_agent_episodes(run: Any, global_step: int, infos: list[dict]) -> None:
                 for suffix in ("", f"/{agent}"):
                     run.writer.add_scalar(f"charts/episodic_return{suffix}", episodic_return, global_step)
                     run.writer.add_scalar(f"charts/episodic_length{suffix}", length, global_step)
-                run.progress.episodes([episodic_return])
+                run.progress.returns.append(episodic_return)
     run.progress.update(global_step)
+
+
+def check_rollout(global_step: int, agents: list[str], **rollout: Any) -> None:
+    """Raise :class:`EnvFault` naming the env, the agent and the global step of the first NaN or infinite value of a
+    rollout's rows (a reward beyond float32's range is infinite once stored), in step order, then row order.
+
+    ``ppo_pettingzoo.py`` calls it once per rollout, after it, on what it stored: nothing runs per agent per step.
+
+    Args:
+        global_step: the run's agent steps at the rollout's end (each vector step adds a row per agent of each env).
+        agents: the envs' agents; row ``env * len(agents) + a`` is agent ``agents[a]`` of env ``env``.
+        rollout: by name (``reward=rewards``), numpy arrays or torch tensors ``[num_steps, rows, ...]``; integer
+            arrays (uint8 frames) are skipped.
+
+    Raises:
+        EnvFault: ``env 1, agent 'racer_0' got a non-finite reward (nan) at global step 1216 (step 7 of the rollout)``.
+    """
+    for name, values in rollout.items():
+        if isinstance(values, torch.Tensor):
+            if not values.is_floating_point() or bool(torch.isfinite(values).all()):
+                continue
+            finite = torch.isfinite(values).cpu().numpy()
+            values = values.cpu().numpy()
+        else:
+            if np.asarray(values).dtype.kind != "f" or np.isfinite(values).all():
+                continue
+            finite = np.isfinite(values)
+        bad = ~finite.reshape(finite.shape[0], finite.shape[1], -1).all(-1)
+        step, row = (int(index) for index in np.argwhere(bad)[0])
+        at = global_step - (bad.shape[0] - 1 - step) * bad.shape[1]
+        shown = values[step, row].flatten()[~finite[step, row].flatten()][0].item()
+        env, agent = divmod(row, len(agents))
+        where = f"at global step {at} (step {step} of the rollout)"
+        raise EnvFault(f"env {env}, agent {agents[agent]!r} got a non-finite {name} ({shown}) {where}")

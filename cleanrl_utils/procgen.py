@@ -19,7 +19,7 @@ from typing import Any, Optional
 import gymnasium as gym
 import numpy as np
 
-from cleanrl_utils.cli import fail, require
+from cleanrl_utils.flags import fail, require
 
 try:  # procgen comes with the procgen extra; without it, --env-id says so
     from procgen import ProcgenGym3Env

@@ -36,8 +36,10 @@ class Script:
         buffer: an off-policy script, resumed with ``--checkpoint-buffer``.
         loss: a loss tag the script logs.
         long: the resume comparison takes minutes: marked ``long`` (CI's second step).
-        exact_resume: False for an asynchronous script (actor processes): not reproducible, so no resume comparison
-            (``resume`` empty); its own tests check that SIGTERM writes a checkpoint and ``--resume`` continues.
+        exact_resume: False for an asynchronous script (actor processes: not reproducible) and for one whose envs are a
+            library's own vector env a checkpoint cannot hold (EnvPool, Procgen: a resumed run continues with new
+            envs): no resume comparison (``resume`` empty); its own tests check that SIGTERM writes a checkpoint and
+            ``--resume`` continues.
     """
 
     run: list[str]
@@ -181,6 +183,53 @@ SCRIPTS = {
         resume=[],
         loss="losses/td_loss",
         exact_resume=False,
+    ),
+    "ppo_atari_envpool.py": Script(
+        run=["--num-envs", "2", "--num-steps", "32", "--total-timesteps", "512", "--num-threads", "1"],
+        resume=[],
+        loss="losses/value_loss",
+        exact_resume=False,
+    ),
+    "pqn_atari_envpool.py": Script(
+        run=["--num-envs", "2", "--num-steps", "64", "--total-timesteps", "1024", "--num-minibatches", "1",
+             "--update-epochs", "1", "--num-threads", "1"],
+        resume=[],
+        loss="losses/td_loss",
+        exact_resume=False,
+    ),
+    "pqn_atari_envpool_lstm.py": Script(
+        run=["--num-envs", "2", "--num-steps", "64", "--total-timesteps", "1024", "--num-minibatches", "1",
+             "--update-epochs", "1", "--num-threads", "1"],
+        resume=[],
+        loss="losses/td_loss",
+        exact_resume=False,
+    ),
+    "ppo_rnd_envpool.py": Script(
+        run=["--env-id", "Breakout-v5", "--num-envs", "4", "--num-steps", "32", "--num-iterations-obs-norm-init", "1",
+             "--num-threads", "1", "--total-timesteps", "1024"],  # Breakout: games end in a short run
+        resume=[],
+        loss="losses/rnd_loss",
+        exact_resume=False,
+    ),
+    "ppo_procgen.py": Script(
+        run=["--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--total-timesteps", "256"],
+        resume=[],
+        loss="losses/value_loss",
+        exact_resume=False,
+    ),
+    "ppg_procgen.py": Script(
+        run=["--num-envs", "2", "--num-steps", "32", "--n-iteration", "2", "--num-minibatches", "2",
+             "--e-auxiliary", "1", "--num-aux-rollouts", "2", "--total-timesteps", "256"],
+        resume=[],
+        loss="losses/aux/kl_loss",
+        exact_resume=False,
+    ),
+    "ppo_pettingzoo.py": Script(
+        run=["--env-id", "cleanrl_utils.envs:MinefieldRace", "--num-envs", "2", "--num-steps", "32",
+             "--total-timesteps", "512"],
+        resume=["--env-id", "cleanrl_utils.envs:MinefieldRace", "--num-envs", "2", "--num-steps", "32",
+                "--total-timesteps", "3072"],
+        loss="losses/value_loss",
     ),
 }  # fmt: skip
 

@@ -28,7 +28,16 @@ from cleanrl.ppg_procgen import (
     normalize_advantages,
     ppo_losses,
 )
-from tests.conftest import ROOT, assert_stops_with_one_line, enjoy, run_dir, run_in_process, run_script, scalars
+from tests.conftest import (
+    ROOT,
+    _run_in_process_until_exit,
+    assert_stops_with_one_line,
+    enjoy,
+    run_dir,
+    run_in_process,
+    run_script,
+    scalars,
+)
 
 pytest.importorskip("procgen")
 
@@ -184,6 +193,21 @@ def test_smoke_aux_buffer_model_evaluation_and_the_evaluation_tool(monkeypatch, 
     assert result.stdout.startswith("ppg_procgen.py, ") and f"return {returns.mean():.2f}" in result.stdout
 
 
+def test_a_nan_reward_stops_the_run_in_one_line_naming_the_env_and_step(monkeypatch, tmp_path):
+    """The rollout's game rewards checked once after it: env 1's NaN at its 40th step (phase 2's first rollout, steps
+    33-48 of 2 envs) ends the run in one line, exit 1, before that rollout's update."""
+    from tests.test_ppo_procgen import nan_reward_at
+
+    nan_reward_at(monkeypatch)
+    flags = [*TINY, "--total-timesteps", "128"]
+    code, stderr = _run_in_process_until_exit(str(ROOT / "cleanrl" / "ppg_procgen.py"), flags, tmp_path)
+    assert code == 1 and stderr.strip() == (
+        "ppg_procgen.py: env 1 returned a non-finite reward (nan) at global step 80 (step 7 of the rollout); "
+        "last checkpoint: none"
+    ), stderr
+    assert [step for step, _ in scalars(run_dir(tmp_path))["losses/value_loss"]] == [32, 64]
+
+
 @pytest.mark.long  # three whole runs: CI's -m long, out of the README's command (30 minutes)
 def test_sigterm_mid_phase_checkpoints_the_phase_start_then_resume_continues(monkeypatch, tmp_path):
     """Three phases of 64 steps, checkpoints every phase. SIGTERM in phase 3's first rollout: the run goes back to
@@ -271,7 +295,7 @@ BAD_INPUT = [
     (["--total-timesteps", "100000"], "--total-timesteps", "less than one phase of 524288 steps"),
     (["--num-aux-rollouts", "2049"], "--num-aux-rollouts", "exceeds the rollouts of a phase"),
     (["--beta-clone", "-1"], "--beta-clone", "must be >= 0"),
-    (["--e-auxiliary", "0"], "--e-auxiliary", "must be positive"),
+    (["--e-auxiliary", "0"], "--e-auxiliary", "must be a positive finite number"),
     (["--v-value", "10001"], "--v-value", "must be in [1, 10000]"),
     (["--num-levels", "-1"], "--num-levels", "must be in [0, 2147483647]"),
 ]

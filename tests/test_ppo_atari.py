@@ -17,9 +17,12 @@ import torch
 
 from cleanrl import ppo_atari, ppo_atari_envpool
 from cleanrl.ppo_atari_envpool import compute_gae, masked_mean, ppo_losses
-from cleanrl_utils.envpool_atari import GameStatistics
+from cleanrl_utils.envpool_atari import GameStatistics, check_rollout
+from cleanrl_utils.faults import EnvFault
 from cleanrl_utils.legacy.vector import real_next_obs, vector_env
 from tests.conftest import (
+    ROOT,
+    _run_in_process_until_exit,
     assert_stops_with_one_line,
     run_dir,
     run_in_process,
@@ -168,7 +171,9 @@ class _Scripted(gym.vector.VectorEnv):
 def test_game_statistics_report_games_as_episode_statistics():
     """Unclipped rewards summed per game (a lost life before the game over is no game over: the score
     goes on), reported where gymnasium's RecordEpisodeStatistics reports an episode, lengths in frames."""
-    from cleanrl_utils.legacy.run import episode_returns
+
+    def episode_returns(info: dict) -> list[float]:  # what Run.log_episodes logs of a vector step's infos
+        return np.asarray(info["episode"]["r"])[info["_episode"]].tolist()
 
     steps = [  # env 0's game ends at step 2, env 1's at step 3 (the time limit); then both at step 4
         ([1.0, 0.0], [False, False], [False, False], [1, 1]),
@@ -249,6 +254,54 @@ def test_envpool_logs_unclipped_game_scores_over_all_lives(monkeypatch, tmp_path
             assert running[i] > clipped[i] > 0 and running[i] % 5 == 0  # alien points, not ±1 per reward
             running[i], clipped[i], lives_lost[i] = 0, 0, 0
     assert len(expected) >= 2 and logged == expected
+
+
+def test_check_rollout_names_the_env_and_step_of_the_first_non_finite_value():
+    """The EnvPool and Procgen scripts check a rollout's stored rewards once, after it: the first bad value in step
+    order, then env order (numpy or torch), its global step counted back from the rollout's end."""
+    rewards = np.zeros((4, 3), np.float32)
+    check_rollout(120, reward=rewards)  # all finite: nothing
+    rewards[2, 1], rewards[3, 0] = np.nan, np.inf
+    with pytest.raises(EnvFault, match=r"^env 1 returned a non-finite reward \(nan\) at global step 117 \(step 2 of the"):
+        check_rollout(120, reward=rewards)
+    tensor = torch.zeros(4, 3)
+    tensor[1, 2] = -float("inf")
+    with pytest.raises(EnvFault, match=r"^env 2 returned a non-finite reward \(-inf\) at global step 114 "):
+        check_rollout(120, reward=tensor)
+    stored = np.zeros((4, 3), np.float32)
+    with np.errstate(over="ignore"):
+        stored[0] = [1e300, 0.0, 0.0]  # beyond float32's range: infinite once stored
+    with pytest.raises(EnvFault, match=r"env 0 returned a non-finite reward \(inf\) at global step 111 "):
+        check_rollout(120, reward=stored)
+
+
+class _NanReward(gym.vector.VectorWrapper):
+    """EnvPool's envs with env 1's reward NaN at their 40th step."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.steps = 0
+
+    def step(self, actions):
+        obs, rewards, terminations, truncations, info = self.env.step(actions)
+        self.steps += 1
+        if self.steps == 40:
+            rewards = rewards.copy()
+            rewards[1] = np.nan
+        return obs, rewards, terminations, truncations, info
+
+
+def test_envpool_a_nan_reward_stops_the_run_in_one_line_naming_the_env_and_step(monkeypatch, tmp_path):
+    """Checked once per rollout (nothing per env per step): the rollout with the NaN (steps 33-64 of 2 envs) trains
+    on nothing; the run ends in one line, exit 1."""
+    make = ppo_atari_envpool.envpool.make
+    monkeypatch.setattr(ppo_atari_envpool.envpool, "make", lambda *args, **kwargs: _NanReward(make(*args, **kwargs)))
+    code, stderr = _run_in_process_until_exit(str(ROOT / "cleanrl" / "ppo_atari_envpool.py"), TINY, tmp_path)
+    assert code == 1 and stderr.strip() == (
+        "ppo_atari_envpool.py: env 1 returned a non-finite reward (nan) at global step 80 (step 7 of the rollout); "
+        "last checkpoint: none"
+    ), stderr
+    assert [step for step, _ in scalars(run_dir(tmp_path))["losses/value_loss"]] == [64]
 
 
 # ---- environment semantics the scripts rely on
@@ -475,6 +528,8 @@ def test_ppo_atari_smoke_video_model_and_evaluation(tmp_path):
         ppo_atari_envpool.evaluate(str(model), eval_episodes=1)
 
 
+@pytest.mark.long  # the contract's short run (tests/test_contracts.py) covers training, the model and its evaluation in
+# the README's command; this one adds videos, whole-game lengths and a seeded evaluation: CI's -m long
 def test_ppo_atari_envpool_smoke_video_model_and_evaluation(tmp_path):
     result = run_script(
         "ppo_atari_envpool.py",
@@ -573,15 +628,16 @@ def test_ppo_atari_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
     )
 
 
+@pytest.mark.long  # two whole runs and a resume: CI's -m long, out of the README's command (30 minutes)
 def test_envpool_resume_continues_the_run_with_new_envs(monkeypatch, tmp_path):
     """EnvPool's envs cannot be restored, so the resume is not exact: before the checkpoint the
     curves are the uninterrupted run's, after it every rollout is logged once (no overlap, no
     gap) with the same learning-rate schedule; and it starts from the checkpoint's weights."""
-    from cleanrl_utils.legacy.checkpoint import load_checkpoint
-    from cleanrl_utils.legacy.files import checkpoint_step, latest_checkpoint
+    from cleanrl_utils.checkpoint import load
+    from cleanrl_utils.files import checkpoint_step, checkpoints
 
     whole, resumed = sigterm_then_resume("ppo_atari_envpool.py", RESUMED_RUN, 64, 192, tmp_path)
-    checkpoint = latest_checkpoint(run_dir(tmp_path / "cut"))
+    checkpoint = checkpoints(run_dir(tmp_path / "cut"))[-1]
     step = checkpoint_step(checkpoint)
     assert resumed["model"].keys() == whole["model"].keys()
     assert all(torch.isfinite(tensor).all() for tensor in resumed["model"].values())
@@ -600,7 +656,7 @@ def test_envpool_resume_continues_the_run_with_new_envs(monkeypatch, tmp_path):
     (run_dir(tmp_path / "cut") / "ppo_atari_envpool.cleanrl_model").unlink()  # finished: resumable without its model
     g = run_in_process("ppo_atari_envpool.py", monkeypatch, tmp_path / "cut", "--resume", str(checkpoint))
     assert g["global_step"] == 192 and g["start_iteration"] == step // 32 + 1
-    for name, tensor in load_checkpoint(checkpoint, "ppo_atari_envpool")["state"]["agent"].items():
+    for name, tensor in load(str(checkpoint), "ppo_atari_envpool")["state"]["agent"].items():
         assert torch.equal(g["agent"].state_dict()[name], tensor), name
 
 

@@ -6,6 +6,8 @@ short runs on MinefieldRace and pong_v3 (tags per agent, model, evaluation, vide
 exact resume after SIGTERM), bad input, and the learning test on MinefieldRace.
 """
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -13,9 +15,18 @@ import torch
 from cleanrl import ppo_pettingzoo
 from cleanrl.ppo_pettingzoo import add_agent_id, compute_gae, fold_agents, minibatches, unfold_agents
 from cleanrl_utils.envs import MinefieldRace
-from cleanrl_utils.legacy.faults import EnvFault
-from cleanrl_utils.pettingzoo import ParallelEnvs
-from tests.conftest import assert_stops_with_one_line, enjoy, run_dir, run_script, scalars, sigterm_then_resume
+from cleanrl_utils.faults import EnvFault
+from cleanrl_utils.pettingzoo import ParallelEnvs, check_rollout
+from tests.conftest import (
+    ROOT,
+    _run_in_process_until_exit,
+    assert_stops_with_one_line,
+    enjoy,
+    run_dir,
+    run_script,
+    scalars,
+    sigterm_then_resume,
+)
 
 RACE = "cleanrl_utils.envs:MinefieldRace"
 AGENTS = ["a", "b", "c"]
@@ -159,6 +170,41 @@ def test_parallel_envs_end_dead_agents_reset_whole_envs_and_refuse_agents_that_v
         broken.step([{"racer_0": 2, "racer_1": 2}])
 
 
+def test_check_rollout_names_the_env_agent_and_step_of_the_first_non_finite_value():
+    """Rows are env * agents + agent; the first bad value in step order, then row order; integer frames skipped."""
+    rewards = np.zeros((4, 6), np.float32)  # 4 steps of 2 envs x 3 agents
+    check_rollout(240, AGENTS, reward=rewards, frames=np.zeros((4, 6, 2), np.uint8))
+    rewards[2, 4], rewards[3, 0] = np.nan, np.inf
+    with pytest.raises(EnvFault, match=r"^env 1, agent 'b' got a non-finite reward \(nan\) at global step 234 \(step 2 of"):
+        check_rollout(240, AGENTS, reward=rewards)
+    obs = torch.zeros(4, 6, 3)
+    obs[0, 2, 1] = float("inf")
+    with pytest.raises(EnvFault, match=r"^env 0, agent 'c' got a non-finite observation \(inf\) at global step 222 "):
+        check_rollout(240, AGENTS, observation=obs)
+
+
+def test_a_nan_reward_stops_the_run_in_one_line_naming_the_env_agent_and_step(monkeypatch, tmp_path):
+    """Checked once per rollout, not per agent per step: every reward of env 1's 20th step NaN (the envs step in
+    turn: its 40th call), in the second rollout of 2 envs x 16 steps, ends the run in one line, exit 1."""
+    step, calls = MinefieldRace.step, []
+
+    def nan_rewards(self, actions):
+        obs, rewards, terminations, truncations, infos = step(self, actions)
+        calls.append(1)
+        if len(calls) == 40:
+            rewards = {agent: float("nan") for agent in rewards}
+        return obs, rewards, terminations, truncations, infos
+
+    monkeypatch.setattr(MinefieldRace, "step", nan_rewards)
+    flags = ["--env-id", RACE, "--num-envs", "2", "--num-steps", "16", "--total-timesteps", "512"]
+    code, stderr = _run_in_process_until_exit(str(ROOT / "cleanrl" / "ppo_pettingzoo.py"), flags, tmp_path)
+    lines = stderr.strip().splitlines()
+    assert code == 1 and len(lines) == 1, stderr
+    pattern = r"ppo_pettingzoo\.py: env 1, agent 'racer_[01]' got a non-finite reward \(nan\) at global step 80 "
+    assert re.fullmatch(pattern + r"\(step 3 of the rollout\); last checkpoint: none", lines[0]), lines[0]
+    assert [step for step, _ in scalars(run_dir(tmp_path))["losses/value_loss"]] == [64]
+
+
 def test_parallel_envs_replay_a_checkpoint_into_fresh_envs_exactly():
     rng = np.random.default_rng(0)
 
@@ -191,15 +237,22 @@ def test_parallel_envs_replay_a_checkpoint_into_fresh_envs_exactly():
 TINY = ["--env-id", RACE, "--num-envs", "2", "--num-steps", "32", "--total-timesteps", "512", "--torch-threads", "1"]
 
 
-def test_smoke_on_minefield_race_per_agent_tags_video_model_and_evaluation(tmp_path):
-    result = run_script("ppo_pettingzoo.py", *TINY, "--save-model", "--eval-episodes", "3", "--capture-video", cwd=tmp_path)
-    directory = run_dir(tmp_path)
+@pytest.fixture(scope="module")
+def race_run(tmp_path_factory):
+    """A short MinefieldRace run with video and its model evaluated: (its stdout, its run directory)."""
+    cwd = tmp_path_factory.mktemp("race")
+    result = run_script("ppo_pettingzoo.py", *TINY, "--save-model", "--eval-episodes", "3", "--capture-video", cwd=cwd)
+    return result.stdout, run_dir(cwd)
+
+
+def test_smoke_on_minefield_race_per_agent_tags_video_model_and_evaluation(race_run):
+    stdout, directory = race_run
     assert directory.name.startswith("cleanrl_utils.envs-MinefieldRace__ppo_pettingzoo__1__")
     tags = scalars(directory)
     per_agent = {f"charts/episodic_{what}/racer_{i}" for what in ("return", "length") for i in (0, 1)}
     assert per_agent | {"charts/episodic_return", "charts/SPS", "losses/value_loss", "eval/episodic_return"} <= set(tags)
     assert len(tags["charts/episodic_return"]) == sum(len(tags[f"charts/episodic_return/racer_{i}"]) for i in (0, 1))
-    assert "evaluation over 3 episodes" in result.stdout
+    assert "evaluation over 3 episodes" in stdout
     assert list((directory / "videos").glob("*.mp4")) and len(list((directory / "videos-eval").glob("*.mp4"))) == 3
     model = str(directory / "ppo_pettingzoo.cleanrl_model")
     returns = ppo_pettingzoo.evaluate(model, eval_episodes=5, eval_agent=1)
@@ -211,13 +264,17 @@ def test_smoke_on_minefield_race_per_agent_tags_video_model_and_evaluation(tmp_p
         ppo_pettingzoo.evaluate(model, eval_episodes=1, eval_agent=2)
     with pytest.raises(ValueError, match="eval_opponent must be 'random', 'self' or '', got 'itself'"):
         ppo_pettingzoo.evaluate(model, eval_episodes=1, eval_opponent="itself")
-    refused = enjoy(model, "--option", "eval_agent=5", cwd=tmp_path, check=False)  # the tool: one line, exit 2
-    assert refused.returncode == 2 and not refused.stdout
-    assert refused.stderr.strip() == "error: --option: eval_agent must be -1 or an index of ['racer_0', 'racer_1'], got 5"
     from cleanrl import ppo
 
     with pytest.raises(ValueError, match="written by ppo_pettingzoo.py, not by ppo.py"):
         ppo.evaluate(model, eval_episodes=1)
+
+
+def test_the_evaluation_tool_refuses_an_agent_the_env_lacks_in_one_line(race_run, tmp_path):
+    model = str(race_run[1] / "ppo_pettingzoo.cleanrl_model")
+    refused = enjoy(model, "--option", "eval_agent=5", cwd=tmp_path, check=False)  # the tool: one line, exit 2
+    assert refused.returncode == 2 and not refused.stdout
+    assert refused.stderr.strip() == "error: --option: eval_agent must be -1 or an index of ['racer_0', 'racer_1'], got 5"
 
 
 def test_same_seed_same_numbers(tmp_path):
@@ -229,15 +286,6 @@ def test_same_seed_same_numbers(tmp_path):
         runs.append({tag: [value for _, value in values] for tag, values in tags.items() if tag != "charts/SPS"})
     assert len(runs[0]["losses/value_loss"]) == 4  # 4 rollouts of 2 envs x 2 agents x 32 steps
     assert runs[0] == runs[1]
-
-
-def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
-    flags = [*TINY[:-4], "--total-timesteps", "3072", "--save-model", "--eval-episodes", "2"]
-    whole, resumed = sigterm_then_resume("ppo_pettingzoo.py", flags, 256, 3072, tmp_path)
-    for name, tensor in whole["model"].items():
-        assert torch.equal(tensor, resumed["model"][name]), name
-    assert len(whole["curves"]["losses/value_loss"]) == 24  # rollouts of 2 envs x 2 racers x 32 steps
-    assert resumed["curves"] == whole["curves"]
 
 
 PONG_TINY = ["--num-envs", "1", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1", "--torch-threads", "1"]
@@ -262,7 +310,7 @@ BAD_INPUT = [
     (["--env-id", RACE, "--eval-agent", "2"], "--eval-agent", "must be in [0, 1]"),
     (["--env-id", RACE, "--total-timesteps", "100"], "--total-timesteps", "less than one rollout of 2048 agent steps"),
     (["--env-id", RACE, "--num-minibatches", "5000"], "--num-minibatches", "too many for 16 rows"),
-    (["--num-envs", "0"], "--num-envs", "must be positive"),
+    (["--num-envs", "0"], "--num-envs", "must be a positive finite number"),
     (["--eval-opponent", "nobody"], "--eval-opponent", "nobody"),
 ]
 

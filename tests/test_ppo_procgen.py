@@ -17,7 +17,10 @@ pytest.importorskip("procgen")
 
 from cleanrl import ppo_procgen  # noqa: E402
 from cleanrl.ppo_procgen import Agent, compute_gae, ppo_losses  # noqa: E402
+from cleanrl_utils.procgen import ProcgenVectorEnv  # noqa: E402
 from tests.conftest import (  # noqa: E402
+    ROOT,
+    _run_in_process_until_exit,
     assert_stops_with_one_line,
     enjoy,
     episodic_returns,
@@ -159,6 +162,8 @@ def test_the_loop_bootstraps_a_truncation_from_the_value_of_the_last_observation
 # ---- whole runs
 
 
+@pytest.mark.long  # the contract's short run (tests/test_contracts.py) covers training, the model and its evaluation in
+# the README's command; this one adds videos, a seeded evaluation and the tool's score: CI's -m long
 def test_smoke_video_model_evaluation_and_the_evaluation_tool(tmp_path):
     flags = ["--total-timesteps", "256", "--save-model", "--eval-episodes", "1", "--capture-video"]
     result = run_script("ppo_procgen.py", *TINY, *flags, cwd=tmp_path)
@@ -214,6 +219,33 @@ def test_evaluation_plays_the_levels_the_model_trained_on(monkeypatch, tmp_path)
     assert "its saved distribution_mode is 'memory' (str), not one of 'easy', 'hard'" in line, line
 
 
+def nan_reward_at(monkeypatch, at: int = 40, env: int = 1) -> None:
+    """Procgen's envs with env ``env``'s reward (the game's and the one returned) NaN at their ``at``-th step."""
+    step, calls = ProcgenVectorEnv.step, []
+
+    def patched(self, actions):
+        obs, rewards, terminations, truncations, info = step(self, actions)
+        calls.append(1)
+        if len(calls) == at:
+            rewards, info["reward"] = rewards.copy(), info["reward"].copy()
+            rewards[env] = info["reward"][env] = np.nan
+        return obs, rewards, terminations, truncations, info
+
+    monkeypatch.setattr(ProcgenVectorEnv, "step", patched)
+
+
+def test_a_nan_reward_stops_the_run_in_one_line_naming_the_env_and_step(monkeypatch, tmp_path):
+    """The rollout's (scaled) rewards checked once after it: env 1's NaN at its 40th step, in the second rollout of
+    2 x 32 steps, ends the run in one line, exit 1, before that rollout's update."""
+    nan_reward_at(monkeypatch)
+    code, stderr = _run_in_process_until_exit(str(ROOT / "cleanrl" / "ppo_procgen.py"), TINY, tmp_path)
+    assert code == 1 and stderr.strip() == (
+        "ppo_procgen.py: env 1 returned a non-finite reward (nan) at global step 80 (step 7 of the rollout); "
+        "last checkpoint: none"
+    ), stderr
+    assert [step for step, _ in scalars(run_dir(tmp_path))["losses/value_loss"]] == [64]
+
+
 def test_same_seed_same_numbers(tmp_path):
     runs = []
     for name in ("a", "b"):
@@ -229,8 +261,8 @@ def test_resume_continues_the_run_with_new_envs_and_the_saved_statistics(monkeyp
     """Procgen's envs cannot be restored, so the resume is not exact: every rollout is logged once (no overlap,
     no gap) with the same learning-rate schedule; it starts from the checkpoint's weights, and the reward
     scaling goes on from the checkpoint's statistics (their count: the checkpoint's plus one per env step)."""
-    from cleanrl_utils.legacy.checkpoint import load_checkpoint
-    from cleanrl_utils.legacy.files import checkpoint_step, latest_checkpoint
+    from cleanrl_utils.checkpoint import load
+    from cleanrl_utils.files import checkpoint_step, checkpoints
 
     flags = [*TINY[:-2], "--update-epochs", "1", "--anneal-lr", "--save-model", "--eval-episodes", "1"]
     whole, resumed = sigterm_then_resume("ppo_procgen.py", [*flags, "--total-timesteps", "384"], 128, 384, tmp_path)
@@ -239,8 +271,8 @@ def test_resume_continues_the_run_with_new_envs_and_the_saved_statistics(monkeyp
         assert steps == [s for s, _ in whole["curves"][tag]] == list(range(64, 385, 64)), tag
     assert resumed["curves"]["charts/learning_rate"] == whole["curves"]["charts/learning_rate"]
 
-    checkpoint = latest_checkpoint(run_dir(tmp_path / "cut"))
-    step, saved = checkpoint_step(checkpoint), load_checkpoint(checkpoint, "ppo_procgen")["state"]
+    checkpoint = checkpoints(run_dir(tmp_path / "cut"))[-1]
+    step, saved = checkpoint_step(checkpoint), load(str(checkpoint), "ppo_procgen")["state"]
     monkeypatch.setattr(torch.optim.Adam, "step", lambda self, closure=None: None)
     (run_dir(tmp_path / "cut") / "ppo_procgen.cleanrl_model").unlink()  # finished: resumable without its model
     g = run_in_process("ppo_procgen.py", monkeypatch, tmp_path / "cut", "--resume", str(checkpoint))

@@ -27,7 +27,16 @@ from cleanrl.ppo_rnd_envpool import (
     rnd_loss,
     two_head_gae,
 )
-from tests.conftest import assert_stops_with_one_line, run_dir, run_in_process, run_script, scalars, sigterm_then_resume
+from tests.conftest import (
+    ROOT,
+    _run_in_process_until_exit,
+    assert_stops_with_one_line,
+    run_dir,
+    run_in_process,
+    run_script,
+    scalars,
+    sigterm_then_resume,
+)
 
 TINY = ["--num-envs", "4", "--num-steps", "16", "--num-iterations-obs-norm-init", "1", "--num-threads", "1"]
 LOSS_TAGS = {
@@ -318,6 +327,22 @@ def test_smoke_model_evaluation_and_statistics(monkeypatch, tmp_path):
     np.testing.assert_array_equal(ppo_rnd_envpool.evaluate(str(model), eval_episodes=1), returns)
 
 
+def test_a_nan_reward_stops_the_run_in_one_line_naming_the_env_and_step(monkeypatch, tmp_path):
+    """The rollout's rewards checked once after it: env 1's NaN at its 40th step (16 of random play, then the second
+    rollout of 4 x 16 steps) ends the run in one line, exit 1, before that rollout's update."""
+    from tests.test_ppo_atari import _NanReward
+
+    make = ppo_rnd_envpool.envpool.make
+    monkeypatch.setattr(ppo_rnd_envpool.envpool, "make", lambda *args, **kwargs: _NanReward(make(*args, **kwargs)))
+    flags = [*TINY, "--total-timesteps", "128"]
+    code, stderr = _run_in_process_until_exit(str(ROOT / "cleanrl" / "ppo_rnd_envpool.py"), flags, tmp_path)
+    assert code == 1 and stderr.strip() == (
+        "ppo_rnd_envpool.py: env 1 returned a non-finite reward (nan) at global step 96 (step 7 of the rollout); "
+        "last checkpoint: none"
+    ), stderr
+    assert [step for step, _ in scalars(run_dir(tmp_path))["losses/rnd_loss"]] == [64]
+
+
 @pytest.mark.long  # a whole-run comparison: CI's -m long, out of the README's command (30 minutes)
 def test_same_seed_same_numbers(tmp_path):
     runs = []
@@ -356,9 +381,8 @@ def test_resume_loads_the_networks_and_the_rnd_statistics_exactly(monkeypatch, t
     """SIGTERM, then --resume with new envs (EnvPool's cannot be saved): every rollout is logged once with the
     uninterrupted run's learning-rate schedule; the resumed run starts from the checkpoint's agent, target,
     predictor, optimiser and RND statistics exactly (no second random-play phase), and goes on from them."""
-    from cleanrl_utils.legacy import checkpoint as checkpoints
-    from cleanrl_utils.legacy.checkpoint import load_checkpoint
-    from cleanrl_utils.legacy.files import latest_checkpoint
+    from cleanrl_utils import checkpoint as checkpoints
+    from cleanrl_utils.files import checkpoints as checkpoint_files
 
     whole, resumed = sigterm_then_resume("ppo_rnd_envpool.py", RESUMED_RUN, 64, 192, tmp_path)
     for tag in LOSS_TAGS | RND_TAGS | {"charts/learning_rate"}:
@@ -366,8 +390,8 @@ def test_resume_loads_the_networks_and_the_rnd_statistics_exactly(monkeypatch, t
         assert steps == [s for s, _ in whole["curves"][tag]] == list(range(32, 193, 32)), tag
     assert resumed["curves"]["charts/learning_rate"] == whole["curves"]["charts/learning_rate"]
 
-    checkpoint = latest_checkpoint(run_dir(tmp_path / "cut"))
-    saved = load_checkpoint(checkpoint, "ppo_rnd_envpool")["state"]
+    checkpoint = checkpoint_files(run_dir(tmp_path / "cut"))[-1]
+    saved = checkpoints.load(str(checkpoint), "ppo_rnd_envpool")["state"]
     assert set(saved) == {"agent", "rnd", "optimizer", "rnd_statistics"}
     restored = {}
     restore = checkpoints.restore
@@ -430,7 +454,7 @@ def test_intrinsic_reward_falls_as_the_predictor_learns_montezuma(monkeypatch, t
     predictor never trained) the curve stays at 409 -> 421, 379, 428 (ratio 1.0): the first check fails.
     This does not show exploration beyond PPO: at Montezuma's scale that needs hours
     (benchmark/results/exploration/README.md)."""
-    from cleanrl_utils.legacy.run import seed_everything
+    from cleanrl_utils.run import seed_everything
 
     g = run_in_process(
         "ppo_rnd_envpool.py",

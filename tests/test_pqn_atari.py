@@ -15,9 +15,18 @@ import pytest
 import torch
 
 from cleanrl import pqn_atari_envpool, pqn_atari_envpool_lstm
-from cleanrl_utils.legacy.checkpoint import load_checkpoint
-from cleanrl_utils.legacy.files import checkpoint_step, checkpoints
-from tests.conftest import assert_stops_with_one_line, run_dir, run_in_process, run_script, scalars, sigterm_then_resume
+from cleanrl_utils.checkpoint import load
+from cleanrl_utils.files import checkpoint_step, checkpoints
+from tests.conftest import (
+    ROOT,
+    _run_in_process_until_exit,
+    assert_stops_with_one_line,
+    run_dir,
+    run_in_process,
+    run_script,
+    scalars,
+    sigterm_then_resume,
+)
 
 SCRIPTS = {"pqn_atari_envpool.py": pqn_atari_envpool, "pqn_atari_envpool_lstm.py": pqn_atari_envpool_lstm}
 TAGS = {
@@ -148,6 +157,22 @@ def test_lstm_loop_replays_sequences_and_resets_memory_at_episode_starts(monkeyp
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
+def test_a_nan_reward_stops_the_run_in_one_line_naming_the_env_and_step(script, monkeypatch, tmp_path):
+    """The rollout's rewards (torch, on the device) checked once after it: env 1's NaN at its 40th step, in the second
+    rollout of 2 x 32 steps, ends the run in one line, exit 1, before that rollout's update."""
+    from tests.test_ppo_atari import _NanReward
+
+    make = pqn_atari_envpool.envpool.make
+    monkeypatch.setattr(pqn_atari_envpool.envpool, "make", lambda *args, **kwargs: _NanReward(make(*args, **kwargs)))
+    flags = ["--num-envs", "2", "--num-steps", "32", "--total-timesteps", "128", *ONE_UPDATE]
+    code, stderr = _run_in_process_until_exit(str(ROOT / "cleanrl" / script), flags, tmp_path)
+    assert code == 1 and stderr.strip() == (
+        f"{script}: env 1 returned a non-finite reward (nan) at global step 80 (step 7 of the rollout); last checkpoint: none"
+    ), stderr
+    assert [step for step, _ in scalars(run_dir(tmp_path))["losses/td_loss"]] == [64]
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
 def test_same_seed_same_numbers(script, monkeypatch, tmp_path):
     runs = []
     for name in ("a", "b"):
@@ -162,6 +187,8 @@ def test_same_seed_same_numbers(script, monkeypatch, tmp_path):
 # ---- whole scripts
 
 
+@pytest.mark.long  # the contract's short run (tests/test_contracts.py) covers training, the model and its evaluation in
+# the README's command; this one adds videos, ε's schedule, whole-game lengths and a seeded evaluation: CI's -m long
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_smoke_tags_model_and_evaluation(script, tmp_path):
     """A short run on Breakout (games end, tags, the model saved and evaluated, env 0's games on video); the model
@@ -196,6 +223,7 @@ RESUMED_RUN = [
 ]
 
 
+@pytest.mark.long  # two whole runs and two resumes: CI's -m long, out of the README's command (30 minutes)
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_resume_after_sigterm_continues_the_run_with_new_envs(script, monkeypatch, tmp_path):
     """EnvPool's envs cannot be restored, so the resume is not exact (as ppo_atari_envpool.py's): every rollout is
@@ -216,7 +244,7 @@ def test_resume_after_sigterm_continues_the_run_with_new_envs(script, monkeypatc
     (run_dir(tmp_path / "cut") / script.replace(".py", ".cleanrl_model")).unlink()  # finished: resumable without its model
     g = run_in_process(script, monkeypatch, tmp_path / "cut", "--resume", str(checkpoint), "--no-save-model")
     assert g["global_step"] == 192 and g["start_iteration"] == checkpoint_step(checkpoint) // 32 + 1
-    for name, tensor in load_checkpoint(checkpoint, script[:-3])["state"]["q_network"].items():
+    for name, tensor in load(str(checkpoint), script[:-3])["state"]["q_network"].items():
         assert torch.equal(g["q_network"].state_dict()[name], tensor), name
 
 
@@ -229,7 +257,7 @@ BAD_INPUT = [
     (["--q-lambda", "1.5"], "--q-lambda", "must be in [0, 1]"),
     (["--start-e", "0.1", "--end-e", "0.5"], "--end-e", "0.5 is above --start-e 0.1"),
     (["--exploration-fraction", "0"], "--exploration-fraction", "must be in (0, 1]"),
-    (["--max-grad-norm", "0"], "--max-grad-norm", "must be positive"),
+    (["--max-grad-norm", "0"], "--max-grad-norm", "must be a positive finite number"),
     (["--total-timesteps", "100"], "--total-timesteps", "less than one rollout of 1024"),
 ]
 
