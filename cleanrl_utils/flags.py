@@ -43,8 +43,7 @@ def require_positive(args: Any, names: str) -> None:
     """Refuse the first field of ``args`` named in ``names`` (space-separated) that is not a finite number > 0."""
     for name in names.split():
         value = getattr(args, name)
-        require(value > 0, flag_name(name), f"must be positive, got {value}")
-        require(value != float("inf"), flag_name(name), f"must be finite, got {value}")
+        require(0 < value < float("inf"), flag_name(name), f"must be a positive finite number, got {value}")
 
 
 def require_range(args: Any, **bounds: tuple[float, float]) -> None:

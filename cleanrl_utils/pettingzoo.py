@@ -229,11 +229,10 @@ def log_agent_episodes(run: Any, global_step: int, infos: list[dict]) -> None:
         for agent, info in env_infos.items():
             if "episode" in info:
                 episodic_return, length = info["episode"]["r"], info["episode"]["l"]
-                for suffix in ("", f"/{agent}"):
-                    run.writer.add_scalar(f"charts/episodic_return{suffix}", episodic_return, global_step)
-                    run.writer.add_scalar(f"charts/episodic_length{suffix}", length, global_step)
-                run.progress.returns.append(episodic_return)
-    run.progress.update(global_step)
+                run.log_episode(global_step, episodic_return, length)
+                run.writer.add_scalar(f"charts/episodic_return/{agent}", episodic_return, global_step)
+                run.writer.add_scalar(f"charts/episodic_length/{agent}", length, global_step)
+    run.progress(global_step)
 
 
 def check_rollout(global_step: int, agents: list[str], **rollout: Any) -> None:
