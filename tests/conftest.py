@@ -19,8 +19,6 @@ LONG = {
     "test_scripts.py::test_rainbow_atari_on_breakout_logs_game_scores_and_evaluates",
     "test_scripts.py::test_same_seed_same_returns[dqn.py]",
     "test_scripts.py::test_same_seed_same_returns[c51.py]",
-    "test_scripts.py::test_dqn_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run[dqn_atari.py]",
-    "test_scripts.py::test_dqn_resume_without_the_buffer_refills_it_then_updates[dqn_atari.py-flags1-800]",
     "test_rainbow.py::test_rainbow_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run",
     "test_rainbow.py::test_rainbow_resume_without_the_buffer_refills_it_then_updates",
     "test_sac_atari.py::test_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run",

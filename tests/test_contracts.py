@@ -46,6 +46,7 @@ class Script:
 
 
 OFF_POLICY_CONTINUOUS = ["--env-id", "Pendulum-v1", "--learning-starts", "100", "--batch-size", "32"]
+ATARI_REPLAY = ["--total-timesteps", "600", "--learning-starts", "400", "--buffer-size", "1000", "--batch-size", "4"]
 SCRIPTS = {
     "ppo.py": Script(
         run=["--num-envs", "2", "--num-steps", "64", "--total-timesteps", "1024"],
@@ -64,6 +65,15 @@ SCRIPTS = {
         resume=[*OFF_POLICY_CONTINUOUS, "--total-timesteps", "1200", "--buffer-size", "2000"],
         loss="losses/qf_loss",
         buffer=True,
+    ),
+    # the Atari scripts (Breakout): tiny replays, few updates (an Atari update costs tens of ms on one core)
+    "dqn_atari.py": Script(
+        run=[*ATARI_REPLAY, "--double-q", "--dueling", "--n-step", "3", "--prioritized-replay"],
+        resume=["--total-timesteps", "800", "--learning-starts", "200", "--buffer-size", "1000", "--batch-size", "4",
+                "--target-network-frequency", "100", "--double-q", "--dueling", "--n-step", "3", "--prioritized-replay"],
+        loss="losses/td_loss",
+        buffer=True,
+        long=True,
     ),
 }  # fmt: skip
 
