@@ -75,22 +75,6 @@ C51_RESUME = {  # tiny runs: few updates (an Atari update costs tens of ms on on
         "--n-step",
         "3",
     ],
-    "c51_atari.py": [
-        "--total-timesteps",
-        "800",
-        "--learning-starts",
-        "200",
-        "--buffer-size",
-        "1000",
-        "--batch-size",
-        "4",
-        "--train-frequency",
-        "4",
-        "--target-network-frequency",
-        "100",
-        "--n-step",
-        "3",
-    ],
 }
 
 

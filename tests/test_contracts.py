@@ -75,6 +75,14 @@ SCRIPTS = {
         buffer=True,
         long=True,
     ),
+    "c51_atari.py": Script(
+        run=[*ATARI_REPLAY, "--n-step", "3"],
+        resume=["--total-timesteps", "800", "--learning-starts", "200", "--buffer-size", "1000", "--batch-size", "4",
+                "--target-network-frequency", "100", "--n-step", "3"],
+        loss="losses/loss",
+        buffer=True,
+        long=True,
+    ),
 }  # fmt: skip
 
 
