@@ -23,8 +23,6 @@ LONG = {
     "test_rainbow.py::test_rainbow_resume_without_the_buffer_refills_it_then_updates",
     "test_sac_atari.py::test_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run",
     "test_sac_atari.py::test_resume_without_the_buffer_refills_it_then_updates_on",
-    "test_qrdqn.py::test_qrdqn_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run[qrdqn_atari.py]",
-    "test_qrdqn.py::test_qrdqn_resume_without_the_buffer_refills_it_then_updates[qrdqn_atari.py-flags1-800]",
     "test_pqn_atari.py::test_resume_after_sigterm_continues_the_run_with_new_envs[pqn_atari_envpool.py]",
     "test_pqn_atari.py::test_resume_after_sigterm_continues_the_run_with_new_envs[pqn_atari_envpool_lstm.py]",
     "test_pqn.py::test_sigterm_then_resume_equals_an_uninterrupted_run",

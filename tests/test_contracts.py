@@ -83,6 +83,14 @@ SCRIPTS = {
         buffer=True,
         long=True,
     ),
+    "qrdqn_atari.py": Script(
+        run=[*ATARI_REPLAY, "--double-q", "--n-step", "3"],
+        resume=["--total-timesteps", "800", "--learning-starts", "200", "--buffer-size", "1000", "--batch-size", "4",
+                "--train-frequency", "4", "--target-network-frequency", "100", "--double-q", "--n-step", "3"],
+        loss="losses/quantile_loss",
+        buffer=True,
+        long=True,
+    ),
 }  # fmt: skip
 
 
