@@ -28,7 +28,7 @@ sbatch script, ...) stops before any run starts with one line ``error: <flag>: <
 stderr, exit status 2.
 
 The log folder is data, not a path map: folders below ``runs/`` are made with
-:func:`cleanrl_utils.writes.make_folder`, each log is a new file (never opened through a link or
+:func:`cleanrl_utils.cli.make_folder`, each log is a new file (never opened through a link or
 over an existing file), and ``summary.json`` and the sbatch script are written whole through a
 new file renamed over the old one; a link, folder or FIFO at one of those names stops the
 launcher before any run starts.
@@ -51,8 +51,18 @@ from collections import deque
 from pathlib import Path
 from typing import Sequence
 
-from cleanrl_utils.cli import OneLineParser, fail, log_tail, printed_run_dir, safe_name
-from cleanrl_utils.writes import check_name, check_text, create_new, make_folder, refuse_non_regular, write_atomic
+from cleanrl_utils.cli import (
+    OneLineParser,
+    check_name,
+    check_text,
+    fail,
+    log_tail,
+    make_folder,
+    printed_run_dir,
+    refuse_non_regular,
+    safe_name,
+)
+from cleanrl_utils.writes import create_new, write_atomic
 
 INTERRUPTED = 130
 """Exit status after Ctrl-C or SIGTERM (128 + SIGINT, as a shell reports it)."""

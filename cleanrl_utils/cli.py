@@ -1,154 +1,32 @@
-"""The smallest shared command-line plumbing: one-line errors, file-name-safe ids, log tails.
+"""Command-line plumbing of the tools (launcher, tuner, plots, cloud): one-line errors, names and values that cannot
+escape their place, log tails; and the C51 support check three scripts share.
 
-Imports nothing heavy (no torch, no gymnasium), so that tools that only start other processes
-(the benchmark launcher, the tuner) load in a moment. ``cleanrl_utils.legacy.run`` re-exports these.
+Imports nothing heavy (no torch, no gymnasium), so that tools that only start other processes load in a moment. The
+one-line refusals themselves (:func:`~cleanrl_utils.flags.fail` and its kin) live in :mod:`cleanrl_utils.flags`.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import errno
+import os
 import re
+import stat
 import sys
-import typing
 from collections import deque
-from contextlib import contextmanager
+from contextlib import suppress
 from pathlib import Path
-from typing import Any, Iterator, Literal, NoReturn, Union
+from typing import NoReturn
 
-USAGE_ERROR = 2
-"""Exit status of a run stopped by bad input (the same as argparse's)."""
-
-
-def fail(flag: str, message: str) -> NoReturn:
-    """Stop the program with one line on stderr, ``error: <flag>: <message>``, exit status 2.
-
-    Used for bad input before any work starts, so the user sees what to change rather than
-    a traceback from deep inside the run. Within :func:`saved_arguments`, a flag whose value was
-    read from a file is named as that file's field: ``error: <file>: its saved <field> ...``.
-    """
-    if _saved and flag.startswith("--"):
-        path, given = _saved[-1]
-        field = flag[2:].replace("-", "_")
-        if field not in given:
-            flag, message = path, f"its saved {field} {message}"
-    print(f"error: {flag}: {message}", file=sys.stderr)
-    raise SystemExit(USAGE_ERROR)
-
-
-_saved: list[tuple[str, frozenset]] = []
-"""The files whose saved arguments are being checked (:func:`saved_arguments`), innermost last."""
-
-
-@contextmanager
-def saved_arguments(path: str, given: typing.Iterable[str] = ()) -> Iterator[None]:
-    """Within the block, :func:`fail` names a flag as the field of ``path`` it was read from, unless its field
-    is in ``given`` (given on the command line): the checks of flags then check a file's saved arguments."""
-    _saved.append((str(path), frozenset(given)))
-    try:
-        yield
-    finally:
-        _saved.pop()
-
-
-def _fits(value: Any, kind: Any) -> bool:
-    """Whether ``value`` is of the annotated type ``kind`` (int, float, bool, str, Optional, Literal; others pass).
-    ``bool`` is not an ``int``, an ``int`` is a ``float``."""
-    origin = typing.get_origin(kind)
-    if origin is Union or type(kind).__name__ == "UnionType":  # Optional[X], X | None
-        return any(_fits(value, option) for option in typing.get_args(kind))
-    if origin is Literal:
-        return any(value == option and type(value) is type(option) for option in typing.get_args(kind))
-    if kind is type(None):
-        return value is None
-    if kind is bool:
-        return isinstance(value, bool)
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind is str:
-        return isinstance(value, str)
-    return True
-
-
-def _describe(kind: Any) -> str:
-    """``float``, ``float or None``, ``one of 'sync', 'async'`` for an annotated type."""
-    if typing.get_origin(kind) is Union or type(kind).__name__ == "UnionType":
-        return " or ".join(_describe(option) for option in typing.get_args(kind))
-    if typing.get_origin(kind) is Literal:
-        return "one of " + ", ".join(repr(option) for option in typing.get_args(kind))
-    return "None" if kind is type(None) else getattr(kind, "__name__", str(kind))
-
-
-def check_saved_types(args_class: type, saved: Any, path: str, required: typing.Iterable[str] = ()) -> dict:
-    """The arguments ``saved`` in the file ``path``, checked against the fields of ``args_class``.
-
-    Each value must be of its field's annotated type (an ``int`` where the flag is an int, a
-    string or None where it is ``Optional[str]``, one of a ``Literal``'s choices); ints saved for
-    float fields become floats. Fields the class does not have are left out.
-
-    Args:
-        args_class: the script's ``Args`` dataclass.
-        saved: the file's ``args`` entry (a dict).
-        path: the file, for the message.
-        required: fields the file must hold.
-
-    Returns:
-        ``{field: value}`` for the fields of ``args_class`` that ``saved`` holds.
-
-    Raises:
-        SystemExit: (status 2, one line ``error: <path>: its saved <field> is ..., not ...``) a value of another
-            type, a missing required field, or ``saved`` not a dict.
-    """
-    if not isinstance(saved, dict):
-        fail(path, "its saved arguments are not a dict")
-    hints = typing.get_type_hints(args_class)
-    values = {}
-    for field in dataclasses.fields(args_class):
-        if field.name not in saved:
-            if field.name in required:
-                fail(path, f"its saved arguments lack {field.name}")
-            continue
-        value, kind = saved[field.name], hints.get(field.name, Any)
-        if not _fits(value, kind):
-            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
-            fail(path, f"its saved {field.name} is {shown} ({type(value).__name__}), not {_describe(kind)}")
-        values[field.name] = float(value) if kind is float else value
-    return values
-
-
-def require(condition: bool, flag: str, message: str) -> None:
-    """Call :func:`fail` with ``flag`` and ``message`` unless ``condition`` holds."""
-    if not condition:
-        fail(flag, message)
-
-
-def flag_name(field: str) -> str:
-    """The command-line flag of an ``Args`` field: ``num_envs`` -> ``--num-envs``."""
-    return "--" + field.replace("_", "-")
-
-
-def require_positive(args, names: str) -> None:
-    """Fail on the first field of ``args`` named in ``names`` (space-separated) that is not a finite number > 0.
-
-    ``require_positive(args, "num_envs learning_rate")`` refuses ``--num-envs 0`` and
-    ``--learning-rate inf`` in one line naming the flag.
-    """
-    for name in names.split():
-        value = getattr(args, name)
-        require(value > 0, flag_name(name), f"must be positive, got {value}")
-        require(value != float("inf"), flag_name(name), f"must be finite, got {value}")
-
-
-def require_range(args, **bounds: tuple[float, float]) -> None:
-    """Fail on the first field ``name=(low, high)`` of ``args`` whose value is not in ``[low, high]``.
-
-    ``require_range(args, gamma=(0, 1))`` refuses ``--gamma 1.5`` (and ``nan``) in one line.
-    """
-    for name, (low, high) in bounds.items():
-        value = getattr(args, name)
-        require(low <= value <= high, flag_name(name), f"must be in [{low}, {high}], got {value}")
+from cleanrl_utils.flags import (  # noqa: F401  re-exported for the tools and the old runtime
+    USAGE_ERROR,
+    fail,
+    flag_name,
+    require,
+    require_positive,
+    require_range,
+)
+from cleanrl_utils.writes import UnsafePath, kind
 
 
 def require_support(args) -> None:
@@ -204,3 +82,59 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         print(f"error: {message} (see --help)", file=sys.stderr)
         raise SystemExit(USAGE_ERROR)
+
+
+def refuse_non_regular(path: str | os.PathLike, flag: str) -> None:
+    """Stop (one line naming ``flag``, exit 2) when something other than a regular file is at ``path``: a link
+    (even one to a regular file), a folder, a FIFO. Nothing there, or a regular file (to be replaced whole by
+    :func:`write_atomic`, never written through), passes; for checks before anything is written."""
+    try:
+        mode = os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    if not stat.S_ISREG(mode):
+        fail(flag, f"{path} is {kind(mode)}; refusing to write through it")
+
+
+def has_control_characters(text: str) -> bool:
+    """Whether ``text`` holds a character that is not printable (a newline, a tab, an escape, NUL)."""
+    return not text.isprintable()
+
+
+def check_text(value: str, flag: str) -> str:
+    """``value``, refused (one line naming ``flag``, exit 2) when it holds a newline or another control character.
+
+    For values that reach a generated shell script or job definition, where a newline would start
+    a new command.
+    """
+    if has_control_characters(str(value)):
+        fail(flag, f"{value!r} holds a control character (a newline, a tab, ...)")
+    return value
+
+
+def check_name(value: str, flag: str) -> str:
+    """``value`` as one file or folder name, refused (one line naming ``flag``, exit 2) when it is empty,
+    ``.`` or ``..``, holds ``/`` or a control character, or is longer than 200 bytes."""
+    check_text(value, flag)
+    if value in ("", ".", "..") or "/" in value or "\0" in value:
+        fail(flag, f"{value!r} is not a file name (empty, '.', '..', or with '/')")
+    if len(value.encode("utf-8", "surrogateescape")) > 200:
+        fail(flag, f"{value[:40]!r}... is longer than 200 bytes")
+    return value
+
+
+def make_folder(path: str | os.PathLike, base: str | os.PathLike | None = None) -> Path:
+    """Make the folder ``path`` and its parents; each part below ``base`` (the last part when None) must be a real
+    folder, never a link (:class:`UnsafePath`)."""
+    path, parts = Path(path), [Path(path)]
+    if base is None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    else:
+        relative = path.relative_to(base).parts
+        parts = [Path(base, *relative[: i + 1]) for i in range(len(relative))]
+    for part in parts:
+        with suppress(FileExistsError):
+            os.mkdir(part)
+        if not stat.S_ISDIR(os.lstat(part).st_mode):
+            raise UnsafePath(errno.ENOTDIR, f"{part} is {kind(os.lstat(part).st_mode)}, not a folder this project made")
+    return path

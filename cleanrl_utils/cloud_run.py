@@ -23,7 +23,7 @@ Bad input (a grid whose entries are not lists of strings and integers, a control
 one of them, ...) stops with one line ``error: <flag>: <message>``, exit status 2, before
 anything runs. An object whose key would not lie inside ``./runs`` (``..``, an absolute path) is
 skipped with a warning, and folders below ``./runs`` are made with
-:func:`cleanrl_utils.writes.make_folder` (never through a link).
+:func:`cleanrl_utils.cli.make_folder` (never through a link).
 """
 
 from __future__ import annotations
@@ -40,8 +40,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from cleanrl_utils.benchmark import make_jobs
-from cleanrl_utils.cli import OneLineParser, fail, require, safe_name
-from cleanrl_utils.writes import make_folder
+from cleanrl_utils.cli import OneLineParser, fail, make_folder, require, safe_name
 
 RUNS = Path("runs")
 """Run directories, relative to the working directory (the scripts' default)."""

@@ -33,9 +33,9 @@ import numpy as np
 import torch
 
 from cleanrl_utils.cli import fail
-from cleanrl_utils.legacy.evals import OptionRefused
-from cleanrl_utils.legacy.faults import WriteFailed
-from cleanrl_utils.legacy.files import MODEL_SUFFIX, SCRIPTS_DIR, FileRefused, latest_checkpoint, read_file, write_content
+from cleanrl_utils.evals import OptionRefused
+from cleanrl_utils.faults import WriteFailed
+from cleanrl_utils.files import MODEL_SUFFIX, SCRIPTS_DIR, FileRefused, checkpoints, read_file, write_content
 
 
 def find_model(path: Path) -> Path:
@@ -52,7 +52,7 @@ def find_model(path: Path) -> Path:
             return models[0]
         if models:
             raise FileNotFoundError(f"{path} holds {len(models)} {MODEL_SUFFIX} files; give the file itself")
-        latest = latest_checkpoint(path)
+        latest = (checkpoints(path) or [None])[-1]
         hint = f", or give a checkpoint: {latest}" if latest else ""
         raise FileNotFoundError(f"{path} holds no {MODEL_SUFFIX} file (train with --save-model{hint})")
     raise FileNotFoundError(f"no such file or directory: {path}")
@@ -68,7 +68,7 @@ def model_of_checkpoint(checkpoint: dict) -> dict:
     """The model file content (header and entries) of a checkpoint's networks, as ``--save-model`` would write it.
 
     Args:
-        checkpoint: a checkpoint's content, as read by :func:`cleanrl_utils.legacy.files.read_file`.
+        checkpoint: a checkpoint's content, as read by :func:`cleanrl_utils.files.read_file`.
 
     Returns:
         ``kind`` ``"model"``, the checkpoint's ``format``, ``script``, ``env_id``, ``args`` and ``global_step``; every
@@ -76,7 +76,7 @@ def model_of_checkpoint(checkpoint: dict) -> dict:
         temperature), and the entries of :data:`CHECKPOINT_NAMES` it holds. Names in the file are only keys here.
 
     Raises:
-        cleanrl_utils.legacy.files.FileRefused: (one line) the checkpoint holds no network.
+        cleanrl_utils.files.FileRefused: (one line) the checkpoint holds no network.
     """
     state, records = checkpoint.get("state") or {}, checkpoint.get("modules") or {}
     networks = {name: value for name, value in state.items() if name in records and isinstance(value, dict)}

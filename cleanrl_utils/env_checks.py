@@ -1,7 +1,6 @@
 """Checks of an environment before a run: its id is known, the env can be made, and its spaces fit the script.
 
-Each refusal is one line naming ``--env-id`` (exit 2), with the ids it may have meant: ``unknown environment
-'CartPol-v1'; did you mean CartPole-v1?``.
+Each refusal is one line naming ``--env-id`` (exit 2), with the ids it may have meant.
 """
 
 from __future__ import annotations
@@ -19,67 +18,31 @@ import numpy as np
 
 from cleanrl_utils.flags import fail, require
 
-DM_CONTROL = "dm_control/"
-"""The namespace of the DeepMind Control Suite's ids as Shimmy registers them: ``dm_control/<domain>-<task>-v0``."""
-
 
 def headless_rendering() -> None:
-    """Without a display, render off-screen: ``SDL_VIDEODRIVER=dummy`` (pygame's classic control) and ``MUJOCO_GL=egl``
-    (MuJoCo without an X server); variables already set are kept. Called before any env is made."""
+    """Without a display, render off-screen (``SDL_VIDEODRIVER=dummy`` for pygame, ``MUJOCO_GL=egl`` for MuJoCo);
+    variables already set are kept."""
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
         os.environ.setdefault("MUJOCO_GL", "egl")
 
 
-def register_dm_control(env_id: str | None = None) -> None:
-    """Register Shimmy's ``dm_control/...`` ids in this process if ``env_id`` is one of them (None: in any case) and
-    they are not registered yet (Tunyasuvunakool et al. 2020, arXiv:2006.12983). A CUDA build's triton, loaded after
-    dm_control's EGL has loaded Mesa's LLVM, crashes the process: ``torch._dynamo`` is imported first.
-
-    Raises:
-        ModuleNotFoundError: Shimmy or dm_control is not installed (the message names the extra to install).
-    """
-    if env_id is not None and (not str(env_id).startswith(DM_CONTROL) or env_id in gym.registry):
-        return
-    try:
-        import torch._dynamo  # noqa: F401
-    except ImportError:
-        pass
-    headless_rendering()
-    try:
-        import dm_control  # noqa: F401  without it Shimmy registers no dm_control id, silently
-        import shimmy
-    except ModuleNotFoundError as error:
-        extra = "dm_control ids need the dm_control extra: pip install -e '.[dm_control]'"
-        raise ModuleNotFoundError(f"{extra} ({error})", name=error.name) from None
-    gym.register_envs(shimmy)
-
-
-def check_env(
-    args: Any,
-    action_spaces: type | tuple[type, ...],
-    observation_spaces: type | tuple[type, ...],
-    obs_ndim: int | None = None,
-    bounded_actions: bool = False,
-    id_suffix: str | None = None,
-    flatten: bool = False,
-) -> tuple[gym.Space, gym.Space]:
+def check_env(args: Any, action_spaces: type | tuple, observation_spaces: type | tuple, obs_ndim: int | None = None,
+              bounded_actions: bool = False, id_suffix: str | None = None, flatten: bool = False) -> tuple:  # fmt: skip
     """Stop with one line unless ``args.env_id`` is known, can be made, and has spaces the script supports.
 
-    Makes one env to read its spaces. ``"package.module:Env-v0"`` imports the module (from the current directory
-    too) to register the id; Atari ids are registered from ale-py, ``dm_control/...`` ids from Shimmy.
+    ``"package.module:Env-v0"`` imports the module (from the current directory too) to register the id; Atari ids are
+    registered from ale-py, ``dm_control/...`` ids from Shimmy (:mod:`cleanrl_utils.dmc`). One env is made to read its spaces.
 
     Args:
-        args: the run's ``Args`` (``env_id``; ``script`` names the script in the messages).
         action_spaces, observation_spaces: the ``gymnasium.spaces`` class(es) accepted.
         obs_ndim: the number of dimensions observations must have (1: flat vectors).
-        bounded_actions: require a 1-D Box of actions with finite bounds (scripts that rescale into them).
+        bounded_actions: a 1-D Box of actions with finite bounds (scripts that rescale into them).
         id_suffix: suggest only ids ending with it (``"NoFrameskip-v4"``: ``Breakout-v5`` gets ``BreakoutNoFrameskip-v4``).
-        flatten: the script flattens a Dict of vectors (dm_control's, ``gym.wrappers.FlattenObservation``): such a
-            Dict is checked as the Box it becomes, and one holding anything else is refused.
+        flatten: the script flattens a Dict of vectors (``gym.wrappers.FlattenObservation``): checked as that Box.
 
     Returns:
-        ``(observation_space, action_space)`` (with ``flatten``, the flat Box).
+        ``(observation_space, action_space)``.
 
     Raises:
         SystemExit: status 2, one line naming ``--env-id``.
@@ -87,26 +50,25 @@ def check_env(
     headless_rendering()
     env_id, script = args.env_id, f"{args.script}.py"
     module, _, name = env_id.rpartition(":")
-    if module:  # "package.module:Env-v0": importing the module registers the env
+    if module:
         if os.getcwd() not in sys.path and "" not in sys.path:  # `python cleanrl/x.py` puts cleanrl/ there, not here
             sys.path.append(os.getcwd())
         try:
             importlib.import_module(module)
         except (ImportError, TypeError, ValueError) as error:
             fail("--env-id", f"cannot import {module!r} to register {name!r} (looked here and on PYTHONPATH): {error}")
-    elif name not in gym.registry:
-        try:
-            import ale_py
+    elif name not in gym.registry and importlib.util.find_spec("ale_py"):
+        import ale_py
 
-            gym.register_envs(ale_py)
-            ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # no banner on stderr
-        except ImportError:
-            pass
-    missing = ""
-    try:
-        register_dm_control(name)
-    except ModuleNotFoundError as error:
-        missing = f" ({error})"
+        gym.register_envs(ale_py)
+        ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # no banner on stderr
+    if name.startswith("dm_control/"):
+        from cleanrl_utils import dmc
+
+        try:
+            dmc.register(name)
+        except ModuleNotFoundError as error:
+            fail("--env-id", str(error))
     if name not in gym.registry:
         candidates = [i for i in gym.registry if id_suffix is None or i.endswith(id_suffix)]
         close = difflib.get_close_matches(name, candidates, n=3)
@@ -116,48 +78,40 @@ def check_env(
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         if name.startswith("ALE/") or "NoFrameskip" in name:
             hint += " (Atari ids need the atari extra: pip install -e '.[atari]')"
-        if name.startswith(("MiniGrid-", "BabyAI-")) and importlib.util.find_spec("minigrid") is None:
+        if name.startswith(("MiniGrid-", "BabyAI-")) and not importlib.util.find_spec("minigrid"):
             hint += " (MiniGrid ids need the minigrid extra: pip install -e '.[minigrid]')"
-        fail("--env-id", f"unknown environment {env_id!r}{hint}{missing}")
+        fail("--env-id", f"unknown environment {env_id!r}{hint}")
     try:
         with gym.make(env_id) as env:
             action_space, observation_space = env.action_space, env.observation_space
-    except Exception as error:  # a missing extra (ale-py, mujoco), a broken env
+    except Exception as error:  # a missing extra (mujoco), a broken env
         fail("--env-id", f"cannot create {env_id!r}: {type(error).__name__}: {error}")
-    accepted = " or ".join(space.__name__ for space in np.atleast_1d(action_spaces))
-    spaces = f"{env_id} has action space {action_space}"
-    require(isinstance(action_space, action_spaces), "--env-id", f"{spaces}; {script} supports {accepted} only")
-    starts = np.asarray(getattr(action_space, "start", 0))  # Discrete(n, start=1): the scripts act with 0..n-1
-    shift = "acts with actions from 0 (shift them: gymnasium.wrappers.TransformAction)"
-    require(not starts.any(), "--env-id", f"{spaces}, whose actions start at {starts.tolist()}; {script} {shift}")
     if flatten and isinstance(observation_space, gym.spaces.Dict):
-        for key, entry in observation_space.spaces.items():
-            flat = isinstance(entry, gym.spaces.Box) and len(entry.shape) <= 1
-            require(flat, "--env-id", f"{env_id} has the entry {key!r} {entry}; {script} flattens Dicts of vectors only")
+        flat = all(isinstance(entry, gym.spaces.Box) and len(entry.shape) <= 1 for entry in observation_space.values())
+        require(flat, "--env-id", f"{env_id} has observations {observation_space}; {script} flattens Dicts of vectors only")
         observation_space = gym.spaces.flatten_space(observation_space)
-    accepted = " or ".join(space.__name__ for space in np.atleast_1d(observation_spaces))
-    spaces = f"{env_id} has observation space {observation_space}"
-    require(isinstance(observation_space, observation_spaces), "--env-id", f"{spaces}; {script} supports {accepted} only")
+    for what, space, accepted in (
+        ("action", action_space, action_spaces),
+        ("observation", observation_space, observation_spaces),
+    ):
+        names = " or ".join(kind.__name__ for kind in np.atleast_1d(accepted))
+        require(isinstance(space, accepted), "--env-id", f"{env_id} has {what} space {space}; {script} supports {names} only")
+    starts = np.asarray(getattr(action_space, "start", 0))  # Discrete(n, start=1): the scripts act with 0..n-1
+    shift = f"whose actions start at {starts.tolist()}; {script} acts from 0 (shift them: gym.wrappers.TransformAction)"
+    require(not starts.any(), "--env-id", f"{env_id} has action space {action_space}, {shift}")
     if obs_ndim is not None:
         shape = observation_space.shape
-        require(len(shape) == obs_ndim, "--env-id", f"{spaces}; {script} supports {obs_ndim}-dimensional observations only")
+        only = f"{script} supports {obs_ndim}-dimensional observations only"
+        require(len(shape) == obs_ndim, "--env-id", f"{env_id} has observations of shape {shape}; {only}")
     if bounded_actions:
-        require(
-            len(action_space.shape) == 1,
-            "--env-id",
-            f"{env_id} has actions of shape {action_space.shape}; {script} supports 1-dimensional actions only",
-        )
-        finite = np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()
-        require(bool(finite), "--env-id", f"{env_id} has unbounded actions {action_space}; {script} rescales into bounds")
+        bounded = len(action_space.shape) == 1 and np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()
+        require(bool(bounded), "--env-id", f"{env_id} has unbounded actions {action_space}; {script} rescales into bounds")
     return observation_space, action_space
 
 
 def check_atari_or_vector_env(args: Any, make_env: Callable[[], gym.Env]) -> tuple[gym.Space, gym.Space, bool]:
-    """:func:`check_env` for the asynchronous scripts, which take an Atari NoFrameskip game (made with their own
-    preprocessing by the thunk ``make_env``, whose spaces are returned) or a task with 1-D Box observations.
-
-    Returns:
-        ``(observation_space, action_space, atari)``.
+    """:func:`check_env` for the asynchronous scripts, which take an Atari NoFrameskip game (whose spaces are those
+    of the thunk ``make_env``'s preprocessing) or a task with 1-D Box observations: ``(obs_space, action_space, atari)``.
 
     Raises:
         SystemExit: status 2, one line naming ``--env-id``.
@@ -166,8 +120,7 @@ def check_atari_or_vector_env(args: Any, make_env: Callable[[], gym.Env]) -> tup
     with gym.make(args.env_id) as env:
         atari, frameskip = hasattr(env.unwrapped, "ale"), env.spec.kwargs.get("frameskip", 1)
     if not atari:
-        only = f"{args.script}.py supports Atari games and 1-dimensional observations only"
-        shape = observation_space.shape
+        shape, only = observation_space.shape, f"{args.script}.py supports Atari games and 1-dimensional observations only"
         require(len(shape) == 1, "--env-id", f"{args.env_id} has observations of shape {shape}; {only}")
         return observation_space, action_space, False
     require(frameskip == 1, "--env-id", f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id")

@@ -1,16 +1,13 @@
 """Faults: the errors a run cannot survive and a user can act on, each said in one line.
 
-A :class:`Fault` is raised where it is found (a non-finite loss by :func:`check_finite`, an env's bad output by
-:class:`cleanrl_utils.wrappers.CheckedEnv`, a file that cannot be written by :mod:`cleanrl_utils.files`). A
-script's run ends it in one line, ``<script>.py: <what and where>; last checkpoint: <file or none>``, exit
-status 1, inside the block it opens with ``with run.stop_on_fault(envs):`` (:meth:`cleanrl_utils.run.Run.stop_on_fault`).
+A :class:`Fault` is raised where it is found; the block a script opens with ``with run.stop_on_fault(envs):``
+(:meth:`cleanrl_utils.run.Run.stop_on_fault`) ends the run with ``<script>.py: <what>; last checkpoint: <file>``.
 """
 
 from __future__ import annotations
 
 import math
 import shutil
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +23,7 @@ class NonFinite(Fault):
 
 
 class EnvFault(Fault):
-    """An env (or its worker process) that returned what it must not, died, or did not answer within --env-timeout."""
+    """An env (or its worker) that returned what it must not, died, or did not answer within --env-timeout."""
 
 
 class WriteFailed(Fault, OSError):
@@ -34,23 +31,18 @@ class WriteFailed(Fault, OSError):
 
 
 def check_finite(update: int | str, global_step: int, **quantities: torch.Tensor | float) -> None:
-    """Raise :class:`NonFinite` naming the first of ``quantities`` (scalar tensors or numbers) that is not finite.
-
-    Call it once per gradient update, after ``backward`` and before ``optimizer.step()``, with the losses (and the
-    gradient norm): a diverging update stops before it reaches the weights. On a GPU it reads one boolean back.
-
-    Args:
-        update: the update's number ("update 37"), or where it is (a string: "iteration 4, epoch 2").
-        global_step: environment steps so far.
+    """Raise :class:`NonFinite` naming the first of ``quantities`` (scalar tensors or numbers, by name) that is not
+    finite. Call it once per update, before ``optimizer.step()``: a diverging update stops before it reaches the
+    weights. ``update``: its number, or where it is ("iteration 4, epoch 2"); ``global_step``: env steps so far.
 
     Raises:
         NonFinite: ``non-finite value_loss (nan) at update 37, global step 18944``.
     """
-    values = [value.detach() if isinstance(value, torch.Tensor) else torch.tensor(value) for value in quantities.values()]
+    values = [torch.as_tensor(value).detach() for value in quantities.values()]
     if all(value.device.type == "cpu" and value.numel() == 1 for value in values):
         if math.isfinite(sum(value.item() for value in values)):  # NaN and infinity carry through a sum
             return
-    elif bool(torch.stack([torch.isfinite(value).all() for value in values]).all()):
+    elif bool(torch.stack([torch.isfinite(value).all() for value in values]).all()):  # one read-back on a GPU
         return
     for name, value in zip(quantities, values):
         if not bool(torch.isfinite(value).all()):
@@ -60,25 +52,13 @@ def check_finite(update: int | str, global_step: int, **quantities: torch.Tensor
 
 
 def check_parameters(tensors: dict[str, Any], what: str) -> None:
-    """Raise :class:`NonFinite` if a floating tensor of ``tensors`` (networks or tensors, by name) is not finite;
-    ``what``: the file about to be written, for the message (``the checkpoint at step 512 not written``)."""
+    """Raise :class:`NonFinite` if a floating tensor of ``tensors`` (networks or tensors by name) is not finite;
+    ``what``: the file about to be written (``the model``), named in the message."""
     for name, value in tensors.items():
         entries = value.state_dict().items() if isinstance(value, torch.nn.Module) else [("", value)]
         for key, tensor in entries:
             if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
                 raise NonFinite(f"{name}{'.' + key if key else ''} holds non-finite values: {what} not written")
-
-
-def describe_exit(exitcode: int | None) -> str:
-    """``"exit code 3"``, ``"killed by SIGKILL"`` or ``"still running"`` for a process's ``exitcode``."""
-    if exitcode is None:
-        return "still running"
-    if exitcode >= 0:
-        return f"exit code {exitcode}"
-    try:
-        return f"killed by {signal.Signals(-exitcode).name}"
-    except ValueError:
-        return f"killed by signal {-exitcode}"
 
 
 def free_space(path: Any) -> str:

@@ -1,17 +1,14 @@
 """Model and checkpoint files: tensors and plain data under a header, written atomically, checked when read.
 
-A file is a dict written by ``torch.save`` and read with ``torch.load(..., weights_only=True)``, so loading never
-runs code. Its header: ``format`` (:data:`FORMAT`), ``kind`` (``"model"``: what evaluation needs, written by
-``--save-model``; ``"checkpoint"``: what a run needs to continue exactly), ``script`` (the name of the file that
-wrote it, ``ppo`` or a copy's ``my_ppo``: a script reads only its own files), ``modules`` (``repr`` of each network,
-so that a copy with another network is told so in one line), ``env_id`` and ``args``. Checkpoints are
-``{run_dir}/checkpoints/step_{global_step}.pt``; models ``{run_dir}/{exp_name}.cleanrl_model``.
+A file is a dict saved by ``torch.save`` and read with ``torch.load(..., weights_only=True)``: loading runs no code.
+Its header: ``format``; ``kind`` (``"model"``: what evaluation needs; ``"checkpoint"``: what resuming needs);
+``script``, the file's tag (``ppo``, or a copy's ``my_ppo``: a script reads only its own files); ``modules``, the
+``repr`` of each network (a copy with another network is told so); ``env_id`` and ``args``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
 import zipfile
@@ -20,33 +17,31 @@ from typing import Any
 
 import torch
 
-from cleanrl_utils.faults import WriteFailed, free_space
-from cleanrl_utils.writes import atomic_file, make_folder
+from cleanrl_utils.faults import WriteFailed, first_line, free_space
+from cleanrl_utils.writes import atomic_file
 
 FORMAT = 2
-"""Version of the file layout; a file of another version is refused."""
 MODEL_SUFFIX = ".cleanrl_model"
 SCRIPTS_DIR = Path(__file__).resolve().parent.parent / "cleanrl"
-"""This repository's scripts (``cleanrl/`` beside ``cleanrl_utils/``)."""
 TRUSTED_ENV_MODULES = ("cleanrl_utils.envs",)
 """Modules a file's env id may import without the user naming it: this project's own envs."""
 
 
 class FileRefused(ValueError):
-    """A file that is not what the reader expects; the message is one line saying why."""
+    """A file that is not what its reader expects; the message is one line saying why."""
 
 
 class FileDamaged(FileRefused):
-    """A file that is empty, truncated or corrupted (a crash or a full disk while it was written)."""
+    """A file that is empty, truncated or corrupted."""
 
 
 def script_name(script_file: str | os.PathLike) -> str:
-    """The name a script's files carry: its file name without ``.py`` (``cleanrl/ppo.py`` -> ``"ppo"``)."""
+    """The tag of a script's files: its file name without ``.py`` (``cleanrl/ppo.py`` -> ``"ppo"``)."""
     return Path(script_file).stem
 
 
 def model_path(run_dir: str | os.PathLike, exp_name: str) -> Path:
-    """``{run_dir}/{exp_name}.cleanrl_model``, the model ``--save-model`` writes when training ends."""
+    """``{run_dir}/{exp_name}.cleanrl_model``."""
     return Path(run_dir) / f"{exp_name}{MODEL_SUFFIX}"
 
 
@@ -56,32 +51,27 @@ def checkpoint_path(run_dir: str | os.PathLike, global_step: int) -> Path:
 
 
 def checkpoint_step(path: str | os.PathLike) -> int | None:
-    """The global step in a checkpoint file's name (``step_512.pt`` -> 512), None for another name."""
+    """The step in a checkpoint's file name (``step_512.pt`` -> 512), None for another name."""
     match = re.fullmatch(r"step_(\d+)\.pt", Path(path).name)
     return int(match.group(1)) if match else None
 
 
 def checkpoints(run_dir: str | os.PathLike) -> list[Path]:
-    """The checkpoint files of ``run_dir``, oldest (lowest step) first."""
-    files = [file for file in Path(run_dir, "checkpoints").glob("step_*.pt") if checkpoint_step(file) is not None]
-    return sorted(files, key=checkpoint_step)
+    """The checkpoint files of ``run_dir``, oldest first."""
+    found = [file for file in Path(run_dir, "checkpoints").glob("step_*.pt") if checkpoint_step(file) is not None]
+    return sorted(found, key=checkpoint_step)
 
 
 def untrusted_env_module(env_id: Any) -> str | None:
-    """The module an env id read from a file would import (``"pkg.mod"`` of ``"pkg.mod:Env-v0"``) unless it is one
-    of :data:`TRUSTED_ENV_MODULES`; None for a registered id. A file must not choose code: the user names such an id."""
+    """The module an env id read from a file would import (``"pkg.mod"`` of ``"pkg.mod:Env-v0"``) unless it is one of
+    :data:`TRUSTED_ENV_MODULES`, else None: a file must not choose code to import, the user names such an id."""
     module = str(env_id).rpartition(":")[0]
     return module if module and module not in TRUSTED_ENV_MODULES else None
 
 
 def write_file(path: str | os.PathLike, kind: str, args: Any, content: dict, modules: dict | None = None) -> Path:
-    """Write ``content`` (tensors and plain data) under the header of a ``kind`` file of the run ``args`` to
-    ``path``, atomically: a new temporary file, never opened through a link, flushed to disk, renamed over ``path``.
-
-    Args:
-        kind: ``"model"`` or ``"checkpoint"``.
-        args: the run's ``Args``; its ``script`` is the file's tag.
-        modules: the networks whose ``repr`` the file records, by name.
+    """Write ``content`` (tensors and plain data) under the header of a ``kind`` file of the run ``args`` (whose
+    ``script`` tags it; ``modules``: the networks whose ``repr`` it records) to ``path``, atomically.
 
     Raises:
         cleanrl_utils.faults.WriteFailed: one line (a full disk, a read-only folder); a previous file stays whole.
@@ -95,26 +85,21 @@ def write_content(path: str | os.PathLike, data: dict) -> Path:
     """Write a whole file's ``data`` (header included) to ``path`` as :func:`write_file` does."""
     path = Path(path)
     try:
-        make_folder(path.parent)
+        path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_file(path) as file:
             torch.save(data, file)
     except (OSError, RuntimeError) as error:  # a full disk ("unexpected pos"), a read-only folder
-        reason = (error.strerror if isinstance(error, OSError) else None) or str(error).strip().splitlines()[0][:200]
-        raise WriteFailed(f"cannot write {path}: {reason} ({free_space(path.parent)})") from None
+        raise WriteFailed(f"cannot write {path}: {first_line(error)} ({free_space(path.parent)})") from None
     return path
 
 
 def read_file(path: str | os.PathLike, kind: str | tuple[str, ...], script: str | None = None) -> dict:
-    """The content of a file written by :func:`write_file`, its header checked, with ``"path"`` added.
-
-    Args:
-        kind: the kind (or kinds) accepted.
-        script: the script that must have written it (None: any).
+    """The content of a ``kind`` file (or one of the kinds) written by ``script`` (None: any), its header checked and
+    every record's CRC-32 first, with ``"path"`` added.
 
     Raises:
-        FileRefused: one line: no such file; empty, truncated or corrupted (:class:`FileDamaged`: every record's
-            CRC-32 is checked first); not loadable with ``weights_only=True``; not a file of this project; another
-            format, kind or script; a header entry of the wrong type.
+        FileRefused: one line: missing, damaged (:class:`FileDamaged`), refused by ``weights_only``, not this
+            project's, another format, kind or script, or a header entry of the wrong type.
     """
     path = Path(path)
     if not path.is_file():
@@ -129,7 +114,7 @@ def read_file(path: str | os.PathLike, kind: str | tuple[str, ...], script: str 
     try:
         content = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # objects weights_only refuses, a damaged pickle
-        raise FileRefused(f"{path} cannot be read as a cleanrl file ({type(error).__name__}: {first(error)})") from None
+        raise FileRefused(f"{path} cannot be read as a cleanrl file ({type(error).__name__}: {first_line(error)})") from None
     if not isinstance(content, dict) or "format" not in content or "kind" not in content:
         raise FileRefused(f"{path} is not a model or checkpoint file of this project")
     types = {"format": int, "kind": str, "script": str, "args": dict, "modules": dict, "state": dict, "counters": dict}
@@ -141,9 +126,7 @@ def read_file(path: str | os.PathLike, kind: str | tuple[str, ...], script: str 
         raise FileRefused(f"{path} has file format {content['format']}; this code reads format {FORMAT}")
     kinds = (kind,) if isinstance(kind, str) else kind
     if content["kind"] not in kinds:
-        hint = (
-            "give it to --resume, or to cleanrl_utils.enjoy" if content["kind"] == "checkpoint" else "use cleanrl_utils.enjoy"
-        )
+        hint = "give it to --resume or cleanrl_utils.enjoy" if content["kind"] == "checkpoint" else "use cleanrl_utils.enjoy"
         raise FileRefused(f"{path} is a {content['kind']} file, not a {' or '.join(kinds)} file ({hint})")
     if script is not None and content["script"] != script:
         raise FileRefused(f"{path} was written by {content['script']}.py, not by {script}.py")
@@ -152,25 +135,16 @@ def read_file(path: str | os.PathLike, kind: str | tuple[str, ...], script: str 
     return {**content, "path": str(path)}
 
 
-def first(error: BaseException) -> str:
-    """The first line of ``error``'s message, at most 200 characters."""
-    return (str(error).strip().splitlines() or [""])[0][:200]
-
-
 def load_module(module: torch.nn.Module, name: str, content: dict) -> None:
-    """Load the file's network ``content[name]`` (a state dict) into ``module``, refusing another network.
-
-    The file's record of the network (``repr``) must equal ``module``'s, and its tensors must be finite, of this
-    network's dtypes, names and shapes.
+    """Load the file's network ``content[name]`` into ``module``: its record (``repr``) must be ``module``'s, its
+    tensors finite and of the network's names, shapes and dtypes.
 
     Raises:
         FileRefused: one line naming the file, the network and the first difference.
     """
     path, record = content.get("path", "the file"), content.get("modules", {}).get(name)
-    if not isinstance(content.get(name), dict):
-        raise FileRefused(f"{path} holds no network {name!r}")
-    if record is not None and not isinstance(record, str):
-        raise FileRefused(f"{path} is damaged or forged: its record of {name} is not text")
+    if not isinstance(content.get(name), dict) or record is not None and not isinstance(record, str):
+        raise FileRefused(f"{path} holds no network {name!r}, or a damaged or forged one")
     if record is not None and record != repr(module):
         ours, theirs = repr(module).splitlines(), record.splitlines()
         line = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
@@ -188,48 +162,3 @@ def load_module(module: torch.nn.Module, name: str, content: dict) -> None:
         module.load_state_dict(content[name])
     except (RuntimeError, KeyError, TypeError) as error:
         raise FileRefused(f"{path}: its {name} does not fit this script's: {str(error).splitlines()[-1].strip()}") from None
-
-
-def load_optimizer(optimizer: torch.optim.Optimizer, name: str, content: dict) -> None:
-    """Load the file's optimiser state ``content[name]`` into ``optimizer``, refusing values no training writes:
-    settings of another type, non-finite or negative numbers (betas below 1), per-parameter tensors that are not
-    finite, not of their parameter's shape, or negative second moments and steps.
-
-    Raises:
-        FileRefused: one line naming the file and the entry.
-    """
-    path, state = content.get("path", "the file"), content[name]
-    try:
-        groups, ours = state["param_groups"], optimizer.param_groups
-        problems = [f"{len(groups)} parameter groups"] if len(groups) != len(ours) else []
-        shapes = {index: p.shape for group, own in zip(groups, ours) for index, p in zip(group["params"], own["params"])}
-        for group, own in zip(groups, ours):
-            for key, value in group.items():
-                if key == "params" or key not in own or value == own[key] and type(value) is type(own[key]):
-                    continue
-                numbers = value if isinstance(value, (tuple, list)) else [value]
-                numbers = [n.item() if isinstance(n, torch.Tensor) and n.numel() == 1 else n for n in numbers]
-                plain = all(isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) for n in numbers)
-                shaped = isinstance(own[key], (tuple, list)) == isinstance(value, (tuple, list)) and len(numbers) == (
-                    len(own[key]) if isinstance(own[key], (tuple, list)) else 1
-                )
-                bounded = key not in ("lr", "eps", "weight_decay", "betas") or min(numbers) >= 0
-                if not (plain and shaped and bounded and (key != "betas" or max(numbers) < 1)):
-                    problems.append(f"{key} is {value!r}")
-        for index, entries in state["state"].items():
-            for key, tensor in entries.items():
-                if not isinstance(tensor, torch.Tensor):
-                    continue
-                if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-                    problems.append(f"{key} of parameter {index} holds non-finite values")
-                elif tensor.dim() > 0 and tensor.shape != shapes.get(index):
-                    problems.append(f"{key} of parameter {index} is {tuple(tensor.shape)}")
-                elif key in ("exp_avg_sq", "max_exp_avg_sq", "step") and bool((tensor < 0).any()):
-                    problems.append(f"{key} of parameter {index} holds negative values")
-        if problems:
-            raise FileRefused(f"{path}: its {name}'s {problems[0]}")
-        optimizer.load_state_dict(state)
-    except (KeyError, TypeError, AttributeError, ValueError) as error:
-        if isinstance(error, FileRefused):
-            raise
-        raise FileRefused(f"{path}: its {name} does not fit this script's optimiser ({type(error).__name__}: {error})")

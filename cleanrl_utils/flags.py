@@ -1,49 +1,31 @@
 """Command-line flags: the flags every script takes, read with tyro, and bad input refused in one line (exit 2).
 
-A script reads its flags with one call, ``args, resumed = parse_args(Args, __file__, check_args)``: tyro parses
-them (a parsing error becomes one line), ``--resume`` takes over the arguments of the run it continues, and the
-script's ``check_args`` refuses bad values with :func:`require` and its kin, each naming the flag:
-``error: --num-envs: must be positive, got 0`` on stderr, exit status 2, before any run directory exists.
-Importing this module does not import torch, so that the launcher and the tuner start at once.
+``args, resumed = parse_args(Args, __file__, check_args)``: tyro parses the flags (its errors become one line),
+``--resume`` takes over the arguments of the run it continues, and the script's ``check_args`` refuses bad values
+with :func:`require` and its kin, naming the flag (``error: --num-envs: must be positive, got 0``) before any run
+directory exists. Imports no torch, so that the launcher and the tuner start at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import re
 import sys
 import typing
-from contextlib import contextmanager
-from typing import Annotated, Any, Callable, Iterator, Literal, NoReturn, Optional, Union
+from typing import Annotated, Any, Callable, NoReturn, Optional
 
 import tyro
 
 USAGE_ERROR = 2
 """Exit status of a command refused for bad input (argparse's)."""
 
-_reading: list[tuple[str, frozenset]] = []  # (file, flags given) while the saved arguments of a file are checked
-
 
 def fail(flag: str, message: str) -> NoReturn:
-    """Stop with one line on stderr, ``error: <flag>: <message>``, exit status 2.
-
-    While a checkpoint's or model's saved arguments are checked (:func:`saved_arguments`), a flag not given on the
-    command line is named as the file's field instead: ``error: <file>: its saved <field> <message>``.
-    """
-    if _reading and flag.startswith("--") and flag[2:].replace("-", "_") not in _reading[-1][1]:
-        flag, message = _reading[-1][0], f"its saved {flag[2:].replace('-', '_')} {message}"
+    """Stop with ``error: <flag>: <message>`` on stderr, exit 2."""
     print(f"error: {flag}: {message}", file=sys.stderr)
     raise SystemExit(USAGE_ERROR)
-
-
-@contextmanager
-def saved_arguments(path: str, given: typing.Iterable[str] = ()) -> Iterator[None]:
-    """Within the block, :func:`fail` names a flag outside ``given`` as the field of the file ``path``."""
-    _reading.append((str(path), frozenset(given)))
-    try:
-        yield
-    finally:
-        _reading.pop()
 
 
 def require(condition: bool, flag: str, message: str) -> None:
@@ -61,7 +43,8 @@ def require_positive(args: Any, names: str) -> None:
     """Refuse the first field of ``args`` named in ``names`` (space-separated) that is not a finite number > 0."""
     for name in names.split():
         value = getattr(args, name)
-        require(0 < value < float("inf"), flag_name(name), f"must be a positive finite number, got {value}")
+        require(value > 0, flag_name(name), f"must be positive, got {value}")
+        require(value != float("inf"), flag_name(name), f"must be finite, got {value}")
 
 
 def require_range(args: Any, **bounds: tuple[float, float]) -> None:
@@ -102,7 +85,7 @@ class RunArgs:
     torch_threads: int = 1
     """CPU threads for torch"""
     env_timeout: float = 600.0
-    """seconds an env in a worker process (--env-mode async) may take to answer a step before the run stops"""
+    """seconds an env worker process (--env-mode async) may take to answer a step before the run stops"""
     script: tyro.conf.Suppress[str] = ""
     """the name of the script file that runs (filled in; not a flag)"""
 
@@ -111,57 +94,48 @@ RESUMABLE_WITH_OTHER_VALUES = frozenset(
     "resume env_timeout checkpoint_interval checkpoint_buffer track wandb_project_name wandb_entity cuda backend "
     "device_ids torch_threads env_mode capture_video save_model eval_episodes".split()
 )
-"""Flags a resumed run may set anew (left out, they keep the checkpoint's values); any other flag given with
-another value than the checkpoint's is refused."""
+"""Flags a resumed run may set anew (left out, they keep the checkpoint's values); another flag given with another
+value than the checkpoint's is refused."""
 
 
-def parse_args(
-    args_class: type, script_file: str, check: Callable[[Any], None] | None = None, argv: list[str] | None = None
-) -> tuple[Any, dict | None]:
+def parse_args(args_class: type, script_file: str, check: Callable | None = None, argv: list | None = None) -> tuple:
     """The script's arguments, from the command line or (``--resume``) from the run it continues, checked.
 
     Args:
         args_class: the script's ``Args``, a dataclass deriving from :class:`RunArgs`.
-        script_file: the script's ``__file__``; its name (``ppo`` for ``ppo.py``, ``my_ppo`` for a copy) is the
+        script_file: the script's ``__file__``: its name (``ppo`` for ``ppo.py``, ``my_ppo`` for a copy) is the
             default ``--exp-name`` and the tag of its files.
         check: the script's own checks, ``check(args)``; it may fill in computed fields.
         argv: the command line (default ``sys.argv[1:]``).
 
     Returns:
-        ``(args, checkpoint)``: with ``--resume``, the checkpoint read (:func:`cleanrl_utils.checkpoint.load`),
-        else None.
+        ``(args, checkpoint)``: with ``--resume`` the checkpoint read (:func:`cleanrl_utils.resume.load`), else None.
 
     Raises:
         SystemExit: status 2, one line naming the flag (or the checkpoint's field), before anything is written.
     """
-    from cleanrl_utils.files import script_name
+    from pathlib import Path
 
     argv = sys.argv[1:] if argv is None else argv
     args = _tyro_cli(args_class, argv)
-    args.script = script_name(script_file)
+    args.script = Path(script_file).stem
     args.exp_name = args.exp_name or args.script
-    given, checkpoint = given_flags(argv, args_class), None
-    if args.resume:
-        from cleanrl_utils.checkpoint import resumed_args
+    checkpoint = None
+    if args.resume:  # the run it continues: its arguments, checked, and its checkpoint
+        from cleanrl_utils.resume import resumed_args
 
-        args, checkpoint = resumed_args(args, given)
-    with saved_arguments(checkpoint["path"], given) if checkpoint else _nothing():
-        check_run_args(args)
-        if check is not None:
-            check(args)
+        args, checkpoint = resumed_args(args, argv)
+    check_run_args(args)
+    if check is not None:
+        check(args)
     return args, checkpoint
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
 
 
 def check_run_args(args: Any) -> None:
     """Refuse bad values of the :class:`RunArgs` flags, and a float flag (any field) that is NaN or infinite."""
     name = args.exp_name
     fine = name.strip() == name != "" and "/" not in name and name.isprintable()
-    require(fine, "--exp-name", f"{name!r} must be a printable name without '/' or surrounding spaces")
+    require(fine, "--exp-name", f"{name!r} must be a non-empty printable name without '/' or surrounding spaces")
     require(len(name.encode(errors="surrogateescape")) <= 150, "--exp-name", "must be at most 150 bytes")
     require(0 <= args.seed < 2**31, "--seed", f"must be in [0, 2**31), got {args.seed}")
     require(args.checkpoint_interval >= 0, "--checkpoint-interval", f"must be >= 0, got {args.checkpoint_interval}")
@@ -170,14 +144,13 @@ def check_run_args(args: Any) -> None:
     require(not args.save_model or args.eval_episodes > 0, "--eval-episodes", "must be positive with --save-model")
     for field in dataclasses.fields(args):
         value = getattr(args, field.name)
-        require(not isinstance(value, float) or abs(value) < float("inf"), flag_name(field.name), f"is {value}")
+        finite = not isinstance(value, float) or abs(value) < float("inf")  # NaN too
+        require(finite, flag_name(field.name), f"must be finite, got {value}")
 
 
-def _tyro_cli(args_class: type, argv: list[str]) -> Any:
-    """``tyro.cli``, with its parsing errors (a box of several lines) said in one line, exit 2."""
-    import contextlib
-    import io
-
+def _tyro_cli(args_class: type, argv: list[str], saved: str | None = None) -> Any:
+    """``tyro.cli``, with its parsing errors (a box of several lines) said in one line, exit 2 (naming the file
+    ``saved`` whose saved arguments ``argv`` are)."""
     description = (sys.modules["__main__"].__doc__ or "").strip().split("\n")[0] or None
     said = io.StringIO()
     try:
@@ -192,78 +165,30 @@ def _tyro_cli(args_class: type, argv: list[str]) -> Any:
         message = " ".join(lines[: next((i for i, line in enumerate(lines) if not line.strip("─-= ")), len(lines))])
         flag = re.search(r"--[\w-]+", message)
         guess = next((lines[i + 1].split()[0] for i, line in enumerate(lines[:-1]) if line == "Perhaps you meant:"), None)
-        fail(flag.group(0) if flag else "arguments", f"{message}{f'; did you mean {guess}?' if guess else ''} (see --help)")
+        where = f"{saved}: its saved {flag.group(0)[2:].replace('-', '_')}" if saved and flag else saved
+        hint = f"; did you mean {guess}?" if guess else "" if saved else " (see --help)"
+        fail(where or (flag.group(0) if flag else "arguments"), f"{message}{hint}")
     sys.stderr.write(said.getvalue())
     return args
 
 
-def flag_spellings(args_class: type) -> dict[str, str]:
-    """Every spelling of every flag of ``args_class`` mapped to its field: ``--num-envs``, ``--num_envs``, the
-    ``--no-`` forms, and aliases given with ``tyro.conf.arg(aliases=...)`` (ddp_ppo.py's ``--local-num-envs``)."""
-    try:
-        hints = typing.get_type_hints(args_class, include_extras=True)
-    except Exception:  # annotations that do not resolve outside their module
-        hints = {}
-    spellings = {}
-    for field in dataclasses.fields(args_class):
-        names = {field.name, field.name.replace("_", "-")}
-        for meta in getattr(hints.get(field.name), "__metadata__", ()):
-            names |= {alias.lstrip("-") for alias in getattr(meta, "aliases", None) or ()}
-        for name in names:
-            spellings[f"--{name}"] = spellings[f"--no-{name}"] = field.name
-    return spellings
-
-
-def given_flags(argv: list[str], args_class: type) -> set[str]:
-    """The fields of ``args_class`` whose flag ``argv`` gives, in any spelling (``--name=value`` included)."""
-    spellings = flag_spellings(args_class)
-    return {spellings[token.split("=", 1)[0]] for token in argv if token.split("=", 1)[0] in spellings}
-
-
-def check_saved_types(args_class: type, saved: Any, path: str, required: typing.Iterable[str] = ()) -> dict:
-    """The arguments ``saved`` in the file ``path`` that ``args_class`` has, each checked to be of its field's type
-    (an int for an int flag, not a bool; a float or an int, made a float, for a float flag; one of a Literal's
-    choices; None where Optional).
+def saved_args(args_class: type, saved: Any, path: str, required: tuple[str, ...] = ()) -> Any:
+    """The ``args_class`` of the arguments ``saved`` in the file ``path``, read as flags are (by tyro): a value of
+    another type (a bool for an int, text for a number, a choice not a Literal's) is refused as its flag would be.
 
     Raises:
-        SystemExit: status 2, one line ``error: <path>: its saved <field> is ..., not ...``, or a ``required``
-            field missing.
+        SystemExit: status 2, one line ``error: <path>: its saved <field>: ...``, or a ``required`` field missing.
     """
-    if not isinstance(saved, dict):
-        fail(path, "its saved arguments are not a dict")
-    hints, values = typing.get_type_hints(args_class), {}
+    require(isinstance(saved, dict), path, "its saved arguments are not a dict")
+    missing = [name for name in required if name not in saved]
+    require(not missing, path, f"its saved arguments lack {', '.join(missing)}")
+    hints, argv = typing.get_type_hints(args_class, include_extras=True), []
     for field in dataclasses.fields(args_class):
-        if field.name not in saved:
-            require(field.name not in required, path, f"its saved arguments lack {field.name}")
+        if field.name not in saved or tyro.conf.Suppress in getattr(hints[field.name], "__metadata__", ()):
             continue
-        value, kind = saved[field.name], hints.get(field.name, Any)
-        if not _fits(value, kind):
-            fail(path, f"its saved {field.name} is {repr(value)[:60]} ({type(value).__name__}), not {_describe(kind)}")
-        values[field.name] = float(value) if kind is float else value
-    return values
-
-
-def _options(kind: Any) -> tuple | None:
-    """The options of a Union (``Optional[X]``, ``X | None``), else None."""
-    return typing.get_args(kind) if typing.get_origin(kind) is Union or type(kind).__name__ == "UnionType" else None
-
-
-def _fits(value: Any, kind: Any) -> bool:
-    """Whether ``value`` is of the annotated type ``kind``: bool is not an int, an int is a float."""
-    if _options(kind) is not None:
-        return any(_fits(value, option) for option in _options(kind))
-    if typing.get_origin(kind) is Literal:
-        return any(value == option and type(value) is type(option) for option in typing.get_args(kind))
-    if kind in (int, float, bool, str, type(None)):
-        exact = {int: (int,), float: (int, float), bool: (bool,), str: (str,), type(None): (type(None),)}[kind]
-        return isinstance(value, exact) and (kind is bool or not isinstance(value, bool))
-    return True
-
-
-def _describe(kind: Any) -> str:
-    """``float``, ``float or None``, ``one of 'sync', 'async'`` for an annotated type."""
-    if _options(kind) is not None:
-        return " or ".join(_describe(option) for option in _options(kind))
-    if typing.get_origin(kind) is Literal:
-        return "one of " + ", ".join(map(repr, typing.get_args(kind)))
-    return "None" if kind is type(None) else getattr(kind, "__name__", str(kind))
+        value, flag = saved[field.name], flag_name(field.name)
+        if isinstance(value, bool) and isinstance(field.default, bool):
+            argv.append(flag if value else f"--no-{flag[2:]}")
+        else:
+            argv += [flag, str(value)]
+    return _tyro_cli(args_class, argv, path)

@@ -81,8 +81,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cleanrl_utils.cli import OneLineParser, fail, require
-from cleanrl_utils.writes import refuse_non_regular, write_atomic
+from cleanrl_utils.cli import OneLineParser, fail, refuse_non_regular, require
+from cleanrl_utils.writes import write_atomic
 
 METRICS = ("IQM", "median", "mean", "optimality gap")
 """Names of the aggregate metrics, in the order of :func:`aggregate_metrics`' output."""

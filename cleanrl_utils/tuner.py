@@ -67,8 +67,18 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from cleanrl_utils.cli import OneLineParser, fail, log_tail, printed_run_dir, require, safe_name
-from cleanrl_utils.writes import check_name, check_text, create_new, make_folder
+from cleanrl_utils.cli import (
+    OneLineParser,
+    check_name,
+    check_text,
+    fail,
+    log_tail,
+    make_folder,
+    printed_run_dir,
+    require,
+    safe_name,
+)
+from cleanrl_utils.writes import create_new
 
 AGGREGATIONS: dict[str, Callable[[Sequence[float]], float]] = {
     "average": lambda values: float(np.mean(values)),

@@ -1,11 +1,9 @@
 """Gymnasium wrappers a script stacks in its make_env: output checks, and the replay log that restores an env exactly.
 
-- :class:`CheckedEnv` checks what an env returns: in full at its first reset and first step (the API, the types,
-  the declared spaces), then cheaply at every step (finite numbers), in the env's own process.
-- :class:`ReplayableEnv` logs what rebuilds the env's state: :func:`envs_state` and :func:`restore_envs` save and
-  restore every env of a gymnasium vector env through its public ``call``.
-- :func:`real_next_obs`: the observation that ended an episode under same-step autoreset, for TD targets and
-  bootstraps; :func:`timed_step`: ``envs.step`` with gymnasium's own timeout for async workers.
+:class:`CheckedEnv` checks what an env returns; :class:`ReplayableEnv` logs what rebuilds its state, saved and restored
+for every env of a gymnasium vector env by :func:`envs_state` and :func:`cleanrl_utils.resume.restore_envs` through its
+public ``call``.
+Also :func:`real_next_obs` (the observation that ended an episode) and :func:`timed_step` (gymnasium's own timeout).
 """
 
 from __future__ import annotations
@@ -21,8 +19,7 @@ import numpy as np
 from cleanrl_utils.faults import EnvFault
 
 SAME_STEP = gym.vector.AutoresetMode.SAME_STEP
-"""Same-step autoreset: an env whose episode ends is reset within that ``step``; the observation that ended it is in
-``infos["final_obs"][i]`` (flagged by ``infos["_final_obs"]``) and its last info in ``infos["final_info"]``."""
+"""An env whose episode ends is reset in that ``step``; its last observation is ``infos["final_obs"][i]``."""
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _NUMBERS = frozenset({float, int, np.float64, np.float32, np.float16, np.int64, np.int32, np.int16, np.int8})
 _FLAGS = frozenset({bool, np.bool_})
@@ -39,7 +36,7 @@ def timed_step(envs: gym.vector.VectorEnv, actions: Any, timeout: float) -> tupl
 
 
 def space_problem(space: gym.Space, value: Any, what: str = "observation") -> str | None:
-    """What is wrong with ``value`` as an element of ``space`` (structure, shape, kind of dtype; not bounds), or None."""
+    """What is wrong with ``value`` in ``space`` (its structure, shape and kind of dtype; not bounds), or None."""
     if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
         keys = list(space.spaces) if isinstance(space, gym.spaces.Dict) else list(range(len(space.spaces)))
         if not isinstance(value, dict if isinstance(space, gym.spaces.Dict) else (tuple, list)) or len(value) != len(keys):
@@ -61,9 +58,7 @@ def space_problem(space: gym.Space, value: Any, what: str = "observation") -> st
 
 
 def step_problem(result: Any, space: gym.Space | None = None) -> str | None:
-    """What is wrong with a ``step`` result, or None: not ``(obs, reward, terminated, truncated, info)``, a reward that
-    is not a real number, flags that are not bools, an info that is not a dict or holds the vector env's keys, and
-    (``space`` given) an observation that does not fit it."""
+    """What is wrong with a ``step`` result (its API, types, and observation in ``space`` if given), or None."""
     if not isinstance(result, tuple) or len(result) != 5:
         old = " (gym's old API: obs, reward, done, info)" if isinstance(result, tuple) and len(result) == 4 else ""
         return f"returned {str(result)[:60]} from step, not (obs, reward, terminated, truncated, info){old}"
@@ -80,19 +75,17 @@ def step_problem(result: Any, space: gym.Space | None = None) -> str | None:
 
 
 class CheckedEnv(gym.Wrapper):
-    """An env whose output is checked: in full at its first reset and first step (:func:`step_problem` against its
-    declared observation space), then cheaply at every step: a reward of a number type, finite and within float32's
-    range, bool flags, and finite floating observations. It runs where the env runs (in its worker process for
-    ``gym.vector.AsyncVectorEnv``), so the main process does no per-env work for it.
+    """An env whose output is checked where it runs (in its worker process for ``gym.vector.AsyncVectorEnv``): in full
+    at its first reset and first step (:func:`step_problem` against its declared space), then cheaply at every step
+    (a number reward, finite and within float32's range; bool flags; finite floating observations).
 
-    Also: an env that returns the same observation array twice (reusing it in place, Gymnasium#1132) has its
-    observations copied from then on, so a stored final observation cannot change; in a worker process, an
-    exception of the env becomes an :class:`EnvFault` saying where it was raised (the worker's traceback does not
-    reach the main process), and the worker ignores SIGINT, SIGTERM and SIGHUP: a signal to the whole process group
-    reaches the main process, which checkpoints with its envs alive, then closes them.
+    Also: observations are copied once the env returns the same array twice (one it reuses in place,
+    Gymnasium#1132), so that a stored final observation cannot change; in a worker process, an exception of the env
+    becomes an :class:`EnvFault` saying where it was raised (its traceback does not reach the main process), and
+    SIGINT, SIGTERM and SIGHUP are ignored: a signal to the process group reaches the main process, which
+    checkpoints with its envs alive, then closes them.
 
     Args:
-        env: the env with its wrappers.
         index: the env's index in its vector env, named in the messages.
 
     Raises (from ``reset`` or ``step``):
@@ -164,8 +157,7 @@ class CheckedEnv(gym.Wrapper):
 
 
 def generator_state(generator: np.random.Generator | np.random.RandomState) -> dict:
-    """A numpy generator's state as plain data; a legacy ``RandomState`` (dm_control's tasks draw from one) as
-    ``{"RandomState": state}`` with its key as a list of ints."""
+    """A numpy generator's state as plain data (a legacy ``RandomState``'s, which dm_control draws from, too)."""
     if isinstance(generator, np.random.RandomState):
         state = generator.get_state(legacy=False)
         return {"RandomState": {**state, "state": {"key": state["state"]["key"].tolist(), "pos": int(state["state"]["pos"])}}}
@@ -173,11 +165,7 @@ def generator_state(generator: np.random.Generator | np.random.RandomState) -> d
 
 
 def make_generator(state: dict) -> np.random.Generator | np.random.RandomState:
-    """A numpy generator in the state :func:`generator_state` returned.
-
-    Raises:
-        ValueError: a bit generator numpy does not have, or a state that does not fit it.
-    """
+    """A numpy generator in the state :func:`generator_state` returned (``ValueError`` for one that does not fit)."""
     if "RandomState" in state:
         legacy, generator = state["RandomState"], np.random.RandomState()
         generator.set_state({**legacy, "state": {**legacy["state"], "key": np.asarray(legacy["state"]["key"], np.uint32)}})
@@ -208,19 +196,15 @@ def _unplain(value: Any) -> Any:
 
 
 class ReplayableEnv(gym.Wrapper):
-    """An env whose exact state a checkpoint can rebuild: it logs the state of the base env's random generator just
-    before the base env's last real reset, and every ``reset``/``step`` call on this wrapper since; :meth:`restore`
-    replays that log in a fresh env, which rebuilds the base env and every wrapper below this one (frame stacks,
-    time limits, episode statistics, episodic lives) for any env whose dynamics depend only on its actions and its
-    ``np_random`` (classic control, MuJoCo, the ALE without sticky actions). At most one episode is replayed.
+    """An env whose exact state a checkpoint can rebuild (the outermost wrapper of a training env).
 
-    Wrap the outermost layer of each training env. A "real" reset is a call of the base env's ``reset`` (an
-    episodic-life wrapper's reset after a lost life is not one): this wrapper sees it by setting the base env's
-    ``reset`` attribute, on that instance only, to a function that notes the generator state and calls the original.
-
-    Args:
-        env: the env with its wrappers.
-        index: the env's index in its vector env (picks its log in :meth:`restore`).
+    It logs the base env's ``np_random`` state just before the base env's last real reset (an episodic-life wrapper's
+    reset after a lost life is not one), and every ``reset``/``step`` call since; :meth:`restore` replays the log in a
+    fresh env, rebuilding the base env and every wrapper below (frame stacks, time limits, episode statistics) for an
+    env whose dynamics depend only on its actions and ``np_random`` (classic control, MuJoCo, the ALE without sticky
+    actions). At most one episode is replayed. It sees real resets by setting the base env's ``reset`` attribute, on
+    that instance only, to a function that notes the generator state and calls the original. ``index``: the env's
+    index in its vector env.
     """
 
     def __init__(self, env: gym.Env, index: int = 0):
@@ -266,12 +250,8 @@ class ReplayableEnv(gym.Wrapper):
         return {"start": self._start, "events": events}
 
     def restore(self, logs: list[dict]) -> tuple:
-        """Replay ``logs[self.index]`` in this fresh env; ``(observation, info)`` of its last call: what the run acts on
-        next.
-
-        Raises:
-            ValueError: an empty log (the env was never reset).
-        """
+        """Replay ``logs[self.index]`` in this fresh env: ``(observation, info)`` of its last call (``ValueError``: an
+        empty log)."""
         log = logs[self.index]
         if not log["events"]:
             raise ValueError("empty replay log: the env was never reset")
@@ -287,20 +267,6 @@ class ReplayableEnv(gym.Wrapper):
 def envs_state(envs: gym.vector.VectorEnv) -> dict:
     """The replay logs of every env of ``envs`` (a vector env of :class:`ReplayableEnv`), as plain data."""
     return {"logs": list(envs.call("replay_log"))}
-
-
-def restore_envs(envs: gym.vector.VectorEnv, state: dict) -> Any:
-    """Replay every env of a fresh ``envs`` into the state :func:`envs_state` saved; the batched observation
-    ``[num_envs, ...]`` the run acts on next.
-
-    Raises:
-        ValueError: another number of envs, or an empty log.
-    """
-    if len(state["logs"]) != envs.num_envs:
-        raise ValueError(f"the checkpoint has {len(state['logs'])} envs, this run {envs.num_envs}")
-    observations = [obs for obs, _ in envs.call("restore", state["logs"])]
-    empty = gym.vector.utils.create_empty_array(envs.single_observation_space, n=envs.num_envs)
-    return gym.vector.utils.concatenate(envs.single_observation_space, observations, empty)
 
 
 def real_next_obs(next_obs: Any, infos: dict) -> Any:

@@ -312,15 +312,37 @@ def collect(records: Path) -> tuple[dict[str, Path], list[dict]]:
     return found, sorted(processes.values(), key=lambda entry: entry["pid"])
 
 
-def measure(name: str, workdir: Path, site: Path, timeout: float) -> dict:
-    """Run ``cleanrl/<name>.py`` with its :data:`SHORT_RUN` flags and :data:`EVALUATED` in ``workdir``; count the
-    runtime it loaded. Returns the script's row (lines, modules, processes, exit status, seconds)."""
-    records = workdir / "records"
+def resumed_lines(name: str, workdir: Path, site: Path, timeout: float) -> dict | None:
+    """The runtime lines of a run that is resumed: ``cleanrl/<name>.py`` with its :data:`SHORT_RUN` flags and
+    ``--checkpoint-interval`` half its ``--total-timesteps``, then ``--resume`` of its run directory with
+    ``--save-model --eval-episodes 1`` (the resumed run restores its last checkpoint, saves and evaluates); the
+    union of the modules the two processes loaded. None where the flags name no ``--total-timesteps``."""
+    flags = SHORT_RUN.get(name, [])
+    if "--total-timesteps" not in flags or name in LAUNCHER:
+        return None
+    total = int(flags[flags.index("--total-timesteps") + 1])
+    first = measure(name, workdir / "first", site, timeout, [*flags, "--checkpoint-interval", str(max(total // 2, 1))])
+    runs = list((workdir / "first" / "cwd").glob("runs/*"))
+    if not runs:
+        return {"runtime_lines": first["runtime_lines"], "failure": first.get("failure", "no run directory")}
+    resume = ["--resume", str(runs[0]), *EVALUATED]
+    second = measure(name, workdir / "first", site, timeout, resume, keep=True)
+    modules = {**first["modules"], **second["modules"]}
+    row = {"runtime_lines": sum(modules.values()), "modules": dict(sorted(modules.items(), key=lambda kv: (-kv[1], kv[0])))}
+    failure = first.get("failure") if first.get("failure") not in (None, "no saved model", "no evaluation") else None
+    return {**row, **({"failure": failure or second["failure"]} if failure or second.get("failure") else {})}
+
+
+def measure(name: str, workdir: Path, site: Path, timeout: float, flags: list[str] | None = None, keep: bool = False) -> dict:
+    """Run ``cleanrl/<name>.py`` with ``flags`` (default its :data:`SHORT_RUN` flags and :data:`EVALUATED`) in
+    ``workdir`` (with ``keep``, in the working directory a first run left there); count the runtime it loaded.
+    Returns the script's row (lines, modules, processes, exit status, seconds)."""
+    records = workdir / ("records2" if keep else "records")
     cwd = workdir / "cwd"
     records.mkdir(parents=True)
-    cwd.mkdir()
+    cwd.mkdir(exist_ok=keep)
     script = SCRIPTS_DIR / f"{name}.py"
-    flags = [*SHORT_RUN.get(name, []), *EVALUATED]
+    flags = [*SHORT_RUN.get(name, []), *EVALUATED] if flags is None else flags
     command = [*LAUNCHER.get(name, [sys.executable]), str(script), *flags]
     python_path = os.pathsep.join(filter(None, [str(site), str(ROOT), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": python_path, "RUNTIME_LINES_DIR": str(records)}
@@ -387,6 +409,9 @@ def markdown(rows: list[dict]) -> str:
         "| script | own lines | runtime lines loaded | modules | CleanRL file | its lines | its runtime lines |",
         "|---|---:|---:|---|---|---:|---:|",
     ]
+    if any("with_resume" in row for row in rows):
+        out[0] = out[0].replace(" | modules |", " | with a resume | modules |")
+        out[1] = "|---|---:|---:|---:|---|---|---:|---:|"
     for row in rows:
         modules = ", ".join(f"{_short(module)} {lines}" for module, lines in row["modules"].items())
         runtime = str(row["runtime_lines"])
@@ -394,10 +419,16 @@ def markdown(rows: list[dict]) -> str:
             runtime += f" (run failed: {row['failure']})"
         theirs = row.get("cleanrl_file")
         their_lines = row.get("cleanrl_lines")
+        resumed = row.get("with_resume") or {}
         cells = [
             row["script"],
             str(row["own_lines"]),
             runtime,
+            *(
+                [str(resumed.get("runtime_lines", "—")) + (" (failed)" if resumed.get("failure") else "")]
+                if "with_resume" in row
+                else []
+            ),
             modules,
             theirs or "—",
             "" if their_lines is None else str(their_lines),
@@ -440,6 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", type=Path, help="write the table to this file")
     parser.add_argument("--check-budget", action="store_true", help="exit 1 if a script loads more than its budget")
     parser.add_argument("--timeout", type=float, default=600, help="seconds allowed to each run (default 600)")
+    parser.add_argument("--with-resume", action="store_true", help="also count a run stopped and resumed (column d)")
     args = parser.parse_args(argv)
     names = scripts(args.scripts)
     missing = [name for name in names if name not in SHORT_RUN]
@@ -453,6 +485,8 @@ def main(argv: list[str] | None = None) -> int:
         site = sitecustomize_dir(temporary)
         for name in names:
             row = measure(name, temporary / name, site, args.timeout)
+            if args.with_resume:
+                row["with_resume"] = resumed_lines(name, temporary / name / "resumed", site, args.timeout)
             shutil.rmtree(temporary / name, ignore_errors=True)
             theirs = mapping.get(name)
             if cleanrl is not None and theirs:

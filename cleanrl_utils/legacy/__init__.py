@@ -1,1 +1,1 @@
-"""The runtime the scripts used before the gymnasium-native one (issue 47), kept while they move over; removed once none imports it."""
+"""The runtime the scripts used before the gymnasium-native one (issue 47), kept while they move over."""

@@ -37,7 +37,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from cleanrl_utils.cli import check_saved_types, fail, flag_name
+from cleanrl_utils.legacy.cli import check_saved_types, fail, flag_name
 from cleanrl_utils.legacy.files import FileDamaged, FileRefused, model_path, read_file, untrusted_env_module
 from cleanrl_utils.legacy.files import checkpoints as checkpoint_files
 from cleanrl_utils.legacy.vector import envs_state, restore_envs

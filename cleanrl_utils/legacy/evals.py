@@ -15,15 +15,13 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from cleanrl_utils.cli import check_saved_types, saved_arguments
+from cleanrl_utils.legacy.cli import check_saved_types, saved_arguments
 from cleanrl_utils.legacy.files import FileRefused, check_module, read_file, script_name, untrusted_env_module
 from cleanrl_utils.legacy.run import RunArgs, check_run_args, episode_returns
 from cleanrl_utils.legacy.vector import SAME_STEP, register_dm_control, vector_env
 
 
-class OptionRefused(ValueError):
-    """An option of a script's ``evaluate()`` out of its range (``python -m cleanrl_utils.enjoy`` reports it as
-    ``--option`` in one line)."""
+from cleanrl_utils.evals import OptionRefused  # noqa: E402  one class for both runtimes while they coexist
 
 
 def run_episodes(

@@ -44,20 +44,7 @@ def close_on_fault(closable: Any) -> None:
 _exit_registered = False
 
 
-class Fault(RuntimeError):
-    """An error that ends a run, reported in one line (see :func:`one_line_faults`)."""
-
-
-class NonFinite(Fault):
-    """A loss, gradient norm, parameter, reward or observation that is NaN or infinite."""
-
-
-class EnvFault(Fault):
-    """An environment (or its worker process) that died, hung past ``--env-timeout``, or returned non-finite numbers."""
-
-
-class WriteFailed(Fault, OSError):
-    """A model or checkpoint file that could not be written (disk full, read-only folder, ...)."""
+from cleanrl_utils.faults import EnvFault, Fault, NonFinite, WriteFailed  # noqa: E402, F401  one set for both runtimes
 
 
 def check_finite(update: int | str, global_step: int, **quantities: torch.Tensor | float) -> None:

@@ -31,8 +31,8 @@ from typing import Any, NoReturn
 
 import torch
 
-from cleanrl_utils.legacy.faults import WriteFailed, being_written, free_space
-from cleanrl_utils.writes import atomic_file, make_folder
+from cleanrl_utils.legacy.faults import WriteFailed, free_space
+from cleanrl_utils.legacy.writes import atomic_file, make_folder
 
 FORMAT = 2
 """Version of the file layout; a file of another version is refused."""
@@ -43,12 +43,7 @@ MODEL_SUFFIX = ".cleanrl_model"
 _CHECKPOINT_NAME = re.compile(r"step_(\d+)\.pt")
 
 
-class FileRefused(ValueError):
-    """A file that is not what the reader expects: its message is one line saying why."""
-
-
-class FileDamaged(FileRefused):
-    """A file that is empty, truncated or corrupted (a crash or a full disk while it was written, a bad disk)."""
+from cleanrl_utils.files import FileDamaged, FileRefused  # noqa: E402  one class for both runtimes while they coexist
 
 
 SCRIPTS_DIR = Path(__file__).resolve().parent.parent.parent / "cleanrl"
@@ -104,7 +99,7 @@ def write_content(path: str | os.PathLike, data: dict) -> Path:
     path = Path(path)
     try:
         make_folder(path.parent)  # a real folder, never a link to one elsewhere
-        with atomic_file(path, registry=being_written) as file:  # a second Ctrl-C meanwhile removes the temporary
+        with atomic_file(path) as file:  # a second Ctrl-C meanwhile removes the temporary
             torch.save(data, file)
     except (OSError, RuntimeError) as error:  # disk full (torch says "unexpected pos"), read-only folder: no partial file
         reason = (error.strerror if isinstance(error, OSError) else None) or str(error).strip().splitlines()[0][:200]

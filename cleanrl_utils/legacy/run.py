@@ -54,7 +54,7 @@ import torch
 import tyro
 
 from cleanrl_utils.legacy import checkpoint as checkpoints
-from cleanrl_utils.cli import (
+from cleanrl_utils.legacy.cli import (
     USAGE_ERROR,
     fail,
     flag_name,
@@ -77,7 +77,7 @@ from cleanrl_utils.legacy.faults import (
 from cleanrl_utils.legacy.files import SCRIPTS_DIR, checkpoint_path, model_path, script_name, untrusted_env_module, write_file
 from cleanrl_utils.legacy.files import checkpoints as checkpoint_files
 from cleanrl_utils.legacy.vector import register_dm_control
-from cleanrl_utils.writes import UnsafePath, check_tree, open_regular, write_atomic
+from cleanrl_utils.legacy.writes import UnsafePath, check_tree, open_regular, write_atomic
 
 
 @dataclasses.dataclass

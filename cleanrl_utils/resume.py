@@ -1,0 +1,180 @@
+"""Exact resume: the run a ``--resume`` continues, its arguments and its checkpoint loaded back in place.
+
+Loaded only by a resumed run (and the tools that read checkpoints): what :mod:`cleanrl_utils.checkpoint` captured
+goes back into the same objects, the envs are replayed (:class:`~cleanrl_utils.wrappers.ReplayableEnv`), and flags
+given anew are checked against the checkpoint's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import shlex
+import typing
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from cleanrl_utils import files
+from cleanrl_utils.flags import RESUMABLE_WITH_OTHER_VALUES, fail, flag_name, saved_args
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore the generators :func:`rng_state` saved."""
+    python, numpy = state["python"], state["numpy"]
+    random.setstate((python[0], tuple(python[1]), python[2]))
+    keys = numpy["keys"].numpy().astype(np.uint32)
+    np.random.set_state((numpy["name"], keys, numpy["pos"], numpy["has_gauss"], numpy["cached"]))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def restore(state: dict[str, Any], saved: dict[str, Any]) -> tuple[Any, list[str]]:
+    """Load a checkpoint's content ``saved`` (its ``"state"`` from :func:`capture`) into ``state``'s objects in place.
+
+    Returns:
+        ``(obs, missing)``: the observation ``[num_envs, ...]`` the restored vector env acts on next (None without one),
+        and the entries of ``state`` the checkpoint lacks (left as they are).
+
+    Raises:
+        cleanrl_utils.files.FileRefused: one line: a network or optimiser state that does not fit.
+        ValueError, KeyError, TypeError: saved envs, generators or a buffer that do not fit.
+    """
+    obs, missing, content = None, [], {**saved["state"], "path": saved["path"], "modules": saved.get("modules", {})}
+    for name, value in state.items():
+        if name not in saved["state"]:
+            missing.append(name)
+        elif isinstance(value, gym.vector.VectorEnv):
+            obs = restore_envs(value, content[name])
+        elif isinstance(value, np.random.Generator):
+            value.bit_generator.state = content[name]
+        elif isinstance(value, torch.Generator):
+            value.set_state(content[name])
+        elif isinstance(value, torch.Tensor):
+            with torch.no_grad():
+                value.copy_(content[name])
+        elif isinstance(value, (torch.nn.Module, torch.optim.Optimizer)):
+            (files.load_module if isinstance(value, torch.nn.Module) else load_optimizer)(value, name, content)
+        else:
+            value.load_state_dict(content[name])
+    return obs, missing
+
+
+def restore_envs(envs: gym.vector.VectorEnv, state: dict) -> Any:
+    """Replay every env of a fresh ``envs`` into the state :func:`cleanrl_utils.wrappers.envs_state` saved: the
+    observation ``[num_envs, ...]`` the run acts on next (``ValueError``: another number of envs, or an empty log)."""
+    if len(state["logs"]) != envs.num_envs:
+        raise ValueError(f"the checkpoint has {len(state['logs'])} envs, this run {envs.num_envs}")
+    observations = [obs for obs, _ in envs.call("restore", state["logs"])]
+    empty = gym.vector.utils.create_empty_array(envs.single_observation_space, n=envs.num_envs)
+    return gym.vector.utils.concatenate(envs.single_observation_space, observations, empty)
+
+
+def load_optimizer(optimizer: torch.optim.Optimizer, name: str, content: dict) -> None:
+    """Load the file's optimiser state ``content[name]`` into ``optimizer``: its per-parameter tensors (Adam's moments
+    and step) must be finite and of their parameter's shape (torch checks only the number of groups).
+
+    Raises:
+        FileRefused: one line naming the file and the entry.
+    """
+    path, state = content.get("path", "the file"), content[name]
+    try:
+        indices = [index for group in state["param_groups"] for index in group["params"]]
+        shapes = dict(zip(indices, (p.shape for group in optimizer.param_groups for p in group["params"]), strict=True))
+        for index, entries in state["state"].items():
+            for key, tensor in entries.items():
+                if not isinstance(tensor, torch.Tensor) or not bool(torch.isfinite(tensor).all()):
+                    raise files.FileRefused(f"{path}: its {name}'s {key} of parameter {index} is not a finite tensor")
+                if tensor.dim() > 0 and tensor.shape != shapes[index]:
+                    raise files.FileRefused(f"{path}: its {name}'s {key} of parameter {index} is not of its shape")
+        optimizer.load_state_dict(state)
+    except (KeyError, TypeError, AttributeError, ValueError) as error:
+        if isinstance(error, files.FileRefused):
+            raise
+        raise files.FileRefused(f"{path}: its {name} does not fit this script's optimiser: {error!r:.200}") from None
+
+
+def load(path: str, script: str) -> dict:
+    """The checkpoint ``script`` wrote at ``path`` (a file, or a run directory's newest), which must lie in
+    ``<run>/checkpoints/`` beside the ``<run>/args.json`` of its own run.
+
+    Raises:
+        cleanrl_utils.files.FileRefused: one line.
+    """
+    found = files.checkpoints(path) if Path(path).is_dir() else [Path(path)]
+    if not found:
+        raise files.FileRefused(f"{path} has no checkpoints (looked in {Path(path) / 'checkpoints'})")
+    content = files.read_file(found[-1], "checkpoint", script)
+    run = Path(content["path"]).parent.parent
+    try:
+        recorded = (
+            json.loads((run / "args.json").read_text()) if run.joinpath("checkpoints") == Path(content["path"]).parent else 0
+        )
+    except (OSError, ValueError, RecursionError):
+        recorded = 0
+    if not isinstance(recorded, dict):
+        raise files.FileRefused(f"{content['path']} is not in a run directory (<run>/checkpoints/ beside <run>/args.json)")
+    differ = [key for key in ("env_id", "exp_name", "seed") if recorded.get(key) != content["args"].get(key)]
+    if differ:  # a checkpoint copied or linked into another run's folder
+        raise files.FileRefused(f"{content['path']} belongs to another run than {run} (its {', '.join(differ)} differ)")
+    return content
+
+
+def flag_spellings(args_class: type) -> dict[str, str]:
+    """Every spelling of every flag of ``args_class`` mapped to its field: ``--num-envs``, ``--num_envs``, the
+    ``--no-`` forms, and aliases of ``tyro.conf.arg(aliases=...)`` (ddp_ppo.py's ``--local-num-envs``)."""
+    hints, spellings = typing.get_type_hints(args_class, include_extras=True), {}
+    for field in dataclasses.fields(args_class):
+        names = {field.name, field.name.replace("_", "-")}
+        for meta in getattr(hints.get(field.name), "__metadata__", ()):
+            names |= {alias.lstrip("-") for alias in getattr(meta, "aliases", None) or ()}
+        spellings.update({f"--{prefix}{name}": field.name for name in names for prefix in ("", "no-")})
+    return spellings
+
+
+def given_flags(argv: list[str], args_class: type) -> set[str]:
+    """The fields of ``args_class`` whose flag ``argv`` gives, in any spelling (``--name=value`` included)."""
+    spellings = flag_spellings(args_class)
+    return {spellings[token.split("=", 1)[0]] for token in argv if token.split("=", 1)[0] in spellings}
+
+
+def resumed_args(args: Any, argv: list[str]) -> tuple[Any, dict]:
+    """The arguments of the run ``args.resume`` names, and its checkpoint: the checkpoint's values, but for the flags of
+    :data:`~cleanrl_utils.flags.RESUMABLE_WITH_OTHER_VALUES` given in ``argv`` and the fields it lacks.
+
+    Raises:
+        SystemExit: status 2, one line: no such checkpoint, another script's, damaged, a saved value of another
+            type; a flag given with another value; an env id that imports a module the user did not name; a
+            finished run.
+    """
+    try:
+        checkpoint = load(args.resume, args.script)
+    except files.FileRefused as error:
+        fail("--resume", str(error))
+    fields, saved = {field.name for field in dataclasses.fields(args)}, checkpoint["args"]
+    given = given_flags(argv, type(args))
+    unknown = sorted(set(saved) - fields)
+    if unknown:
+        fail("--resume", f"the checkpoint has arguments this {args.script}.py does not know: {', '.join(unknown)}")
+    resumed = saved_args(type(args), saved, checkpoint["path"], ("env_id", "exp_name", "seed"))
+    module = files.untrusted_env_module(resumed.env_id)
+    if module and "env_id" not in given:  # the user names what is imported, not the file
+        again = shlex.join(["--resume", args.resume, "--env-id", resumed.env_id])
+        fail(
+            "--env-id", f"the checkpoint's env id {resumed.env_id!r} imports the module {module!r}; name it yourself: {again}"
+        )
+    for name in sorted((given - RESUMABLE_WITH_OTHER_VALUES - {"resume"}) & set(saved)):
+        if getattr(args, name) != getattr(resumed, name):
+            why = "leave it out to continue the run as it was started"
+            fail(flag_name(name), f"{getattr(args, name)!r} differs from the resumed run's {getattr(resumed, name)!r}; {why}")
+    run = Path(checkpoint["path"]).parent.parent
+    if files.model_path(run, resumed.exp_name).exists():  # written once, when training ended
+        fail("--resume", f"{run} has finished (its model exists): python -m cleanrl_utils.enjoy {shlex.quote(str(run))}")
+    for name in (given & RESUMABLE_WITH_OTHER_VALUES) | (fields - set(saved)) | {"resume", "script"}:
+        setattr(resumed, name, getattr(args, name))
+    return resumed, checkpoint
