@@ -140,7 +140,8 @@ def test_breakout_resumes_exactly(tmp_path):
     SyncVectorEnv: 400 random steps, the replay logs saved (through a file), then a fresh vector env restored from
     them sees what the first saw in the next 300 steps (observations, rewards, flags, ended games' scores)."""
     from cleanrl.dqn_atari import make_env
-    from cleanrl_utils.wrappers import SAME_STEP, envs_state, restore_envs
+    from cleanrl_utils.resume import restore_envs
+    from cleanrl_utils.wrappers import SAME_STEP, envs_state
 
     def breakouts() -> gym.vector.SyncVectorEnv:
         return gym.vector.SyncVectorEnv(
