@@ -91,6 +91,15 @@ SCRIPTS = {
         buffer=True,
         long=True,
     ),
+    # learning from step 101: the checkpoint (step 150) holds the noise the first updates drew
+    "rainbow_atari.py": Script(
+        run=[*ATARI_REPLAY, "--target-network-frequency", "100"],
+        resume=["--total-timesteps", "600", "--learning-starts", "100", "--buffer-size", "1000", "--batch-size", "4",
+                "--train-frequency", "4", "--target-network-frequency", "100"],
+        loss="losses/loss",
+        buffer=True,
+        long=True,
+    ),
 }  # fmt: skip
 
 
