@@ -15,11 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 LONG = {
-    "test_scripts.py::test_sac_atari_on_breakout_logs_game_scores_and_evaluates",
     "test_scripts.py::test_same_seed_same_returns[dqn.py]",
     "test_scripts.py::test_same_seed_same_returns[c51.py]",
-    "test_sac_atari.py::test_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run",
-    "test_sac_atari.py::test_resume_without_the_buffer_refills_it_then_updates_on",
     "test_pqn_atari.py::test_resume_after_sigterm_continues_the_run_with_new_envs[pqn_atari_envpool.py]",
     "test_pqn_atari.py::test_resume_after_sigterm_continues_the_run_with_new_envs[pqn_atari_envpool_lstm.py]",
     "test_pqn.py::test_sigterm_then_resume_equals_an_uninterrupted_run",

@@ -100,6 +100,16 @@ SCRIPTS = {
         buffer=True,
         long=True,
     ),
+    # the frame-stacked replay (600 transitions) wraps around; the target critics are copied every 48 steps; the
+    # losses are logged every 100 updates (every 800th step): once, at step 801
+    "sac_atari.py": Script(
+        run=ATARI_REPLAY,
+        resume=["--total-timesteps", "808", "--learning-starts", "400", "--buffer-size", "600", "--batch-size", "16",
+                "--update-frequency", "8", "--target-network-frequency", "48"],
+        loss="losses/qf_loss",
+        buffer=True,
+        long=True,
+    ),
 }  # fmt: skip
 
 
