@@ -22,7 +22,6 @@ LONG = {
     "test_pqn.py::test_sigterm_then_resume_equals_an_uninterrupted_run",
     "test_pqn.py::test_async_envs_give_the_same_returns_as_sync_ones",
     "test_ppo_lstm.py::test_same_seed_same_returns_and_async_matches_sync",
-    "test_ppo_lstm.py::test_sigterm_then_resume_equals_an_uninterrupted_run[ppo_atari_lstm.py]",
     "test_ppo_atari.py::test_envpool_resume_continues_the_run_with_new_envs",
     "test_faults.py::test_a_signal_to_the_process_group_leaves_a_checkpoint_the_run_resumes_exactly_from[1-async]",
     "test_faults.py::test_a_signal_to_the_process_group_leaves_a_checkpoint_the_run_resumes_exactly_from[2-async]",
