@@ -110,6 +110,12 @@ SCRIPTS = {
         buffer=True,
         long=True,
     ),
+    "ppo_atari.py": Script(
+        run=["--num-envs", "2", "--num-steps", "128", "--total-timesteps", "512"],
+        resume=["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1",
+                "--total-timesteps", "192"],
+        loss="losses/value_loss",
+    ),
     "ppo_atari_lstm.py": Script(
         run=["--num-envs", "2", "--num-steps", "64", "--num-minibatches", "2", "--total-timesteps", "512"],
         resume=["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1",

@@ -288,7 +288,9 @@ def test_a_run_that_ends_says_what_it_reached_where_its_files_are_and_how_to_plo
     assert lines[-1].startswith("plot it: ")
 
 
-@pytest.mark.parametrize("script", ["dqn_atari", "c51_atari", "qrdqn_atari", "rainbow_atari", "sac_atari", "ppo_atari_lstm"])
+@pytest.mark.parametrize(
+    "script", ["dqn_atari", "c51_atari", "qrdqn_atari", "rainbow_atari", "sac_atari", "ppo_atari", "ppo_atari_lstm"]
+)
 def test_atari_scripts_log_whole_games(script):
     """The episode statistics of an Atari training env are the game's (recorded below episodic life and reward
     clipping): the one episode reported by a random Breakout game comes after its 5 lost lives, each a termination
