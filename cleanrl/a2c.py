@@ -26,10 +26,12 @@ import torch.nn as nn
 import torch.optim as optim
 import tyro
 
-from cleanrl_utils.legacy.evals import Evaluation
-from cleanrl_utils.legacy.faults import check_finite
-from cleanrl_utils.legacy.run import RunArgs, check_env, parse_args, require, require_positive, require_range, start_run
-from cleanrl_utils.legacy.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+from cleanrl_utils.env_checks import check_env
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.flags import RunArgs, parse_args, require, require_positive, require_range
+from cleanrl_utils.run import start_run
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, real_next_obs, timed_step
 
 
 @dataclass
@@ -90,6 +92,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
         else:
             env = gym.make(env_id)
         env = gym.wrappers.RecordEpisodeStatistics(env)  # return and length in the info of the episode's last step
+        env = CheckedEnv(env, idx)  # the first reset and step checked in full, then finite numbers at every step
         return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
@@ -261,7 +264,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, **options) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` of a model saved by this script: the most probable action, or
-    (``deterministic=False``) a sampled one. ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
+    (``deterministic=False``) a sampled one. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     agent = evaluation.load(Agent(evaluation.envs), "agent")
     generator = torch.Generator(evaluation.device).manual_seed(evaluation.seed)
@@ -280,105 +283,106 @@ if __name__ == "__main__":
     args, resumed = parse_args(Args, __file__, check_args)
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
-    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
-    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the rollout ends, checkpoints, exits 128 + signum
+            signal.signal(signum, run.stop)
 
     # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
     # that ended the episode is in infos["final_obs"].
-    envs = vector_env(
-        [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)],
-        args.env_mode,
-        timeout=args.env_timeout,
-        autoreset_mode=SAME_STEP,
-    )
-    agent = Agent(envs).to(device)
-    optimizer = optim.RMSprop(
-        agent.parameters(), lr=args.learning_rate, alpha=args.rms_prop_alpha, eps=args.rms_prop_eps, foreach=True
-    )
-
-    # Rollout storage [num_steps, num_envs]: what the networks read in torch, the rest in numpy for the returns
-    T, N = args.num_steps, args.num_envs
-    obs = torch.zeros((T, N) + envs.single_observation_space.shape, device=device)
-    actions = torch.zeros((T, N), dtype=torch.long, device=device)
-    rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
-    truncated = np.zeros((T, N), dtype=bool)  # episode ended by truncation, not termination
-    final_obs = np.zeros((T, N) + envs.single_observation_space.shape, dtype=np.float32)  # its real final observation
-
-    state = {"agent": agent, "optimizer": optimizer, "envs": envs}  # what a checkpoint holds, besides the generators
-    global_step, start_iteration = 0, 1
-    if run.resumed:  # the checkpoint's networks, optimiser, generators and envs (replayed), in place
-        saved = run.restore(state, steps_per_iteration=args.batch_size)
-        global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, saved["obs"]
+    thunks = [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)]
+    if args.env_mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
+        envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
     else:
-        next_obs, _ = envs.reset(seed=args.seed)
-
-    for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
-
-        for step in range(T):
-            global_step += N
-            obs[step] = torch.as_tensor(next_obs, dtype=torch.float32)
-            with torch.inference_mode():
-                action = agent.get_action(obs[step])
-            actions[step] = action
-
-            next_obs, reward, termination, truncation, infos = envs.step(action.cpu().numpy())
-            rewards[step], terminations[step], dones[step] = reward, termination, termination | truncation
-            # Truncated (not terminated) envs will bootstrap from their real final observation.
-            truncated[step] = truncation & ~termination
-            if truncated[step].any():
-                final_obs[step, truncated[step]] = real_next_obs(next_obs, infos)[truncated[step]]
-            run.log_episodes(global_step, infos)
-
-        # One critic pass over the rollout's observations, the observations after it and the
-        # final observations of truncated episodes; only V(s_t) keeps its gradient, the
-        # bootstrap values enter the returns as constants.
-        b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)
-        b_actions = actions.reshape(-1)
-        next_and_final = np.concatenate([next_obs, final_obs[truncated]]).astype(np.float32)
-        all_values = agent.get_value(torch.cat([b_obs, torch.from_numpy(next_and_final).to(device)]))
-        b_values = all_values[: T * N]
-        bootstrap = all_values[T * N :].detach().cpu().numpy()
-        last_values = bootstrap[:N]
-        final_values = np.zeros((T, N), dtype=np.float32)
-        final_values[truncated] = bootstrap[N:]
-        values = b_values.detach().cpu().numpy().reshape(T, N)
-        advantages, returns = compute_gae(
-            rewards, values, last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
+        envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
+    with run.stop_on_fault(envs):  # a fault ends the run in one line; any error ends the env workers too
+        agent = Agent(envs).to(device)
+        optimizer = optim.RMSprop(
+            agent.parameters(), lr=args.learning_rate, alpha=args.rms_prop_alpha, eps=args.rms_prop_eps, foreach=True
         )
-        b_advantages = torch.from_numpy(advantages.reshape(-1)).to(device)
-        b_returns = torch.from_numpy(returns.reshape(-1)).to(device)
-        if args.norm_adv:
-            b_advantages = (b_advantages - b_advantages.mean()) / (b_advantages.std() + 1e-8)
 
-        # One gradient step on the whole rollout
-        b_logprobs, b_entropy = agent.get_log_prob_and_entropy(b_obs, b_actions)
-        loss, pg_loss, v_loss, entropy_loss = a2c_loss(
-            b_logprobs, b_entropy, b_values, b_advantages, b_returns, args.ent_coef, args.vf_coef
-        )
-        optimizer.zero_grad()
-        loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
-        check_finite(iteration, global_step, loss=loss, grad_norm=grad_norm)
-        optimizer.step()
+        # Rollout storage [num_steps, num_envs]: what the networks read in torch, the rest in numpy for the returns
+        T, N = args.num_steps, args.num_envs
+        obs = torch.zeros((T, N) + envs.single_observation_space.shape, device=device)
+        actions = torch.zeros((T, N), dtype=torch.long, device=device)
+        rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
+        truncated = np.zeros((T, N), dtype=bool)  # episode ended by truncation, not termination
+        final_obs = np.zeros((T, N) + envs.single_observation_space.shape, dtype=np.float32)  # its real final observation
 
-        if iteration % args.log_interval == 0 or iteration == args.num_iterations:
-            var_y = np.var(returns)
-            explained_var = np.nan if var_y == 0 else 1 - np.var(returns - values) / var_y
-            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-            writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
-            writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
-            writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
-            writer.add_scalar("losses/explained_variance", explained_var, global_step)
-            writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
-        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-            run.save_checkpoint(state, global_step, iteration=iteration)
-        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
-            run.exit(envs)
+        state = {"agent": agent, "optimizer": optimizer, "envs": envs}  # what a checkpoint holds, besides the generators
+        global_step, start_iteration = 0, 1
+        if run.resumed:  # the checkpoint's networks, optimiser, generators and envs (replayed), in place
+            saved = run.restore(state, steps_per_iteration=args.batch_size)
+            global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, saved["obs"]
+        else:
+            next_obs, _ = envs.reset(seed=args.seed)
 
+        for iteration in range(start_iteration, args.num_iterations + 1):
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / args.num_iterations
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+            for step in range(T):
+                global_step += N
+                obs[step] = torch.as_tensor(next_obs, dtype=torch.float32)
+                with torch.inference_mode():
+                    action = agent.get_action(obs[step])
+                actions[step] = action
+
+                next_obs, reward, termination, truncation, infos = timed_step(envs, action.cpu().numpy(), args.env_timeout)
+                rewards[step], terminations[step], dones[step] = reward, termination, termination | truncation
+                # Truncated (not terminated) envs will bootstrap from their real final observation.
+                truncated[step] = truncation & ~termination
+                if truncated[step].any():
+                    final_obs[step, truncated[step]] = real_next_obs(next_obs, infos)[truncated[step]]
+                run.log_episodes(global_step, infos)
+
+            # One critic pass over the rollout's observations, the observations after it and the
+            # final observations of truncated episodes; only V(s_t) keeps its gradient, the
+            # bootstrap values enter the returns as constants.
+            b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)
+            b_actions = actions.reshape(-1)
+            next_and_final = np.concatenate([next_obs, final_obs[truncated]]).astype(np.float32)
+            all_values = agent.get_value(torch.cat([b_obs, torch.from_numpy(next_and_final).to(device)]))
+            b_values = all_values[: T * N]
+            bootstrap = all_values[T * N :].detach().cpu().numpy()
+            last_values = bootstrap[:N]
+            final_values = np.zeros((T, N), dtype=np.float32)
+            final_values[truncated] = bootstrap[N:]
+            values = b_values.detach().cpu().numpy().reshape(T, N)
+            advantages, returns = compute_gae(
+                rewards, values, last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
+            )
+            b_advantages = torch.from_numpy(advantages.reshape(-1)).to(device)
+            b_returns = torch.from_numpy(returns.reshape(-1)).to(device)
+            if args.norm_adv:
+                b_advantages = (b_advantages - b_advantages.mean()) / (b_advantages.std() + 1e-8)
+
+            # One gradient step on the whole rollout
+            b_logprobs, b_entropy = agent.get_log_prob_and_entropy(b_obs, b_actions)
+            loss, pg_loss, v_loss, entropy_loss = a2c_loss(
+                b_logprobs, b_entropy, b_values, b_advantages, b_returns, args.ent_coef, args.vf_coef
+            )
+            optimizer.zero_grad()
+            loss.backward()
+            grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+            check_finite(iteration, global_step, loss=loss, grad_norm=grad_norm)
+            optimizer.step()
+
+            if iteration % args.log_interval == 0 or iteration == args.num_iterations:
+                var_y = np.var(returns)
+                explained_var = np.nan if var_y == 0 else 1 - np.var(returns - values) / var_y
+                writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+                writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
+                writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
+                writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
+                writer.add_scalar("losses/explained_variance", explained_var, global_step)
+                writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+                run.save_checkpoint(state, global_step, iteration=iteration)
+            if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+                run.exit(envs)
+
+        envs.close()
     if args.save_model:
         run.save_model({"agent": agent}, evaluate)
-    envs.close()
     run.close()

@@ -25,11 +25,12 @@ import torch.nn as nn
 import torch.optim as optim
 
 from cleanrl_utils.buffers import ReplayBuffer
-from cleanrl_utils.cli import require_support
-from cleanrl_utils.legacy.evals import Evaluation
-from cleanrl_utils.legacy.faults import check_finite
-from cleanrl_utils.legacy.run import RunArgs, check_env, fail, parse_args, require, require_positive, require_range, start_run
-from cleanrl_utils.legacy.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+from cleanrl_utils.env_checks import check_env
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.flags import RunArgs, fail, parse_args, require, require_positive, require_range
+from cleanrl_utils.run import start_run
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, real_next_obs, timed_step
 
 
 @dataclass
@@ -90,6 +91,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
         else:
             env = gym.make(env_id)
         env = gym.wrappers.RecordEpisodeStatistics(env)  # return and length in the info of the episode's last step
+        env = CheckedEnv(env, idx)  # the first reset and step checked in full, then finite numbers at every step
         return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
@@ -177,7 +179,14 @@ def check_args(args: Args) -> None:
     require_range(args, gamma=(0, 1), start_e=(0, 1), end_e=(0, 1))
     require(args.n_atoms >= 2, "--n-atoms", f"must be at least 2, got {args.n_atoms}")
     require_range(args, n_atoms=(2, 2**16))
-    require_support(args)  # --v-min < --v-max, both float32 atoms apart
+    # the support [--v-min, --v-max]: float32 atoms, so both bounds, its width and their gap must hold in float32
+    require(args.v_min < args.v_max, "--v-max", f"{args.v_max} is not above --v-min {args.v_min}")
+    largest = float(np.finfo(np.float32).max)
+    require(args.v_min >= -largest, "--v-min", f"must be at least {-largest:.4g} (float32), got {args.v_min}")
+    width = f"the support's width --v-max - --v-min = {args.v_max - args.v_min:g} is beyond float32's {largest:.4g}"
+    require(args.v_max - args.v_min <= largest, "--v-max", width)
+    with np.errstate(over="ignore"):
+        require(np.float32(args.v_min) < np.float32(args.v_max), "--v-max", "is not above --v-min in float32")
     require(
         0 < args.exploration_fraction <= 1, "--exploration-fraction", f"must be in (0, 1], got {args.exploration_fraction}"
     )
@@ -193,7 +202,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, epsilon: float = 0.0, **options) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` of a model saved by this script, ε-greedy (greedy at ε = 0).
-    ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
+    ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     a = evaluation.model["args"]
     q_network = evaluation.load(
@@ -222,95 +231,96 @@ if __name__ == "__main__":
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
     rb.device = device
-    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint after this step, exit 143
-    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the loop checkpoints, then exits 128 + signum
+            signal.signal(signum, run.stop)
 
     # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
     # that ended the episode is in infos["final_obs"].
-    envs = vector_env(
-        [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(N)],
-        args.env_mode,
-        timeout=args.env_timeout,
-        autoreset_mode=SAME_STEP,
-    )
-    q_network = QNetwork(envs, args.n_atoms, args.v_min, args.v_max).to(device)
-    optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=0.01 / args.batch_size, fused=True)
-    target_network = QNetwork(envs, args.n_atoms, args.v_min, args.v_max).to(device)
-    target_network.load_state_dict(q_network.state_dict())
-    num_actions = int(envs.single_action_space.n)
-    rng = np.random.default_rng(args.seed)
-    exploration_steps = args.exploration_fraction * args.total_timesteps
-
-    # what a checkpoint holds, besides the global random generators
-    state = dict(
-        q_network=q_network, target_network=target_network, optimizer=optimizer, rng=rng, envs=envs, replay_rng=rb.rng
-    )
-    if args.checkpoint_buffer:
-        state["replay_buffer"] = rb
-        print(f"each checkpoint holds the replay buffer ({rb.nbytes / 2**20:.1f} MiB)")
-    global_step, updates_start = 0, args.learning_starts  # updates once global_step > updates_start
-    if run.resumed:  # the checkpoint's networks, optimiser, generators, envs (replayed) and buffer, in place
-        saved = run.restore({**state, "replay_buffer": rb})
-        global_step, updates_start, obs = saved["global_step"], saved["updates_start"], saved["obs"]
-        if "replay_buffer" in saved["missing"]:  # an empty buffer: refill it before updating again
-            updates_start = global_step + args.learning_starts
-            print(f"the checkpoint has no replay buffer: refilling it until step {updates_start} before updating")
+    thunks = [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(N)]
+    if args.env_mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
+        envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
     else:
-        obs, _ = envs.reset(seed=args.seed)
+        envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
+    with run.stop_on_fault(envs):  # a fault ends the run in one line; any error ends the env workers too
+        q_network = QNetwork(envs, args.n_atoms, args.v_min, args.v_max).to(device)
+        optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=0.01 / args.batch_size, fused=True)
+        target_network = QNetwork(envs, args.n_atoms, args.v_min, args.v_max).to(device)
+        target_network.load_state_dict(q_network.state_dict())
+        num_actions = int(envs.single_action_space.n)
+        rng = np.random.default_rng(args.seed)
+        exploration_steps = args.exploration_fraction * args.total_timesteps
 
-    for iteration in range(global_step // N, args.total_timesteps // N):
-        global_step += N
-        # ε-greedy: the network is only run when some env acts greedily.
-        epsilon = linear_schedule(args.start_e, args.end_e, exploration_steps, global_step)
-        uniform = rng.random((2, N))  # one draw for ε, one for the random action
-        greedy = uniform[0] >= epsilon
-        actions = (uniform[1] * num_actions).astype(np.int64)
-        if greedy.any():  # a = argmax_a E[Z(s, a)]
-            with torch.inference_mode():
-                logits = q_network(torch.as_tensor(obs[greedy], dtype=torch.float32, device=device))
-                actions[greedy] = q_network.q_values(logits).argmax(dim=1).cpu().numpy()
+        # what a checkpoint holds, besides the global random generators
+        state = dict(
+            q_network=q_network, target_network=target_network, optimizer=optimizer, rng=rng, envs=envs, replay_rng=rb.rng
+        )
+        if args.checkpoint_buffer:
+            state["replay_buffer"] = rb
+            print(f"each checkpoint holds the replay buffer ({rb.nbytes / 2**20:.1f} MiB)")
+        global_step, updates_start = 0, args.learning_starts  # updates once global_step > updates_start
+        if run.resumed:  # the checkpoint's networks, optimiser, generators, envs (replayed) and buffer, in place
+            saved = run.restore({**state, "replay_buffer": rb})
+            global_step, updates_start, obs = saved["global_step"], saved["updates_start"], saved["obs"]
+            if "replay_buffer" in saved["missing"]:  # an empty buffer: refill it before updating again
+                updates_start = global_step + args.learning_starts
+                print(f"the checkpoint has no replay buffer: refilling it until step {updates_start} before updating")
+        else:
+            obs, _ = envs.reset(seed=args.seed)
 
-        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
-        run.log_episodes(global_step, infos)
-        # s' is the real next observation: where an episode ended, its final observation.
-        rb.add(obs, actions, rewards, terminations, truncations, real_next_obs(next_obs, infos))
-        obs = next_obs
+        for iteration in range(global_step // N, args.total_timesteps // N):
+            global_step += N
+            # ε-greedy: the network is only run when some env acts greedily.
+            epsilon = linear_schedule(args.start_e, args.end_e, exploration_steps, global_step)
+            uniform = rng.random((2, N))  # one draw for ε, one for the random action
+            greedy = uniform[0] >= epsilon
+            actions = (uniform[1] * num_actions).astype(np.int64)
+            if greedy.any():  # a = argmax_a E[Z(s, a)]
+                with torch.inference_mode():
+                    logits = q_network(torch.as_tensor(obs[greedy], dtype=torch.float32, device=device))
+                    actions[greedy] = q_network.q_values(logits).argmax(dim=1).cpu().numpy()
 
-        if global_step > updates_start and len(rb) > 0:
-            if iteration % args.train_frequency == 0:
-                data = rb.sample(args.batch_size)
-                returns, discounts = n_step_returns(data.rewards, data.terminations, data.next_obs_steps, args.gamma)
-                with torch.no_grad():
-                    next_logits = target_network(data.next_obs)
-                    next_actions = target_network.q_values(next_logits).argmax(dim=1)  # a* = argmax_a E[Z(s', a)]
-                    next_probs = torch.softmax(next_logits[torch.arange(len(next_actions)), next_actions], dim=-1)
-                    target = categorical_projection(next_probs, returns, discounts, target_network.atoms)
-                logits = q_network(data.obs)
-                chosen = logits[torch.arange(len(data.actions)), data.actions]  # [B, n_atoms]
-                loss = -(target * torch.log_softmax(chosen, dim=-1)).sum(dim=-1).mean()  # cross-entropy
+            next_obs, rewards, terminations, truncations, infos = timed_step(envs, actions, args.env_timeout)
+            run.log_episodes(global_step, infos)
+            # s' is the real next observation: where an episode ended, its final observation.
+            rb.add(obs, actions, rewards, terminations, truncations, real_next_obs(next_obs, infos))
+            obs = next_obs
 
-                optimizer.zero_grad()
-                loss.backward()
-                check_finite(iteration // args.train_frequency, global_step, loss=loss)  # stops a diverging run here
-                optimizer.step()
-
-                if iteration % (100 * args.train_frequency) == 0:
+            if global_step > updates_start and len(rb) > 0:
+                if iteration % args.train_frequency == 0:
+                    data = rb.sample(args.batch_size)
+                    returns, discounts = n_step_returns(data.rewards, data.terminations, data.next_obs_steps, args.gamma)
                     with torch.no_grad():
-                        q_taken = (torch.softmax(chosen, dim=-1) * q_network.atoms).sum(dim=-1)
-                    writer.add_scalar("losses/loss", loss.item(), global_step)
-                    writer.add_scalar("losses/q_values", q_taken.mean().item(), global_step)
-                    writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-                    writer.add_scalar("charts/epsilon", epsilon, global_step)
-                    writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+                        next_logits = target_network(data.next_obs)
+                        next_actions = target_network.q_values(next_logits).argmax(dim=1)  # a* = argmax_a E[Z(s', a)]
+                        next_probs = torch.softmax(next_logits[torch.arange(len(next_actions)), next_actions], dim=-1)
+                        target = categorical_projection(next_probs, returns, discounts, target_network.atoms)
+                    logits = q_network(data.obs)
+                    chosen = logits[torch.arange(len(data.actions)), data.actions]  # [B, n_atoms]
+                    loss = -(target * torch.log_softmax(chosen, dim=-1)).sum(dim=-1).mean()  # cross-entropy
 
-            if iteration % args.target_network_frequency == 0:
-                target_network.load_state_dict(q_network.state_dict())
-        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-            run.save_checkpoint(state, global_step, updates_start=updates_start)
-        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
-            run.exit(envs)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    check_finite(iteration // args.train_frequency, global_step, loss=loss)  # stops a diverging run here
+                    optimizer.step()
 
+                    if iteration % (100 * args.train_frequency) == 0:
+                        with torch.no_grad():
+                            q_taken = (torch.softmax(chosen, dim=-1) * q_network.atoms).sum(dim=-1)
+                        writer.add_scalar("losses/loss", loss.item(), global_step)
+                        writer.add_scalar("losses/q_values", q_taken.mean().item(), global_step)
+                        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+                        writer.add_scalar("charts/epsilon", epsilon, global_step)
+                        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+
+                if iteration % args.target_network_frequency == 0:
+                    target_network.load_state_dict(q_network.state_dict())
+            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+                run.save_checkpoint(state, global_step, updates_start=updates_start)
+            if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+                run.exit(envs)
+
+        envs.close()
     if args.save_model:
         run.save_model({"q_network": q_network}, evaluate)
-    envs.close()
     run.close()

@@ -31,10 +31,12 @@ import torch.nn.functional as F
 import torch.optim as optim
 
 from cleanrl_utils.buffers import ReplayBuffer
-from cleanrl_utils.legacy.evals import Evaluation
-from cleanrl_utils.legacy.faults import check_finite
+from cleanrl_utils.env_checks import check_env
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.flags import RunArgs, fail, parse_args, require, require_positive, require_range
 from cleanrl_utils.namedarraytuple import buffer_from_space, conform, to_device
-from cleanrl_utils.legacy.run import RunArgs, check_env, fail, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.run import start_run
 from cleanrl_utils.spaces import (
     ACTION_MASK,
     ActionMaskFromInfo,
@@ -47,7 +49,7 @@ from cleanrl_utils.spaces import (
     observation_leaves,
     uses_masks,
 )
-from cleanrl_utils.legacy.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, real_next_obs, timed_step
 
 try:  # the MiniGrid ids come with the minigrid extra; without it, --env-id says so
     import minigrid
@@ -110,7 +112,7 @@ def make_env(
     action_mask: str = "auto",
 ):
     """A thunk creating env ``idx``: the gymnasium env, its mask from the info (``action_mask="info"``), its
-    episode statistics, and (training) its replay log.
+    episode statistics, its output checks, and (training) its replay log.
 
     Env 0 records videos into ``video_dir`` if asked, of the episodes ``video_episodes(index)``
     picks (gymnasium's schedule by default). ``training=False``: an evaluation env, without replay log.
@@ -127,6 +129,7 @@ def make_env(
         if action_mask == "info":  # info["action_mask"] becomes the observation key "action_mask"
             env = ActionMaskFromInfo(env)
         env = gym.wrappers.RecordEpisodeStatistics(env)  # return and length in the info of the episode's last step
+        env = CheckedEnv(env, idx)  # the first reset and step checked in full, then finite numbers at every step
         return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
@@ -305,7 +308,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, epsilon: float = 0.0, **options) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` of a model saved by this script, ε-greedy among the allowed actions
-    (greedy at ε = 0). ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
+    (greedy at ε = 0). ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, env_args=("action_mask",), **options)
     envs, device = evaluation.envs, evaluation.device
     q_network = evaluation.load(QNetwork(envs.single_observation_space, int(envs.single_action_space.n)), "q_network")
@@ -339,100 +342,102 @@ if __name__ == "__main__":
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
     rb.device = device
-    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint after this step, exit 143
-    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the loop checkpoints, then exits 128 + signum
+            signal.signal(signum, run.stop)
 
-    # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
-    # that ended the episode is in infos["final_obs"].
-    envs = vector_env(
-        [make_env(args.env_id, i, args.capture_video, run.video_dir, action_mask=args.action_mask) for i in range(N)],
-        args.env_mode,
-        timeout=args.env_timeout,
-        autoreset_mode=SAME_STEP,
-    )
-    num_actions = int(action_space.n)
-    q_network = QNetwork(observation_space, num_actions).to(device)
-    optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, fused=True)
-    target_network = QNetwork(observation_space, num_actions).to(device)
-    target_network.load_state_dict(q_network.state_dict())
-    masked = uses_masks(args.action_mask, observation_space)
-    batch = to_device(buffer_from_space(observation_space, N), device)  # the observation the envs act on
-    rng = np.random.default_rng(args.seed)
-    exploration_steps = args.exploration_fraction * args.total_timesteps
-
-    # what a checkpoint holds, besides the global random generators
-    state = dict(
-        q_network=q_network, target_network=target_network, optimizer=optimizer, rng=rng, envs=envs, replay_rng=rb.rng
-    )
-    if args.checkpoint_buffer:
-        state["replay_buffer"] = rb
-        print(f"each checkpoint holds the replay buffer ({rb.nbytes / 2**20:.1f} MiB)")
-    global_step, updates_start = 0, args.learning_starts  # updates once global_step > updates_start
-    if run.resumed:  # the checkpoint's networks, optimiser, generators, envs (replayed) and buffer, in place
-        saved = run.restore({**state, "replay_buffer": rb})
-        global_step, updates_start, obs = saved["global_step"], saved["updates_start"], saved["obs"]
-        if "replay_buffer" in saved["missing"]:  # an empty buffer: refill it before updating again
-            updates_start = global_step + args.learning_starts
-            print(f"the checkpoint has no replay buffer: refilling it until step {updates_start} before updating")
+    # Same-step autoreset: an ended episode's last observation is in infos["final_obs"]
+    thunks = [make_env(args.env_id, i, args.capture_video, run.video_dir, action_mask=args.action_mask) for i in range(N)]
+    if args.env_mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
+        envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
     else:
-        obs, _ = envs.reset(seed=args.seed)
+        envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
+    with run.stop_on_fault(envs):  # a fault ends the run in one line; any error ends the env workers too
+        num_actions = int(action_space.n)
+        q_network = QNetwork(observation_space, num_actions).to(device)
+        optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, fused=True)
+        target_network = QNetwork(observation_space, num_actions).to(device)
+        target_network.load_state_dict(q_network.state_dict())
+        masked = uses_masks(args.action_mask, observation_space)
+        batch = to_device(buffer_from_space(observation_space, N), device)  # the observation the envs act on
+        rng = np.random.default_rng(args.seed)
+        exploration_steps = args.exploration_fraction * args.total_timesteps
 
-    for iteration in range(global_step // N, args.total_timesteps // N):
-        # ε-greedy among the allowed actions: the network is only run when some env acts greedily.
-        mask = np.asarray(obs[ACTION_MASK], dtype=bool) if masked else None
-        if masked:  # every env must allow an action: one line naming the env otherwise
-            check_action_masks(mask, [num_actions], global_step // N)
-        global_step += N
-        epsilon = linear_schedule(args.start_e, args.end_e, exploration_steps, global_step)
-        greedy = np.zeros(N, dtype=np.int64)
-        if epsilon < 1.0:
-            with torch.inference_mode():
-                batch[:] = conform(obs, batch)
-                q_values = q_network(batch)
-                greedy = masked_argmax(q_values, batch.get(ACTION_MASK).bool() if masked else None).cpu().numpy()
-        actions = masked_epsilon_greedy(greedy, mask, epsilon, num_actions, rng)
+        # what a checkpoint holds, besides the global random generators
+        state = dict(
+            q_network=q_network, target_network=target_network, optimizer=optimizer, rng=rng, envs=envs, replay_rng=rb.rng
+        )
+        if args.checkpoint_buffer:
+            state["replay_buffer"] = rb
+            print(f"each checkpoint holds the replay buffer ({rb.nbytes / 2**20:.1f} MiB)")
+        global_step, updates_start = 0, args.learning_starts  # updates once global_step > updates_start
+        if run.resumed:  # the checkpoint's networks, optimiser, generators, envs (replayed) and buffer, in place
+            saved = run.restore({**state, "replay_buffer": rb})
+            global_step, updates_start, obs = saved["global_step"], saved["updates_start"], saved["obs"]
+            if "replay_buffer" in saved["missing"]:  # an empty buffer: refill it before updating again
+                updates_start = global_step + args.learning_starts
+                print(f"the checkpoint has no replay buffer: refilling it until step {updates_start} before updating")
+        else:
+            obs, _ = envs.reset(seed=args.seed)
 
-        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
-        run.log_episodes(global_step, infos)
-        # s' is the real next observation (its action mask included): where an episode ended, its final observation.
-        rb.add(obs, actions, rewards, terminations, truncations, real_next_obs(next_obs, infos))
-        obs = next_obs
+        for iteration in range(global_step // N, args.total_timesteps // N):
+            # ε-greedy among the allowed actions: the network is only run when some env acts greedily.
+            mask = np.asarray(obs[ACTION_MASK], dtype=bool) if masked else None
+            if masked:  # every env must allow an action: one line naming the env otherwise
+                check_action_masks(mask, [num_actions], global_step // N)
+            global_step += N
+            epsilon = linear_schedule(args.start_e, args.end_e, exploration_steps, global_step)
+            greedy = np.zeros(N, dtype=np.int64)
+            if epsilon < 1.0:
+                with torch.inference_mode():
+                    batch[:] = conform(obs, batch)
+                    q_values = q_network(batch)
+                    greedy = masked_argmax(q_values, batch.get(ACTION_MASK).bool() if masked else None).cpu().numpy()
+            actions = masked_epsilon_greedy(greedy, mask, epsilon, num_actions, rng)
 
-        if global_step > updates_start and len(rb) > 0:
-            if iteration % args.train_frequency == 0:
-                data = rb.sample(args.batch_size)
-                next_mask = data.next_obs.get(ACTION_MASK).bool() if masked else None
-                with torch.no_grad():
-                    next_q_target = target_network(data.next_obs)
-                    next_q_online = q_network(data.next_obs) if args.double_q else None
-                    rewards, terminations = data.rewards[:, 0], data.terminations[:, 0]  # the one-step window
-                    td_target = compute_td_target(rewards, terminations, next_q_target, args.gamma, next_mask, next_q_online)
-                old_val = q_network(data.obs).gather(1, data.actions.unsqueeze(1)).squeeze(1)
-                loss = F.mse_loss(old_val, td_target)
+            next_obs, rewards, terminations, truncations, infos = timed_step(envs, actions, args.env_timeout)
+            run.log_episodes(global_step, infos)
+            # s' is the real next observation (its action mask included): where an episode ended, its final observation.
+            rb.add(obs, actions, rewards, terminations, truncations, real_next_obs(next_obs, infos))
+            obs = next_obs
 
-                optimizer.zero_grad()
-                loss.backward()
-                check_finite(iteration // args.train_frequency, global_step, td_loss=loss)  # stops a diverging run here
-                optimizer.step()
+            if global_step > updates_start and len(rb) > 0:
+                if iteration % args.train_frequency == 0:
+                    data = rb.sample(args.batch_size)
+                    next_mask = data.next_obs.get(ACTION_MASK).bool() if masked else None
+                    with torch.no_grad():
+                        next_q_target = target_network(data.next_obs)
+                        next_q_online = q_network(data.next_obs) if args.double_q else None
+                        rewards, terminations = data.rewards[:, 0], data.terminations[:, 0]  # the one-step window
+                        td_target = compute_td_target(
+                            rewards, terminations, next_q_target, args.gamma, next_mask, next_q_online
+                        )
+                    old_val = q_network(data.obs).gather(1, data.actions.unsqueeze(1)).squeeze(1)
+                    loss = F.mse_loss(old_val, td_target)
 
-                if iteration % (100 * args.train_frequency) == 0:
-                    writer.add_scalar("losses/td_loss", loss.item(), global_step)
-                    writer.add_scalar("losses/q_values", old_val.mean().item(), global_step)
-                    writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-                    writer.add_scalar("charts/epsilon", epsilon, global_step)
-                    writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    check_finite(iteration // args.train_frequency, global_step, td_loss=loss)  # stops a diverging run here
+                    optimizer.step()
 
-            # Target network: θ' ← τ θ + (1 - τ) θ'
-            if iteration % args.target_network_frequency == 0:
-                with torch.no_grad():
-                    for target_param, param in zip(target_network.parameters(), q_network.parameters()):
-                        target_param.lerp_(param, args.tau)
-        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-            run.save_checkpoint(state, global_step, updates_start=updates_start)
-        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
-            run.exit(envs)
+                    if iteration % (100 * args.train_frequency) == 0:
+                        writer.add_scalar("losses/td_loss", loss.item(), global_step)
+                        writer.add_scalar("losses/q_values", old_val.mean().item(), global_step)
+                        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+                        writer.add_scalar("charts/epsilon", epsilon, global_step)
+                        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
 
+                # Target network: θ' ← τ θ + (1 - τ) θ'
+                if iteration % args.target_network_frequency == 0:
+                    with torch.no_grad():
+                        for target_param, param in zip(target_network.parameters(), q_network.parameters()):
+                            target_param.lerp_(param, args.tau)
+            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+                run.save_checkpoint(state, global_step, updates_start=updates_start)
+            if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+                run.exit(envs)
+
+        envs.close()
     if args.save_model:
         run.save_model({"q_network": q_network}, evaluate)
-    envs.close()
     run.close()

@@ -29,11 +29,13 @@ import torch.nn as nn
 import torch.optim as optim
 import tyro
 
-from cleanrl_utils.legacy.evals import Evaluation
-from cleanrl_utils.legacy.faults import check_finite
+from cleanrl_utils.env_checks import check_env
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.flags import RunArgs, parse_args, require, require_positive, require_range
 from cleanrl_utils.normalization import Normalization, NormalizeObservation
-from cleanrl_utils.legacy.run import RunArgs, check_env, parse_args, require, require_positive, require_range, start_run
-from cleanrl_utils.legacy.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+from cleanrl_utils.run import start_run
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, real_next_obs, timed_step
 
 
 @dataclass
@@ -95,6 +97,10 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
     env 0 records videos into ``video_dir`` if asked. Normalisation is added on the vector env (:class:`Normalization`)."""
 
     def thunk():
+        if env_id.startswith("dm_control/"):  # registered in each process, a fresh worker's too
+            from cleanrl_utils import dmc
+
+            dmc.register(env_id)
         if capture_video and idx == 0:
             env = gym.make(env_id, render_mode="rgb_array")
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes)
@@ -103,9 +109,28 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
         env = gym.wrappers.FlattenObservation(env)  # dm_control's Dict of vectors -> one vector (a Box is unchanged)
         env = gym.wrappers.ClipAction(env)  # the Gaussian's sample, clipped to the bounds
         env = gym.wrappers.RecordEpisodeStatistics(env)  # raw return and length in the info of the episode's last step
+        env = CheckedEnv(env, idx)  # the first reset and step checked in full, then finite numbers at every step
         return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
+
+
+class TimedSteps(gym.vector.VectorWrapper):
+    """The vector env ``env`` whose :meth:`step` is :func:`cleanrl_utils.wrappers.timed_step`: the workers of a
+    ``gym.vector.AsyncVectorEnv`` must answer within ``timeout`` seconds (``--env-timeout``), also under the
+    normalisation wrappers, whose own ``step`` would wait without a limit; a ``SyncVectorEnv`` steps as it does.
+
+    Raises (from ``step``):
+        multiprocessing.TimeoutError: a worker did not answer in time (``run.stop_on_fault`` says it in one line).
+    """
+
+    def __init__(self, env: gym.vector.VectorEnv, timeout: float):
+        super().__init__(env)
+        self.timeout = timeout
+
+    def step(self, actions):
+        """``env.step(actions)``, its async workers timed."""
+        return timed_step(self.env, actions, self.timeout)
 
 
 def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
@@ -211,7 +236,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, **options) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` of a saved model: μ(s), or (``deterministic=False``) a sample of N(μ(s), σ²),
-    observations normalised with the saved statistics, frozen. ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
+    observations normalised with the saved statistics, frozen. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     evaluation.envs = NormalizeObservation(evaluation.envs)
     evaluation.load_state(evaluation.envs, "obs_norm")  # checked: finite statistics of this env's shape
@@ -233,148 +258,151 @@ if __name__ == "__main__":
     args, resumed = parse_args(Args, __file__, check_args)
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
-    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
-    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the rollout ends, checkpoints, exits 128 + signum
+            signal.signal(signum, run.stop)
 
     # Same-step autoreset: an ended episode's last observation is in infos["final_obs"]
-    raw_envs = vector_env(
-        [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)],
-        args.env_mode,
-        timeout=args.env_timeout,
-        autoreset_mode=SAME_STEP,
-    )
-    # Observations and rewards normalised on the vector env, in this process: one set of statistics in both env modes
-    normalization = Normalization(raw_envs, args.gamma, args.obs_clip, args.reward_clip)
-    envs = normalization.envs
-    agent = Agent(envs).to(device)
-    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-
-    # Rollout storage [num_steps, num_envs]: what the networks read in torch, the rest in numpy for GAE
-    T, N = args.num_steps, args.num_envs
-    obs_shape, action_shape = envs.single_observation_space.shape, envs.single_action_space.shape
-    obs = torch.zeros((T, N) + obs_shape, device=device)
-    actions = torch.zeros((T, N) + action_shape, device=device)  # the unclipped samples
-    logprobs = torch.zeros((T, N), device=device)
-    values = torch.zeros((T, N), device=device)
-    rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))  # rewards normalised, clipped
-    truncated = np.zeros((T, N), dtype=bool)  # episode ended by truncation, not termination
-    final_obs = np.zeros((T, N) + obs_shape, dtype=np.float32)  # its real final observation, normalised
-
-    # what a checkpoint holds, besides the generators: the envs below the normalisation, replayed without touching it
-    state = {"agent": agent, "optimizer": optimizer, "normalization": normalization, "envs": raw_envs}
-    global_step, start_iteration = 0, 1
-    if run.resumed:  # the checkpoint's networks, optimiser, generators, statistics and envs (replayed), in place
-        saved = run.restore(state, steps_per_iteration=args.batch_size)
-        global_step, start_iteration = saved["global_step"], saved["iteration"] + 1
-        next_obs = normalization.obs.normalize(saved["obs"])  # the raw observation, as the observation layer returned it
+    thunks = [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)]
+    if args.env_mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
+        raw_envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
     else:
-        next_obs, _ = envs.reset(seed=args.seed)
+        raw_envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
+    with run.stop_on_fault(raw_envs):  # a fault ends the run in one line; any error ends the env workers too
+        # Observations and rewards normalised on the vector env, in this process: one set of statistics in both env modes
+        normalization = Normalization(TimedSteps(raw_envs, args.env_timeout), args.gamma, args.obs_clip, args.reward_clip)
+        envs = normalization.envs
+        agent = Agent(envs).to(device)
+        optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
 
-    for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+        # Rollout storage [num_steps, num_envs]: what the networks read in torch, the rest in numpy for GAE
+        T, N = args.num_steps, args.num_envs
+        obs_shape, action_shape = envs.single_observation_space.shape, envs.single_action_space.shape
+        obs = torch.zeros((T, N) + obs_shape, device=device)
+        actions = torch.zeros((T, N) + action_shape, device=device)  # the unclipped samples
+        logprobs = torch.zeros((T, N), device=device)
+        values = torch.zeros((T, N), device=device)
+        rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))  # rewards normalised, clipped
+        truncated = np.zeros((T, N), dtype=bool)  # episode ended by truncation, not termination
+        final_obs = np.zeros((T, N) + obs_shape, dtype=np.float32)  # its real final observation, normalised
 
-        for step in range(T):
-            global_step += N
-            obs[step] = torch.as_tensor(next_obs)
-            with torch.inference_mode():
-                action, logprob, _, value = agent.get_action_and_value(obs[step])
-            actions[step], logprobs[step], values[step] = action, logprob, value
+        # what a checkpoint holds, besides the generators: the envs below the normalisation, replayed without touching it
+        state = {"agent": agent, "optimizer": optimizer, "normalization": normalization, "envs": raw_envs}
+        global_step, start_iteration = 0, 1
+        if run.resumed:  # the checkpoint's networks, optimiser, generators, statistics and envs (replayed), in place
+            saved = run.restore(state, steps_per_iteration=args.batch_size)
+            global_step, start_iteration = saved["global_step"], saved["iteration"] + 1
+            next_obs = normalization.obs.normalize(saved["obs"])  # the raw observation, as the observation layer returned it
+        else:
+            next_obs, _ = envs.reset(seed=args.seed)
 
-            # a ~ N(μ(s), σ²), sent unclipped: the env's ClipAction clips it to the bounds
-            next_obs, reward, termination, truncation, infos = envs.step(action.cpu().numpy())
-            rewards[step], terminations[step], dones[step] = reward, termination, termination | truncation
-            # Truncated (not terminated) envs will bootstrap from their real final observation (normalised)
+        for iteration in range(start_iteration, args.num_iterations + 1):
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / args.num_iterations
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
-            truncated[step] = truncation & ~termination
-            if truncated[step].any():
-                final_obs[step, truncated[step]] = real_next_obs(next_obs, infos)[truncated[step]]
-            run.log_episodes(global_step, infos)
+            for step in range(T):
+                global_step += N
+                obs[step] = torch.as_tensor(next_obs)
+                with torch.inference_mode():
+                    action, logprob, _, value = agent.get_action_and_value(obs[step])
+                actions[step], logprobs[step], values[step] = action, logprob, value
 
-        # Bootstrap values: V(final obs) at truncations and V(obs after the rollout); then GAE
-        with torch.no_grad():
-            last_values = agent.get_value(torch.as_tensor(next_obs, device=device)).cpu().numpy()
-            final_values = np.zeros((T, N), dtype=np.float32)
-            if truncated.any():
-                final_values[truncated] = agent.get_value(torch.from_numpy(final_obs[truncated]).to(device)).cpu().numpy()
-        advantages, returns = compute_gae(
-            rewards, values.cpu().numpy(), last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
-        )
+                # a ~ N(μ(s), σ²), sent unclipped: the env's ClipAction clips it; async workers answer within --env-timeout
+                next_obs, reward, termination, truncation, infos = envs.step(action.cpu().numpy())
+                rewards[step], terminations[step], dones[step] = reward, termination, termination | truncation
+                # Truncated (not terminated) envs will bootstrap from their real final observation (normalised)
 
-        # flatten the batch
-        b_obs, b_actions = obs.reshape((-1,) + obs_shape), actions.reshape((-1,) + action_shape)
-        b_logprobs, b_values = logprobs.reshape(-1), values.reshape(-1)
-        b_advantages = torch.as_tensor(advantages.reshape(-1), device=device)
-        b_returns = torch.as_tensor(returns.reshape(-1), device=device)
+                truncated[step] = truncation & ~termination
+                if truncated[step].any():
+                    final_obs[step, truncated[step]] = real_next_obs(next_obs, infos)[truncated[step]]
+                run.log_episodes(global_step, infos)
 
-        # Optimise the policy and value networks
-        clipfracs = []
-        for epoch in range(args.update_epochs):
-            b_inds = torch.randperm(args.batch_size, device=device)
-            for start in range(0, args.batch_size, args.minibatch_size):
-                mb_inds = b_inds[start : start + args.minibatch_size]
+            # Bootstrap values: V(final obs) at truncations and V(obs after the rollout); then GAE
+            with torch.no_grad():
+                last_values = agent.get_value(torch.as_tensor(next_obs, device=device)).cpu().numpy()
+                final_values = np.zeros((T, N), dtype=np.float32)
+                if truncated.any():
+                    final_values[truncated] = agent.get_value(torch.from_numpy(final_obs[truncated]).to(device)).cpu().numpy()
+            advantages, returns = compute_gae(
+                rewards, values.cpu().numpy(), last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
+            )
 
-                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
-                logratio = newlogprob - b_logprobs[mb_inds]
-                ratio = logratio.exp()
+            # flatten the batch
+            b_obs, b_actions = obs.reshape((-1,) + obs_shape), actions.reshape((-1,) + action_shape)
+            b_logprobs, b_values = logprobs.reshape(-1), values.reshape(-1)
+            b_advantages = torch.as_tensor(advantages.reshape(-1), device=device)
+            b_returns = torch.as_tensor(returns.reshape(-1), device=device)
 
-                with torch.no_grad():
-                    # http://joschu.net/blog/kl-approx.html
-                    old_approx_kl = (-logratio).mean()
-                    approx_kl = ((ratio - 1) - logratio).mean()
-                    clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
+            # Optimise the policy and value networks
+            clipfracs = []
+            for epoch in range(args.update_epochs):
+                b_inds = torch.randperm(args.batch_size, device=device)
+                for start in range(0, args.batch_size, args.minibatch_size):
+                    mb_inds = b_inds[start : start + args.minibatch_size]
 
-                mb_advantages = b_advantages[mb_inds]
-                if args.norm_adv:
-                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+                    _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
+                    logratio = newlogprob - b_logprobs[mb_inds]
+                    ratio = logratio.exp()
 
-                # Policy loss (clipped surrogate, eq. 7)
-                pg_loss1 = -mb_advantages * ratio
-                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+                    with torch.no_grad():
+                        # http://joschu.net/blog/kl-approx.html
+                        old_approx_kl = (-logratio).mean()
+                        approx_kl = ((ratio - 1) - logratio).mean()
+                        clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
 
-                # Value loss
-                if args.clip_vloss:
-                    v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
-                    v_clipped = b_values[mb_inds] + torch.clamp(newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef)
-                    v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
-                    v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
-                else:
-                    v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
+                    mb_advantages = b_advantages[mb_inds]
+                    if args.norm_adv:
+                        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
 
-                entropy_loss = entropy.mean()
-                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+                    # Policy loss (clipped surrogate, eq. 7)
+                    pg_loss1 = -mb_advantages * ratio
+                    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
 
-                optimizer.zero_grad()
-                loss.backward()
-                grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
-                check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
-                optimizer.step()
+                    # Value loss
+                    if args.clip_vloss:
+                        v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
+                        v_clipped = b_values[mb_inds] + torch.clamp(
+                            newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef
+                        )
+                        v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
+                        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+                    else:
+                        v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
 
-            if args.target_kl is not None and approx_kl.item() > args.target_kl:
-                break
+                    entropy_loss = entropy.mean()
+                    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
 
-        y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
-        var_y = np.var(y_true)
-        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+                    optimizer.zero_grad()
+                    loss.backward()
+                    grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+                    check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
+                    optimizer.step()
 
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("charts/action_std", agent.actor_logstd.detach().exp().mean().item(), global_step)
-        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
-        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
-        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
-        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
-        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
-        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
-        writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
-        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-            run.save_checkpoint(state, global_step, iteration=iteration)
-        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
-            run.exit(envs)
+                if args.target_kl is not None and approx_kl.item() > args.target_kl:
+                    break
 
+            y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
+            var_y = np.var(y_true)
+            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            writer.add_scalar("charts/action_std", agent.actor_logstd.detach().exp().mean().item(), global_step)
+            writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
+            writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
+            writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
+            writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
+            writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
+            writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+            writer.add_scalar("losses/explained_variance", explained_var, global_step)
+            writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+                run.save_checkpoint(state, global_step, iteration=iteration)
+            if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+                run.exit(envs)
+
+        envs.close()
     if args.save_model:
         run.save_model({"agent": agent, "obs_norm": normalization.obs.state_dict()}, evaluate)
-    envs.close()
     run.close()

@@ -29,11 +29,13 @@ import torch.nn as nn
 import torch.optim as optim
 import tyro
 
-from cleanrl_utils.legacy.evals import Evaluation
-from cleanrl_utils.legacy.faults import check_finite
+from cleanrl_utils.env_checks import check_env
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.flags import RunArgs, parse_args, require, require_positive, require_range
 from cleanrl_utils.normalization import Normalization, NormalizeObservation
-from cleanrl_utils.legacy.run import RunArgs, check_env, parse_args, require, require_positive, require_range, start_run
-from cleanrl_utils.legacy.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+from cleanrl_utils.run import start_run
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, real_next_obs, timed_step
 
 
 @dataclass
@@ -102,6 +104,10 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
     """
 
     def thunk():
+        if env_id.startswith("dm_control/"):  # registered in each process, a fresh worker's too
+            from cleanrl_utils import dmc
+
+            dmc.register(env_id)
         if capture_video and idx == 0:
             env = gym.make(env_id, render_mode="rgb_array")
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes)
@@ -110,9 +116,23 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
         env = gym.wrappers.FlattenObservation(env)  # dm_control's Dict of vectors -> one vector (a Box is unchanged)
         env = gym.wrappers.ClipAction(env)  # the Gaussian's sample, clipped to the bounds
         env = gym.wrappers.RecordEpisodeStatistics(env)  # raw return and length in the info of the episode's last step
+        env = CheckedEnv(env, idx)  # the first reset and step checked in full, then finite numbers at every step
         return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
+
+
+class TimedSteps(gym.vector.VectorWrapper):
+    """``envs`` stepped with :func:`timed_step`: the workers of a ``gym.vector.AsyncVectorEnv`` answer each step within
+    ``timeout`` seconds (``--env-timeout``), else the run stops in one line. The normalisation sits on top of it."""
+
+    def __init__(self, envs: gym.vector.VectorEnv, timeout: float):
+        super().__init__(envs)
+        self.timeout = timeout
+
+    def step(self, actions):
+        """``envs.step(actions)``, timed."""
+        return timed_step(self.env, actions, self.timeout)
 
 
 def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
@@ -263,7 +283,7 @@ def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, **
     """Episodic returns ``[eval_episodes]`` of a model saved by this script: the Gaussian's mean (clipped to the bounds
     by the env), or (``deterministic=False``) a sample of N(μ, σ²); the LSTM state is carried from step to step and
     reset at each episode start, as in training. Observations are normalised with the statistics saved with the model,
-    frozen; rewards are the env's. ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
+    frozen; rewards are the env's. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     evaluation.envs = NormalizeObservation(evaluation.envs)
     evaluation.load_state(evaluation.envs, "obs_norm")  # checked: finite statistics of this env's shape
@@ -293,166 +313,174 @@ if __name__ == "__main__":
     args, resumed = parse_args(Args, __file__, check_args)
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
-    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
-    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the loop checkpoints, then exits 128 + signum
+            signal.signal(signum, run.stop)
 
-    # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
-    # that ended the episode is in infos["final_obs"].
-    raw_envs = vector_env(
-        [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)],
-        args.env_mode,
-        timeout=args.env_timeout,
-        autoreset_mode=SAME_STEP,
-    )
-    # Observations and rewards normalised on the vector env, in this process: one set of statistics in both env modes
-    normalization = Normalization(raw_envs, args.gamma, args.obs_clip, args.reward_clip)
-    envs = normalization.envs
-    agent = Agent(envs, args.lstm_size).to(device)
-    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-
-    # Rollout storage [num_steps, num_envs]: what the networks read in torch, the rest in numpy for GAE
-    T, N = args.num_steps, args.num_envs
-    obs = torch.zeros((T, N) + envs.single_observation_space.shape, device=device)
-    starts = torch.zeros((T, N), device=device)  # 1.0 where obs[t] is the first of an episode
-    actions = torch.zeros((T, N) + envs.single_action_space.shape, device=device)  # the unclipped samples
-    logprobs = torch.zeros((T, N), device=device)
-    values = torch.zeros((T, N), device=device)
-    rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))  # rewards normalised, clipped
-    final_values = np.zeros((T, N), dtype=np.float32)  # V(real final observation) at truncations
-
-    # what a checkpoint holds, besides the generators: the envs below the normalisation, replayed without touching it
-    state = {"agent": agent, "optimizer": optimizer, "normalization": normalization, "envs": raw_envs}
-    global_step, start_iteration = 0, 1
-    if run.resumed:  # the checkpoint's networks, optimiser, generators, statistics, envs (replayed) and LSTM state
-        saved = run.restore(state, steps_per_iteration=args.batch_size)
-        global_step, start_iteration = saved["global_step"], saved["iteration"] + 1
-        next_obs = normalization.obs.normalize(saved["obs"])  # the raw observation, as the observation layer returned it
-        next_start = saved.tensor("next_start", (N,), values=(0.0, 1.0)).numpy()  # checked: a forged state is one line
-        lstm_state = tuple(saved.tensor("lstm_state", (2, N, args.lstm_size)).to(device))
+    # Same-step autoreset: an ended episode's last observation is in infos["final_obs"]
+    thunks = [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)]
+    if args.env_mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
+        raw_envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
     else:
-        next_obs, _ = envs.reset(seed=args.seed)
-        next_start, lstm_state = np.ones(N, dtype=np.float32), agent.initial_state(N, device)
+        raw_envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
+    with run.stop_on_fault(raw_envs):  # a fault ends the run in one line; any error ends the env workers too
+        # Observations and rewards normalised on the vector env, in this process: one set of statistics in both env modes
+        normalization = Normalization(TimedSteps(raw_envs, args.env_timeout), args.gamma, args.obs_clip, args.reward_clip)
+        envs = normalization.envs
+        agent = Agent(envs, args.lstm_size).to(device)
+        optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
 
-    for iteration in range(start_iteration, args.num_iterations + 1):
-        # The state before the rollout's first step: the update replays each env's sequence from it.
-        initial_state = (lstm_state[0].clone(), lstm_state[1].clone())
-        if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+        # Rollout storage [num_steps, num_envs]: what the networks read in torch, the rest in numpy for GAE
+        T, N = args.num_steps, args.num_envs
+        obs = torch.zeros((T, N) + envs.single_observation_space.shape, device=device)
+        starts = torch.zeros((T, N), device=device)  # 1.0 where obs[t] is the first of an episode
+        actions = torch.zeros((T, N) + envs.single_action_space.shape, device=device)  # the unclipped samples
+        logprobs = torch.zeros((T, N), device=device)
+        values = torch.zeros((T, N), device=device)
+        rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))  # rewards normalised, clipped
+        final_values = np.zeros((T, N), dtype=np.float32)  # V(real final observation) at truncations
 
-        final_values.fill(0.0)
-        for step in range(T):
-            global_step += N
-            obs[step] = torch.as_tensor(next_obs)
-            starts[step] = torch.as_tensor(next_start)
-            # One forward per step: the LSTM (reset where an episode starts), the policy and V.
-            with torch.inference_mode():
-                action, logprob, _, value, lstm_state = agent.get_action_and_value(
-                    obs[step : step + 1], starts[step : step + 1], lstm_state
-                )
-            actions[step], logprobs[step], values[step] = action[0], logprob[0], value[0]
+        # What the next rollout carries over (the LSTM state, where episodes start), as buffers of a module that a
+        # checkpoint holds: a forged one (another shape or dtype, non-finite values) is refused in one line
+        carried = nn.Module()
+        carried.register_buffer("lstm_state", torch.zeros(2, N, args.lstm_size))
+        carried.register_buffer("next_start", torch.zeros(N, dtype=torch.bool))
 
-            # a ~ N(μ, σ²), sent unclipped: the env's ClipAction clips it to the bounds
-            next_obs, reward, termination, truncation, infos = envs.step(action[0].cpu().numpy())
-            rewards[step], terminations[step] = reward, termination
-            dones[step] = next_start = (termination | truncation).astype(np.float32)
-            truncated = truncation & ~termination
-            if truncated.any():
-                # V(real final observation), normalised by NormalizeObservation with this step's statistics,
-                # and read with the LSTM state after this step: the final observation continues the episode
-                # that obs[step] belongs to, so its memory is lstm_state (not a reset state). The next step
-                # resets lstm_state for these envs, since next_start is 1 there.
-                final = torch.as_tensor(real_next_obs(next_obs, infos)[truncated][None], device=device)
+        # what a checkpoint holds, besides the generators: the envs below the normalisation, replayed without touching it
+        state = {"agent": agent, "optimizer": optimizer, "normalization": normalization, "envs": raw_envs, "carried": carried}
+        global_step, start_iteration = 0, 1
+        if run.resumed:  # the checkpoint's networks, optimiser, generators, statistics, envs (replayed) and LSTM state
+            saved = run.restore(state, steps_per_iteration=args.batch_size)
+            global_step, start_iteration = saved["global_step"], saved["iteration"] + 1
+            next_obs = normalization.obs.normalize(saved["obs"])  # the raw observation, as the observation layer returned it
+            next_start = carried.next_start.numpy().astype(np.float32)
+            lstm_state = tuple(carried.lstm_state.to(device, copy=True))
+        else:
+            next_obs, _ = envs.reset(seed=args.seed)
+            next_start, lstm_state = np.ones(N, dtype=np.float32), agent.initial_state(N, device)
+
+        for iteration in range(start_iteration, args.num_iterations + 1):
+            # The state before the rollout's first step: the update replays each env's sequence from it.
+            initial_state = (lstm_state[0].clone(), lstm_state[1].clone())
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / args.num_iterations
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+            final_values.fill(0.0)
+            for step in range(T):
+                global_step += N
+                obs[step] = torch.as_tensor(next_obs)
+                starts[step] = torch.as_tensor(next_start)
+                # One forward per step: the LSTM (reset where an episode starts), the policy and V.
                 with torch.inference_mode():
-                    memory = (lstm_state[0][truncated], lstm_state[1][truncated])
-                    final_value = agent.get_value(final, torch.zeros(final.shape[:2], device=device), memory)
-                final_values[step, truncated] = final_value[0].cpu().numpy()
-            run.log_episodes(global_step, infos)
+                    action, logprob, _, value, lstm_state = agent.get_action_and_value(
+                        obs[step : step + 1], starts[step : step + 1], lstm_state
+                    )
+                actions[step], logprobs[step], values[step] = action[0], logprob[0], value[0]
 
-        # V of the observations after the rollout, from the state the next rollout starts with.
-        with torch.no_grad():
-            next_value = agent.get_value(
-                torch.as_tensor(next_obs[None], device=device), torch.as_tensor(next_start[None], device=device), lstm_state
-            )
-        last_values = next_value[0].cpu().numpy()
-        advantages, returns = compute_gae(
-            rewards, values.cpu().numpy(), last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
-        )
-        b_advantages = torch.as_tensor(advantages, device=device)
-        b_returns = torch.as_tensor(returns, device=device)
+                # a ~ N(μ, σ²), sent unclipped: the env's ClipAction clips it to the bounds
+                next_obs, reward, termination, truncation, infos = envs.step(action[0].cpu().numpy())
+                rewards[step], terminations[step] = reward, termination
+                dones[step] = next_start = (termination | truncation).astype(np.float32)
+                truncated = truncation & ~termination
+                if truncated.any():
+                    # V(real final observation), normalised by NormalizeObservation with this step's statistics,
+                    # and read with the LSTM state after this step: the final observation continues the episode
+                    # that obs[step] belongs to, so its memory is lstm_state (not a reset state). The next step
+                    # resets lstm_state for these envs, since next_start is 1 there.
+                    final = torch.as_tensor(real_next_obs(next_obs, infos)[truncated][None], device=device)
+                    with torch.inference_mode():
+                        memory = (lstm_state[0][truncated], lstm_state[1][truncated])
+                        final_value = agent.get_value(final, torch.zeros(final.shape[:2], device=device), memory)
+                    final_values[step, truncated] = final_value[0].cpu().numpy()
+                run.log_episodes(global_step, infos)
 
-        # Optimise the policy and value networks on minibatches of whole env sequences [T, envs of the minibatch]
-        envs_per_minibatch = N // args.num_minibatches
-        clipfracs = []
-        for epoch in range(args.update_epochs):
-            env_inds = torch.randperm(N, device=device)
-            for start in range(0, N, envs_per_minibatch):
-                mb = env_inds[start : start + envs_per_minibatch]
-                _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
-                    obs[:, mb], starts[:, mb], (initial_state[0][mb], initial_state[1][mb]), actions[:, mb]
+            # V of the observations after the rollout, from the state the next rollout starts with.
+            with torch.no_grad():
+                next_value = agent.get_value(
+                    torch.as_tensor(next_obs[None], device=device),
+                    torch.as_tensor(next_start[None], device=device),
+                    lstm_state,
                 )
-                logratio = newlogprob - logprobs[:, mb]
-                ratio = logratio.exp()
+            last_values = next_value[0].cpu().numpy()
+            advantages, returns = compute_gae(
+                rewards, values.cpu().numpy(), last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
+            )
+            b_advantages = torch.as_tensor(advantages, device=device)
+            b_returns = torch.as_tensor(returns, device=device)
 
-                with torch.no_grad():
-                    # http://joschu.net/blog/kl-approx.html
-                    old_approx_kl = (-logratio).mean()
-                    approx_kl = ((ratio - 1) - logratio).mean()
-                    clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
+            # Optimise the policy and value networks on minibatches of whole env sequences [T, envs of the minibatch]
+            envs_per_minibatch = N // args.num_minibatches
+            clipfracs = []
+            for epoch in range(args.update_epochs):
+                env_inds = torch.randperm(N, device=device)
+                for start in range(0, N, envs_per_minibatch):
+                    mb = env_inds[start : start + envs_per_minibatch]
+                    _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
+                        obs[:, mb], starts[:, mb], (initial_state[0][mb], initial_state[1][mb]), actions[:, mb]
+                    )
+                    logratio = newlogprob - logprobs[:, mb]
+                    ratio = logratio.exp()
 
-                mb_advantages = b_advantages[:, mb]
-                if args.norm_adv:
-                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+                    with torch.no_grad():
+                        # http://joschu.net/blog/kl-approx.html
+                        old_approx_kl = (-logratio).mean()
+                        approx_kl = ((ratio - 1) - logratio).mean()
+                        clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
 
-                # Policy loss (clipped surrogate, eq. 7)
-                pg_loss1 = -mb_advantages * ratio
-                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+                    mb_advantages = b_advantages[:, mb]
+                    if args.norm_adv:
+                        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
 
-                # Value loss
-                mb_returns, mb_values = b_returns[:, mb], values[:, mb]
-                if args.clip_vloss:
-                    v_loss_unclipped = (newvalue - mb_returns) ** 2
-                    v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
-                    v_loss_clipped = (v_clipped - mb_returns) ** 2
-                    v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
-                else:
-                    v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
+                    # Policy loss (clipped surrogate, eq. 7)
+                    pg_loss1 = -mb_advantages * ratio
+                    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
 
-                entropy_loss = entropy.mean()
-                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+                    # Value loss
+                    mb_returns, mb_values = b_returns[:, mb], values[:, mb]
+                    if args.clip_vloss:
+                        v_loss_unclipped = (newvalue - mb_returns) ** 2
+                        v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
+                        v_loss_clipped = (v_clipped - mb_returns) ** 2
+                        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+                    else:
+                        v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
 
-                optimizer.zero_grad()
-                loss.backward()
-                grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
-                check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
-                optimizer.step()
+                    entropy_loss = entropy.mean()
+                    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
 
-            if args.target_kl is not None and approx_kl.item() > args.target_kl:
-                break
+                    optimizer.zero_grad()
+                    loss.backward()
+                    grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+                    check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
+                    optimizer.step()
 
-        y_pred, y_true = values.cpu().numpy(), returns
-        var_y = np.var(y_true)
-        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+                if args.target_kl is not None and approx_kl.item() > args.target_kl:
+                    break
 
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("charts/action_std", agent.actor_logstd.detach().exp().mean().item(), global_step)
-        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
-        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
-        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
-        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
-        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
-        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
-        writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
-        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-            # what the next rollout carries over: the LSTM state and where episodes start
-            carried = dict(lstm_state=torch.stack(lstm_state), next_start=torch.from_numpy(next_start))
-            run.save_checkpoint(state, global_step, iteration=iteration, **carried)
-        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
-            run.exit(envs)
+            y_pred, y_true = values.cpu().numpy(), returns
+            var_y = np.var(y_true)
+            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            writer.add_scalar("charts/action_std", agent.actor_logstd.detach().exp().mean().item(), global_step)
+            writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
+            writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
+            writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
+            writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
+            writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
+            writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+            writer.add_scalar("losses/explained_variance", explained_var, global_step)
+            writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+                carried.lstm_state.copy_(torch.stack(lstm_state))
+                carried.next_start.copy_(torch.from_numpy(next_start > 0))
+                run.save_checkpoint(state, global_step, iteration=iteration)
+            if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+                run.exit(envs)
+
+        envs.close()
     if args.save_model:
         run.save_model({"agent": agent, "obs_norm": normalization.obs.state_dict()}, evaluate)
-    envs.close()
     run.close()

@@ -27,10 +27,12 @@ import torch.nn as nn
 import torch.optim as optim
 import tyro
 
-from cleanrl_utils.legacy.evals import Evaluation
-from cleanrl_utils.legacy.faults import check_finite
-from cleanrl_utils.legacy.run import RunArgs, check_env, parse_args, require, require_positive, require_range, start_run
-from cleanrl_utils.legacy.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+from cleanrl_utils.env_checks import check_env
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.flags import RunArgs, parse_args, require, require_positive, require_range
+from cleanrl_utils.run import start_run
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, real_next_obs, timed_step
 
 
 @dataclass
@@ -99,6 +101,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
         else:
             env = gym.make(env_id)
         env = gym.wrappers.RecordEpisodeStatistics(env)  # return and length in the info of the episode's last step
+        env = CheckedEnv(env, idx)  # the first reset and step checked in full, then finite numbers at every step
         return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
@@ -236,7 +239,7 @@ def check_args(args: Args) -> None:
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, **options) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` of a model saved by this script: the most probable action, or
     (``deterministic=False``) a sampled one; the LSTM state is carried from step to step and reset at each
-    episode start, as in training. ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
+    episode start, as in training. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     agent = evaluation.load(Agent(evaluation.envs, evaluation.model["args"]["lstm_size"]), "agent")
     device = evaluation.device
@@ -262,161 +265,170 @@ if __name__ == "__main__":
     args, resumed = parse_args(Args, __file__, check_args)
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
-    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
-    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the loop checkpoints, then exits 128 + signum
+            signal.signal(signum, run.stop)
 
-    # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
-    # that ended the episode is in infos["final_obs"].
-    envs = vector_env(
-        [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)],
-        args.env_mode,
-        timeout=args.env_timeout,
-        autoreset_mode=SAME_STEP,
-    )
-    agent = Agent(envs, args.lstm_size).to(device)
-    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-
-    # Rollout storage [num_steps, num_envs]: what the networks read in torch, the rest in numpy for GAE
-    T, N = args.num_steps, args.num_envs
-    obs = torch.zeros((T, N) + envs.single_observation_space.shape, device=device)
-    starts = torch.zeros((T, N), device=device)  # 1.0 where obs[t] is the first of an episode
-    actions = torch.zeros((T, N), dtype=torch.long, device=device)
-    logprobs = torch.zeros((T, N), device=device)
-    values = torch.zeros((T, N), device=device)
-    rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
-    final_values = np.zeros((T, N), dtype=np.float32)  # V(real final observation) at truncations
-
-    state = {"agent": agent, "optimizer": optimizer, "envs": envs}  # what a checkpoint holds, besides the generators
-    global_step, start_iteration = 0, 1
-    if run.resumed:  # the checkpoint's networks, optimiser, generators, envs (replayed) and LSTM state
-        saved = run.restore(state, steps_per_iteration=args.batch_size)
-        global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, saved["obs"]
-        next_start = saved.tensor("next_start", (N,), values=(0.0, 1.0)).numpy()  # checked: a forged state is one line
-        lstm_state = tuple(saved.tensor("lstm_state", (2, N, args.lstm_size)).to(device))
+    # Same-step autoreset: an ended episode's last observation is in infos["final_obs"]
+    thunks = [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)]
+    if args.env_mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
+        envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
     else:
-        next_obs, _ = envs.reset(seed=args.seed)
-        next_start, lstm_state = np.ones(N, dtype=np.float32), agent.initial_state(N, device)
+        envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
+    with run.stop_on_fault(envs):  # a fault ends the run in one line; any error ends the env workers too
+        agent = Agent(envs, args.lstm_size).to(device)
+        optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
 
-    for iteration in range(start_iteration, args.num_iterations + 1):
-        # The state before the rollout's first step: the update replays each env's sequence from it.
-        initial_state = (lstm_state[0].clone(), lstm_state[1].clone())
-        if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+        # Rollout storage [num_steps, num_envs]: what the networks read in torch, the rest in numpy for GAE
+        T, N = args.num_steps, args.num_envs
+        obs = torch.zeros((T, N) + envs.single_observation_space.shape, device=device)
+        starts = torch.zeros((T, N), device=device)  # 1.0 where obs[t] is the first of an episode
+        actions = torch.zeros((T, N), dtype=torch.long, device=device)
+        logprobs = torch.zeros((T, N), device=device)
+        values = torch.zeros((T, N), device=device)
+        rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
+        final_values = np.zeros((T, N), dtype=np.float32)  # V(real final observation) at truncations
 
-        final_values.fill(0.0)
-        for step in range(T):
-            global_step += N
-            obs[step] = torch.as_tensor(next_obs, dtype=torch.float32)
-            starts[step] = torch.as_tensor(next_start)
-            # One forward per step: the LSTM (reset where an episode starts), the policy and V.
-            with torch.inference_mode():
-                action, logprob, _, value, lstm_state = agent.get_action_and_value(
-                    obs[step : step + 1], starts[step : step + 1], lstm_state
-                )
-            actions[step], logprobs[step], values[step] = action[0], logprob[0], value[0]
+        # What the next rollout carries over (the LSTM state, where episodes start), as buffers of a module that a
+        # checkpoint holds: a forged one (another shape or dtype, non-finite values) is refused in one line
+        carried = nn.Module()
+        carried.register_buffer("lstm_state", torch.zeros(2, N, args.lstm_size))
+        carried.register_buffer("next_start", torch.zeros(N, dtype=torch.bool))
 
-            next_obs, reward, termination, truncation, infos = envs.step(action[0].cpu().numpy())
-            rewards[step], terminations[step] = reward, termination
-            dones[step] = next_start = (termination | truncation).astype(np.float32)
-            truncated = truncation & ~termination
-            if truncated.any():
-                # V(real final observation), with the LSTM state after this step: the final
-                # observation continues the episode that obs[step] belongs to, so the memory
-                # it is read with is lstm_state (not a reset state). The next step resets
-                # lstm_state for these envs, since next_start is 1 there.
-                final = torch.as_tensor(real_next_obs(next_obs, infos)[truncated][None], dtype=torch.float32, device=device)
+        # what a checkpoint holds, besides the generators
+        state = {"agent": agent, "optimizer": optimizer, "envs": envs, "carried": carried}
+        global_step, start_iteration = 0, 1
+        if run.resumed:  # the checkpoint's networks, optimiser, generators, envs (replayed) and LSTM state
+            saved = run.restore(state, steps_per_iteration=args.batch_size)
+            global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, saved["obs"]
+            next_start = carried.next_start.numpy().astype(np.float32)
+            lstm_state = tuple(carried.lstm_state.to(device, copy=True))
+        else:
+            next_obs, _ = envs.reset(seed=args.seed)
+            next_start, lstm_state = np.ones(N, dtype=np.float32), agent.initial_state(N, device)
+
+        for iteration in range(start_iteration, args.num_iterations + 1):
+            # The state before the rollout's first step: the update replays each env's sequence from it.
+            initial_state = (lstm_state[0].clone(), lstm_state[1].clone())
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / args.num_iterations
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+            final_values.fill(0.0)
+            for step in range(T):
+                global_step += N
+                obs[step] = torch.as_tensor(next_obs, dtype=torch.float32)
+                starts[step] = torch.as_tensor(next_start)
+                # One forward per step: the LSTM (reset where an episode starts), the policy and V.
                 with torch.inference_mode():
-                    memory = (lstm_state[0][truncated], lstm_state[1][truncated])
-                    final_value = agent.get_value(final, torch.zeros(final.shape[:2], device=device), memory)
-                final_values[step, truncated] = final_value[0].cpu().numpy()
-            run.log_episodes(global_step, infos)
+                    action, logprob, _, value, lstm_state = agent.get_action_and_value(
+                        obs[step : step + 1], starts[step : step + 1], lstm_state
+                    )
+                actions[step], logprobs[step], values[step] = action[0], logprob[0], value[0]
 
-        # V of the observations after the rollout, from the state the next rollout starts with.
-        with torch.no_grad():
-            next_value = agent.get_value(
-                torch.as_tensor(next_obs[None], dtype=torch.float32, device=device),
-                torch.as_tensor(next_start[None], device=device),
-                lstm_state,
-            )
-        last_values = next_value[0].cpu().numpy()
-        advantages, returns = compute_gae(
-            rewards, values.cpu().numpy(), last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
-        )
-        b_advantages = torch.as_tensor(advantages, device=device)
-        b_returns = torch.as_tensor(returns, device=device)
+                next_obs, reward, termination, truncation, infos = timed_step(envs, action[0].cpu().numpy(), args.env_timeout)
+                rewards[step], terminations[step] = reward, termination
+                dones[step] = next_start = (termination | truncation).astype(np.float32)
+                truncated = truncation & ~termination
+                if truncated.any():
+                    # V(real final observation), with the LSTM state after this step: the final
+                    # observation continues the episode that obs[step] belongs to, so the memory
+                    # it is read with is lstm_state (not a reset state). The next step resets
+                    # lstm_state for these envs, since next_start is 1 there.
+                    final = torch.as_tensor(
+                        real_next_obs(next_obs, infos)[truncated][None], dtype=torch.float32, device=device
+                    )
+                    with torch.inference_mode():
+                        memory = (lstm_state[0][truncated], lstm_state[1][truncated])
+                        final_value = agent.get_value(final, torch.zeros(final.shape[:2], device=device), memory)
+                    final_values[step, truncated] = final_value[0].cpu().numpy()
+                run.log_episodes(global_step, infos)
 
-        # Optimise the policy and value networks on minibatches of whole env sequences [T, envs of the minibatch]
-        envs_per_minibatch = N // args.num_minibatches
-        clipfracs = []
-        for epoch in range(args.update_epochs):
-            env_inds = torch.randperm(N, device=device)
-            for start in range(0, N, envs_per_minibatch):
-                mb = env_inds[start : start + envs_per_minibatch]
-                _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
-                    obs[:, mb], starts[:, mb], (initial_state[0][mb], initial_state[1][mb]), actions[:, mb]
+            # V of the observations after the rollout, from the state the next rollout starts with.
+            with torch.no_grad():
+                next_value = agent.get_value(
+                    torch.as_tensor(next_obs[None], dtype=torch.float32, device=device),
+                    torch.as_tensor(next_start[None], device=device),
+                    lstm_state,
                 )
-                logratio = newlogprob - logprobs[:, mb]
-                ratio = logratio.exp()
+            last_values = next_value[0].cpu().numpy()
+            advantages, returns = compute_gae(
+                rewards, values.cpu().numpy(), last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
+            )
+            b_advantages = torch.as_tensor(advantages, device=device)
+            b_returns = torch.as_tensor(returns, device=device)
 
-                with torch.no_grad():
-                    # http://joschu.net/blog/kl-approx.html
-                    old_approx_kl = (-logratio).mean()
-                    approx_kl = ((ratio - 1) - logratio).mean()
-                    clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
+            # Optimise the policy and value networks on minibatches of whole env sequences [T, envs of the minibatch]
+            envs_per_minibatch = N // args.num_minibatches
+            clipfracs = []
+            for epoch in range(args.update_epochs):
+                env_inds = torch.randperm(N, device=device)
+                for start in range(0, N, envs_per_minibatch):
+                    mb = env_inds[start : start + envs_per_minibatch]
+                    _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
+                        obs[:, mb], starts[:, mb], (initial_state[0][mb], initial_state[1][mb]), actions[:, mb]
+                    )
+                    logratio = newlogprob - logprobs[:, mb]
+                    ratio = logratio.exp()
 
-                mb_advantages = b_advantages[:, mb]
-                if args.norm_adv:
-                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+                    with torch.no_grad():
+                        # http://joschu.net/blog/kl-approx.html
+                        old_approx_kl = (-logratio).mean()
+                        approx_kl = ((ratio - 1) - logratio).mean()
+                        clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
 
-                # Policy loss (clipped surrogate, eq. 7)
-                pg_loss1 = -mb_advantages * ratio
-                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+                    mb_advantages = b_advantages[:, mb]
+                    if args.norm_adv:
+                        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
 
-                # Value loss
-                mb_returns, mb_values = b_returns[:, mb], values[:, mb]
-                if args.clip_vloss:
-                    v_loss_unclipped = (newvalue - mb_returns) ** 2
-                    v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
-                    v_loss_clipped = (v_clipped - mb_returns) ** 2
-                    v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
-                else:
-                    v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
+                    # Policy loss (clipped surrogate, eq. 7)
+                    pg_loss1 = -mb_advantages * ratio
+                    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
 
-                entropy_loss = entropy.mean()
-                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+                    # Value loss
+                    mb_returns, mb_values = b_returns[:, mb], values[:, mb]
+                    if args.clip_vloss:
+                        v_loss_unclipped = (newvalue - mb_returns) ** 2
+                        v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
+                        v_loss_clipped = (v_clipped - mb_returns) ** 2
+                        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+                    else:
+                        v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
 
-                optimizer.zero_grad()
-                loss.backward()
-                grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
-                check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
-                optimizer.step()
+                    entropy_loss = entropy.mean()
+                    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
 
-            if args.target_kl is not None and approx_kl.item() > args.target_kl:
-                break
+                    optimizer.zero_grad()
+                    loss.backward()
+                    grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+                    check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
+                    optimizer.step()
 
-        y_pred, y_true = values.cpu().numpy(), returns
-        var_y = np.var(y_true)
-        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+                if args.target_kl is not None and approx_kl.item() > args.target_kl:
+                    break
 
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
-        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
-        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
-        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
-        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
-        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
-        writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
-        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-            # what the next rollout carries over: the LSTM state and where episodes start
-            carried = dict(lstm_state=torch.stack(lstm_state), next_start=torch.from_numpy(next_start))
-            run.save_checkpoint(state, global_step, iteration=iteration, **carried)
-        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
-            run.exit(envs)
+            y_pred, y_true = values.cpu().numpy(), returns
+            var_y = np.var(y_true)
+            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
+            writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
+            writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
+            writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
+            writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
+            writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+            writer.add_scalar("losses/explained_variance", explained_var, global_step)
+            writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+                carried.lstm_state.copy_(torch.stack(lstm_state))
+                carried.next_start.copy_(torch.from_numpy(next_start > 0))
+                run.save_checkpoint(state, global_step, iteration=iteration)
+            if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+                run.exit(envs)
+
+        envs.close()
     if args.save_model:
         run.save_model({"agent": agent}, evaluate)
-    envs.close()
     run.close()

@@ -30,10 +30,12 @@ import torch.nn as nn
 import torch.optim as optim
 import tyro
 
-from cleanrl_utils.legacy.evals import Evaluation
-from cleanrl_utils.legacy.faults import check_finite
+from cleanrl_utils.env_checks import check_env
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.flags import RunArgs, fail, parse_args, require, require_positive, require_range
 from cleanrl_utils.namedarraytuple import buffer_from_space, conform, map_leaves, to_device
-from cleanrl_utils.legacy.run import RunArgs, check_env, fail, parse_args, require, require_positive, require_range, start_run
+from cleanrl_utils.run import start_run
 from cleanrl_utils.spaces import (
     ACTION_MASK,
     ActionMaskFromInfo,
@@ -47,7 +49,7 @@ from cleanrl_utils.spaces import (
     observation_leaves,
     uses_masks,
 )
-from cleanrl_utils.legacy.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, real_next_obs, timed_step
 
 try:  # the MiniGrid ids come with the minigrid extra; without it, --env-id says so
     import minigrid
@@ -120,7 +122,7 @@ def make_env(
     action_mask: str = "auto",
 ):
     """A thunk creating env ``idx``: the gymnasium env, its mask from the info (``action_mask="info"``), its
-    episode statistics, and (training) its replay log.
+    episode statistics, its output checks, and (training) its replay log.
 
     Env 0 records videos into ``video_dir`` if asked, of the episodes ``video_episodes(index)``
     picks (gymnasium's schedule by default). ``training=False``: an evaluation env, without replay log.
@@ -137,6 +139,7 @@ def make_env(
         if action_mask == "info":  # info["action_mask"] becomes the observation key "action_mask"
             env = ActionMaskFromInfo(env)
         env = gym.wrappers.RecordEpisodeStatistics(env)  # return and length in the info of the episode's last step
+        env = CheckedEnv(env, idx)  # the first reset and step checked in full, then finite numbers at every step
         return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
@@ -367,7 +370,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, **options) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` of a model saved by this script: the most probable allowed action, or
-    (``deterministic=False``) a sampled one. ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
+    (``deterministic=False``) a sampled one. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, env_args=("action_mask",), **options)
     envs, device = evaluation.envs, evaluation.device
     agent = evaluation.load(Agent(envs.single_observation_space, envs.single_action_space), "agent")
@@ -390,161 +393,162 @@ if __name__ == "__main__":
     args, resumed = parse_args(Args, __file__, check_args)
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
-    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
-    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the loop checkpoints, then exits 128 + signum
+            signal.signal(signum, run.stop)
 
-    # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
-    # that ended the episode is in infos["final_obs"].
-    envs = vector_env(
-        [
-            make_env(args.env_id, i, args.capture_video, run.video_dir, action_mask=args.action_mask)
-            for i in range(args.num_envs)
-        ],
-        args.env_mode,
-        timeout=args.env_timeout,
-        autoreset_mode=SAME_STEP,
-    )
-    observation_space, action_space = envs.single_observation_space, envs.single_action_space
-    agent = Agent(observation_space, action_space).to(device)
-    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-    dims = agent.action_dims
-    masked = uses_masks(args.action_mask, observation_space)
-
-    # Rollout storage [num_steps, num_envs]: observations as a namedarraytuple of tensors, one per leaf
-    # (obs.image [T, N, 7, 7, 3], obs.direction [T, N], ...), written from the vector env's dicts as
-    # they are; rewards and episode ends in numpy for GAE
-    T, N = args.num_steps, args.num_envs
-    obs = to_device(buffer_from_space(observation_space, (T, N)), device)
-    final_obs = to_device(buffer_from_space(observation_space, (T, N)), device)  # real final observations
-    next_batch = to_device(buffer_from_space(observation_space, N), device)  # the observation after the rollout
-    actions = torch.zeros((T, N, len(dims)), dtype=torch.long, device=device)
-    rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
-    truncated = np.zeros((T, N), dtype=bool)  # episode ended by truncation, not termination
-
-    state = {"agent": agent, "optimizer": optimizer, "envs": envs}  # what a checkpoint holds, besides the generators
-    global_step, start_iteration = 0, 1
-    if run.resumed:  # the checkpoint's networks, optimiser, generators and envs (replayed), in place
-        saved = run.restore(state, steps_per_iteration=args.batch_size)
-        global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, saved["obs"]
+    # Same-step autoreset: an ended episode's last observation is in infos["final_obs"]
+    thunks = [
+        make_env(args.env_id, i, args.capture_video, run.video_dir, action_mask=args.action_mask) for i in range(args.num_envs)
+    ]
+    if args.env_mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
+        envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
     else:
-        next_obs, _ = envs.reset(seed=args.seed)
+        envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
+    with run.stop_on_fault(envs):  # a fault ends the run in one line; any error ends the env workers too
+        observation_space, action_space = envs.single_observation_space, envs.single_action_space
+        agent = Agent(observation_space, action_space).to(device)
+        optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
+        dims = agent.action_dims
+        masked = uses_masks(args.action_mask, observation_space)
 
-    for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+        # Rollout storage [num_steps, num_envs]: observations as a namedarraytuple of tensors, one per leaf
+        # (obs.image [T, N, 7, 7, 3], obs.direction [T, N], ...), written from the vector env's dicts as
+        # they are; rewards and episode ends in numpy for GAE
+        T, N = args.num_steps, args.num_envs
+        obs = to_device(buffer_from_space(observation_space, (T, N)), device)
+        final_obs = to_device(buffer_from_space(observation_space, (T, N)), device)  # real final observations
+        next_batch = to_device(buffer_from_space(observation_space, N), device)  # the observation after the rollout
+        actions = torch.zeros((T, N, len(dims)), dtype=torch.long, device=device)
+        rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
+        truncated = np.zeros((T, N), dtype=bool)  # episode ended by truncation, not termination
 
-        for step in range(T):
-            if masked:  # every env must allow an action in each dimension: one line naming the env otherwise
-                check_action_masks(np.asarray(next_obs[ACTION_MASK], dtype=bool), dims, global_step // N)
-            global_step += N
-            obs[step] = conform(next_obs, obs)  # the vector env's dict / tuple of arrays, leaf by leaf
-            with torch.inference_mode():
-                mask = obs[step].get(ACTION_MASK).bool() if masked else None
-                action = agent.get_action(obs[step], mask)
-            actions[step] = action
+        state = {"agent": agent, "optimizer": optimizer, "envs": envs}  # what a checkpoint holds, besides the generators
+        global_step, start_iteration = 0, 1
+        if run.resumed:  # the checkpoint's networks, optimiser, generators and envs (replayed), in place
+            saved = run.restore(state, steps_per_iteration=args.batch_size)
+            global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, saved["obs"]
+        else:
+            next_obs, _ = envs.reset(seed=args.seed)
 
-            env_action = action.cpu().numpy().reshape((N, *action_space.shape))  # [N] Discrete, [N, *nvec.shape] Multi
-            next_obs, reward, termination, truncation, infos = envs.step(env_action)
-            rewards[step], terminations[step], dones[step] = reward, termination, termination | truncation
-            # Truncated (not terminated) envs will bootstrap from their real final observation.
-            truncated[step] = truncation & ~termination
-            if truncated[step].any():
-                final_obs[step] = conform(real_next_obs(next_obs, infos), final_obs)
-            run.log_episodes(global_step, infos)
+        for iteration in range(start_iteration, args.num_iterations + 1):
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / args.num_iterations
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
-        # The rollout's log π(a|s) and V(s), in one batch with the weights that acted; then bootstrap
-        # values: V(final obs) at truncations and V(obs after the rollout); then GAE
-        b_obs = map_leaves(lambda x: x.flatten(0, 1), obs)  # [T * N, ...] per leaf
-        b_masks = b_obs.get(ACTION_MASK).bool() if masked else None
-        b_actions = actions.flatten(0, 1)
-        with torch.no_grad():
-            _, b_logprobs, _, b_values = agent.get_action_and_value(b_obs, b_masks, b_actions)
-            next_batch[:] = conform(next_obs, next_batch)
-            last_values = agent.get_value(next_batch).cpu().numpy()
-            final_values = np.zeros((T, N), dtype=np.float32)
-            if truncated.any():
-                final_values[truncated] = agent.get_value(final_obs[torch.from_numpy(truncated).to(device)]).cpu().numpy()
-        advantages, returns = compute_gae(
-            rewards,
-            b_values.view(T, N).cpu().numpy(),
-            last_values,
-            final_values,
-            terminations,
-            dones,
-            args.gamma,
-            args.gae_lambda,
-        )
-        b_advantages = torch.as_tensor(advantages.reshape(-1), dtype=torch.float32, device=device)
-        b_returns = torch.as_tensor(returns.reshape(-1), dtype=torch.float32, device=device)
+            for step in range(T):
+                if masked:  # every env must allow an action in each dimension: one line naming the env otherwise
+                    check_action_masks(np.asarray(next_obs[ACTION_MASK], dtype=bool), dims, global_step // N)
+                global_step += N
+                obs[step] = conform(next_obs, obs)  # the vector env's dict / tuple of arrays, leaf by leaf
+                with torch.inference_mode():
+                    mask = obs[step].get(ACTION_MASK).bool() if masked else None
+                    action = agent.get_action(obs[step], mask)
+                actions[step] = action
 
-        # Optimise the policy and value networks
-        clipfracs = []
-        for epoch in range(args.update_epochs):
-            b_inds = torch.randperm(args.batch_size, device=device)
-            for start in range(0, args.batch_size, args.minibatch_size):
-                mb_inds = b_inds[start : start + args.minibatch_size]
+                env_action = action.cpu().numpy().reshape((N, *action_space.shape))  # [N] Discrete, [N, *nvec.shape] Multi
+                next_obs, reward, termination, truncation, infos = timed_step(envs, env_action, args.env_timeout)
+                rewards[step], terminations[step], dones[step] = reward, termination, termination | truncation
+                # Truncated (not terminated) envs will bootstrap from their real final observation.
+                truncated[step] = truncation & ~termination
+                if truncated[step].any():
+                    final_obs[step] = conform(real_next_obs(next_obs, infos), final_obs)
+                run.log_episodes(global_step, infos)
 
-                mb_masks = b_masks[mb_inds] if masked else None
-                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], mb_masks, b_actions[mb_inds])
-                logratio = newlogprob - b_logprobs[mb_inds]
-                ratio = logratio.exp()
+            # The rollout's log π(a|s) and V(s), in one batch with the weights that acted; then bootstrap
+            # values: V(final obs) at truncations and V(obs after the rollout); then GAE
+            b_obs = map_leaves(lambda x: x.flatten(0, 1), obs)  # [T * N, ...] per leaf
+            b_masks = b_obs.get(ACTION_MASK).bool() if masked else None
+            b_actions = actions.flatten(0, 1)
+            with torch.no_grad():
+                _, b_logprobs, _, b_values = agent.get_action_and_value(b_obs, b_masks, b_actions)
+                next_batch[:] = conform(next_obs, next_batch)
+                last_values = agent.get_value(next_batch).cpu().numpy()
+                final_values = np.zeros((T, N), dtype=np.float32)
+                if truncated.any():
+                    final_values[truncated] = agent.get_value(final_obs[torch.from_numpy(truncated).to(device)]).cpu().numpy()
+            advantages, returns = compute_gae(
+                rewards,
+                b_values.view(T, N).cpu().numpy(),
+                last_values,
+                final_values,
+                terminations,
+                dones,
+                args.gamma,
+                args.gae_lambda,
+            )
+            b_advantages = torch.as_tensor(advantages.reshape(-1), dtype=torch.float32, device=device)
+            b_returns = torch.as_tensor(returns.reshape(-1), dtype=torch.float32, device=device)
 
-                with torch.no_grad():
-                    # http://joschu.net/blog/kl-approx.html
-                    old_approx_kl = (-logratio).mean()
-                    approx_kl = ((ratio - 1) - logratio).mean()
-                    clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
+            # Optimise the policy and value networks
+            clipfracs = []
+            for epoch in range(args.update_epochs):
+                b_inds = torch.randperm(args.batch_size, device=device)
+                for start in range(0, args.batch_size, args.minibatch_size):
+                    mb_inds = b_inds[start : start + args.minibatch_size]
 
-                mb_advantages = b_advantages[mb_inds]
-                if args.norm_adv:
-                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+                    mb_masks = b_masks[mb_inds] if masked else None
+                    _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], mb_masks, b_actions[mb_inds])
+                    logratio = newlogprob - b_logprobs[mb_inds]
+                    ratio = logratio.exp()
 
-                # Policy loss (clipped surrogate, eq. 7)
-                pg_loss1 = -mb_advantages * ratio
-                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+                    with torch.no_grad():
+                        # http://joschu.net/blog/kl-approx.html
+                        old_approx_kl = (-logratio).mean()
+                        approx_kl = ((ratio - 1) - logratio).mean()
+                        clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
 
-                # Value loss
-                if args.clip_vloss:
-                    v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
-                    v_clipped = b_values[mb_inds] + torch.clamp(newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef)
-                    v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
-                    v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
-                else:
-                    v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
+                    mb_advantages = b_advantages[mb_inds]
+                    if args.norm_adv:
+                        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
 
-                entropy_loss = entropy.mean()
-                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+                    # Policy loss (clipped surrogate, eq. 7)
+                    pg_loss1 = -mb_advantages * ratio
+                    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
 
-                optimizer.zero_grad()
-                loss.backward()
-                grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
-                check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
-                optimizer.step()
+                    # Value loss
+                    if args.clip_vloss:
+                        v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
+                        v_clipped = b_values[mb_inds] + torch.clamp(
+                            newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef
+                        )
+                        v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
+                        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+                    else:
+                        v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
 
-            if args.target_kl is not None and approx_kl.item() > args.target_kl:
-                break
+                    entropy_loss = entropy.mean()
+                    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
 
-        y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
-        var_y = np.var(y_true)
-        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+                    optimizer.zero_grad()
+                    loss.backward()
+                    grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+                    check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
+                    optimizer.step()
 
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
-        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
-        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
-        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
-        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
-        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
-        writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
-        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-            run.save_checkpoint(state, global_step, iteration=iteration)
-        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
-            run.exit(envs)
+                if args.target_kl is not None and approx_kl.item() > args.target_kl:
+                    break
 
+            y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
+            var_y = np.var(y_true)
+            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
+            writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
+            writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
+            writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
+            writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
+            writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+            writer.add_scalar("losses/explained_variance", explained_var, global_step)
+            writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+                run.save_checkpoint(state, global_step, iteration=iteration)
+            if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+                run.exit(envs)
+
+        envs.close()
     if args.save_model:
         run.save_model({"agent": agent}, evaluate)
-    envs.close()
     run.close()

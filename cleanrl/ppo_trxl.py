@@ -31,10 +31,12 @@ import torch.nn.functional as F
 import torch.optim as optim
 import tyro
 
-from cleanrl_utils.legacy.evals import Evaluation
-from cleanrl_utils.legacy.faults import check_finite
-from cleanrl_utils.legacy.run import RunArgs, check_env, parse_args, require, require_positive, require_range, start_run
-from cleanrl_utils.legacy.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+from cleanrl_utils.env_checks import check_env
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.flags import RunArgs, parse_args, require, require_positive, require_range
+from cleanrl_utils.run import start_run
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, real_next_obs, timed_step
 
 os.environ.setdefault("SDL_AUDIODRIVER", "dummy")  # Memory Gym's envs call pygame.init(), which would open a sound card
 try:  # the MiniGrid ids come with the minigrid extra; without it, --env-id says so
@@ -124,6 +126,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
         if capture_video and idx == 0:
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes)
         env = gym.wrappers.RecordEpisodeStatistics(env)  # return and length in the info of the episode's last step
+        env = CheckedEnv(env, idx)  # the first reset and step checked in full, then finite numbers at every step
         return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
@@ -325,7 +328,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, **options) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` of a saved model, the memory sliding along as in training; the most probable
-    action, or a sampled one (``deterministic=False``). ``options``: :class:`cleanrl_utils.legacy.evals.Evaluation`."""
+    action, or a sampled one (``deterministic=False``). ``options``: :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     sizes = {
         name: evaluation.saved_size(f"trxl_{name}", 1, 2**14) for name in ("dim", "num_layers", "num_heads", "memory_length")
@@ -359,167 +362,178 @@ if __name__ == "__main__":
     args, resumed = parse_args(Args, __file__, check_args)
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
-    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
-    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the loop checkpoints, then exits 128 + signum
+            signal.signal(signum, run.stop)
 
-    # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
-    # that ended the episode is in infos["final_obs"].
-    envs = vector_env(
-        [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)],
-        args.env_mode,
-        timeout=args.env_timeout,
-        autoreset_mode=SAME_STEP,
-    )
-    M, L, D = args.trxl_memory_length, args.trxl_num_layers, args.trxl_dim
-    agent = Agent(envs, D, L, args.trxl_num_heads, M).to(device)
-    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-
-    # Rollout storage [num_steps, num_envs]: what the networks read in torch, the rest in numpy for GAE
-    T, N = args.num_steps, args.num_envs
-    space = envs.single_observation_space
-    obs = torch.zeros((T, N) + space.shape, dtype=torch.uint8 if len(space.shape) == 3 else torch.float32, device=device)
-    episode_steps = torch.zeros((T, N), dtype=torch.long, device=device)  # position of obs[t] in its episode
-    # The episodic memory: row M + t holds the inputs of every layer at step t; rows 0 .. M-1 the M steps
-    # before the rollout (the previous rollout's last rows), so that every step's window is in the buffer.
-    memory = torch.zeros((M + T, N, L, D), device=device)
-    actions = torch.zeros((T, N), dtype=torch.long, device=device)
-    logprobs = torch.zeros((T, N), device=device)
-    values = torch.zeros((T, N), device=device)
-    rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
-    final_values = np.zeros((T, N), dtype=np.float32)  # V(real final observation) at truncations
-    env_ids = torch.arange(N, device=device)
-
-    state = {"agent": agent, "optimizer": optimizer, "envs": envs}  # what a checkpoint holds, besides the generators
-    global_step, start_iteration = 0, 1
-    if run.resumed:  # the checkpoint's networks, optimiser, generators, envs (replayed) and memory
-        saved = run.restore(state, steps_per_iteration=args.batch_size)
-        global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, saved["obs"]
-        memory[T:] = saved.tensor("memory", (M, N, L, D)).to(device)  # checked: a forged state is one line
-        next_episode_step = saved.tensor("next_episode_step", (N,))
-        whole = bool((next_episode_step >= 0).all() and (next_episode_step == next_episode_step.round()).all())
-        require(whole, "--resume", f"{resumed['path']}: its 'next_episode_step' holds values other than whole steps")
-        next_episode_step = next_episode_step.long().to(device)
+    # Same-step autoreset: an ended episode's last observation is in infos["final_obs"]
+    thunks = [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)]
+    if args.env_mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
+        envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
     else:
-        next_obs, _ = envs.reset(seed=args.seed)
-        next_episode_step = torch.zeros(N, dtype=torch.long, device=device)  # nothing before: every slot masked
+        envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
+    with run.stop_on_fault(envs):  # a fault ends the run in one line; any error ends the env workers too
+        M, L, D = args.trxl_memory_length, args.trxl_num_layers, args.trxl_dim
+        agent = Agent(envs, D, L, args.trxl_num_heads, M).to(device)
+        optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
 
-    for iteration in range(start_iteration, args.num_iterations + 1):
-        memory[:M] = memory[T:].clone()  # the last M steps before this rollout (zeros at the start of the run)
-        if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+        # Rollout storage [num_steps, num_envs]: what the networks read in torch, the rest in numpy for GAE
+        T, N = args.num_steps, args.num_envs
+        space = envs.single_observation_space
+        obs = torch.zeros((T, N) + space.shape, dtype=torch.uint8 if len(space.shape) == 3 else torch.float32, device=device)
+        episode_steps = torch.zeros((T, N), dtype=torch.long, device=device)  # position of obs[t] in its episode
+        # The episodic memory: row M + t holds the inputs of every layer at step t; rows 0 .. M-1 the M steps
+        # before the rollout (the previous rollout's last rows), so that every step's window is in the buffer.
+        memory = torch.zeros((M + T, N, L, D), device=device)
+        actions = torch.zeros((T, N), dtype=torch.long, device=device)
+        logprobs = torch.zeros((T, N), device=device)
+        values = torch.zeros((T, N), device=device)
+        rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
+        final_values = np.zeros((T, N), dtype=np.float32)  # V(real final observation) at truncations
+        env_ids = torch.arange(N, device=device)
 
-        final_values.fill(0.0)
-        for step in range(T):
-            global_step += N
-            obs[step] = torch.as_tensor(next_obs)
-            episode_steps[step] = next_episode_step
-            # One forward per step: the new token attends to the window of rows step .. step + M - 1
-            with torch.inference_mode():
-                window = gather_windows(memory, torch.full_like(env_ids, step), env_ids, M)
-                action, logprob, _, value, layer_inputs = agent.get_action_and_value(obs[step], window, episode_steps[step])
-            memory[M + step] = layer_inputs
-            actions[step], logprobs[step], values[step] = action, logprob, value
+        # What the next rollout carries over (the memory of the last M steps, each env's position in its episode), as
+        # buffers of a module that a checkpoint holds: a forged one (another shape or dtype, non-finite values) is
+        # refused in one line
+        carried = nn.Module()
+        carried.register_buffer("memory", torch.zeros(M, N, L, D))
+        carried.register_buffer("next_episode_step", torch.zeros(N, dtype=torch.long))
 
-            next_obs, reward, termination, truncation, infos = envs.step(action.cpu().numpy())
-            rewards[step], terminations[step] = reward, termination
-            dones[step] = done = (termination | truncation).astype(np.float32)
-            truncated = truncation & ~termination
-            if truncated.any():
-                # V(real final observation): it continues the episode, so it reads the window that ends
-                # with this step (rows step + 1 .. step + M) at the next position in the episode.
-                which = torch.as_tensor(truncated, device=device)
-                final = torch.as_tensor(real_next_obs(next_obs, infos)[truncated], device=device)
+        # what a checkpoint holds, besides the generators
+        state = {"agent": agent, "optimizer": optimizer, "envs": envs, "carried": carried}
+        global_step, start_iteration = 0, 1
+        if run.resumed:  # the checkpoint's networks, optimiser, generators, envs (replayed) and memory
+            saved = run.restore(state, steps_per_iteration=args.batch_size)
+            global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, saved["obs"]
+            memory[T:] = carried.memory.to(device)
+            positive = bool((carried.next_episode_step >= 0).all())
+            require(positive, "--resume", f"{resumed['path']}: its 'next_episode_step' holds negative steps")
+            next_episode_step = carried.next_episode_step.to(device, copy=True)
+        else:
+            next_obs, _ = envs.reset(seed=args.seed)
+            next_episode_step = torch.zeros(N, dtype=torch.long, device=device)  # nothing before: every slot masked
+
+        for iteration in range(start_iteration, args.num_iterations + 1):
+            memory[:M] = memory[T:].clone()  # the last M steps before this rollout (zeros at the start of the run)
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / args.num_iterations
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+            final_values.fill(0.0)
+            for step in range(T):
+                global_step += N
+                obs[step] = torch.as_tensor(next_obs)
+                episode_steps[step] = next_episode_step
+                # One forward per step: the new token attends to the window of rows step .. step + M - 1
                 with torch.inference_mode():
-                    window = gather_windows(memory, torch.full_like(env_ids[which], step + 1), env_ids[which], M)
-                    final_value = agent.get_value(final, window, episode_steps[step, which] + 1)
-                final_values[step, truncated] = final_value.cpu().numpy()
-            next_episode_step = (episode_steps[step] + 1) * torch.as_tensor(1 - done, dtype=torch.long, device=device)
-            run.log_episodes(global_step, infos)
+                    window = gather_windows(memory, torch.full_like(env_ids, step), env_ids, M)
+                    action, logprob, _, value, layer_inputs = agent.get_action_and_value(
+                        obs[step], window, episode_steps[step]
+                    )
+                memory[M + step] = layer_inputs
+                actions[step], logprobs[step], values[step] = action, logprob, value
 
-        # V of the observations after the rollout, read with the window of the rollout's last M rows.
-        with torch.no_grad():
-            window = gather_windows(memory, torch.full_like(env_ids, T), env_ids, M)
-            last_values = agent.get_value(torch.as_tensor(next_obs, device=device), window, next_episode_step).cpu().numpy()
-        advantages, returns = compute_gae(
-            rewards, values.cpu().numpy(), last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
-        )
-        b_advantages = torch.as_tensor(advantages, device=device).flatten()
-        b_returns = torch.as_tensor(returns, device=device).flatten()
-        b_obs, b_episode_steps = obs.flatten(0, 1), episode_steps.flatten()
-        b_actions, b_logprobs, b_values = actions.flatten(), logprobs.flatten(), values.flatten()
+                next_obs, reward, termination, truncation, infos = timed_step(envs, action.cpu().numpy(), args.env_timeout)
+                rewards[step], terminations[step] = reward, termination
+                dones[step] = done = (termination | truncation).astype(np.float32)
+                truncated = truncation & ~termination
+                if truncated.any():
+                    # V(real final observation): it continues the episode, so it reads the window that ends
+                    # with this step (rows step + 1 .. step + M) at the next position in the episode.
+                    which = torch.as_tensor(truncated, device=device)
+                    final = torch.as_tensor(real_next_obs(next_obs, infos)[truncated], device=device)
+                    with torch.inference_mode():
+                        window = gather_windows(memory, torch.full_like(env_ids[which], step + 1), env_ids[which], M)
+                        final_value = agent.get_value(final, window, episode_steps[step, which] + 1)
+                    final_values[step, truncated] = final_value.cpu().numpy()
+                next_episode_step = (episode_steps[step] + 1) * torch.as_tensor(1 - done, dtype=torch.long, device=device)
+                run.log_episodes(global_step, infos)
 
-        # Optimise on minibatches of single steps, each read with its stored memory window
-        # (sample b is step b // N of env b % N)
-        clipfracs = []
-        for epoch in range(args.update_epochs):
-            b_inds = torch.randperm(args.batch_size, device=device)
-            for start in range(0, args.batch_size, args.minibatch_size):
-                mb = b_inds[start : start + args.minibatch_size]
-                window = gather_windows(memory, mb // N, mb % N, M)  # the rollout's memory: nothing recomputed
-                _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
-                    b_obs[mb], window, b_episode_steps[mb], b_actions[mb]
+            # V of the observations after the rollout, read with the window of the rollout's last M rows.
+            with torch.no_grad():
+                window = gather_windows(memory, torch.full_like(env_ids, T), env_ids, M)
+                last_values = (
+                    agent.get_value(torch.as_tensor(next_obs, device=device), window, next_episode_step).cpu().numpy()
                 )
-                logratio = newlogprob - b_logprobs[mb]
-                ratio = logratio.exp()
+            advantages, returns = compute_gae(
+                rewards, values.cpu().numpy(), last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
+            )
+            b_advantages = torch.as_tensor(advantages, device=device).flatten()
+            b_returns = torch.as_tensor(returns, device=device).flatten()
+            b_obs, b_episode_steps = obs.flatten(0, 1), episode_steps.flatten()
+            b_actions, b_logprobs, b_values = actions.flatten(), logprobs.flatten(), values.flatten()
 
-                with torch.no_grad():
-                    # http://joschu.net/blog/kl-approx.html
-                    old_approx_kl = (-logratio).mean()
-                    approx_kl = ((ratio - 1) - logratio).mean()
-                    clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
+            # Optimise on minibatches of single steps, each read with its stored memory window
+            # (sample b is step b // N of env b % N)
+            clipfracs = []
+            for epoch in range(args.update_epochs):
+                b_inds = torch.randperm(args.batch_size, device=device)
+                for start in range(0, args.batch_size, args.minibatch_size):
+                    mb = b_inds[start : start + args.minibatch_size]
+                    window = gather_windows(memory, mb // N, mb % N, M)  # the rollout's memory: nothing recomputed
+                    _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
+                        b_obs[mb], window, b_episode_steps[mb], b_actions[mb]
+                    )
+                    logratio = newlogprob - b_logprobs[mb]
+                    ratio = logratio.exp()
 
-                mb_advantages = b_advantages[mb]
-                if args.norm_adv:
-                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+                    with torch.no_grad():
+                        # http://joschu.net/blog/kl-approx.html
+                        old_approx_kl = (-logratio).mean()
+                        approx_kl = ((ratio - 1) - logratio).mean()
+                        clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
 
-                # Policy loss (clipped surrogate, eq. 7)
-                pg_loss1 = -mb_advantages * ratio
-                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+                    mb_advantages = b_advantages[mb]
+                    if args.norm_adv:
+                        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
 
-                # Value loss
-                if args.clip_vloss:
-                    v_loss_unclipped = (newvalue - b_returns[mb]) ** 2
-                    v_clipped = b_values[mb] + torch.clamp(newvalue - b_values[mb], -args.clip_coef, args.clip_coef)
-                    v_loss_clipped = (v_clipped - b_returns[mb]) ** 2
-                    v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
-                else:
-                    v_loss = 0.5 * ((newvalue - b_returns[mb]) ** 2).mean()
+                    # Policy loss (clipped surrogate, eq. 7)
+                    pg_loss1 = -mb_advantages * ratio
+                    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
 
-                entropy_loss = entropy.mean()
-                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+                    # Value loss
+                    if args.clip_vloss:
+                        v_loss_unclipped = (newvalue - b_returns[mb]) ** 2
+                        v_clipped = b_values[mb] + torch.clamp(newvalue - b_values[mb], -args.clip_coef, args.clip_coef)
+                        v_loss_clipped = (v_clipped - b_returns[mb]) ** 2
+                        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+                    else:
+                        v_loss = 0.5 * ((newvalue - b_returns[mb]) ** 2).mean()
 
-                optimizer.zero_grad()
-                loss.backward()
-                grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
-                check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
-                optimizer.step()
+                    entropy_loss = entropy.mean()
+                    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
 
-            if args.target_kl is not None and approx_kl.item() > args.target_kl:
-                break
+                    optimizer.zero_grad()
+                    loss.backward()
+                    grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+                    check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
+                    optimizer.step()
 
-        y_pred, y_true = values.cpu().numpy(), returns
-        var_y = np.var(y_true)
-        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+                if args.target_kl is not None and approx_kl.item() > args.target_kl:
+                    break
 
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
-        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
-        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
-        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
-        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
-        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
-        writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
-        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-            # what the next rollout carries over: the memory of the last M steps and each env's position in its episode
-            carried = dict(memory=memory[T:].cpu(), next_episode_step=next_episode_step.float().cpu())
-            run.save_checkpoint(state, global_step, iteration=iteration, **carried)
-        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
-            run.exit(envs)
+            y_pred, y_true = values.cpu().numpy(), returns
+            var_y = np.var(y_true)
+            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
+            writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
+            writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
+            writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
+            writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
+            writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+            writer.add_scalar("losses/explained_variance", explained_var, global_step)
+            writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+                carried.memory.copy_(memory[T:])
+                carried.next_episode_step.copy_(next_episode_step)
+                run.save_checkpoint(state, global_step, iteration=iteration)
+            if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+                run.exit(envs)
+
+        envs.close()
     if args.save_model:
         run.save_model({"agent": agent}, evaluate)
-    envs.close()
     run.close()

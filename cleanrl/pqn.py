@@ -25,10 +25,12 @@ import torch.nn.functional as F
 import torch.optim as optim
 import tyro
 
-from cleanrl_utils.legacy.evals import Evaluation
-from cleanrl_utils.legacy.faults import check_finite
-from cleanrl_utils.legacy.run import RunArgs, check_env, parse_args, require, require_positive, require_range, start_run
-from cleanrl_utils.legacy.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+from cleanrl_utils.env_checks import check_env
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.flags import RunArgs, parse_args, require, require_positive, require_range
+from cleanrl_utils.run import start_run
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, real_next_obs, timed_step
 
 
 @dataclass
@@ -89,6 +91,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
         else:
             env = gym.make(env_id)
         env = gym.wrappers.RecordEpisodeStatistics(env)  # return and length in the info of the episode's last step
+        env = CheckedEnv(env, idx)  # the first reset and step checked in full, then finite numbers at every step
         return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
@@ -184,7 +187,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, epsilon: float = 0.0, **options) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` of a model saved by this script, ε-greedy (greedy at ε = 0).
-    ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
+    ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     q_network = evaluation.load(QNetwork(evaluation.envs), "q_network")
     rng = np.random.default_rng(evaluation.seed)
@@ -202,98 +205,99 @@ if __name__ == "__main__":
     args, resumed = parse_args(Args, __file__, check_args)
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
-    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
-    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the rollout ends, checkpoints, exits 128 + signum
+            signal.signal(signum, run.stop)
 
     # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
     # that ended the episode is in infos["final_obs"].
-    envs = vector_env(
-        [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)],
-        args.env_mode,
-        timeout=args.env_timeout,
-        autoreset_mode=SAME_STEP,
-    )
-    q_network = QNetwork(envs).to(device)
-    optimizer = optim.RAdam(q_network.parameters(), lr=args.learning_rate, foreach=True)
-    num_actions = int(envs.single_action_space.n)
-    rng = np.random.default_rng(args.seed)  # ε-greedy draws
-    exploration_steps = args.exploration_fraction * args.total_timesteps
-
-    # Rollout storage [num_steps, num_envs] in numpy; the rollout goes to the device once, after it
-    T, N = args.num_steps, args.num_envs
-    obs = np.zeros((T, N) + envs.single_observation_space.shape, dtype=np.float32)
-    actions = np.zeros((T, N), dtype=np.int64)
-    rewards, terminations, truncations = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
-    # s'_{t+1}: the real next observation of step t (the episode's final one where it ended at t)
-    next_obs_real = np.zeros((T, N) + envs.single_observation_space.shape, dtype=np.float32)
-
-    state = {"q_network": q_network, "optimizer": optimizer, "rng": rng, "envs": envs}  # besides the global generators
-    global_step, start_iteration = 0, 1
-    if run.resumed:  # the checkpoint's network, optimiser, generators and envs (replayed), in place
-        saved = run.restore(state, steps_per_iteration=args.batch_size)
-        global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, saved["obs"]
+    thunks = [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)]
+    if args.env_mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
+        envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
     else:
-        next_obs, _ = envs.reset(seed=args.seed)
+        envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
+    with run.stop_on_fault(envs):  # a fault ends the run in one line; any error ends the env workers too
+        q_network = QNetwork(envs).to(device)
+        optimizer = optim.RAdam(q_network.parameters(), lr=args.learning_rate, foreach=True)
+        num_actions = int(envs.single_action_space.n)
+        rng = np.random.default_rng(args.seed)  # ε-greedy draws
+        exploration_steps = args.exploration_fraction * args.total_timesteps
 
-    for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+        # Rollout storage [num_steps, num_envs] in numpy; the rollout goes to the device once, after it
+        T, N = args.num_steps, args.num_envs
+        obs = np.zeros((T, N) + envs.single_observation_space.shape, dtype=np.float32)
+        actions = np.zeros((T, N), dtype=np.int64)
+        rewards, terminations, truncations = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
+        # s'_{t+1}: the real next observation of step t (the episode's final one where it ended at t)
+        next_obs_real = np.zeros((T, N) + envs.single_observation_space.shape, dtype=np.float32)
 
-        with torch.inference_mode():  # acting records nothing for autograd; one context for the whole rollout
-            for step in range(T):
-                global_step += N
-                obs[step] = next_obs
-                # ε-greedy: the network is only run when some env acts greedily.
-                epsilon = linear_schedule(args.start_e, args.end_e, exploration_steps, global_step)
-                uniform = rng.random((2, N))  # one draw for ε, one for the random action
-                greedy = uniform[0] >= epsilon
-                action = (uniform[1] * num_actions).astype(np.int64)
-                if greedy.any():
-                    q_values = q_network(torch.as_tensor(next_obs, dtype=torch.float32, device=device))
-                    action = np.where(greedy, q_values.argmax(dim=1).cpu().numpy(), action)
-                actions[step] = action
+        state = {"q_network": q_network, "optimizer": optimizer, "rng": rng, "envs": envs}  # besides the global generators
+        global_step, start_iteration = 0, 1
+        if run.resumed:  # the checkpoint's network, optimiser, generators and envs (replayed), in place
+            saved = run.restore(state, steps_per_iteration=args.batch_size)
+            global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, saved["obs"]
+        else:
+            next_obs, _ = envs.reset(seed=args.seed)
 
-                next_obs, reward, termination, truncation, infos = envs.step(action)
-                rewards[step], terminations[step], truncations[step] = reward, termination, truncation
-                next_obs_real[step] = real_next_obs(next_obs, infos)
-                run.log_episodes(global_step, infos)
+        for iteration in range(start_iteration, args.num_iterations + 1):
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / args.num_iterations
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
-        # Q(λ) targets from the network that acted: max_a Q(s'_{t+1}, a) of every step's real next
-        # observation in one batch, then the backward recursion
-        b_obs = torch.from_numpy(obs.reshape((T * N,) + envs.single_observation_space.shape)).to(device)
-        b_actions = torch.from_numpy(actions.reshape(-1)).to(device)
-        with torch.no_grad():
-            next_values = q_network(torch.from_numpy(next_obs_real.reshape(b_obs.shape)).to(device)).max(dim=1).values
-            rollout = (torch.from_numpy(x).to(device) for x in (rewards, terminations, truncations))
-            returns = q_lambda_returns(*rollout, next_values.view(T, N), args.gamma, args.q_lambda)
-        b_returns = returns.reshape(-1)
+            with torch.inference_mode():  # acting records nothing for autograd; one context for the whole rollout
+                for step in range(T):
+                    global_step += N
+                    obs[step] = next_obs
+                    # ε-greedy: the network is only run when some env acts greedily.
+                    epsilon = linear_schedule(args.start_e, args.end_e, exploration_steps, global_step)
+                    uniform = rng.random((2, N))  # one draw for ε, one for the random action
+                    greedy = uniform[0] >= epsilon
+                    action = (uniform[1] * num_actions).astype(np.int64)
+                    if greedy.any():
+                        q_values = q_network(torch.as_tensor(next_obs, dtype=torch.float32, device=device))
+                        action = np.where(greedy, q_values.argmax(dim=1).cpu().numpy(), action)
+                    actions[step] = action
 
-        # Optimise the Q-network: epochs of minibatch regressions of Q(s_t, a_t) on G_t
-        for epoch in range(args.update_epochs):
-            b_inds = torch.randperm(args.batch_size, device=device)
-            for start in range(0, args.batch_size, args.minibatch_size):
-                mb_inds = b_inds[start : start + args.minibatch_size]
-                q_taken = q_network(b_obs[mb_inds]).gather(1, b_actions[mb_inds].unsqueeze(1)).squeeze(1)
-                loss = F.mse_loss(q_taken, b_returns[mb_inds])
+                    next_obs, reward, termination, truncation, infos = timed_step(envs, action, args.env_timeout)
+                    rewards[step], terminations[step], truncations[step] = reward, termination, truncation
+                    next_obs_real[step] = real_next_obs(next_obs, infos)
+                    run.log_episodes(global_step, infos)
 
-                optimizer.zero_grad()
-                loss.backward()
-                grad_norm = nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm, foreach=True)
-                check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, td_loss=loss, grad_norm=grad_norm)
-                optimizer.step()
+            # Q(λ) targets from the network that acted: max_a Q(s'_{t+1}, a) of every step's real next
+            # observation in one batch, then the backward recursion
+            b_obs = torch.from_numpy(obs.reshape((T * N,) + envs.single_observation_space.shape)).to(device)
+            b_actions = torch.from_numpy(actions.reshape(-1)).to(device)
+            with torch.no_grad():
+                next_values = q_network(torch.from_numpy(next_obs_real.reshape(b_obs.shape)).to(device)).max(dim=1).values
+                rollout = (torch.from_numpy(x).to(device) for x in (rewards, terminations, truncations))
+                returns = q_lambda_returns(*rollout, next_values.view(T, N), args.gamma, args.q_lambda)
+            b_returns = returns.reshape(-1)
 
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("charts/epsilon", epsilon, global_step)
-        writer.add_scalar("losses/td_loss", loss.item(), global_step)
-        writer.add_scalar("losses/q_values", q_taken.mean().item(), global_step)
-        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
-        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-            run.save_checkpoint(state, global_step, iteration=iteration)
-        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
-            run.exit(envs)
+            # Optimise the Q-network: epochs of minibatch regressions of Q(s_t, a_t) on G_t
+            for epoch in range(args.update_epochs):
+                b_inds = torch.randperm(args.batch_size, device=device)
+                for start in range(0, args.batch_size, args.minibatch_size):
+                    mb_inds = b_inds[start : start + args.minibatch_size]
+                    q_taken = q_network(b_obs[mb_inds]).gather(1, b_actions[mb_inds].unsqueeze(1)).squeeze(1)
+                    loss = F.mse_loss(q_taken, b_returns[mb_inds])
 
+                    optimizer.zero_grad()
+                    loss.backward()
+                    grad_norm = nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm, foreach=True)
+                    check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, td_loss=loss, grad_norm=grad_norm)
+                    optimizer.step()
+
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            writer.add_scalar("charts/epsilon", epsilon, global_step)
+            writer.add_scalar("losses/td_loss", loss.item(), global_step)
+            writer.add_scalar("losses/q_values", q_taken.mean().item(), global_step)
+            writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+                run.save_checkpoint(state, global_step, iteration=iteration)
+            if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+                run.exit(envs)
+
+        envs.close()
     if args.save_model:
         run.save_model({"q_network": q_network}, evaluate)
-    envs.close()
     run.close()

@@ -30,10 +30,12 @@ import torch.nn.functional as F
 import torch.optim as optim
 
 from cleanrl_utils.buffers import ReplayBuffer
-from cleanrl_utils.legacy.evals import Evaluation
-from cleanrl_utils.legacy.faults import check_finite
-from cleanrl_utils.legacy.run import RunArgs, check_env, fail, parse_args, require, require_positive, require_range, start_run
-from cleanrl_utils.legacy.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+from cleanrl_utils.env_checks import check_env
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.flags import RunArgs, fail, parse_args, require, require_positive, require_range
+from cleanrl_utils.run import start_run
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, real_next_obs, timed_step
 
 
 @dataclass
@@ -94,6 +96,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
         else:
             env = gym.make(env_id)
         env = gym.wrappers.RecordEpisodeStatistics(env)  # return and length in the info of the episode's last step
+        env = CheckedEnv(env, idx)  # the first reset and step checked in full, then finite numbers at every step
         return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
@@ -226,7 +229,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, epsilon: float = 0.0, **options) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` of a model saved by this script, ε-greedy (greedy at ε = 0).
-    ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
+    ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     n_quantiles = evaluation.saved_size("n_quantiles", 1, 2**16)  # checked before the network is built
     q_network = evaluation.load(QNetwork(evaluation.envs, n_quantiles), "q_network")
@@ -253,95 +256,96 @@ if __name__ == "__main__":
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
     rb.device = device
-    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint after this step, exit 143
-    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the loop checkpoints, then exits 128 + signum
+            signal.signal(signum, run.stop)
 
     # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
     # that ended the episode is in infos["final_obs"].
-    envs = vector_env(
-        [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(N)],
-        args.env_mode,
-        timeout=args.env_timeout,
-        autoreset_mode=SAME_STEP,
-    )
-    q_network = QNetwork(envs, args.n_quantiles).to(device)
-    optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=0.01 / args.batch_size, fused=True)
-    target_network = QNetwork(envs, args.n_quantiles).to(device)
-    target_network.load_state_dict(q_network.state_dict())
-    taus = quantile_midpoints(args.n_quantiles, device)
-    num_actions = int(envs.single_action_space.n)
-    rng = np.random.default_rng(args.seed)
-    exploration_steps = args.exploration_fraction * args.total_timesteps
-
-    # what a checkpoint holds, besides the global random generators
-    state = dict(
-        q_network=q_network, target_network=target_network, optimizer=optimizer, rng=rng, envs=envs, replay_rng=rb.rng
-    )
-    if args.checkpoint_buffer:
-        state["replay_buffer"] = rb
-        print(f"each checkpoint holds the replay buffer ({rb.nbytes / 2**20:.1f} MiB)")
-    global_step, updates_start = 0, args.learning_starts  # updates once global_step > updates_start
-    if run.resumed:  # the checkpoint's networks, optimiser, generators, envs (replayed) and buffer, in place
-        saved = run.restore({**state, "replay_buffer": rb})
-        global_step, updates_start, obs = saved["global_step"], saved["updates_start"], saved["obs"]
-        if "replay_buffer" in saved["missing"]:  # an empty buffer: refill it before updating again
-            updates_start = global_step + args.learning_starts
-            print(f"the checkpoint has no replay buffer: refilling it until step {updates_start} before updating")
+    thunks = [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(N)]
+    if args.env_mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
+        envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
     else:
-        obs, _ = envs.reset(seed=args.seed)
+        envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
+    with run.stop_on_fault(envs):  # a fault ends the run in one line; any error ends the env workers too
+        q_network = QNetwork(envs, args.n_quantiles).to(device)
+        optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=0.01 / args.batch_size, fused=True)
+        target_network = QNetwork(envs, args.n_quantiles).to(device)
+        target_network.load_state_dict(q_network.state_dict())
+        taus = quantile_midpoints(args.n_quantiles, device)
+        num_actions = int(envs.single_action_space.n)
+        rng = np.random.default_rng(args.seed)
+        exploration_steps = args.exploration_fraction * args.total_timesteps
 
-    for iteration in range(global_step // N, args.total_timesteps // N):
-        global_step += N
-        # ε-greedy: the network is only run when some env acts greedily.
-        epsilon = linear_schedule(args.start_e, args.end_e, exploration_steps, global_step)
-        uniform = rng.random((2, N))  # one draw for ε, one for the random action
-        greedy = uniform[0] >= epsilon
-        actions = (uniform[1] * num_actions).astype(np.int64)
-        if greedy.any():  # a = argmax_a of the mean of θ(s, a); every env in one batch, the greedy ones taken
-            with torch.inference_mode():
-                quantiles = q_network(torch.as_tensor(obs, dtype=torch.float32, device=device))
-            actions = np.where(greedy, quantiles.mean(dim=2).argmax(dim=1).cpu().numpy(), actions)
+        # what a checkpoint holds, besides the global random generators
+        state = dict(
+            q_network=q_network, target_network=target_network, optimizer=optimizer, rng=rng, envs=envs, replay_rng=rb.rng
+        )
+        if args.checkpoint_buffer:
+            state["replay_buffer"] = rb
+            print(f"each checkpoint holds the replay buffer ({rb.nbytes / 2**20:.1f} MiB)")
+        global_step, updates_start = 0, args.learning_starts  # updates once global_step > updates_start
+        if run.resumed:  # the checkpoint's networks, optimiser, generators, envs (replayed) and buffer, in place
+            saved = run.restore({**state, "replay_buffer": rb})
+            global_step, updates_start, obs = saved["global_step"], saved["updates_start"], saved["obs"]
+            if "replay_buffer" in saved["missing"]:  # an empty buffer: refill it before updating again
+                updates_start = global_step + args.learning_starts
+                print(f"the checkpoint has no replay buffer: refilling it until step {updates_start} before updating")
+        else:
+            obs, _ = envs.reset(seed=args.seed)
 
-        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
-        run.log_episodes(global_step, infos)
-        # s' is the real next observation: where an episode ended, its final observation.
-        rb.add(obs, actions, rewards, terminations, truncations, real_next_obs(next_obs, infos))
-        obs = next_obs
+        for iteration in range(global_step // N, args.total_timesteps // N):
+            global_step += N
+            # ε-greedy: the network is only run when some env acts greedily.
+            epsilon = linear_schedule(args.start_e, args.end_e, exploration_steps, global_step)
+            uniform = rng.random((2, N))  # one draw for ε, one for the random action
+            greedy = uniform[0] >= epsilon
+            actions = (uniform[1] * num_actions).astype(np.int64)
+            if greedy.any():  # a = argmax_a of the mean of θ(s, a); every env in one batch, the greedy ones taken
+                with torch.inference_mode():
+                    quantiles = q_network(torch.as_tensor(obs, dtype=torch.float32, device=device))
+                actions = np.where(greedy, quantiles.mean(dim=2).argmax(dim=1).cpu().numpy(), actions)
 
-        if global_step > updates_start and len(rb) > 0:
-            if iteration % args.train_frequency == 0:
-                data = rb.sample(args.batch_size)
-                returns, discounts = n_step_returns(data.rewards, data.terminations, data.next_obs_steps, args.gamma)
-                with torch.no_grad():
-                    next_quantiles_target = target_network(data.next_obs)
-                    next_quantiles_online = q_network(data.next_obs) if args.double_q else None
-                    target = quantile_td_target(returns, discounts, next_quantiles_target, next_quantiles_online)
-                chosen = q_network(data.obs)[torch.arange(len(data.actions), device=device), data.actions]  # [B, N]
-                loss = quantile_huber_loss(chosen, target, taus)
+            next_obs, rewards, terminations, truncations, infos = timed_step(envs, actions, args.env_timeout)
+            run.log_episodes(global_step, infos)
+            # s' is the real next observation: where an episode ended, its final observation.
+            rb.add(obs, actions, rewards, terminations, truncations, real_next_obs(next_obs, infos))
+            obs = next_obs
 
-                optimizer.zero_grad()
-                loss.backward()
-                check_finite(iteration // args.train_frequency, global_step, quantile_loss=loss)  # stops a diverging run
-                optimizer.step()
+            if global_step > updates_start and len(rb) > 0:
+                if iteration % args.train_frequency == 0:
+                    data = rb.sample(args.batch_size)
+                    returns, discounts = n_step_returns(data.rewards, data.terminations, data.next_obs_steps, args.gamma)
+                    with torch.no_grad():
+                        next_quantiles_target = target_network(data.next_obs)
+                        next_quantiles_online = q_network(data.next_obs) if args.double_q else None
+                        target = quantile_td_target(returns, discounts, next_quantiles_target, next_quantiles_online)
+                    chosen = q_network(data.obs)[torch.arange(len(data.actions), device=device), data.actions]  # [B, N]
+                    loss = quantile_huber_loss(chosen, target, taus)
 
-                if iteration % (100 * args.train_frequency) == 0:
-                    writer.add_scalar("losses/quantile_loss", loss.item(), global_step)
-                    writer.add_scalar("losses/q_values", chosen.mean().item(), global_step)
-                    writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-                    writer.add_scalar("charts/epsilon", epsilon, global_step)
-                    writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    check_finite(iteration // args.train_frequency, global_step, quantile_loss=loss)  # stops a diverging run
+                    optimizer.step()
 
-            # Target network: θ' ← τ θ + (1 - τ) θ'
-            if iteration % args.target_network_frequency == 0:
-                with torch.no_grad():
-                    for target_param, param in zip(target_network.parameters(), q_network.parameters()):
-                        target_param.lerp_(param, args.tau)
-        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-            run.save_checkpoint(state, global_step, updates_start=updates_start)
-        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
-            run.exit(envs)
+                    if iteration % (100 * args.train_frequency) == 0:
+                        writer.add_scalar("losses/quantile_loss", loss.item(), global_step)
+                        writer.add_scalar("losses/q_values", chosen.mean().item(), global_step)
+                        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+                        writer.add_scalar("charts/epsilon", epsilon, global_step)
+                        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
 
+                # Target network: θ' ← τ θ + (1 - τ) θ'
+                if iteration % args.target_network_frequency == 0:
+                    with torch.no_grad():
+                        for target_param, param in zip(target_network.parameters(), q_network.parameters()):
+                            target_param.lerp_(param, args.tau)
+            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+                run.save_checkpoint(state, global_step, updates_start=updates_start)
+            if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+                run.exit(envs)
+
+        envs.close()
     if args.save_model:
         run.save_model({"q_network": q_network}, evaluate)
-    envs.close()
     run.close()

@@ -91,6 +91,10 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
     videos if asked, of the episodes ``video_episodes(index)`` picks (MuJoCo renders through EGL without a display)."""
 
     def thunk():
+        if env_id.startswith("dm_control/"):  # registered in each process, a fresh worker's too
+            from cleanrl_utils import dmc
+
+            dmc.register(env_id)
         if capture_video and idx == 0:
             env = gym.make(env_id, render_mode="rgb_array")
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes)

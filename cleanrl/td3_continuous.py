@@ -30,10 +30,12 @@ import torch.nn.functional as F
 import torch.optim as optim
 
 from cleanrl_utils.buffers import ReplayBuffer
-from cleanrl_utils.legacy.evals import Evaluation
-from cleanrl_utils.legacy.faults import check_finite
-from cleanrl_utils.legacy.run import RunArgs, check_env, fail, parse_args, require, require_positive, require_range, start_run
-from cleanrl_utils.legacy.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+from cleanrl_utils.env_checks import check_env
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.flags import RunArgs, fail, parse_args, require, require_positive, require_range
+from cleanrl_utils.run import start_run
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, real_next_obs, timed_step
 
 
 @dataclass
@@ -81,6 +83,10 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
     videos if asked, of the episodes ``video_episodes(index)`` picks (MuJoCo renders through EGL without a display)."""
 
     def thunk():
+        if env_id.startswith("dm_control/"):  # registered in each process, a fresh worker's too
+            from cleanrl_utils import dmc
+
+            dmc.register(env_id)
         if capture_video and idx == 0:
             env = gym.make(env_id, render_mode="rgb_array")
             env = gym.wrappers.RecordVideo(env, video_dir, episode_trigger=video_episodes)
@@ -88,6 +94,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
             env = gym.make(env_id)
         env = gym.wrappers.FlattenObservation(env)  # dm_control's Dict of vectors -> one vector (a Box is unchanged)
         env = gym.wrappers.RecordEpisodeStatistics(env)  # return and length in the info of the episode's last step
+        env = CheckedEnv(env, idx)  # the first reset and step checked in full, then finite numbers at every step
         return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
@@ -199,7 +206,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, exploration_noise: float = 0.0, **options) -> np.ndarray:
     """Episodic returns ``[eval_episodes]`` of a saved policy, with Gaussian noise of σ ``exploration_noise`` (0: none)
-    on its actions; ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
+    on its actions; ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     space = evaluation.envs.single_action_space
     actor = Actor(int(np.prod(evaluation.envs.single_observation_space.shape)), int(np.prod(space.shape)))
@@ -230,114 +237,122 @@ if __name__ == "__main__":
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
     rb.device = device
-    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint after this step, exit 143
-    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the loop checkpoints, then exits 128 + signum
+            signal.signal(signum, run.stop)
 
     # Same-step autoreset: an env whose episode ends is reset within that step(); its last observation is infos["final_obs"]
     thunks = [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(N)]
-    envs = vector_env(thunks, args.env_mode, timeout=args.env_timeout, autoreset_mode=SAME_STEP)
-    obs_dim = int(np.prod(envs.single_observation_space.shape))
-    action_dim = int(np.prod(envs.single_action_space.shape))
-    low, high = envs.single_action_space.low.astype(np.float64), envs.single_action_space.high.astype(np.float64)
-
-    actor = Actor(obs_dim, action_dim).to(device)
-    actor_target = Actor(obs_dim, action_dim).to(device)
-    actor_target.load_state_dict(actor.state_dict())
-    qf = QEnsemble(obs_dim, action_dim, num_critics=2).to(device)
-    qf_target = QEnsemble(obs_dim, action_dim, num_critics=2).to(device)
-    qf_target.load_state_dict(qf.state_dict())
-    q_optimizer = optim.Adam(qf.parameters(), lr=args.learning_rate, fused=True)
-    actor_optimizer = optim.Adam(actor.parameters(), lr=args.learning_rate, fused=True)
-    rng = np.random.default_rng(args.seed)
-
-    def critic_update(data):
-        """One gradient step of the critics on a batch; returns (Q-values [K, B], per-critic losses [K])."""
-        with torch.no_grad():
-            next_actions = smoothed_target_actions(
-                actor_target(data.next_obs), torch.randn_like(data.actions), args.policy_noise, args.noise_clip
-            )
-            next_q = qf_target(data.next_obs, next_actions)
-            td_target = clipped_double_q_target(data.rewards[:, 0], data.terminations[:, 0], next_q, args.gamma)
-        q = qf(data.obs, data.actions)
-        qf_losses = (q - td_target).square().mean(dim=1)
-        q_optimizer.zero_grad()
-        qf_losses.sum().backward()
-        q_optimizer.step()
-        return q.detach(), qf_losses.detach()
-
-    def actor_update(obs):
-        """One policy step: ascend Q_1(s, μ(s)) (the critic's weights held constant); returns the loss."""
-        actor_loss = -qf(obs, actor(obs), detach=True, first=1)[0].mean()
-        actor_optimizer.zero_grad()
-        actor_loss.backward()
-        actor_optimizer.step()
-        return actor_loss.detach()
-
-    if args.compile:
-        critic_update = torch.compile(critic_update)
-        actor_update = torch.compile(actor_update)
-
-    # what a checkpoint holds, besides the global random generators
-    state = dict(actor=actor, actor_target=actor_target, qf=qf, qf_target=qf_target, rng=rng, envs=envs, replay_rng=rb.rng)
-    state.update(q_optimizer=q_optimizer, actor_optimizer=actor_optimizer)
-    if args.checkpoint_buffer:
-        state["replay_buffer"] = rb
-        print(f"each checkpoint holds the replay buffer ({rb.nbytes / 2**20:.3g} MiB)")
-    global_step, num_updates, updates_start = 0, 0, args.learning_starts  # updates once global_step > updates_start
-    actor_loss = torch.zeros(())  # the last policy loss, for the logs
-    if run.resumed:  # the checkpoint's networks, optimisers, generators, envs (replayed) and buffer, in place
-        saved = run.restore({**state, "replay_buffer": rb})
-        global_step, num_updates, obs = saved["global_step"], saved["num_updates"], saved["obs"]
-        updates_start, actor_loss = saved["updates_start"], saved["actor_loss"]
-        if "replay_buffer" in saved["missing"]:  # an empty buffer: refill it before updating again
-            updates_start = global_step + args.learning_starts
-            print(f"the checkpoint has no replay buffer: refilling it until step {updates_start} before updating")
+    if args.env_mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
+        envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
     else:
-        obs, _ = envs.reset(seed=args.seed)
+        envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
+    with run.stop_on_fault(envs):  # a fault ends the run in one line; any error ends the env workers too
+        obs_dim = int(np.prod(envs.single_observation_space.shape))
+        action_dim = int(np.prod(envs.single_action_space.shape))
+        low, high = envs.single_action_space.low.astype(np.float64), envs.single_action_space.high.astype(np.float64)
 
-    target_params = list(qf_target.parameters()) + list(actor_target.parameters())
-    online_params = list(qf.parameters()) + list(actor.parameters())
-    for iteration in range(global_step // N, args.total_timesteps // N):
-        global_step += N
-        if global_step <= args.learning_starts:
-            u = rng.uniform(-1.0, 1.0, (N, action_dim))
+        actor = Actor(obs_dim, action_dim).to(device)
+        actor_target = Actor(obs_dim, action_dim).to(device)
+        actor_target.load_state_dict(actor.state_dict())
+        qf = QEnsemble(obs_dim, action_dim, num_critics=2).to(device)
+        qf_target = QEnsemble(obs_dim, action_dim, num_critics=2).to(device)
+        qf_target.load_state_dict(qf.state_dict())
+        q_optimizer = optim.Adam(qf.parameters(), lr=args.learning_rate, fused=True)
+        actor_optimizer = optim.Adam(actor.parameters(), lr=args.learning_rate, fused=True)
+        rng = np.random.default_rng(args.seed)
+
+        def critic_update(data):
+            """One gradient step of the critics on a batch; returns (Q-values [K, B], per-critic losses [K])."""
+            with torch.no_grad():
+                next_actions = smoothed_target_actions(
+                    actor_target(data.next_obs), torch.randn_like(data.actions), args.policy_noise, args.noise_clip
+                )
+                next_q = qf_target(data.next_obs, next_actions)
+                td_target = clipped_double_q_target(data.rewards[:, 0], data.terminations[:, 0], next_q, args.gamma)
+            q = qf(data.obs, data.actions)
+            qf_losses = (q - td_target).square().mean(dim=1)
+            q_optimizer.zero_grad()
+            qf_losses.sum().backward()
+            q_optimizer.step()
+            return q.detach(), qf_losses.detach()
+
+        def actor_update(obs):
+            """One policy step: ascend Q_1(s, μ(s)) (the critic's weights held constant); returns the loss."""
+            actor_loss = -qf(obs, actor(obs), detach=True, first=1)[0].mean()
+            actor_optimizer.zero_grad()
+            actor_loss.backward()
+            actor_optimizer.step()
+            return actor_loss.detach()
+
+        if args.compile:
+            critic_update = torch.compile(critic_update)
+            actor_update = torch.compile(actor_update)
+
+        # what a checkpoint holds, besides the global random generators
+        state = dict(actor=actor, actor_target=actor_target, qf=qf, qf_target=qf_target, rng=rng, envs=envs, replay_rng=rb.rng)
+        state.update(q_optimizer=q_optimizer, actor_optimizer=actor_optimizer)
+        if args.checkpoint_buffer:
+            state["replay_buffer"] = rb
+            print(f"each checkpoint holds the replay buffer ({rb.nbytes / 2**20:.3g} MiB)")
+        global_step, num_updates, updates_start = 0, 0, args.learning_starts  # updates once global_step > updates_start
+        actor_loss = torch.zeros(())  # the last policy loss, for the logs
+        if run.resumed:  # the checkpoint's networks, optimisers, generators, envs (replayed) and buffer, in place
+            saved = run.restore({**state, "replay_buffer": rb})
+            global_step, num_updates, obs = saved["global_step"], saved["num_updates"], saved["obs"]
+            updates_start, actor_loss = saved["updates_start"], saved["actor_loss"]
+            if "replay_buffer" in saved["missing"]:  # an empty buffer: refill it before updating again
+                updates_start = global_step + args.learning_starts
+                print(f"the checkpoint has no replay buffer: refilling it until step {updates_start} before updating")
         else:
-            with torch.inference_mode():
-                mu = actor(torch.as_tensor(obs, dtype=torch.float32, device=device)).cpu().numpy()
-            u = exploration_actions(mu, rng.standard_normal((N, action_dim)), args.exploration_noise)
-        next_obs, rewards, terminations, truncations, infos = envs.step(scale_action(u, low, high))
-        run.log_episodes(global_step, infos)
-        # s' is the real next observation: where an episode ended, its final observation.
-        rb.add(obs, u, rewards, terminations, truncations, real_next_obs(next_obs, infos))
-        obs = next_obs
+            obs, _ = envs.reset(seed=args.seed)
 
-        if global_step > updates_start and len(rb) > 0:
-            for _ in range(args.gradient_steps):
-                data = rb.sample(args.batch_size)
-                q, qf_losses = critic_update(data)
-                num_updates += 1
-                if num_updates % args.policy_frequency == 0:  # delayed policy and target updates
-                    actor_loss = actor_update(data.obs)
-                    with torch.no_grad():  # θ' ← τ θ + (1 - τ) θ'
-                        torch._foreach_lerp_(target_params, online_params, args.tau)
-                check_finite(num_updates, global_step, qf_loss=qf_losses, actor_loss=actor_loss)  # stops a diverging run here
+        target_params = list(qf_target.parameters()) + list(actor_target.parameters())
+        online_params = list(qf.parameters()) + list(actor.parameters())
+        for iteration in range(global_step // N, args.total_timesteps // N):
+            global_step += N
+            if global_step <= args.learning_starts:
+                u = rng.uniform(-1.0, 1.0, (N, action_dim))
+            else:
+                with torch.inference_mode():
+                    mu = actor(torch.as_tensor(obs, dtype=torch.float32, device=device)).cpu().numpy()
+                u = exploration_actions(mu, rng.standard_normal((N, action_dim)), args.exploration_noise)
+            next_obs, rewards, terminations, truncations, infos = timed_step(
+                envs, scale_action(u, low, high), args.env_timeout
+            )
+            run.log_episodes(global_step, infos)
+            # s' is the real next observation: where an episode ended, its final observation.
+            rb.add(obs, u, rewards, terminations, truncations, real_next_obs(next_obs, infos))
+            obs = next_obs
 
-            if iteration % 100 == 0 and num_updates >= args.policy_frequency:
-                writer.add_scalar("losses/qf1_values", q[0].mean().item(), global_step)
-                writer.add_scalar("losses/qf2_values", q[1].mean().item(), global_step)
-                writer.add_scalar("losses/qf1_loss", qf_losses[0].item(), global_step)
-                writer.add_scalar("losses/qf2_loss", qf_losses[1].item(), global_step)
-                writer.add_scalar("losses/qf_loss", qf_losses.sum().item() / 2.0, global_step)
-                writer.add_scalar("losses/actor_loss", actor_loss.item(), global_step)
-                writer.add_scalar("charts/learning_rate", q_optimizer.param_groups[0]["lr"], global_step)
-                writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
-        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-            counters = dict(num_updates=num_updates, updates_start=updates_start, actor_loss=actor_loss)
-            run.save_checkpoint(state, global_step, **counters)
-        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
-            run.exit(envs)
+            if global_step > updates_start and len(rb) > 0:
+                for _ in range(args.gradient_steps):
+                    data = rb.sample(args.batch_size)
+                    q, qf_losses = critic_update(data)
+                    num_updates += 1
+                    if num_updates % args.policy_frequency == 0:  # delayed policy and target updates
+                        actor_loss = actor_update(data.obs)
+                        with torch.no_grad():  # θ' ← τ θ + (1 - τ) θ'
+                            torch._foreach_lerp_(target_params, online_params, args.tau)
+                    # stops a diverging run here
+                    check_finite(num_updates, global_step, qf_loss=qf_losses, actor_loss=actor_loss)
 
+                if iteration % 100 == 0 and num_updates >= args.policy_frequency:
+                    writer.add_scalar("losses/qf1_values", q[0].mean().item(), global_step)
+                    writer.add_scalar("losses/qf2_values", q[1].mean().item(), global_step)
+                    writer.add_scalar("losses/qf1_loss", qf_losses[0].item(), global_step)
+                    writer.add_scalar("losses/qf2_loss", qf_losses[1].item(), global_step)
+                    writer.add_scalar("losses/qf_loss", qf_losses.sum().item() / 2.0, global_step)
+                    writer.add_scalar("losses/actor_loss", actor_loss.item(), global_step)
+                    writer.add_scalar("charts/learning_rate", q_optimizer.param_groups[0]["lr"], global_step)
+                    writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+                counters = dict(num_updates=num_updates, updates_start=updates_start, actor_loss=actor_loss)
+                run.save_checkpoint(state, global_step, **counters)
+            if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+                run.exit(envs)
+
+        envs.close()
     if args.save_model:
         run.save_model({"actor": actor, "qf": qf}, evaluate)
-    envs.close()
     run.close()

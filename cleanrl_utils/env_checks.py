@@ -62,13 +62,14 @@ def check_env(args: Any, action_spaces: type | tuple, observation_spaces: type |
 
         gym.register_envs(ale_py)
         ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # no banner on stderr
+    missing = ""
     if name.startswith("dm_control/"):
         from cleanrl_utils import dmc
 
         try:
             dmc.register(name)
         except ModuleNotFoundError as error:
-            fail("--env-id", str(error))
+            missing = f" ({error})"
     if name not in gym.registry:
         candidates = [i for i in gym.registry if id_suffix is None or i.endswith(id_suffix)]
         close = difflib.get_close_matches(name, candidates, n=3)
@@ -80,15 +81,16 @@ def check_env(args: Any, action_spaces: type | tuple, observation_spaces: type |
             hint += " (Atari ids need the atari extra: pip install -e '.[atari]')"
         if name.startswith(("MiniGrid-", "BabyAI-")) and not importlib.util.find_spec("minigrid"):
             hint += " (MiniGrid ids need the minigrid extra: pip install -e '.[minigrid]')"
-        fail("--env-id", f"unknown environment {env_id!r}{hint}")
+        fail("--env-id", f"unknown environment {env_id!r}{hint}{missing}")
     try:
         with gym.make(env_id) as env:
             action_space, observation_space = env.action_space, env.observation_space
     except Exception as error:  # a missing extra (mujoco), a broken env
         fail("--env-id", f"cannot create {env_id!r}: {type(error).__name__}: {error}")
     if flatten and isinstance(observation_space, gym.spaces.Dict):
-        flat = all(isinstance(entry, gym.spaces.Box) and len(entry.shape) <= 1 for entry in observation_space.values())
-        require(flat, "--env-id", f"{env_id} has observations {observation_space}; {script} flattens Dicts of vectors only")
+        for key, entry in observation_space.items():
+            flat = isinstance(entry, gym.spaces.Box) and len(entry.shape) <= 1
+            require(flat, "--env-id", f"{env_id} has the entry {key!r} {entry}; {script} flattens Dicts of vectors only")
         observation_space = gym.spaces.flatten_space(observation_space)
     for what, space, accepted in (
         ("action", action_space, action_spaces),

@@ -2,7 +2,7 @@
 
 Importing this module registers the tasks below; scripts reach them with
 ``--env-id cleanrl_utils.envs:CartPoleNoVelocity-v1`` (the module is imported to register
-them, see ``check_env`` in ``cleanrl_utils/run.py``; ``gymnasium.make`` does the same in
+them, see ``check_env`` in ``cleanrl_utils/env_checks.py``; ``gymnasium.make`` does the same in
 subprocesses). Each is its original task — same dynamics, rewards, termination and time limit —
 with some entries of the observation vector removed, so that a memoryless policy cannot see
 the state and a recurrent one must infer the velocities from successive observations (the

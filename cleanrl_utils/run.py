@@ -262,7 +262,8 @@ class Run:
             self.writer.close()
             for events in self.directory.glob(f"events.out.tfevents.*{self.events_suffix}"):
                 events.unlink()
-            fail("--resume", f"{self.resumed['path']} does not fit this run: {first_line(error)}")
+            refused = isinstance(error, files.FileRefused)  # its one line names the file already
+            fail("--resume", str(error) if refused else f"{self.resumed['path']} does not fit this run: {first_line(error)}")
         return {**counters, "obs": obs, "missing": missing}
 
     def exit(self, *envs: Any) -> NoReturn:

@@ -9,7 +9,8 @@
 - :func:`image_layout` and :class:`OneHot`: how a leaf is read (an image's axes, one-hot integers);
 - :func:`action_dims`: the categorical dimensions of a Discrete or MultiDiscrete action space;
 - :class:`ActionMaskFromInfo`: an env wrapper that moves ``info["action_mask"]`` into the
-  observation, so that masks travel with observations through storage, replay and checkpoints;
+  observation, so that masks travel with observations through storage, replay and checkpoints
+  (:class:`ActionMaskFault` where the info has none that fits);
 - :func:`mask_space`, :func:`uses_masks` and :func:`check_mask_space`: the ``action_mask`` key's space, whether a run
   masks, the space checked against the actions;
 - :func:`fixed_mission`: a MiniGrid mission that is always the same sentence (a script leaves it out);
@@ -31,11 +32,16 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from cleanrl_utils.cli import fail
-from cleanrl_utils.legacy.faults import EnvFault
+from cleanrl_utils.faults import EnvFault
+from cleanrl_utils.flags import fail
 
 ACTION_MASK = "action_mask"
 """The Dict observation key (top level) that holds the action mask; encoders do not read it."""
+
+
+class ActionMaskFault(EnvFault):
+    """An env whose info holds no action mask, or one of the wrong size, under ``--action-mask info``."""
+
 
 LEAF_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
 """Leaf spaces an encoder reads: Box (images, vectors), Discrete and MultiDiscrete (one-hot), MultiBinary."""
@@ -213,8 +219,7 @@ class ActionMaskFromInfo(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     Raises:
         ValueError: the env's observation space already has an ``action_mask`` key.
-        cleanrl_utils.legacy.faults.EnvFault: (at ``reset``/``step``) an info without ``"action_mask"``,
-            or one of the wrong size.
+        ActionMaskFault: (at ``reset``/``step``) an info without ``"action_mask"``, or one of the wrong size.
     """
 
     def __init__(self, env: gym.Env):
@@ -232,10 +237,10 @@ class ActionMaskFromInfo(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     def _with_mask(self, observation: Any, info: dict, call: str) -> Any:
         if ACTION_MASK not in info:
-            raise EnvFault(f"the env's {call} gave no info[{ACTION_MASK!r}] (--action-mask info)")
+            raise ActionMaskFault(f"the env's {call} gave no info[{ACTION_MASK!r}] (--action-mask info)")
         mask = np.asarray(info[ACTION_MASK]).astype(np.int8).reshape(-1)
         if mask.shape != (self.size,):
-            raise EnvFault(
+            raise ActionMaskFault(
                 f"the env's {call} gave info[{ACTION_MASK!r}] of shape {np.shape(info[ACTION_MASK])}, not ({self.size},)"
             )
         if isinstance(observation, dict):
@@ -260,7 +265,7 @@ def check_action_masks(masks: np.ndarray, dims: list[int], step: int) -> None:
         step: the vector step the observations came from, for the message.
 
     Raises:
-        cleanrl_utils.legacy.faults.EnvFault: ``"env 3 gave an all-false action mask at vector step 120 (action dimension 0)"``.
+        cleanrl_utils.faults.EnvFault: ``"env 3 gave an all-false action mask at vector step 120 (action dimension 0)"``.
     """
     if len(dims) == 1:
         empty = ~masks.any(axis=1, keepdims=True)
@@ -290,8 +295,9 @@ def check_structured_env(args: Any, make_env: Callable, seed: int | None = None)
         SystemExit: (status 2, one line naming ``--env-id``, ``--action-mask`` or ``--capture-video``)
             a leaf no encoder reads, an action space other than Discrete / MultiDiscrete, a mask
             that does not fit; ``--action-mask info`` on an env with no mask in its info or one in
-            its observation; ``--action-mask auto`` on an env whose mask is in its info only; a
-            video asked of an env that cannot render ``rgb_array`` frames.
+            its observation; ``--action-mask auto`` on an env whose mask is in its info only; a first
+            reset that does not fit the env's declared spaces (the script's ``CheckedEnv``); a video asked of
+            an env that cannot render ``rgb_array`` frames.
     """
     try:
         env = make_env(args.env_id, 0, False, "", training=False, action_mask=args.action_mask)()
@@ -304,8 +310,10 @@ def check_structured_env(args: Any, make_env: Callable, seed: int | None = None)
         _, info = env.reset(seed=seed)
     except ValueError as error:
         fail("--env-id", f"{args.env_id}: {error}")
-    except EnvFault as error:  # --action-mask info: the info holds no mask
+    except ActionMaskFault as error:  # --action-mask info: the info holds no mask
         fail("--action-mask", f"{args.env_id}: {error}")
+    except EnvFault as error:  # the script's CheckedEnv: a first reset that does not fit the env's declared spaces
+        fail("--env-id", f"{args.env_id}: {error}")
     finally:
         env.close()
     in_observation = mask_space(env.observation_space) is not None

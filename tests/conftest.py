@@ -16,23 +16,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 LONG = {
     "test_scripts.py::test_same_seed_same_returns[dqn.py]",
-    "test_scripts.py::test_same_seed_same_returns[c51.py]",
     "test_pqn_atari.py::test_resume_after_sigterm_continues_the_run_with_new_envs[pqn_atari_envpool.py]",
     "test_pqn_atari.py::test_resume_after_sigterm_continues_the_run_with_new_envs[pqn_atari_envpool_lstm.py]",
-    "test_pqn.py::test_sigterm_then_resume_equals_an_uninterrupted_run",
-    "test_pqn.py::test_async_envs_give_the_same_returns_as_sync_ones",
-    "test_ppo_lstm.py::test_same_seed_same_returns_and_async_matches_sync",
     "test_ppo_atari.py::test_envpool_resume_continues_the_run_with_new_envs",
     "test_faults.py::test_a_signal_to_the_process_group_leaves_a_checkpoint_the_run_resumes_exactly_from[1-async]",
     "test_faults.py::test_a_signal_to_the_process_group_leaves_a_checkpoint_the_run_resumes_exactly_from[2-async]",
     "test_faults.py::test_a_signal_to_the_process_group_leaves_a_checkpoint_the_run_resumes_exactly_from[15-async]",
     "test_env_output.py::test_sigterm_while_many_async_workers_start_is_a_stop_not_a_traceback",
-    "test_structured.py::test_with_masks_no_invalid_action_is_ever_taken[ppo_structured.py-async]",
-    "test_structured.py::test_with_masks_no_invalid_action_is_ever_taken[dqn_structured.py-async]",
-    "test_structured.py::test_ppo_structured_resumes_exactly_on_minigrid",
-    "test_structured.py::test_dqn_structured_resumes_exactly_with_dict_replay",
-    "test_structured.py::test_odd_leaf_shapes_train_and_the_bundled_tasks_record_videos[ppo_structured.py]",
-    "test_structured.py::test_odd_leaf_shapes_train_and_the_bundled_tasks_record_videos[dqn_structured.py]",
     "test_r2d2_async.py::test_crashing_actor_stops_the_run_in_one_line[async]",
     "test_terraform.py::test_checkov_has_no_failed_check_and_every_skip_has_a_reason",
 }

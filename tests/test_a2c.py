@@ -1,6 +1,7 @@
 """A2C (cleanrl/a2c.py): returns and loss against hand-computed values, the training loop on a
-tiny time-limited env, a smoke run (model, evaluation, tags, async envs), bad input, and
-learning on CartPole-v1.
+tiny time-limited env, a run with async envs (its logging interval, seeded evaluation), its own bad input, and
+learning on CartPole-v1. What every script keeps (a short run, bad input, SIGTERM then --resume, another
+script's checkpoint) is in tests/test_contracts.py.
 
 Learning budget (marked ``learning``): CartPole-v1, seed 1, 250k steps at the defaults (8 envs
 x 5 steps); pass: last-20 mean return and evaluation (10 episodes) >= 400. Measured: the test
@@ -27,7 +28,6 @@ from tests.conftest import (
     run_dir,
     run_script,
     scalars,
-    sigterm_then_resume,
 )
 
 SHORT = ["--total-timesteps", "2000"]
@@ -235,31 +235,10 @@ def test_async_envs_give_the_same_returns_as_sync_ones(tmp_path):
     assert len(returns["sync"]) > 10 and returns["sync"] == returns["async"]
 
 
-def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
-    """Stopped by SIGTERM after its first checkpoint and resumed, the run ends with the same
-    weights and the same TensorBoard curves as without the interruption; another script
-    refuses its checkpoint."""
-    flags = ["--total-timesteps", "6000", "--log-interval", "5", "--anneal-lr", "--save-model", "--eval-episodes", "1"]
-    whole, resumed = sigterm_then_resume("a2c.py", flags, 800, 6000, tmp_path)
-    for name, tensor in whole["model"].items():
-        assert torch.equal(tensor, resumed["model"][name]), name
-    # 6000 steps / 40 per update = 150 updates, losses written every 5th
-    assert len(whole["curves"]["losses/value_loss"]) == 30 and len(whole["curves"]["charts/episodic_return"]) > 100
-    assert resumed["curves"] == whole["curves"]
-    (tmp_path / "other").mkdir()
-    assert_stops_with_one_line(
-        "ppo.py",
-        ["--resume", str(run_dir(tmp_path / "cut"))],
-        "--resume",
-        "written by a2c.py, not by ppo.py",
-        tmp_path / "other",
-    )
-
-
 BAD_INPUT = [
     (["--env-id", "Pendulum-v1"], "--env-id", "supports Discrete only"),
     (["--env-id", "tests.envs:Image-v0"], "--env-id", "1-dimensional observations only"),
-    (["--num-steps", "0"], "--num-steps", "must be positive"),
+    (["--num-steps", "0"], "--num-steps", "must be a positive"),
     (["--checkpoint-interval", "-1"], "--checkpoint-interval", "must be >= 0"),
     (["--total-timesteps", "20"], "--total-timesteps", "less than one rollout of 40 steps"),
     (["--gae-lambda", "1.5"], "--gae-lambda", "must be in [0, 1]"),

@@ -56,33 +56,7 @@ def test_q_values_are_the_means_of_the_distributions():
     torch.testing.assert_close(net.q_values(logits), torch.tensor([[0.0, 2.0]]))
 
 
-# ---- checkpoints: SIGTERM, then --resume (cleanrl_utils/checkpoint.py)
-
-C51_RESUME = {  # tiny runs: few updates (an Atari update costs tens of ms on one core, whatever the batch)
-    "c51.py": [
-        "--total-timesteps",
-        "2000",
-        "--learning-starts",
-        "500",
-        "--buffer-size",
-        "1000",
-        "--batch-size",
-        "32",
-        "--train-frequency",
-        "4",
-        "--target-network-frequency",
-        "100",
-        "--n-step",
-        "3",
-    ],
-}
-
-
-@pytest.mark.parametrize("script", C51_RESUME)
-def test_c51_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run(script, tmp_path):
-    from tests.conftest import assert_buffered_resume_is_exact
-
-    assert_buffered_resume_is_exact(script, C51_RESUME[script], "losses/loss", tmp_path)
+# ---- checkpoints: resumed without the buffer (SIGTERM, then --resume: tests/test_contracts.py)
 
 
 @pytest.mark.parametrize(
@@ -96,14 +70,3 @@ def test_c51_resume_without_the_buffer_refills_it_then_updates(script, flags, to
     from tests.conftest import resume_without_the_buffer
 
     resume_without_the_buffer(script, flags, total, "losses/loss", tmp_path)
-
-
-def test_c51_resume_refuses_another_scripts_checkpoint(tmp_path):
-    from cleanrl.dqn import Args
-    from cleanrl_utils.legacy.files import checkpoint_path, write_file
-    from tests.conftest import assert_stops_with_one_line
-
-    path = write_file(checkpoint_path(tmp_path / "run", 100), "checkpoint", "dqn", Args(), {"global_step": 100})
-    assert_stops_with_one_line(
-        "c51.py", ["--resume", str(path.parent.parent)], "--resume", "written by dqn.py, not by c51.py", tmp_path
-    )

@@ -46,6 +46,10 @@ class Script:
 
 
 OFF_POLICY_CONTINUOUS = ["--env-id", "Pendulum-v1", "--learning-starts", "100", "--batch-size", "32"]
+PENDULUM_NO_VELOCITY = ["--env-id", "cleanrl_utils.envs:PendulumNoVelocity-v1", "--num-envs", "2", "--num-steps", "64",
+                        "--num-minibatches", "2", "--lstm-size", "16"]  # fmt: skip
+PPO_CONTINUOUS = ["--env-id", "Pendulum-v1", "--num-envs", "2", "--num-steps", "64", "--num-minibatches", "2",
+                  "--update-epochs", "2"]  # fmt: skip
 ATARI_REPLAY = ["--total-timesteps", "600", "--learning-starts", "400", "--buffer-size", "1000", "--batch-size", "4"]
 SCRIPTS = {
     "ppo.py": Script(
@@ -65,6 +69,88 @@ SCRIPTS = {
         resume=[*OFF_POLICY_CONTINUOUS, "--total-timesteps", "1200", "--buffer-size", "2000"],
         loss="losses/qf_loss",
         buffer=True,
+    ),
+    "ppo_lstm.py": Script(
+        run=["--total-timesteps", "1024", "--num-envs", "4", "--num-minibatches", "2", "--update-epochs", "2"],
+        resume=["--num-envs", "2", "--num-steps", "32", "--update-epochs", "2", "--lstm-size", "16",
+                "--total-timesteps", "1280"],
+        loss="losses/value_loss",
+    ),
+    "ppo_continuous_lstm.py": Script(
+        run=[*PENDULUM_NO_VELOCITY, "--update-epochs", "1", "--total-timesteps", "512"],
+        resume=[*PENDULUM_NO_VELOCITY, "--update-epochs", "2", "--total-timesteps", "1280"],
+        loss="losses/value_loss",
+        long=True,
+    ),
+    "ppo_trxl.py": Script(
+        run=["--total-timesteps", "1024", "--num-envs", "4", "--num-steps", "64", "--update-epochs", "2"],
+        resume=["--num-envs", "2", "--num-steps", "32", "--update-epochs", "2", "--trxl-dim", "16",
+                "--total-timesteps", "1280"],
+        loss="losses/value_loss",
+    ),
+    "dqn_structured.py": Script(
+        run=["--total-timesteps", "1500", "--learning-starts", "500", "--train-frequency", "2"],
+        resume=["--env-id", "cleanrl_utils.envs:CombinationLock-v0", "--total-timesteps", "4000", "--learning-starts", "500",
+                "--buffer-size", "2000"],
+        loss="losses/td_loss",
+        buffer=True,
+        long=True,
+    ),
+    "ppo_structured.py": Script(
+        run=["--env-id", "cleanrl_utils.envs:CombinationLock-v0", "--num-envs", "2", "--num-steps", "64",
+             "--total-timesteps", "1024"],
+        resume=["--env-id", "MiniGrid-DoorKey-5x5-v0", "--num-envs", "4", "--num-steps", "64", "--total-timesteps", "4096"],
+        loss="losses/value_loss",
+        long=True,
+    ),
+    "a2c.py": Script(
+        run=["--total-timesteps", "2000", "--log-interval", "10"],
+        resume=["--total-timesteps", "6000", "--log-interval", "5", "--anneal-lr"],
+        loss="losses/value_loss",
+    ),
+    "c51.py": Script(
+        run=["--total-timesteps", "1500", "--learning-starts", "500", "--train-frequency", "2"],
+        resume=["--total-timesteps", "2000", "--learning-starts", "500", "--buffer-size", "1000", "--batch-size", "32",
+                "--train-frequency", "4", "--target-network-frequency", "100", "--n-step", "3"],
+        loss="losses/loss",
+        buffer=True,
+    ),
+    "qrdqn.py": Script(
+        run=["--total-timesteps", "1500", "--learning-starts", "500", "--train-frequency", "2", "--n-quantiles", "32",
+             "--batch-size", "32", "--buffer-size", "2000"],
+        resume=["--total-timesteps", "2000", "--learning-starts", "500", "--buffer-size", "1000", "--batch-size", "32",
+                "--train-frequency", "4", "--target-network-frequency", "100", "--double-q", "--n-step", "3"],
+        loss="losses/quantile_loss",
+        buffer=True,
+    ),
+    "pqn.py": Script(
+        run=["--total-timesteps", "1024", "--num-envs", "2", "--num-steps", "128"],
+        resume=["--total-timesteps", "15360"],
+        loss="losses/td_loss",
+        long=True,
+    ),
+    "ddpg_continuous.py": Script(
+        run=[*OFF_POLICY_CONTINUOUS, "--total-timesteps", "400"],
+        resume=[*OFF_POLICY_CONTINUOUS, "--num-envs", "2", "--total-timesteps", "1200", "--buffer-size", "800"],
+        loss="losses/qf1_loss",
+        buffer=True,
+    ),
+    "td3_continuous.py": Script(
+        run=[*OFF_POLICY_CONTINUOUS, "--total-timesteps", "400"],
+        resume=[*OFF_POLICY_CONTINUOUS, "--num-envs", "2", "--total-timesteps", "1200", "--buffer-size", "800"],
+        loss="losses/qf1_loss",
+        buffer=True,
+    ),
+    "ppo_continuous.py": Script(
+        run=[*PPO_CONTINUOUS, "--total-timesteps", "512"],
+        resume=[*PPO_CONTINUOUS, "--total-timesteps", "1920"],
+        loss="losses/value_loss",
+    ),
+    "rpo_continuous.py": Script(
+        run=[*PPO_CONTINUOUS, "--total-timesteps", "512"],
+        resume=[*PPO_CONTINUOUS, "--total-timesteps", "1920"],
+        loss="losses/value_loss",
+        long=True,
     ),
     # the Atari scripts (Breakout): tiny replays, few updates (an Atari update costs tens of ms on one core)
     "dqn_atari.py": Script(

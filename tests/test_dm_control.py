@@ -1,9 +1,10 @@
 """dm_control ids (``dm_control/<domain>-<task>-v0``, through Shimmy: the dm_control extra) in the continuous scripts.
 
-One function registers them (cleanrl_utils.legacy.vector.register_dm_control), where each process needs them: the
-argument checks (check_env, in the main process), the async env workers (fresh interpreters from the
-forkserver) and the evaluation of a saved model (a fresh process, the evaluation tool). Each script's
-make_env flattens their Dict observations (FlattenObservation), and check_env checks the Box they become,
+One function registers them (cleanrl_utils.dmc.register), where each process needs them: the
+argument checks (check_env, in the main process), the async env workers (fresh interpreters from the forkserver:
+each script's make_env registers the id before it makes the env) and the evaluation of a saved model (a fresh
+process, the evaluation tool). Each script's make_env flattens their Dict observations (FlattenObservation), and
+check_env checks the Box they become,
 still refusing a Dict that holds an image. Their tasks draw from a legacy numpy RandomState, which a
 checkpoint's env replay log saves and restores.
 
@@ -22,8 +23,9 @@ import numpy as np
 import pytest
 
 from cleanrl import ddpg_continuous, ppo_continuous, ppo_continuous_lstm, rpo_continuous, sac_continuous, td3_continuous
-from cleanrl_utils.legacy import checkpoint, vector
-from cleanrl_utils.legacy.run import check_env, episode_returns
+from cleanrl_utils import checkpoint, resume
+from cleanrl_utils.env_checks import check_env
+from cleanrl_utils.wrappers import SAME_STEP, generator_state, make_generator
 from tests.conftest import ROOT, assert_stops_with_one_line, enjoy, run_dir, run_script, scalars
 
 pytest.importorskip("shimmy")
@@ -39,7 +41,7 @@ def test_ids_are_registered_where_asked_for_and_only_then():
     code = f"""
 import os, sys
 import gymnasium as gym
-from cleanrl_utils.legacy.vector import register_dm_control
+from cleanrl_utils.dmc import register as register_dm_control
 os.environ.pop("DISPLAY", None); os.environ.pop("WAYLAND_DISPLAY", None); os.environ.pop("MUJOCO_GL", None)
 assert {CARTPOLE!r} not in gym.registry
 register_dm_control("Pendulum-v1")
@@ -119,7 +121,7 @@ def test_check_env_checks_the_flattened_box_and_still_refuses_images(capsys):
     walker, _ = check("dm_control/walker-walk-v0", capsys)
     assert walker.shape == (24,)  # orientations 14, height (), velocity 9
     _, line = check("tests-DictImage-v0", capsys)
-    assert line.startswith("error: --env-id: tests-DictImage-v0 has the observation entry 'camera' Box(0, 255, (8, 8, 3)")
+    assert line.startswith("error: --env-id: tests-DictImage-v0 has the entry 'camera' Box(0, 255, (8, 8, 3)")
     assert "flattens Dicts of vectors only" in line
     _, line = check("tests-Image-v0", capsys)  # an image Box: refused as before
     assert "1-dimensional observations only" in line
@@ -148,8 +150,8 @@ def test_generator_state_of_a_legacy_random_state_roundtrips(tmp_path):
     generator = np.random.RandomState(7)
     generator.normal(size=3)  # a cached Gaussian is part of its state
     path = tmp_path / "state.pt"
-    torch.save(vector.generator_state(generator), path)
-    restored = vector.make_generator(torch.load(path, weights_only=True))
+    torch.save(generator_state(generator), path)
+    restored = make_generator(torch.load(path, weights_only=True))
     assert isinstance(restored, np.random.RandomState)
     assert np.array_equal(restored.normal(size=5), generator.normal(size=5))
 
@@ -157,17 +159,24 @@ def test_generator_state_of_a_legacy_random_state_roundtrips(tmp_path):
 def test_dm_control_envs_resume_exactly_across_an_autoreset(tmp_path):
     """The episode after the first autoreset starts from the task's RandomState as it was then: replayed from the
     checkpoint's log, a fresh env continues with the same observations, rewards and ends. (Sync envs: the async
-    workers run the same ReplayableEnv, and register the ids themselves, as the rpo smoke run below shows.)"""
+    workers run the same ReplayableEnv, and their make_env registers the ids, as the rpo smoke run below shows.)"""
     import torch
 
     def make():
-        return vector.vector_env([rpo_continuous.make_env(CARTPOLE, i, False, "") for i in range(2)], "sync", vector.SAME_STEP)
+        return gym.vector.SyncVectorEnv(
+            [rpo_continuous.make_env(CARTPOLE, i, False, "") for i in range(2)], autoreset_mode=SAME_STEP
+        )
+
+    def episode_returns(infos):
+        """The returns of the episodes that ended in this step (RecordEpisodeStatistics' ``episode`` in final_info)."""
+        final = infos.get("final_info", {})
+        return np.asarray(final["episode"]["r"])[final["_episode"]] if "_episode" in final else np.zeros(0)
 
     def play(envs, actions):
         seen = []
         for action in actions:
             obs, reward, terminated, truncated, infos = envs.step(action)
-            seen.append((obs, reward, terminated, truncated, np.asarray(episode_returns(infos))))
+            seen.append((obs, reward, terminated, truncated, episode_returns(infos)))
         return seen
 
     actions = np.random.default_rng(0).uniform(-1, 1, size=(1100, 2, 1))
@@ -178,7 +187,7 @@ def test_dm_control_envs_resume_exactly_across_an_autoreset(tmp_path):
     torch.save(checkpoint.capture({"envs": envs}), path)
     after = play(envs, actions[1050:])
     fresh = make()
-    restored, missing = checkpoint.restore({"envs": fresh}, torch.load(path, weights_only=True))
+    restored, missing = resume.restore({"envs": fresh}, {"state": torch.load(path, weights_only=True), "path": str(path)})
     assert not missing and np.array_equal(restored, obs)
     for step_after, step_replayed in zip(after, play(fresh, actions[1050:])):
         for a, b in zip(step_after, step_replayed):
@@ -188,7 +197,7 @@ def test_dm_control_envs_resume_exactly_across_an_autoreset(tmp_path):
 
 @pytest.mark.long  # a whole-run comparison: CI's -m long, out of the README's command (30 minutes)
 def test_rpo_trains_on_dm_control_with_async_envs_and_evaluates_in_a_fresh_process(tmp_path):
-    """rpo_continuous.py, 2 async envs (workers from the forkserver register the ids themselves), a model saved
+    """rpo_continuous.py, 2 async envs (make_env registers the ids in the forkserver's workers), a model saved
     and evaluated at the end of training; the evaluation tool, a fresh process, scores it the same."""
     flags = ["--env-id", CARTPOLE, "--env-mode", "async", "--num-envs", "2", "--num-steps", "128"]
     flags += ["--num-minibatches", "4", "--total-timesteps", "512", "--save-model", "--eval-episodes", "1"]

@@ -1,7 +1,9 @@
 """PPO for continuous actions (cleanrl/ppo_continuous.py): the Gaussian policy's log-density
 and entropy by hand, observation normalisation (final observations at truncations included,
 frozen in evaluation), the training loop on a tiny time-limited env, a smoke run on Hopper-v5
-with subprocess envs, bad input, and learning on InvertedPendulum-v5.
+with subprocess envs, its own bad input, the normalised envs restored from a checkpoint exactly, and learning on
+InvertedPendulum-v5. What every script keeps (a short run, bad input, SIGTERM then --resume, another script's
+checkpoint) is in tests/test_contracts.py.
 
 Learning budget (marked ``learning``): see :func:`test_learns_inverted_pendulum_and_evaluates_the_same`.
 """
@@ -16,7 +18,7 @@ import torch
 
 import tests.envs  # noqa: F401  registers ContinuousCounter-v0
 from cleanrl import ppo, ppo_continuous
-from cleanrl_utils.legacy.vector import SAME_STEP, real_next_obs, vector_env
+from cleanrl_utils.wrappers import SAME_STEP, real_next_obs
 from tests import conftest
 from tests.conftest import (
     assert_stops_with_one_line,
@@ -25,7 +27,6 @@ from tests.conftest import (
     run_dir,
     run_script,
     scalars,
-    sigterm_then_resume,
 )
 
 LOSS_TAGS = {
@@ -107,8 +108,15 @@ def test_agent_samples_from_its_gaussian_and_scores_what_it_sampled():
 # ---- observation normalisation on the vector env
 
 
+def vector_envs(thunks, mode="sync"):
+    """The script's vector env: gymnasium's own, with same-step autoreset."""
+    if mode == "async":
+        return gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
+    return gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
+
+
 def counter_envs(mode="sync", clip=10.0):
-    envs = vector_env([ppo_continuous.make_env(COUNTER, 0, False, "")], mode, SAME_STEP)
+    envs = vector_envs([ppo_continuous.make_env(COUNTER, 0, False, "")], mode)
     return ppo_continuous.NormalizeObservation(envs, clip=clip)
 
 
@@ -152,7 +160,7 @@ def test_normalised_observations_are_clipped_and_can_be_frozen():
 
 
 def test_rewards_are_scaled_by_the_return_std_and_clipped_while_episodes_report_raw_returns():
-    raw = vector_env([ppo_continuous.make_env(COUNTER, 0, False, "")], "sync", SAME_STEP)
+    raw = vector_envs([ppo_continuous.make_env(COUNTER, 0, False, "")])
     normalization = ppo_continuous.Normalization(raw, gamma=0.9, obs_clip=10.0, reward_clip=2.0)
     envs = normalization.envs
     assert isinstance(normalization.obs, ppo_continuous.NormalizeObservation) and normalization.raw is raw
@@ -348,10 +356,10 @@ def test_normalised_envs_resume_exactly(tmp_path):
     and the MuJoCo envs below them come back from a checkpoint of the script's state: the raw
     observation the replayed envs return, normalised with the restored statistics, and
     everything after it are exactly those of the run that was not interrupted."""
-    from cleanrl_utils.legacy import checkpoint
+    from cleanrl_utils import checkpoint
 
     def make():
-        raw = vector_env([ppo_continuous.make_env("InvertedPendulum-v5", i, False, "") for i in range(2)], "sync", SAME_STEP)
+        raw = vector_envs([ppo_continuous.make_env("InvertedPendulum-v5", i, False, "") for i in range(2)])
         normalization = ppo_continuous.Normalization(raw, gamma=0.99, obs_clip=10.0, reward_clip=10.0)
         return normalization, {"normalization": normalization, "envs": raw}  # what the script's checkpoint holds of them
 
@@ -373,7 +381,7 @@ def test_normalised_envs_resume_exactly(tmp_path):
     assert statistics["accumulated_reward"].abs().sum() > 0 and statistics["obs_rms.count"] > 150
     after = play(normalization.envs, actions[150:])
     fresh, fresh_state = make()
-    raw_obs, missing = checkpoint.restore(fresh_state, saved)
+    raw_obs, missing = checkpoint.restore(fresh_state, {"state": saved, "path": str(path)})
     restored = fresh.obs.normalize(raw_obs)  # as the script does
     assert not missing and restored.dtype == obs.dtype == np.float32 and np.array_equal(restored, obs)
     replayed = play(fresh.envs, actions[150:])
@@ -384,52 +392,10 @@ def test_normalised_envs_resume_exactly(tmp_path):
     normalization.envs.close(), fresh.envs.close()
 
 
-def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
-    """Stopped by SIGTERM after its first checkpoint and resumed, the run ends with the same
-    weights, observation statistics and TensorBoard curves as without the interruption."""
-    flags = [
-        "--env-id",
-        "Pendulum-v1",
-        "--num-envs",
-        "2",
-        "--num-steps",
-        "64",
-        "--num-minibatches",
-        "2",
-        "--update-epochs",
-        "2",
-        "--total-timesteps",
-        "1920",
-        "--save-model",
-        "--eval-episodes",
-        "1",
-    ]
-    whole, resumed = sigterm_then_resume("ppo_continuous.py", flags, 256, 1920, tmp_path)
-    for name, tensor in whole["model"].items():
-        assert torch.equal(tensor, resumed["model"][name]), name
-    whole_stats, resumed_stats = (
-        torch.load(next(run_dir(tmp_path / part).glob("*.cleanrl_model")), weights_only=True)["obs_norm"]
-        for part in ("whole", "cut")
-    )
-    assert whole_stats.keys() == resumed_stats.keys() and float(whole_stats["obs_rms.count"]) > 1920
-    for name, tensor in whole_stats.items():
-        assert torch.equal(tensor, resumed_stats[name]), name
-    assert len(whole["curves"]["losses/value_loss"]) == 15 and len(whole["curves"]["charts/episodic_return"]) >= 8
-    assert resumed["curves"] == whole["curves"]
-    (tmp_path / "other").mkdir()
-    assert_stops_with_one_line(
-        "ppo.py",
-        ["--resume", str(run_dir(tmp_path / "cut"))],
-        "--resume",
-        "written by ppo_continuous.py, not by ppo.py",
-        tmp_path / "other",
-    )
-
-
 BAD_INPUT = [
     (["--env-id", "CartPole-v1"], "--env-id", "supports Box only"),
     (["--num-minibatches", "3"], "--num-minibatches", "does not divide the batch of 2048"),
-    (["--obs-clip", "0"], "--obs-clip", "must be positive"),
+    (["--obs-clip", "0"], "--obs-clip", "must be a positive"),
     (["--total-timesteps", "1000"], "--total-timesteps", "less than one rollout"),
     (["--gae-lambda", "-0.1"], "--gae-lambda", "must be in [0, 1]"),
     (["--checkpoint-interval", "-1"], "--checkpoint-interval", "must be >= 0"),

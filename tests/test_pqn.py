@@ -1,6 +1,7 @@
 """PQN (cleanrl/pqn.py): Q(λ) returns against hand-computed values, the loop's bootstrap at
-truncations on a tiny time-limited env, a smoke run (tags, schedules, model, evaluation, async
-envs), bad input, SIGTERM then --resume, and learning on CartPole-v1.
+truncations on a tiny time-limited env, a run with video and tracking (tags, schedules, model, evaluation), async
+envs against sync ones, its own bad input, and learning on CartPole-v1. What every script keeps (a short run, bad
+input, SIGTERM then --resume, another script's checkpoint) is in tests/test_contracts.py.
 
 Learning budget (marked ``learning``): CartPole-v1, seed 1, CleanRL's defaults and its 500k
 steps; pass: the mean return of the last 20 training episodes >= 475, and the greedy evaluation
@@ -27,7 +28,6 @@ from tests.conftest import (
     run_dir,
     run_script,
     scalars,
-    sigterm_then_resume,
 )
 
 SHORT = ["--total-timesteps", "2048"]  # 4 rollouts of 4 envs x 128 steps
@@ -244,39 +244,21 @@ def test_smoke_logs_saves_and_evaluates(tmp_path):
     assert out.startswith("pqn.py, ")
 
 
+@pytest.mark.long
 def test_async_envs_give_the_same_returns_as_sync_ones(tmp_path):
     returns = returns_by_env_mode("pqn.py", *SHORT, "--num-envs", "2", "--num-steps", "64", "--seed", "3", cwd=tmp_path)
     assert len(returns["sync"]) > 10 and returns["sync"] == returns["async"]
-
-
-def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
-    """Stopped by SIGTERM after its first checkpoint and resumed, the run ends with the same weights
-    and the same TensorBoard curves as without the interruption; another script refuses its checkpoint."""
-    flags = ["--total-timesteps", "15360", "--save-model", "--eval-episodes", "1"]
-    whole, resumed = sigterm_then_resume("pqn.py", flags, 2048, 15360, tmp_path)
-    for name, tensor in whole["model"].items():
-        assert torch.equal(tensor, resumed["model"][name]), name
-    assert len(whole["curves"]["losses/td_loss"]) == 30 and len(whole["curves"]["charts/episodic_return"]) > 100
-    assert resumed["curves"] == whole["curves"]  # TensorBoard curves continue without a fold or a repeat
-    (tmp_path / "other").mkdir()
-    assert_stops_with_one_line(
-        "dqn.py",
-        ["--resume", str(run_dir(tmp_path / "cut"))],
-        "--resume",
-        "written by pqn.py, not by dqn.py",
-        tmp_path / "other",
-    )
 
 
 BAD_INPUT = [
     (["--env-id", "Pendulum-v1"], "--env-id", "supports Discrete only"),
     (["--env-id", "tests.envs:Image-v0"], "--env-id", "1-dimensional observations only"),
     (["--env-id", "CartPole-v9"], "--env-id", "unknown environment"),
-    (["--num-envs", "0"], "--num-envs", "must be positive"),
-    (["--num-steps", "0"], "--num-steps", "must be positive"),
-    (["--update-epochs", "0"], "--update-epochs", "must be positive"),
-    (["--max-grad-norm", "0"], "--max-grad-norm", "must be positive"),
-    (["--learning-rate", "-1"], "--learning-rate", "must be positive"),
+    (["--num-envs", "0"], "--num-envs", "must be a positive"),
+    (["--num-steps", "0"], "--num-steps", "must be a positive"),
+    (["--update-epochs", "0"], "--update-epochs", "must be a positive"),
+    (["--max-grad-norm", "0"], "--max-grad-norm", "must be a positive"),
+    (["--learning-rate", "-1"], "--learning-rate", "must be a positive"),
     (["--num-minibatches", "3"], "--num-minibatches", "does not divide"),
     (["--total-timesteps", "100"], "--total-timesteps", "less than one rollout of 512 steps"),
     (["--q-lambda", "1.5"], "--q-lambda", "must be in [0, 1]"),

@@ -1,14 +1,16 @@
 """QR-DQN (Dabney et al. 2018): its target quantiles and quantile Huber loss against hand-computed values, the
-target on a real replay window, smoke runs of qrdqn.py (qrdqn_atari.py's: tests/test_contracts.py), refusals of bad
-flags, checkpoints (exact resume with the buffer, refill without it), and a learning test on CartPole-v1."""
+target on a real replay window, runs of qrdqn.py (ε-greedy evaluation, double-Q and n-step on a time-limited env),
+the scripts' own refusals of bad flags, the refill of a checkpoint without its buffer, and a learning test on
+CartPole-v1. What every script keeps (qrdqn.py's and qrdqn_atari.py's short runs, bad input, SIGTERM then --resume,
+another script's checkpoint) is in tests/test_contracts.py."""
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
 from cleanrl.qrdqn import n_step_returns, quantile_huber_loss, quantile_midpoints, quantile_td_target
 from tests.conftest import (
-    assert_buffered_resume_is_exact,
     assert_stops_with_one_line,
     episodic_returns,
     resume_without_the_buffer,
@@ -109,9 +111,9 @@ def test_target_on_a_real_replay_window_bootstraps_from_the_final_obs_of_a_trunc
     """qrdqn.py's path on the new replay interface: Counter-v0 (obs [t], reward 1, truncated at t = 3), n = 3."""
     from cleanrl.qrdqn import make_env
     from cleanrl_utils.buffers import ReplayBuffer
-    from cleanrl_utils.legacy.vector import real_next_obs, vector_env
+    from cleanrl_utils.wrappers import SAME_STEP, real_next_obs
 
-    envs = vector_env([make_env("tests.envs:Counter-v0", 0, False, "")])
+    envs = gym.vector.SyncVectorEnv([make_env("tests.envs:Counter-v0", 0, False, "")], autoreset_mode=SAME_STEP)
     rb = ReplayBuffer(16, 1, envs.single_observation_space, envs.single_action_space, n_step=3, seed=0)
     obs, _ = envs.reset(seed=0)
     for _ in range(3):  # one episode of zeros: observations 0, 1, 2, truncated with final observation [3]
@@ -154,40 +156,34 @@ SHORT = [  # fewer quantiles and a smaller batch than the defaults: seconds
 STANDARD_TAGS = {"charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate"}
 
 
-def test_qrdqn_smoke_run_logs_saves_and_evaluates(tmp_path):
+def test_qrdqn_double_q_n_step_on_a_time_limited_env_and_its_epsilon_greedy_evaluation(tmp_path):
+    """Episodes that end by truncation (the time limit of 3) and by termination, with --double-q --n-step 3; the
+    saved model evaluated ε-greedy, and refused by dqn.py."""
     from cleanrl.dqn import evaluate as dqn_evaluate
     from cleanrl.qrdqn import evaluate
 
-    result = run_script("qrdqn.py", *SHORT, "--save-model", "--eval-episodes", "2", cwd=tmp_path)
+    env_id = "tests.envs:Counter-v0"
+    flags = ["--env-id", env_id, "--learning-starts", "200", "--target-network-frequency", "50", "--save-model"]
+    run_script("qrdqn.py", *SHORT, *flags, "--double-q", "--n-step", "3", "--eval-episodes", "1", cwd=tmp_path)
     directory = run_dir(tmp_path)
-    assert directory.name.startswith("CartPole-v1__qrdqn__1__")
     tags = scalars(directory)
-    assert STANDARD_TAGS | {"losses/quantile_loss", "losses/q_values", "charts/epsilon", "eval/episodic_return"} <= set(tags)
+    lengths = [v for _, v in tags["charts/episodic_length"]]
+    assert lengths and max(lengths) <= 3 and STANDARD_TAGS | {"losses/quantile_loss", "losses/q_values"} <= set(tags)
     assert all(np.isfinite(v) and v >= 0 for _, v in tags["losses/quantile_loss"])
-    assert "evaluation over 2 episodes" in result.stdout
     model = str(directory / "qrdqn.cleanrl_model")
-    returns = evaluate(model, eval_episodes=2, epsilon=0.05)
+    returns = evaluate(model, eval_episodes=2, epsilon=0.05, env_id=env_id)
     assert returns.shape == (2,) and np.all(returns >= 1)
     with pytest.raises(ValueError, match="written by qrdqn.py, not by dqn.py"):
-        dqn_evaluate(model, eval_episodes=1)
-
-
-def test_qrdqn_double_q_n_step_on_a_time_limited_env(tmp_path):
-    """Episodes that end by truncation (the time limit of 3) and by termination, with --double-q --n-step 3."""
-    flags = ["--env-id", "tests.envs:Counter-v0", "--learning-starts", "200", "--target-network-frequency", "50"]
-    run_script("qrdqn.py", *SHORT, *flags, "--double-q", "--n-step", "3", cwd=tmp_path)
-    tags = scalars(run_dir(tmp_path))
-    lengths = [v for _, v in tags["charts/episodic_length"]]
-    assert lengths and max(lengths) <= 3 and {"losses/quantile_loss", "losses/q_values"} <= set(tags)
+        dqn_evaluate(model, eval_episodes=1, env_id=env_id)
 
 
 BAD_INPUT = [
-    ("qrdqn.py", ["--n-quantiles", "0"], "--n-quantiles", "must be positive"),
+    ("qrdqn.py", ["--n-quantiles", "0"], "--n-quantiles", "must be a positive"),
     ("qrdqn.py", ["--n-quantiles", str(10**20)], "--n-quantiles", "must be in [1, 65536]"),
     ("qrdqn.py", ["--n-quantiles", "2000"], "--n-quantiles", "make the loss's [B, N, N] tensors"),
     ("qrdqn.py", ["--env-id", "Pendulum-v1"], "--env-id", "supports Discrete only"),
     ("qrdqn.py", ["--env-id", "tests.envs:Image-v0"], "--env-id", "1-dimensional observations only"),
-    ("qrdqn.py", ["--n-step", "0"], "--n-step", "must be positive"),
+    ("qrdqn.py", ["--n-step", "0"], "--n-step", "must be a positive"),
     ("qrdqn.py", ["--tau", "0"], "--tau", "must be in (0, 1]"),
     ("qrdqn.py", ["--gamma", "1.5"], "--gamma", "must be in [0, 1]"),
     ("qrdqn.py", ["--buffer-size", "8", "--batch-size", "2", "--num-envs", "4"], "--buffer-size", "needs at least 3"),
@@ -207,17 +203,7 @@ def test_bad_input_stops_with_one_line(script, flags, flag, message, tmp_path):
     assert_stops_with_one_line(script, flags, flag, message, tmp_path)
 
 
-# ---- checkpoints: SIGTERM, then --resume (cleanrl_utils/checkpoint.py)
-
-RESUME = {  # tiny runs: few updates (an Atari update costs tens of ms on one core, whatever the batch)
-    "qrdqn.py": ["--total-timesteps", "2000", "--learning-starts", "500", "--buffer-size", "1000", "--batch-size", "32"],
-}
-RESUME_OPTIONS = ["--train-frequency", "4", "--target-network-frequency", "100", "--double-q", "--n-step", "3"]
-
-
-@pytest.mark.parametrize("script", RESUME)
-def test_qrdqn_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run(script, tmp_path):
-    assert_buffered_resume_is_exact(script, RESUME[script] + RESUME_OPTIONS, "losses/quantile_loss", tmp_path)
+# ---- checkpoints: resumed without the buffer (SIGTERM, then --resume: tests/test_contracts.py)
 
 
 @pytest.mark.parametrize(
@@ -234,14 +220,6 @@ def test_qrdqn_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run(s
 )
 def test_qrdqn_resume_without_the_buffer_refills_it_then_updates(script, flags, total, tmp_path):
     resume_without_the_buffer(script, flags, total, "losses/quantile_loss", tmp_path)
-
-
-def test_qrdqn_resume_refuses_another_scripts_checkpoint(tmp_path):
-    from cleanrl.dqn import Args
-    from cleanrl_utils.legacy.files import checkpoint_path, write_file
-
-    path = write_file(checkpoint_path(tmp_path / "run", 100), "checkpoint", "dqn", Args(), {"global_step": 100})
-    assert_stops_with_one_line("qrdqn.py", ["--resume", str(path)], "--resume", "written by dqn.py, not by qrdqn.py", tmp_path)
 
 
 # ---- learning
@@ -273,10 +251,10 @@ def test_evaluation_checks_a_forged_n_quantiles_before_building_the_network(n_qu
     """A model whose saved n_quantiles is out of range or missing is refused in one line, before
     any network is built (10**7 quantiles would allocate gigabytes)."""
     from cleanrl.qrdqn import Args, evaluate
-    from cleanrl_utils.legacy.files import FileRefused, write_file
+    from cleanrl_utils.files import FileRefused, write_file
 
-    args = Args(exp_name="qrdqn", n_quantiles=1 if n_quantiles is None else n_quantiles)
-    path = write_file(tmp_path / "qrdqn.cleanrl_model", "model", "qrdqn", args, {})
+    args = Args(exp_name="qrdqn", script="qrdqn", n_quantiles=1 if n_quantiles is None else n_quantiles)
+    path = write_file(tmp_path / "qrdqn.cleanrl_model", "model", args, {})
     if n_quantiles is None:  # a file edited by hand: the field removed
         saved = torch.load(path, weights_only=True)
         del saved["args"]["n_quantiles"]

@@ -1,7 +1,8 @@
 """RPO (cleanrl/rpo_continuous.py): the perturbation's range and distribution, actions scored under the perturbed
 mean in the update and not when acting, --rpo-alpha 0 equal to ppo_continuous.py to the bit, a smoke run on
-Hopper-v5 with --save-model, exact resume (the perturbations' generator is in the checkpoint), bad input, and
-learning on InvertedPendulum-v5.
+Hopper-v5 with --save-model, its own bad input, and learning on InvertedPendulum-v5. What every script keeps (a short
+run, bad input, SIGTERM then --resume: exact only if the perturbations' generator is in the checkpoint, another
+script's checkpoint) is in tests/test_contracts.py.
 
 What rpo_continuous.py shares with ppo_continuous.py (the Gaussian's log-density and entropy, the normalisation
 on the vector env, GAE at truncations, make_env) is the same source, checked here, and tested in
@@ -20,7 +21,7 @@ import torch
 
 from cleanrl import ppo_continuous, rpo_continuous
 from tests import conftest
-from tests.conftest import assert_stops_with_one_line, episodic_returns, run_dir, run_script, scalars, sigterm_then_resume
+from tests.conftest import assert_stops_with_one_line, episodic_returns, run_dir, run_script, scalars
 
 TAGS = {
     "losses/value_loss",
@@ -106,7 +107,8 @@ def test_scoring_uses_the_perturbed_mean_and_acting_does_not():
 
 def test_shares_ppo_continuous_code_where_rpo_does_not_change_it():
     """These parts are ppo_continuous.py's source, character for character, and tested in test_ppo_continuous.py."""
-    shared = ("make_env", "NormalizeObservation", "Normalization", "layer_init", "gaussian_log_prob", "gaussian_entropy")
+    shared = ("make_env", "TimedSteps", "NormalizeObservation", "Normalization", "layer_init", "gaussian_log_prob")
+    shared += ("gaussian_entropy",)
     for name in (*shared, "compute_gae"):
         assert inspect.getsource(getattr(rpo_continuous, name)) == inspect.getsource(getattr(ppo_continuous, name)), name
     assert inspect.getsource(rpo_continuous.Agent.__init__) == inspect.getsource(ppo_continuous.Agent.__init__)
@@ -162,31 +164,10 @@ def test_smoke_hopper_saves_and_evaluates(tmp_path):
         ppo_continuous.evaluate(str(model), eval_episodes=1)
 
 
-@pytest.mark.long  # a whole-run comparison: CI's -m long, out of the README's command (30 minutes)
-def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
-    """Stopped by SIGTERM after its first checkpoint and resumed, the run ends with the same weights,
-    observation statistics and curves as without the interruption: the perturbations' generator
-    continues from the checkpoint (a fresh one would draw other perturbations)."""
-    flags = ["--env-id", "Pendulum-v1", "--num-envs", "2", "--num-steps", "64", "--num-minibatches", "2"]
-    flags += ["--update-epochs", "2", "--total-timesteps", "1920", "--save-model", "--eval-episodes", "1"]
-    whole, resumed = sigterm_then_resume("rpo_continuous.py", flags, 256, 1920, tmp_path)
-    for name, tensor in whole["model"].items():
-        assert torch.equal(tensor, resumed["model"][name]), name
-    whole_stats, resumed_stats = (
-        torch.load(next(run_dir(tmp_path / part).glob("*.cleanrl_model")), weights_only=True)["obs_norm"]
-        for part in ("whole", "cut")
-    )
-    for name, tensor in whole_stats.items():
-        assert torch.equal(tensor, resumed_stats[name]), name
-    assert len(whole["curves"]["losses/value_loss"]) == 15 and resumed["curves"] == whole["curves"]
-    saved = torch.load(sorted(run_dir(tmp_path / "cut").glob("checkpoints/*.pt"))[-1], weights_only=True)
-    assert isinstance(saved["state"]["perturbation_rng"], torch.Tensor)  # the generator's state
-
-
 BAD_INPUT = [
     (["--rpo-alpha", "-0.1"], "--rpo-alpha", "must be in [0, 1e6], got -0.1"),
     (["--rpo-alpha", "2e6"], "--rpo-alpha", "must be in [0, 1e6], got 2000000.0"),
-    (["--rpo-alpha", "nan"], "--rpo-alpha", "must be a finite number, got nan"),
+    (["--rpo-alpha", "nan"], "--rpo-alpha", "is nan"),  # check_run_args: every float flag finite
     (["--env-id", "CartPole-v1"], "--env-id", "supports Box only"),
     (["--num-minibatches", "3"], "--num-minibatches", "does not divide the batch of 2048"),
 ]

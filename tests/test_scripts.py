@@ -103,7 +103,7 @@ BAD_INPUT = [
     ("c51.py", ["--env-id", "Pendulum-v1"], "--env-id", "supports Discrete only"),
     ("c51.py", ["--v-min", "10", "--v-max", "10"], "--v-max", "is not above --v-min"),
     ("c51.py", ["--n-atoms", "1"], "--n-atoms", "must be at least 2"),
-    ("c51.py", ["--n-step", "0"], "--n-step", "must be positive"),
+    ("c51.py", ["--n-step", "0"], "--n-step", "must be a positive"),
     ("dqn_atari.py", ["--env-id", "CartPole-v1"], "--env-id", "is not an Atari game"),
     ("dqn_atari.py", ["--buffer-size", "100000000"], "--buffer-size", "is available; lower the capacity"),
     ("c51_atari.py", ["--env-id", "CartPole-v1"], "--env-id", "is not an Atari game"),
@@ -158,7 +158,7 @@ def test_bad_input_stops_with_one_line(script, flags, flag, message, tmp_path):
     assert_stops_with_one_line(script, flags, flag, message, tmp_path)
 
 
-@pytest.mark.parametrize("script", ["ppo.py", "dqn.py", "c51.py"])
+@pytest.mark.parametrize("script", ["ppo.py", "dqn.py", pytest.param("c51.py", marks=pytest.mark.long)])
 def test_same_seed_same_returns(script, tmp_path):
     flags = {
         "ppo.py": ["--total-timesteps", "6144"],

@@ -4,7 +4,7 @@ action masks, MultiDiscrete actions.
 Unit tests against hand-computed values (masked log-probabilities and entropies, MultiDiscrete
 log-probabilities and entropies, the per-leaf encoder's output size for nested spaces, masked TD
 targets); short runs of both scripts (no invalid action with masks, sync and async; one-line
-refusals; exact resume; evaluation of a saved model); and learning tests: PPO on
+refusals; evaluation of a saved model; exact resume is tests/test_contracts.py's); and learning tests: PPO on
 MiniGrid-DoorKey-5x5-v0 from its Dict observation, DQN on the masked CombinationLock task against
 the same agent with masking off, PPO on the MultiDiscrete identity task.
 """
@@ -20,18 +20,16 @@ import torch
 
 import cleanrl_utils.envs  # noqa: F401  (registers the tasks)
 from cleanrl import dqn_structured, ppo_structured
-from cleanrl_utils.legacy.faults import EnvFault
+from cleanrl_utils.faults import EnvFault
 from cleanrl_utils.namedarraytuple import buffer_from_space, conform, to_device
 from cleanrl_utils.spaces import ActionMaskFromInfo, OneHot, action_dims, check_action_masks, observation_leaves
 from tests.conftest import (
-    assert_buffered_resume_is_exact,
     assert_stops_with_one_line,
     enjoy,
     episodic_returns,
     run_dir,
     run_script,
     scalars,
-    sigterm_then_resume,
 )
 
 LOCK = "cleanrl_utils.envs:CombinationLock-v0"
@@ -291,7 +289,7 @@ MASKED_RUNS = {
 }
 
 
-@pytest.mark.parametrize("env_mode", ["sync", "async"])
+@pytest.mark.parametrize("env_mode", ["sync", pytest.param("async", marks=pytest.mark.long)])  # async: CI's -m long
 @pytest.mark.parametrize("script", ["ppo_structured.py", "dqn_structured.py"])
 def test_with_masks_no_invalid_action_is_ever_taken(script, env_mode, tmp_path):
     """An invalid action ends a CombinationLock episode with return -1 at once, and a valid one never gives a negative
@@ -334,6 +332,7 @@ def test_ppo_structured_smoke_minigrid_video_model_and_evaluation(tmp_path):
     assert said in result.stdout and "action masks: none" in result.stdout
 
 
+@pytest.mark.long  # three runs of each script: CI's -m long, out of the README's command (30 minutes)
 @pytest.mark.parametrize("script", ["ppo_structured.py", "dqn_structured.py"])
 def test_odd_leaf_shapes_train_and_the_bundled_tasks_record_videos(script, tmp_path):
     """A scalar Box, an image too small for the grid CNN and a 3-D Box of features are flattened into the linear
@@ -373,21 +372,6 @@ def test_enjoy_evaluates_a_saved_model_as_training_did(script, flags, tmp_path):
     result = enjoy(str(run), "--eval-episodes", "4", cwd=tmp_path)
     assert result.stdout.startswith(f"{script}.py, ")
     assert float(result.stdout.split("return ")[1].split(" ±")[0]) == pytest.approx(trained, abs=0.005)
-
-
-def test_ppo_structured_resumes_exactly_on_minigrid(tmp_path):
-    """SIGTERM, then --resume: the Dict observations, the envs (replayed) and the networks continue as if never stopped."""
-    flags = ["--env-id", DOORKEY, "--num-envs", "4", "--num-steps", "64", "--total-timesteps", "4096", "--save-model"]
-    whole, resumed = sigterm_then_resume("ppo_structured.py", [*flags, "--eval-episodes", "1"], 1024, 4096, tmp_path)
-    for name, tensor in whole["model"].items():
-        assert torch.equal(tensor, resumed["model"][name]), name
-    assert resumed["curves"] == whole["curves"]
-
-
-def test_dqn_structured_resumes_exactly_with_dict_replay(tmp_path):
-    """With --checkpoint-buffer the replay of Dict observations (masks included) is saved and restored exactly."""
-    flags = ["--env-id", LOCK, "--total-timesteps", "4000", "--learning-starts", "500", "--buffer-size", "2000"]
-    assert_buffered_resume_is_exact("dqn_structured.py", flags, "losses/td_loss", tmp_path)
 
 
 # ---- learning

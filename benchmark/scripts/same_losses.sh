@@ -4,13 +4,17 @@
 # Issue 30 ran it with the commit before the replay buffers stopped computing returns:
 #   git worktree add /tmp/before 5661dff
 #   bash benchmark/scripts/same_losses.sh /tmp/before . /tmp/same_losses
-# usage: same_losses.sh TREE_A TREE_B OUTDIR
+# usage: same_losses.sh TREE_A TREE_B OUTDIR   (ONLY="a2c c51" in the environment: those runs alone)
 set -euo pipefail
 A=$(realpath "$1"); B=$(realpath "$2"); OUT=$3
 export OMP_NUM_THREADS=1
 runs() {  # TREE DIR
     local tree=$1 dir=$2
-    run() { local name=$1; shift; mkdir -p "$dir/$name"; (cd "$dir/$name" && PYTHONPATH=$tree python "$tree/cleanrl/$@" > log.txt 2>&1); }
+    run() {
+        local name=$1; shift
+        [[ -z "${ONLY:-}" || " $ONLY " == *" $name "* ]] || return 0
+        mkdir -p "$dir/$name"; (cd "$dir/$name" && PYTHONPATH=$tree python "$tree/cleanrl/$@" > log.txt 2>&1)
+    }
     run dqn1 dqn.py --total-timesteps 3000 --learning-starts 500 --train-frequency 2 --num-envs 2
     run dqn3 dqn.py --total-timesteps 3000 --learning-starts 500 --train-frequency 2 --n-step 3 --num-envs 2
     run dqnp dqn.py --total-timesteps 3000 --learning-starts 500 --train-frequency 2 --n-step 3 --prioritized-replay
@@ -24,6 +28,12 @@ runs() {  # TREE DIR
     run c51a c51_atari.py "${atari[@]}" --n-step 3 --train-frequency 4
     run rainbow rainbow_atari.py "${atari[@]}" --train-frequency 4
     run saca sac_atari.py "${atari[@]}"
+    run a2c a2c.py --total-timesteps 4000 --num-envs 4 --log-interval 5 --anneal-lr
+    run pqn pqn.py --total-timesteps 4096 --num-envs 2 --num-steps 64
+    local ppoc=(--env-id Pendulum-v1 --num-envs 2 --num-steps 64 --num-minibatches 2 --update-epochs 2 --total-timesteps 1920)
+    run ppoc ppo_continuous.py "${ppoc[@]}"
+    run rpoc rpo_continuous.py "${ppoc[@]}"
+    run qrdqn qrdqn.py --total-timesteps 3000 --learning-starts 500 --train-frequency 2 --n-step 3 --double-q --num-envs 2
 }
 rm -rf "$OUT"; runs "$A" "$OUT/a"; runs "$B" "$OUT/b"
 python - "$OUT" <<'PY'
