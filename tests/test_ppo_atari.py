@@ -542,13 +542,14 @@ def test_the_alternating_sampler_trains_on_the_sync_runs_data(tmp_path):
     """--env-mode alternating: the policy acts for one half of the envs while the other half steps, and each
     half's results are stored in its own columns. Its actions, drawn half by half from the same generator, are
     the sync run's, so the runs play the same games: the same scores and lengths at the same steps as sync and async
-    runs of the same seed, and losses close (the network sees batches of 2 rather than 4: its float rounding differs,
-    and the difference grows with the updates; measured here, and in the tree before the runtime's rewrite, d3f1fc6:
-    value losses 0.17% apart at the third update, 0.5% at the fourth)."""
+    runs of the same seed, and losses equal up to float rounding (the network sees batches of 2 rather than 4). One
+    epoch per update: the rounding differences grow with the epochs (with the default 4, measured on this machine, in
+    the tree before the runtime's rewrite too, d3f1fc6: value losses 0.5% apart by the fourth update; with 1, at
+    most 0.06%)."""
     runs = {}
     for mode in ("sync", "async", "alternating"):
         (tmp_path / mode).mkdir()
-        flags = ["--num-envs", "4", "--num-steps", "64", "--total-timesteps", "1024", "--torch-threads", "1"]
+        flags = ["--num-envs", "4", "--num-steps", "64", "--total-timesteps", "1024", "--update-epochs", "1"]
         run_script("ppo_atari.py", *flags, "--seed", "3", "--env-mode", mode, cwd=tmp_path / mode)
         runs[mode] = scalars(run_dir(tmp_path / mode))
     sync, alternating = runs["sync"], runs["alternating"]
@@ -557,7 +558,7 @@ def test_the_alternating_sampler_trains_on_the_sync_runs_data(tmp_path):
         assert alternating[tag] == sync[tag] == runs["async"][tag], tag
     for tag in ("losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/approx_kl"):
         assert [step for step, _ in alternating[tag]] == [step for step, _ in sync[tag]]
-        np.testing.assert_allclose([v for _, v in alternating[tag]], [v for _, v in sync[tag]], rtol=1e-2, atol=1e-4)
+        np.testing.assert_allclose([v for _, v in alternating[tag]], [v for _, v in sync[tag]], rtol=1e-3, atol=1e-4)
 
 
 # ---- checkpoints: SIGTERM, then --resume
