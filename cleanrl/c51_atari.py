@@ -37,10 +37,12 @@ except ImportError:
 
 from cleanrl_utils.buffers import ReplayBuffer
 from cleanrl_utils.cli import require_support
-from cleanrl_utils.legacy.evals import Evaluation
-from cleanrl_utils.legacy.faults import check_finite
-from cleanrl_utils.legacy.run import RunArgs, check_env, fail, parse_args, require, require_positive, require_range, start_run
-from cleanrl_utils.legacy.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+from cleanrl_utils.env_checks import check_env
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.flags import RunArgs, fail, parse_args, require, require_positive, require_range
+from cleanrl_utils.run import start_run
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, real_next_obs, timed_step
 
 
 @dataclass
@@ -113,6 +115,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
         env = atari_wrappers.WarpFrame(env, 84, 84)  # grayscale (ITU-R 601 luma), then 84x84 by area: [84, 84, 1]
         env = gym.wrappers.ReshapeObservation(env, (84, 84))
         env = gym.wrappers.FrameStackObservation(env, 4, padding_type="zero")
+        env = CheckedEnv(env, idx)  # the first reset and step checked in full, then finite numbers at every step
         return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
@@ -230,7 +233,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, epsilon: float = 0.05, **options) -> np.ndarray:
     """Game scores ``[eval_episodes]`` of a model saved by this script, ε-greedy (0.05, the usual Atari evaluation).
-    ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
+    ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     a, num_actions = evaluation.model["args"], int(evaluation.envs.single_action_space.n)
     q_network = evaluation.load(
@@ -261,100 +264,101 @@ if __name__ == "__main__":
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
     rb.device = device
-    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint after this step, exit 143
-    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the loop checkpoints, then exits 128 + signum
+            signal.signal(signum, run.stop)
 
     # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
     # that ended the episode is in infos["final_obs"].
-    envs = vector_env(
-        [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(N)],
-        args.env_mode,
-        timeout=args.env_timeout,
-        autoreset_mode=SAME_STEP,
-    )
-    num_actions = int(envs.single_action_space.n)
-    network_args = (num_actions, args.n_atoms, args.v_min, args.v_max)
-    # channels-last convolutions: faster updates on CPU (benchmark/README.md)
-    q_network = QNetwork(*network_args).to(device, memory_format=torch.channels_last)
-    optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=0.01 / args.batch_size, fused=True)
-    target_network = QNetwork(*network_args).to(device, memory_format=torch.channels_last)
-    target_network.load_state_dict(q_network.state_dict())
-    rng = np.random.default_rng(args.seed)
-    exploration_steps = args.exploration_fraction * args.total_timesteps
-
-    # what a checkpoint holds, besides the global random generators
-    state = dict(
-        q_network=q_network, target_network=target_network, optimizer=optimizer, rng=rng, envs=envs, replay_rng=rb.rng
-    )
-    if args.checkpoint_buffer:
-        state["replay_buffer"] = rb
-        print(f"each checkpoint holds the replay buffer ({rb.nbytes / 2**20:.1f} MiB)")
-    global_step, updates_start = 0, args.learning_starts  # updates once global_step > updates_start
-    fresh_buffer_mid_episode = False  # a resume without the buffer: its first stacks lack older frames
-    if run.resumed:  # the checkpoint's networks, optimiser, generators, envs (replayed) and buffer, in place
-        saved = run.restore({**state, "replay_buffer": rb})
-        global_step, updates_start, obs = saved["global_step"], saved["updates_start"], saved["obs"]
-        if "replay_buffer" in saved["missing"]:  # an empty buffer: refill it before updating again
-            updates_start, fresh_buffer_mid_episode = global_step + args.learning_starts, True
-            print(f"the checkpoint has no replay buffer: refilling it until step {updates_start} before updating")
+    thunks = [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(N)]
+    if args.env_mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
+        envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
     else:
-        obs, _ = envs.reset(seed=args.seed)
+        envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
+    with run.stop_on_fault(envs):  # a fault ends the run in one line; any error ends the env workers too
+        num_actions = int(envs.single_action_space.n)
+        network_args = (num_actions, args.n_atoms, args.v_min, args.v_max)
+        # channels-last convolutions: faster updates on CPU (benchmark/README.md)
+        q_network = QNetwork(*network_args).to(device, memory_format=torch.channels_last)
+        optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=0.01 / args.batch_size, fused=True)
+        target_network = QNetwork(*network_args).to(device, memory_format=torch.channels_last)
+        target_network.load_state_dict(q_network.state_dict())
+        rng = np.random.default_rng(args.seed)
+        exploration_steps = args.exploration_fraction * args.total_timesteps
 
-    for iteration in range(global_step // N, args.total_timesteps // N):
-        global_step += N
-        # ε-greedy: the network is only run when some env acts greedily.
-        epsilon = linear_schedule(args.start_e, args.end_e, exploration_steps, global_step)
-        uniform = rng.random((2, N))  # one draw for ε, one for the random action
-        greedy = uniform[0] >= epsilon
-        actions = (uniform[1] * num_actions).astype(np.int64)
-        if greedy.any():  # a = argmax_a E[Z(s, a)]
-            with torch.inference_mode():
-                logits = q_network(torch.as_tensor(obs[greedy], device=device))
-                actions[greedy] = q_network.q_values(logits).argmax(dim=1).cpu().numpy()
+        # what a checkpoint holds, besides the global random generators
+        state = dict(
+            q_network=q_network, target_network=target_network, optimizer=optimizer, rng=rng, envs=envs, replay_rng=rb.rng
+        )
+        if args.checkpoint_buffer:
+            state["replay_buffer"] = rb
+            print(f"each checkpoint holds the replay buffer ({rb.nbytes / 2**20:.1f} MiB)")
+        global_step, updates_start = 0, args.learning_starts  # updates once global_step > updates_start
+        fresh_buffer_mid_episode = False  # a resume without the buffer: its first stacks lack older frames
+        if run.resumed:  # the checkpoint's networks, optimiser, generators, envs (replayed) and buffer, in place
+            saved = run.restore({**state, "replay_buffer": rb})
+            global_step, updates_start, obs = saved["global_step"], saved["updates_start"], saved["obs"]
+            if "replay_buffer" in saved["missing"]:  # an empty buffer: refill it before updating again
+                updates_start, fresh_buffer_mid_episode = global_step + args.learning_starts, True
+                print(f"the checkpoint has no replay buffer: refilling it until step {updates_start} before updating")
+        else:
+            obs, _ = envs.reset(seed=args.seed)
 
-        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
-        run.log_episodes(global_step, infos)
-        if fresh_buffer_mid_episode:  # the empty buffer starts its columns here, as at an episode start
-            obs, fresh_buffer_mid_episode = np.concatenate([np.zeros_like(obs[:, :-1]), obs[:, -1:]], 1), False
-        # s' is the real next observation: where an episode ended, its final observation.
-        rb.add(obs, actions, rewards, terminations, truncations, real_next_obs(next_obs, infos))
-        obs = next_obs
+        for iteration in range(global_step // N, args.total_timesteps // N):
+            global_step += N
+            # ε-greedy: the network is only run when some env acts greedily.
+            epsilon = linear_schedule(args.start_e, args.end_e, exploration_steps, global_step)
+            uniform = rng.random((2, N))  # one draw for ε, one for the random action
+            greedy = uniform[0] >= epsilon
+            actions = (uniform[1] * num_actions).astype(np.int64)
+            if greedy.any():  # a = argmax_a E[Z(s, a)]
+                with torch.inference_mode():
+                    logits = q_network(torch.as_tensor(obs[greedy], device=device))
+                    actions[greedy] = q_network.q_values(logits).argmax(dim=1).cpu().numpy()
 
-        if global_step > updates_start and len(rb) > 0:
-            if iteration % args.train_frequency == 0:
-                data = rb.sample(args.batch_size)
-                returns, discounts = n_step_returns(data.rewards, data.terminations, data.next_obs_steps, args.gamma)
-                with torch.no_grad():
-                    next_logits = target_network(data.next_obs)
-                    next_actions = target_network.q_values(next_logits).argmax(dim=1)  # a* = argmax_a E[Z(s', a)]
-                    next_probs = torch.softmax(next_logits[torch.arange(len(next_actions)), next_actions], dim=-1)
-                    target = categorical_projection(next_probs, returns, discounts, target_network.atoms)
-                logits = q_network(data.obs)
-                chosen = logits[torch.arange(len(data.actions)), data.actions]  # [B, n_atoms]
-                loss = -(target * torch.log_softmax(chosen, dim=-1)).sum(dim=-1).mean()  # cross-entropy
+            next_obs, rewards, terminations, truncations, infos = timed_step(envs, actions, args.env_timeout)
+            run.log_episodes(global_step, infos)
+            if fresh_buffer_mid_episode:  # the empty buffer starts its columns here, as at an episode start
+                obs, fresh_buffer_mid_episode = np.concatenate([np.zeros_like(obs[:, :-1]), obs[:, -1:]], 1), False
+            # s' is the real next observation: where an episode ended, its final observation.
+            rb.add(obs, actions, rewards, terminations, truncations, real_next_obs(next_obs, infos))
+            obs = next_obs
 
-                optimizer.zero_grad()
-                loss.backward()
-                check_finite(iteration // args.train_frequency, global_step, loss=loss)  # stops a diverging run here
-                optimizer.step()
-
-                if iteration % (100 * args.train_frequency) == 0:
+            if global_step > updates_start and len(rb) > 0:
+                if iteration % args.train_frequency == 0:
+                    data = rb.sample(args.batch_size)
+                    returns, discounts = n_step_returns(data.rewards, data.terminations, data.next_obs_steps, args.gamma)
                     with torch.no_grad():
-                        q_taken = (torch.softmax(chosen, dim=-1) * q_network.atoms).sum(dim=-1)
-                    writer.add_scalar("losses/loss", loss.item(), global_step)
-                    writer.add_scalar("losses/q_values", q_taken.mean().item(), global_step)
-                    writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-                    writer.add_scalar("charts/epsilon", epsilon, global_step)
-                    writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+                        next_logits = target_network(data.next_obs)
+                        next_actions = target_network.q_values(next_logits).argmax(dim=1)  # a* = argmax_a E[Z(s', a)]
+                        next_probs = torch.softmax(next_logits[torch.arange(len(next_actions)), next_actions], dim=-1)
+                        target = categorical_projection(next_probs, returns, discounts, target_network.atoms)
+                    logits = q_network(data.obs)
+                    chosen = logits[torch.arange(len(data.actions)), data.actions]  # [B, n_atoms]
+                    loss = -(target * torch.log_softmax(chosen, dim=-1)).sum(dim=-1).mean()  # cross-entropy
 
-            if iteration % args.target_network_frequency == 0:
-                target_network.load_state_dict(q_network.state_dict())
-        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-            run.save_checkpoint(state, global_step, updates_start=updates_start)
-        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
-            run.exit(envs)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    check_finite(iteration // args.train_frequency, global_step, loss=loss)  # stops a diverging run here
+                    optimizer.step()
 
+                    if iteration % (100 * args.train_frequency) == 0:
+                        with torch.no_grad():
+                            q_taken = (torch.softmax(chosen, dim=-1) * q_network.atoms).sum(dim=-1)
+                        writer.add_scalar("losses/loss", loss.item(), global_step)
+                        writer.add_scalar("losses/q_values", q_taken.mean().item(), global_step)
+                        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+                        writer.add_scalar("charts/epsilon", epsilon, global_step)
+                        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+
+                if iteration % args.target_network_frequency == 0:
+                    target_network.load_state_dict(q_network.state_dict())
+            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+                run.save_checkpoint(state, global_step, updates_start=updates_start)
+            if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+                run.exit(envs)
+
+        envs.close()
     if args.save_model:
         run.save_model({"q_network": q_network}, evaluate)
-    envs.close()
     run.close()

@@ -28,10 +28,12 @@ import torch.optim as optim
 import tyro
 from stable_baselines3.common import atari_wrappers  # SB3's Atari preprocessing
 
-from cleanrl_utils.legacy.evals import Evaluation
-from cleanrl_utils.legacy.faults import check_finite
-from cleanrl_utils.legacy.run import RunArgs, check_env, parse_args, require, require_positive, require_range, start_run
-from cleanrl_utils.legacy.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+from cleanrl_utils.env_checks import check_env
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.flags import RunArgs, parse_args, require, require_positive, require_range
+from cleanrl_utils.run import start_run
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, real_next_obs, timed_step
 
 try:  # the Atari games come with the atari extra; without it, --env-id says so
     import ale_py
@@ -126,6 +128,7 @@ def make_env(
         env = atari_wrappers.WarpFrame(env, 84, 84)  # grayscale (ITU-R 601 luma), then 84x84 by area: [84, 84, 1]
         env = gym.wrappers.ReshapeObservation(env, (84, 84))
         env = gym.wrappers.FrameStackObservation(env, 4, padding_type="zero")
+        env = CheckedEnv(env, idx)  # the first reset and step checked in full, then finite numbers at every step
         return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
@@ -226,7 +229,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
     """Game scores ``[eval_episodes]`` of a saved model: whole games, actions sampled from π as CleanRL evaluates
-    (greedy can stand still after a lost life in Breakout). ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
+    (greedy can stand still after a lost life in Breakout). ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     agent = evaluation.load(Agent(evaluation.envs).to(memory_format=torch.channels_last), "agent")
     generator = torch.Generator(evaluation.device).manual_seed(evaluation.seed)
@@ -243,151 +246,184 @@ def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, *
 if __name__ == "__main__":
     # ---- plumbing: flags and --resume (bad input stops here), run directory, trackers, seeding, signals
     args, resumed = parse_args(Args, __file__, check_args)
+    if resumed:  # a checkpoint holds one vector env's replay logs (sync, async) or two groups' (alternating)
+        in_groups = "envs_b" in resumed["state"]
+        modes = "alternating" if in_groups else "sync or async"
+        require(in_groups == (args.env_mode == "alternating"), "--env-mode", f"its checkpoint continues with {modes}")
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
-    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
-    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the rollout ends, checkpoints, exits 128 + signum
+            signal.signal(signum, run.stop)
 
     # Same-step autoreset: an ended episode's last observation is in infos["final_obs"]
-    envs = vector_env(
-        [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)],
-        args.env_mode,
-        timeout=args.env_timeout,
-        autoreset_mode=SAME_STEP,
-    )
-    obs_shape = envs.single_observation_space.shape  # (4, 84, 84)
-    # channels-last weights and inputs: faster convolutions on CPU (benchmark/README.md)
-    agent = Agent(envs).to(device, memory_format=torch.channels_last)
-    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-
-    # Rollout storage [num_steps, num_envs]: what the networks read in torch (frames uint8), the rest in numpy
     T, N = args.num_steps, args.num_envs
-    obs = torch.zeros((T, N) + obs_shape, dtype=torch.uint8, device=device)
-    actions = torch.zeros((T, N), dtype=torch.long, device=device)
-    logprobs = torch.zeros((T, N), device=device)
-    values = torch.zeros((T, N), device=device)
-    rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
-    truncated = np.zeros((T, N), dtype=bool)  # episode ended by truncation, not termination
-    final_obs = np.zeros((T, N) + obs_shape, dtype=np.uint8)  # its real final observation
+    thunks = [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(N)]
+    if args.env_mode == "alternating":  # rlpyt's alternating sampler (Stooke & Abbeel 2019): two groups of workers
+        h = N // 2
+        envs_a = gym.vector.AsyncVectorEnv(thunks[:h], autoreset_mode=SAME_STEP, context="forkserver")  # envs 0 .. h-1
+        envs_b = gym.vector.AsyncVectorEnv(thunks[h:], autoreset_mode=SAME_STEP, context="forkserver")  # envs h .. N-1
+        envs_b.set_attr("index", list(range(N - h)))  # each ReplayableEnv's place in its vector env picks its saved log
+        vector_envs = {"envs_a": envs_a, "envs_b": envs_b}
+    else:  # one vector env: in this process (sync), or one worker process per env (async, from a fresh interpreter)
+        if args.env_mode == "async":
+            envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
+        else:
+            envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
+        vector_envs = {"envs": envs}
+    with run.stop_on_fault(*vector_envs.values()):  # a fault ends the run in one line; any error ends the env workers too
+        spaces = envs_a if args.env_mode == "alternating" else envs  # the spaces of one env, the same in every group
+        obs_shape = spaces.single_observation_space.shape  # (4, 84, 84)
+        # channels-last weights and inputs: faster convolutions on CPU (benchmark/README.md)
+        agent = Agent(spaces).to(device, memory_format=torch.channels_last)
+        optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
 
-    state = {"agent": agent, "optimizer": optimizer, "envs": envs}  # what a checkpoint holds, besides the generators
-    global_step, start_iteration = 0, 1
-    if run.resumed:  # the checkpoint's networks, optimiser, generators and envs (replayed), in place
-        saved = run.restore(state, steps_per_iteration=args.batch_size)
-        global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, saved["obs"]
-    else:
-        next_obs, _ = envs.reset(seed=args.seed)
+        # Rollout storage [num_steps, num_envs]: what the networks read in torch (frames uint8), the rest in numpy
+        obs = torch.zeros((T, N) + obs_shape, dtype=torch.uint8, device=device)
+        actions = torch.zeros((T, N), dtype=torch.long, device=device)
+        logprobs = torch.zeros((T, N), device=device)
+        values = torch.zeros((T, N), device=device)
+        rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
+        truncated = np.zeros((T, N), dtype=bool)  # episode ended by truncation, not termination
+        final_obs = np.zeros((T, N) + obs_shape, dtype=np.uint8)  # its real final observation
 
-    for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+        def record(t: int, cols: slice, step_obs, reward, termination, truncation, infos) -> np.ndarray:
+            """Store step t's results of the envs ``cols`` (all, or one group's: arrays ``[len(cols), ...]`` as the
+            vector env's step returns them); return their next observations ``step_obs``."""
+            rewards[t, cols], terminations[t, cols], dones[t, cols] = reward, termination, termination | truncation
+            # Truncated (not terminated) envs will bootstrap from their real final observation.
+            truncated[t, cols] = ended = truncation & ~termination
+            if ended.any():
+                final_obs[t, cols][ended] = real_next_obs(step_obs, infos)[ended]
+            run.log_episodes(global_step, infos)
+            return step_obs
 
-        # The envs step in groups of columns (all N; two halves with --env-mode alternating, the policy acting for one
-        # while the other steps). Step t's results are received at loop step t + 1 (step T only receives).
-        for step in range(T + 1):
-            for g, cols in enumerate(envs.groups):
-                if step > 0:
-                    next_obs[cols], reward, termination, truncation, infos = envs.receive(g)
-                    t = step - 1
-                    rewards[t, cols], terminations[t, cols], dones[t, cols] = reward, termination, termination | truncation
-                    # Truncated (not terminated) envs will bootstrap from their real final observation.
-                    truncated[t, cols] = ended = truncation & ~termination
-                    if ended.any():
-                        final_obs[t, cols][ended] = real_next_obs(next_obs[cols], infos)[ended]
-                    run.log_episodes(global_step, infos)
-                if step < T:
-                    obs[step, cols] = torch.as_tensor(next_obs[cols])
+        # what a checkpoint holds, besides the generators (and the next observation, among its counters)
+        state = {"agent": agent, "optimizer": optimizer, **vector_envs}
+        global_step, start_iteration = 0, 1
+        if run.resumed:  # the checkpoint's networks, optimiser, generators and envs (replayed), in place
+            saved = run.restore(state, steps_per_iteration=args.batch_size)
+            global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, saved["next_obs"].numpy()
+        elif args.env_mode == "alternating":  # env i is seeded with seed + i, as in one vector env
+            next_obs = np.concatenate([envs_a.reset(seed=args.seed)[0], envs_b.reset(seed=args.seed + h)[0]])
+        else:
+            next_obs, _ = envs.reset(seed=args.seed)
+
+        for iteration in range(start_iteration, args.num_iterations + 1):
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / args.num_iterations
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+            if args.env_mode != "alternating":  # the policy acts for every env, then they step
+                for step in range(T):
+                    global_step += N
+                    obs[step] = torch.as_tensor(next_obs)
                     with torch.inference_mode():
-                        action, logprob, _, value = agent.get_action_and_value(obs[step, cols])
-                    actions[step, cols], logprobs[step, cols], values[step, cols] = action, logprob, value
-                    envs.send(g, action.cpu().numpy())
-            if step < T:
-                global_step += N
+                        action, logprob, _, value = agent.get_action_and_value(obs[step])
+                    actions[step], logprobs[step], values[step] = action, logprob, value
+                    next_obs = record(step, slice(None), *timed_step(envs, action.cpu().numpy(), args.env_timeout))
+            else:  # the alternating sampler: the policy chooses one group's actions while the other group steps
+                for step in range(T + 1):  # each group's step t is sent at loop step t, received at t + 1
+                    if step > 0:
+                        global_step += N
+                    for group, cols in ((envs_a, slice(0, h)), (envs_b, slice(h, N))):
+                        if step > 0:
+                            next_obs[cols] = record(step - 1, cols, *group.step_wait(timeout=args.env_timeout))
+                        if step < T:
+                            obs[step, cols] = torch.as_tensor(next_obs[cols])
+                            with torch.inference_mode():
+                                action, logprob, _, value = agent.get_action_and_value(obs[step, cols])
+                            actions[step, cols], logprobs[step, cols], values[step, cols] = action, logprob, value
+                            group.step_async(action.cpu().numpy())
 
-        # Bootstrap values: V(final obs) at truncations and V(obs after the rollout); then GAE
-        with torch.no_grad():
-            last_values = agent.get_value(torch.as_tensor(next_obs, device=device)).cpu().numpy()
-            final_values = np.zeros((T, N), dtype=np.float32)
-            if truncated.any():
-                final_values[truncated] = agent.get_value(torch.as_tensor(final_obs[truncated], device=device)).cpu().numpy()
-        advantages, returns = compute_gae(
-            rewards, values.cpu().numpy(), last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
-        )
+            # Bootstrap values: V(final obs) at truncations and V(obs after the rollout); then GAE
+            with torch.no_grad():
+                last_values = agent.get_value(torch.as_tensor(next_obs, device=device)).cpu().numpy()
+                final_values = np.zeros((T, N), dtype=np.float32)
+                if truncated.any():
+                    final_values[truncated] = (
+                        agent.get_value(torch.as_tensor(final_obs[truncated], device=device)).cpu().numpy()
+                    )
+            advantages, returns = compute_gae(
+                rewards, values.cpu().numpy(), last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
+            )
 
-        # Flatten the batch; frames channels-last once per update (each minibatch's conversion is then elementwise)
+            # Flatten the batch; frames channels-last once per update (each minibatch's conversion is then elementwise)
 
-        b_obs = obs.reshape((-1,) + obs_shape).contiguous(memory_format=torch.channels_last)
-        b_logprobs, b_actions, b_values = logprobs.reshape(-1), actions.reshape(-1), values.reshape(-1)
-        b_advantages = torch.as_tensor(advantages.reshape(-1), device=device)
-        b_returns = torch.as_tensor(returns.reshape(-1), device=device)
+            b_obs = obs.reshape((-1,) + obs_shape).contiguous(memory_format=torch.channels_last)
+            b_logprobs, b_actions, b_values = logprobs.reshape(-1), actions.reshape(-1), values.reshape(-1)
+            b_advantages = torch.as_tensor(advantages.reshape(-1), device=device)
+            b_returns = torch.as_tensor(returns.reshape(-1), device=device)
 
-        # Optimise the policy and value networks
-        clipfracs = []
-        for epoch in range(args.update_epochs):
-            b_inds = torch.randperm(args.batch_size, device=device)
-            for start in range(0, args.batch_size, args.minibatch_size):
-                mb_inds = b_inds[start : start + args.minibatch_size]
+            # Optimise the policy and value networks
+            clipfracs = []
+            for epoch in range(args.update_epochs):
+                b_inds = torch.randperm(args.batch_size, device=device)
+                for start in range(0, args.batch_size, args.minibatch_size):
+                    mb_inds = b_inds[start : start + args.minibatch_size]
 
-                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
-                logratio = newlogprob - b_logprobs[mb_inds]
-                ratio = logratio.exp()
+                    _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
+                    logratio = newlogprob - b_logprobs[mb_inds]
+                    ratio = logratio.exp()
 
-                with torch.no_grad():
-                    # http://joschu.net/blog/kl-approx.html
-                    old_approx_kl = (-logratio).mean()
-                    approx_kl = ((ratio - 1) - logratio).mean()
-                    clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
+                    with torch.no_grad():
+                        # http://joschu.net/blog/kl-approx.html
+                        old_approx_kl = (-logratio).mean()
+                        approx_kl = ((ratio - 1) - logratio).mean()
+                        clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
 
-                mb_advantages = b_advantages[mb_inds]
-                if args.norm_adv:
-                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+                    mb_advantages = b_advantages[mb_inds]
+                    if args.norm_adv:
+                        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
 
-                # Policy loss (clipped surrogate, eq. 7)
-                pg_loss1 = -mb_advantages * ratio
-                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+                    # Policy loss (clipped surrogate, eq. 7)
+                    pg_loss1 = -mb_advantages * ratio
+                    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
 
-                # Value loss
-                if args.clip_vloss:
-                    v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
-                    v_clipped = b_values[mb_inds] + torch.clamp(newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef)
-                    v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
-                    v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
-                else:
-                    v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
+                    # Value loss
+                    if args.clip_vloss:
+                        v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
+                        v_clipped = b_values[mb_inds] + torch.clamp(
+                            newvalue - b_values[mb_inds], -args.clip_coef, args.clip_coef
+                        )
+                        v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
+                        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+                    else:
+                        v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
 
-                entropy_loss = entropy.mean()
-                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+                    entropy_loss = entropy.mean()
+                    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
 
-                optimizer.zero_grad()
-                loss.backward()
-                grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
-                check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
-                optimizer.step()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+                    check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
+                    optimizer.step()
 
-            if args.target_kl is not None and approx_kl.item() > args.target_kl:
-                break
+                if args.target_kl is not None and approx_kl.item() > args.target_kl:
+                    break
 
-        y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
-        var_y = np.var(y_true)
-        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+            y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
+            var_y = np.var(y_true)
+            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
-        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
-        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
-        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
-        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
-        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
-        writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
-        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-            run.save_checkpoint(state, global_step, iteration=iteration)
-        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
-            run.exit(envs)
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
+            writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
+            writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
+            writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
+            writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
+            writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+            writer.add_scalar("losses/explained_variance", explained_var, global_step)
+            writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+                run.save_checkpoint(state, global_step, iteration=iteration, next_obs=torch.from_numpy(next_obs))
+            if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+                run.exit(*vector_envs.values())
 
+        for vector_env in vector_envs.values():
+            vector_env.close()
     if args.save_model:
         run.save_model({"agent": agent}, evaluate)
-    envs.close()
     run.close()

@@ -26,10 +26,12 @@ import torch.optim as optim
 import tyro
 from stable_baselines3.common import atari_wrappers  # SB3's Atari preprocessing
 
-from cleanrl_utils.legacy.evals import Evaluation
-from cleanrl_utils.legacy.faults import check_finite
-from cleanrl_utils.legacy.run import RunArgs, check_env, parse_args, require, require_positive, require_range, start_run
-from cleanrl_utils.legacy.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+from cleanrl_utils.env_checks import check_env
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.flags import RunArgs, parse_args, require, require_positive, require_range
+from cleanrl_utils.run import start_run
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, real_next_obs, timed_step
 
 try:  # the Atari games come with the atari extra; without it, --env-id says so
     import ale_py
@@ -110,6 +112,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
         env = atari_wrappers.WarpFrame(env, 84, 84)  # grayscale (ITU-R 601 luma), then 84x84 by area: [84, 84, 1]
         env = gym.wrappers.ReshapeObservation(env, (84, 84))
         env = gym.wrappers.FrameStackObservation(env, 1)
+        env = CheckedEnv(env, idx)  # the first reset and step checked in full, then finite numbers at every step
         return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
@@ -255,7 +258,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = False, **options) -> np.ndarray:
     """Game scores ``[eval_episodes]`` of a saved model, the LSTM state carried and reset at each episode start;
-    actions sampled from π by default, as CleanRL evaluates. ``options``: :class:`cleanrl_utils.legacy.evals.Evaluation`."""
+    actions sampled from π by default, as CleanRL evaluates. ``options``: :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     agent, device = evaluation.load(Agent(evaluation.envs), "agent"), evaluation.device
     generator = torch.Generator(device).manual_seed(evaluation.seed)
@@ -281,158 +284,158 @@ if __name__ == "__main__":
     args, resumed = parse_args(Args, __file__, check_args)
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
-    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint at the next rollout's end, exit 143
-    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the loop checkpoints, then exits 128 + signum
+            signal.signal(signum, run.stop)
 
     # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
     # that ended the episode is in infos["final_obs"].
-    envs = vector_env(
-        [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)],
-        args.env_mode,
-        timeout=args.env_timeout,
-        autoreset_mode=SAME_STEP,
-    )
-    obs_shape = envs.single_observation_space.shape  # (1, 84, 84)
-    agent = Agent(envs).to(device)
-    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
-
-    # Rollout storage [num_steps, num_envs]: what the networks read in torch (frames uint8), the rest in numpy for GAE
-    T, N = args.num_steps, args.num_envs
-    obs = torch.zeros((T, N) + obs_shape, dtype=torch.uint8, device=device)
-    starts = torch.zeros((T, N), device=device)  # 1.0 where obs[t] is the first of an episode
-    actions = torch.zeros((T, N), dtype=torch.long, device=device)
-    logprobs = torch.zeros((T, N), device=device)
-    values = torch.zeros((T, N), device=device)
-    rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
-    final_values = np.zeros((T, N), dtype=np.float32)  # V(real final observation) at truncations
-    # The LSTM state before a rollout's first step (the update replays each env's sequence from it) and
-    # where episodes start there: carried from rollout to rollout
-    initial_state, next_start = agent.initial_state(N, device), torch.ones(N, device=device)
-
-    # what a checkpoint holds, besides the generators
-    state = dict(
-        agent=agent, optimizer=optimizer, envs=envs, lstm_h=initial_state[0], lstm_c=initial_state[1], next_start=next_start
-    )
-    global_step, start_iteration = 0, 1
-    if run.resumed:  # the checkpoint's networks, optimiser, LSTM state, generators and envs (replayed), in place
-        saved = run.restore(state, steps_per_iteration=args.batch_size)
-        global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, saved["obs"]
+    thunks = [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)]
+    if args.env_mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
+        envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
     else:
-        next_obs, _ = envs.reset(seed=args.seed)
+        envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
+    with run.stop_on_fault(envs):  # a fault ends the run in one line; any error ends the env workers too
+        obs_shape = envs.single_observation_space.shape  # (1, 84, 84)
+        agent = Agent(envs).to(device)
+        optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
 
-    for iteration in range(start_iteration, args.num_iterations + 1):
-        if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+        # Rollout storage [num_steps, num_envs]: what the networks read in torch (frames uint8), the rest in numpy for GAE
+        T, N = args.num_steps, args.num_envs
+        obs = torch.zeros((T, N) + obs_shape, dtype=torch.uint8, device=device)
+        starts = torch.zeros((T, N), device=device)  # 1.0 where obs[t] is the first of an episode
+        actions = torch.zeros((T, N), dtype=torch.long, device=device)
+        logprobs = torch.zeros((T, N), device=device)
+        values = torch.zeros((T, N), device=device)
+        rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
+        final_values = np.zeros((T, N), dtype=np.float32)  # V(real final observation) at truncations
+        # The LSTM state before a rollout's first step (the update replays each env's sequence from it) and
+        # where episodes start there: carried from rollout to rollout
+        initial_state, next_start = agent.initial_state(N, device), torch.ones(N, device=device)
 
-        lstm_state = initial_state
-        final_values.fill(0.0)
-        for step in range(T):
-            global_step += N
-            obs[step], starts[step] = torch.as_tensor(next_obs), next_start
-            # One forward per step: CNN, LSTM (reset where an episode starts), policy and V.
-            with torch.inference_mode():
-                action, logprob, _, value, lstm_state = agent.get_action_and_value(
-                    obs[step : step + 1], starts[step : step + 1], lstm_state
-                )
-            actions[step], logprobs[step], values[step] = action[0], logprob[0], value[0]
+        # what a checkpoint holds, besides the generators
+        lstm_h, lstm_c = initial_state
+        state = dict(agent=agent, optimizer=optimizer, envs=envs, lstm_h=lstm_h, lstm_c=lstm_c, next_start=next_start)
+        global_step, start_iteration = 0, 1
+        if run.resumed:  # the checkpoint's networks, optimiser, LSTM state, generators and envs (replayed), in place
+            saved = run.restore(state, steps_per_iteration=args.batch_size)
+            global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, saved["obs"]
+        else:
+            next_obs, _ = envs.reset(seed=args.seed)
 
-            next_obs, reward, termination, truncation, infos = envs.step(action[0].cpu().numpy())
-            rewards[step], terminations[step], dones[step] = reward, termination, termination | truncation
-            next_start.copy_(torch.as_tensor(dones[step]))
-            truncated = truncation & ~termination
-            if truncated.any():
-                # V(real final observation) with the LSTM state after this step (the memory of
-                # the episode the final frame belongs to), not a reset one; the next step
-                # resets these envs' state, since next_start is 1 there.
-                final = torch.as_tensor(real_next_obs(next_obs, infos)[truncated][None], device=device)
+        for iteration in range(start_iteration, args.num_iterations + 1):
+            if args.anneal_lr:
+                frac = 1.0 - (iteration - 1.0) / args.num_iterations
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+            lstm_state = initial_state
+            final_values.fill(0.0)
+            for step in range(T):
+                global_step += N
+                obs[step], starts[step] = torch.as_tensor(next_obs), next_start
+                # One forward per step: CNN, LSTM (reset where an episode starts), policy and V.
                 with torch.inference_mode():
-                    memory = (lstm_state[0][truncated], lstm_state[1][truncated])
-                    final_value = agent.get_value(final, torch.zeros(final.shape[:2], device=device), memory)
-                final_values[step, truncated] = final_value[0].cpu().numpy()
-            run.log_episodes(global_step, infos)
+                    action, logprob, _, value, lstm_state = agent.get_action_and_value(
+                        obs[step : step + 1], starts[step : step + 1], lstm_state
+                    )
+                actions[step], logprobs[step], values[step] = action[0], logprob[0], value[0]
 
-        # V of the observations after the rollout, from the state the next rollout starts with; then GAE
-        with torch.no_grad():
-            next_value = agent.get_value(torch.as_tensor(next_obs[None], device=device), next_start[None], lstm_state)
-            last_values = next_value[0].cpu().numpy()
-        advantages, returns = compute_gae(
-            rewards, values.cpu().numpy(), last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
-        )
-        b_advantages = torch.as_tensor(advantages, device=device)
-        b_returns = torch.as_tensor(returns, device=device)
+                next_obs, reward, termination, truncation, infos = timed_step(envs, action[0].cpu().numpy(), args.env_timeout)
+                rewards[step], terminations[step], dones[step] = reward, termination, termination | truncation
+                next_start.copy_(torch.as_tensor(dones[step]))
+                truncated = truncation & ~termination
+                if truncated.any():
+                    # V(real final observation) with the LSTM state after this step (the memory of
+                    # the episode the final frame belongs to), not a reset one; the next step
+                    # resets these envs' state, since next_start is 1 there.
+                    final = torch.as_tensor(real_next_obs(next_obs, infos)[truncated][None], device=device)
+                    with torch.inference_mode():
+                        memory = (lstm_state[0][truncated], lstm_state[1][truncated])
+                        final_value = agent.get_value(final, torch.zeros(final.shape[:2], device=device), memory)
+                    final_values[step, truncated] = final_value[0].cpu().numpy()
+                run.log_episodes(global_step, infos)
 
-        # Optimise the policy and value networks on minibatches of whole env sequences [T, envs]
-        envs_per_minibatch = N // args.num_minibatches
-        clipfracs = []
-        for epoch in range(args.update_epochs):
-            env_inds = torch.randperm(N, device=device)
-            for start in range(0, N, envs_per_minibatch):
-                mb = env_inds[start : start + envs_per_minibatch]
-                _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
-                    obs[:, mb], starts[:, mb], (initial_state[0][mb], initial_state[1][mb]), actions[:, mb]
-                )
-                logratio = newlogprob - logprobs[:, mb]
-                ratio = logratio.exp()
+            # V of the observations after the rollout, from the state the next rollout starts with; then GAE
+            with torch.no_grad():
+                next_value = agent.get_value(torch.as_tensor(next_obs[None], device=device), next_start[None], lstm_state)
+                last_values = next_value[0].cpu().numpy()
+            advantages, returns = compute_gae(
+                rewards, values.cpu().numpy(), last_values, final_values, terminations, dones, args.gamma, args.gae_lambda
+            )
+            b_advantages = torch.as_tensor(advantages, device=device)
+            b_returns = torch.as_tensor(returns, device=device)
 
-                with torch.no_grad():
-                    # http://joschu.net/blog/kl-approx.html
-                    old_approx_kl = (-logratio).mean()
-                    approx_kl = ((ratio - 1) - logratio).mean()
-                    clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
+            # Optimise the policy and value networks on minibatches of whole env sequences [T, envs]
+            envs_per_minibatch = N // args.num_minibatches
+            clipfracs = []
+            for epoch in range(args.update_epochs):
+                env_inds = torch.randperm(N, device=device)
+                for start in range(0, N, envs_per_minibatch):
+                    mb = env_inds[start : start + envs_per_minibatch]
+                    _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(
+                        obs[:, mb], starts[:, mb], (initial_state[0][mb], initial_state[1][mb]), actions[:, mb]
+                    )
+                    logratio = newlogprob - logprobs[:, mb]
+                    ratio = logratio.exp()
 
-                mb_advantages = b_advantages[:, mb]
-                if args.norm_adv:
-                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+                    with torch.no_grad():
+                        # http://joschu.net/blog/kl-approx.html
+                        old_approx_kl = (-logratio).mean()
+                        approx_kl = ((ratio - 1) - logratio).mean()
+                        clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean())
 
-                # Policy loss (clipped surrogate, eq. 7)
-                pg_loss1 = -mb_advantages * ratio
-                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+                    mb_advantages = b_advantages[:, mb]
+                    if args.norm_adv:
+                        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
 
-                # Value loss
-                mb_returns, mb_values = b_returns[:, mb], values[:, mb]
-                if args.clip_vloss:
-                    v_loss_unclipped = (newvalue - mb_returns) ** 2
-                    v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
-                    v_loss_clipped = (v_clipped - mb_returns) ** 2
-                    v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
-                else:
-                    v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
+                    # Policy loss (clipped surrogate, eq. 7)
+                    pg_loss1 = -mb_advantages * ratio
+                    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
 
-                entropy_loss = entropy.mean()
-                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+                    # Value loss
+                    mb_returns, mb_values = b_returns[:, mb], values[:, mb]
+                    if args.clip_vloss:
+                        v_loss_unclipped = (newvalue - mb_returns) ** 2
+                        v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
+                        v_loss_clipped = (v_clipped - mb_returns) ** 2
+                        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+                    else:
+                        v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
 
-                optimizer.zero_grad()
-                loss.backward()
-                grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
-                check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
-                optimizer.step()
+                    entropy_loss = entropy.mean()
+                    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
 
-            if args.target_kl is not None and approx_kl.item() > args.target_kl:
-                break
-        for kept, after_rollout in zip(initial_state, lstm_state):  # the next rollout starts where this one ended
-            kept.copy_(after_rollout)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
+                    check_finite(f"iteration {iteration}, epoch {epoch + 1}", global_step, loss=loss, grad_norm=grad_norm)
+                    optimizer.step()
 
-        y_pred, y_true = values.cpu().numpy(), returns
-        var_y = np.var(y_true)
-        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+                if args.target_kl is not None and approx_kl.item() > args.target_kl:
+                    break
+            for kept, after_rollout in zip(initial_state, lstm_state):  # the next rollout starts where this one ended
+                kept.copy_(after_rollout)
 
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
-        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
-        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
-        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
-        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
-        writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
-        writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
-        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-            run.save_checkpoint(state, global_step, iteration=iteration)
-        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
-            run.exit(envs)
+            y_pred, y_true = values.cpu().numpy(), returns
+            var_y = np.var(y_true)
+            explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
 
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
+            writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
+            writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
+            writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
+            writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
+            writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+            writer.add_scalar("losses/explained_variance", explained_var, global_step)
+            writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+                run.save_checkpoint(state, global_step, iteration=iteration)
+            if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+                run.exit(envs)
+
+        envs.close()
     if args.save_model:
         run.save_model({"agent": agent}, evaluate)
-    envs.close()
     run.close()

@@ -42,10 +42,12 @@ except ImportError:
     ale_py = None
 
 from cleanrl_utils.buffers import ReplayBuffer
-from cleanrl_utils.legacy.evals import Evaluation
-from cleanrl_utils.legacy.faults import check_finite
-from cleanrl_utils.legacy.run import RunArgs, check_env, fail, parse_args, require, require_positive, require_range, start_run
-from cleanrl_utils.legacy.vector import SAME_STEP, ReplayableEnv, real_next_obs, vector_env
+from cleanrl_utils.env_checks import check_env
+from cleanrl_utils.evals import Evaluation
+from cleanrl_utils.faults import check_finite
+from cleanrl_utils.flags import RunArgs, fail, parse_args, require, require_positive, require_range
+from cleanrl_utils.run import start_run
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, real_next_obs, timed_step
 
 
 @dataclass
@@ -113,6 +115,7 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
         env = atari_wrappers.WarpFrame(env, 84, 84)  # grayscale (ITU-R 601 luma), then 84x84 by area: [84, 84, 1]
         env = gym.wrappers.ReshapeObservation(env, (84, 84))
         env = gym.wrappers.FrameStackObservation(env, 4, padding_type="zero")
+        env = CheckedEnv(env, idx)  # the first reset and step checked in full, then finite numbers at every step
         return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
@@ -216,7 +219,7 @@ def check_args(args: Args) -> None:
 
 def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, epsilon: float = 0.0, **options) -> np.ndarray:
     """Game scores ``[eval_episodes]`` of a saved model: the most probable action (``deterministic=False``: sampled from
-    π), uniformly random with probability ``epsilon``. ``options``: see :class:`cleanrl_utils.legacy.evals.Evaluation`."""
+    π), uniformly random with probability ``epsilon``. ``options``: see :class:`cleanrl_utils.evals.Evaluation`."""
     evaluation = Evaluation(__file__, model_path, eval_episodes, make_env, **options)
     num_actions = int(evaluation.envs.single_action_space.n)
     actor = evaluation.load(NatureCNN(num_actions), "actor")
@@ -253,141 +256,146 @@ if __name__ == "__main__":
     run = start_run(args, resumed)
     writer, device = run.writer, run.device
     rb.device = device
-    signal.signal(signal.SIGTERM, run.stop)  # a scheduler's time limit: checkpoint after this step, exit 143
-    signal.signal(signal.SIGINT, run.stop)  # Ctrl-C: the same, exit 130
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the loop checkpoints, then exits 128 + signum
+            signal.signal(signum, run.stop)
 
     # Same-step autoreset: an env whose episode ends is reset within that step(); its last observation is infos["final_obs"]
     thunks = [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(N)]
-    envs = vector_env(thunks, args.env_mode, timeout=args.env_timeout, autoreset_mode=SAME_STEP)
-    num_actions = int(envs.single_action_space.n)
-    # channels-last convolutions: faster updates on CPU (benchmark/README.md)
-    actor = NatureCNN(num_actions).to(device, memory_format=torch.channels_last)
-    qf1 = NatureCNN(num_actions).to(device, memory_format=torch.channels_last)
-    qf2 = NatureCNN(num_actions).to(device, memory_format=torch.channels_last)
-    qf1_target = NatureCNN(num_actions).to(device, memory_format=torch.channels_last)
-    qf2_target = NatureCNN(num_actions).to(device, memory_format=torch.channels_last)
-    qf1_target.load_state_dict(qf1.state_dict())
-    qf2_target.load_state_dict(qf2.state_dict())
-    q_optimizer = optim.Adam([*qf1.parameters(), *qf2.parameters()], lr=args.q_lr, eps=args.adam_eps, fused=True)
-    actor_optimizer = optim.Adam(actor.parameters(), lr=args.policy_lr, eps=args.adam_eps, fused=True)
-
-    # Temperature: learned in log space from α = 1 (--autotune), or fixed at --alpha.
-    target_entropy = args.target_entropy_scale * math.log(num_actions)  # H̄ = -scale · log(1 / |A|)
-    log_alpha = torch.zeros((), device=device, requires_grad=True)
-    alpha_optimizer = optim.Adam([log_alpha], lr=args.q_lr, eps=args.adam_eps)  # used with --autotune
-    alpha = log_alpha.exp().item() if args.autotune else args.alpha
-    rng = np.random.default_rng(args.seed)
-
-    # what a checkpoint holds, besides the global random generators
-    state = dict(actor=actor, qf1=qf1, qf2=qf2, qf1_target=qf1_target, qf2_target=qf2_target, log_alpha=log_alpha)
-    state.update(q_optimizer=q_optimizer, actor_optimizer=actor_optimizer, alpha_optimizer=alpha_optimizer)
-    state.update(rng=rng, envs=envs, replay_rng=rb.rng)
-    if args.checkpoint_buffer:
-        state["replay_buffer"] = rb
-        print(f"each checkpoint holds the replay buffer ({rb.nbytes / 2**20:.3g} MiB)")
-    global_step, updates_start = 0, args.learning_starts  # updates once global_step > updates_start
-    pad_first_add = False  # the first add of a resume without the replay: no frames before it are stored
-    if run.resumed:  # the checkpoint's networks, optimisers, temperature, generators, envs (replayed) and buffer
-        saved = run.restore({**state, "replay_buffer": rb})
-        global_step, updates_start, obs = saved["global_step"], saved["updates_start"], saved["obs"]
-        alpha = log_alpha.exp().item() if args.autotune else args.alpha
-        if "replay_buffer" in saved["missing"]:  # an empty buffer: refill it before updating again
-            updates_start, pad_first_add = global_step + args.learning_starts, True
-            print(f"the checkpoint has no replay buffer: refilling it until step {updates_start} before updating")
+    if args.env_mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
+        envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
     else:
-        obs, _ = envs.reset(seed=args.seed)
+        envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
+    with run.stop_on_fault(envs):  # a fault ends the run in one line; any error ends the env workers too
+        num_actions = int(envs.single_action_space.n)
+        # channels-last convolutions: faster updates on CPU (benchmark/README.md)
+        actor = NatureCNN(num_actions).to(device, memory_format=torch.channels_last)
+        qf1 = NatureCNN(num_actions).to(device, memory_format=torch.channels_last)
+        qf2 = NatureCNN(num_actions).to(device, memory_format=torch.channels_last)
+        qf1_target = NatureCNN(num_actions).to(device, memory_format=torch.channels_last)
+        qf2_target = NatureCNN(num_actions).to(device, memory_format=torch.channels_last)
+        qf1_target.load_state_dict(qf1.state_dict())
+        qf2_target.load_state_dict(qf2.state_dict())
+        q_optimizer = optim.Adam([*qf1.parameters(), *qf2.parameters()], lr=args.q_lr, eps=args.adam_eps, fused=True)
+        actor_optimizer = optim.Adam(actor.parameters(), lr=args.policy_lr, eps=args.adam_eps, fused=True)
 
-    for iteration in range(global_step // N, args.total_timesteps // N):
-        global_step += N
-        if global_step <= args.learning_starts:  # warm-up: uniformly random actions
-            actions = rng.integers(num_actions, size=N)
-        else:  # exploration comes from the stochastic policy: a ~ π(·|s)
-            with torch.inference_mode():
-                logits = actor(torch.as_tensor(obs, device=device))
-                actions = torch.distributions.Categorical(logits=logits).sample().cpu().numpy()
+        # Temperature: learned in log space from α = 1 (--autotune), or fixed at --alpha.
+        target_entropy = args.target_entropy_scale * math.log(num_actions)  # H̄ = -scale · log(1 / |A|)
+        log_alpha = torch.zeros((), device=device, requires_grad=True)
+        alpha_optimizer = optim.Adam([log_alpha], lr=args.q_lr, eps=args.adam_eps)  # used with --autotune
+        alpha = log_alpha.exp().item() if args.autotune else args.alpha
+        rng = np.random.default_rng(args.seed)
 
-        next_obs, rewards, terminations, truncations, infos = envs.step(actions)
-        run.log_episodes(global_step, infos)
-        if pad_first_add:  # the replay starts here: its episodes start here, zero-padded as at a reset
-            obs, pad_first_add = obs.copy(), False
-            obs[:, :-1] = 0
-        # s' is the real next observation: where an episode ended, its final observation.
-        rb.add(obs, actions, rewards, terminations, truncations, real_next_obs(next_obs, infos))
-        obs = next_obs
+        # what a checkpoint holds, besides the global random generators
+        state = dict(actor=actor, qf1=qf1, qf2=qf2, qf1_target=qf1_target, qf2_target=qf2_target, log_alpha=log_alpha)
+        state.update(q_optimizer=q_optimizer, actor_optimizer=actor_optimizer, alpha_optimizer=alpha_optimizer)
+        state.update(rng=rng, envs=envs, replay_rng=rb.rng)
+        if args.checkpoint_buffer:
+            state["replay_buffer"] = rb
+            print(f"each checkpoint holds the replay buffer ({rb.nbytes / 2**20:.3g} MiB)")
+        global_step, updates_start = 0, args.learning_starts  # updates once global_step > updates_start
+        pad_first_add = False  # the first add of a resume without the replay: no frames before it are stored
+        if run.resumed:  # the checkpoint's networks, optimisers, temperature, generators, envs (replayed) and buffer
+            saved = run.restore({**state, "replay_buffer": rb})
+            global_step, updates_start, obs = saved["global_step"], saved["updates_start"], saved["obs"]
+            alpha = log_alpha.exp().item() if args.autotune else args.alpha
+            if "replay_buffer" in saved["missing"]:  # an empty buffer: refill it before updating again
+                updates_start, pad_first_add = global_step + args.learning_starts, True
+                print(f"the checkpoint has no replay buffer: refilling it until step {updates_start} before updating")
+        else:
+            obs, _ = envs.reset(seed=args.seed)
 
-        if global_step > updates_start and len(rb) > 0:
-            if iteration % args.update_frequency == 0:
-                data = rb.sample(args.batch_size)
-                # Critics: regress Q_i(s, a) on y = r + γ (1 - terminated) V(s'), V from the target critics.
-                with torch.no_grad():
-                    next_log_probs = F.log_softmax(actor(data.next_obs), dim=-1)
-                    td_target = soft_td_target(
-                        data.rewards[:, 0],  # the one-step window
-                        data.terminations[:, 0],
-                        next_log_probs.exp(),
-                        next_log_probs,
-                        qf1_target(data.next_obs),
-                        qf2_target(data.next_obs),
-                        alpha,
-                        args.gamma,
-                    )
-                qf1_a_values = qf1(data.obs).gather(1, data.actions.unsqueeze(1)).squeeze(1)
-                qf2_a_values = qf2(data.obs).gather(1, data.actions.unsqueeze(1)).squeeze(1)
-                qf1_loss = F.mse_loss(qf1_a_values, td_target)
-                qf2_loss = F.mse_loss(qf2_a_values, td_target)
-                qf_loss = qf1_loss + qf2_loss
-                q_optimizer.zero_grad()
-                qf_loss.backward()
-                check_finite(iteration // args.update_frequency, global_step, qf_loss=qf_loss)  # stops a diverging run here
-                q_optimizer.step()
+        for iteration in range(global_step // N, args.total_timesteps // N):
+            global_step += N
+            if global_step <= args.learning_starts:  # warm-up: uniformly random actions
+                actions = rng.integers(num_actions, size=N)
+            else:  # exploration comes from the stochastic policy: a ~ π(·|s)
+                with torch.inference_mode():
+                    logits = actor(torch.as_tensor(obs, device=device))
+                    actions = torch.distributions.Categorical(logits=logits).sample().cpu().numpy()
 
-                # Actor: minimise Σ_a π(a|s) [α log π(a|s) - min_i Q_i(s, a)] against the updated critics.
-                log_probs = F.log_softmax(actor(data.obs), dim=-1)
-                probs = log_probs.exp()
-                with torch.no_grad():
-                    q_min = torch.min(qf1(data.obs), qf2(data.obs))
-                actor_loss = discrete_actor_loss(probs, log_probs, q_min, alpha)
-                actor_optimizer.zero_grad()
-                actor_loss.backward()
-                check_finite(iteration // args.update_frequency, global_step, actor_loss=actor_loss)
-                actor_optimizer.step()
+            next_obs, rewards, terminations, truncations, infos = timed_step(envs, actions, args.env_timeout)
+            run.log_episodes(global_step, infos)
+            if pad_first_add:  # the replay starts here: its episodes start here, zero-padded as at a reset
+                obs, pad_first_add = obs.copy(), False
+                obs[:, :-1] = 0
+            # s' is the real next observation: where an episode ended, its final observation.
+            rb.add(obs, actions, rewards, terminations, truncations, real_next_obs(next_obs, infos))
+            obs = next_obs
 
-                # Temperature: raise α while the entropy is below H̄, lower it while above.
-                if args.autotune:
-                    alpha_loss = discrete_temperature_loss(log_alpha, probs, log_probs, target_entropy)
-                    alpha_optimizer.zero_grad()
-                    alpha_loss.backward()
-                    alpha_optimizer.step()
-                    alpha = log_alpha.exp().item()
-
-                if iteration % (100 * args.update_frequency) == 0:
+            if global_step > updates_start and len(rb) > 0:
+                if iteration % args.update_frequency == 0:
+                    data = rb.sample(args.batch_size)
+                    # Critics: regress Q_i(s, a) on y = r + γ (1 - terminated) V(s'), V from the target critics.
                     with torch.no_grad():
-                        entropy = -(probs * log_probs).sum(dim=-1).mean()
-                    writer.add_scalar("losses/qf1_values", qf1_a_values.mean().item(), global_step)
-                    writer.add_scalar("losses/qf2_values", qf2_a_values.mean().item(), global_step)
-                    writer.add_scalar("losses/qf1_loss", qf1_loss.item(), global_step)
-                    writer.add_scalar("losses/qf2_loss", qf2_loss.item(), global_step)
-                    writer.add_scalar("losses/qf_loss", qf_loss.item() / 2.0, global_step)  # mean of the two
-                    writer.add_scalar("losses/actor_loss", actor_loss.item(), global_step)
-                    writer.add_scalar("losses/alpha", alpha, global_step)
-                    writer.add_scalar("losses/entropy", entropy.item(), global_step)
+                        next_log_probs = F.log_softmax(actor(data.next_obs), dim=-1)
+                        td_target = soft_td_target(
+                            data.rewards[:, 0],  # the one-step window
+                            data.terminations[:, 0],
+                            next_log_probs.exp(),
+                            next_log_probs,
+                            qf1_target(data.next_obs),
+                            qf2_target(data.next_obs),
+                            alpha,
+                            args.gamma,
+                        )
+                    qf1_a_values = qf1(data.obs).gather(1, data.actions.unsqueeze(1)).squeeze(1)
+                    qf2_a_values = qf2(data.obs).gather(1, data.actions.unsqueeze(1)).squeeze(1)
+                    qf1_loss = F.mse_loss(qf1_a_values, td_target)
+                    qf2_loss = F.mse_loss(qf2_a_values, td_target)
+                    qf_loss = qf1_loss + qf2_loss
+                    q_optimizer.zero_grad()
+                    qf_loss.backward()
+                    check_finite(iteration // args.update_frequency, global_step, qf_loss=qf_loss)  # stops divergence here
+                    q_optimizer.step()
+
+                    # Actor: minimise Σ_a π(a|s) [α log π(a|s) - min_i Q_i(s, a)] against the updated critics.
+                    log_probs = F.log_softmax(actor(data.obs), dim=-1)
+                    probs = log_probs.exp()
+                    with torch.no_grad():
+                        q_min = torch.min(qf1(data.obs), qf2(data.obs))
+                    actor_loss = discrete_actor_loss(probs, log_probs, q_min, alpha)
+                    actor_optimizer.zero_grad()
+                    actor_loss.backward()
+                    check_finite(iteration // args.update_frequency, global_step, actor_loss=actor_loss)
+                    actor_optimizer.step()
+
+                    # Temperature: raise α while the entropy is below H̄, lower it while above.
                     if args.autotune:
-                        writer.add_scalar("losses/alpha_loss", alpha_loss.item(), global_step)
-                    writer.add_scalar("charts/learning_rate", q_optimizer.param_groups[0]["lr"], global_step)
-                    writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
+                        alpha_loss = discrete_temperature_loss(log_alpha, probs, log_probs, target_entropy)
+                        alpha_optimizer.zero_grad()
+                        alpha_loss.backward()
+                        alpha_optimizer.step()
+                        alpha = log_alpha.exp().item()
 
-            # Target critics: θ' ← τ θ + (1 - τ) θ'
-            if iteration % args.target_network_frequency == 0:
-                with torch.no_grad():
-                    for critic, target in ((qf1, qf1_target), (qf2, qf2_target)):
-                        for target_param, param in zip(target.parameters(), critic.parameters()):
-                            target_param.lerp_(param, args.tau)
-        if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-            run.save_checkpoint(state, global_step, updates_start=updates_start)
-        if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
-            run.exit(envs)
+                    if iteration % (100 * args.update_frequency) == 0:
+                        with torch.no_grad():
+                            entropy = -(probs * log_probs).sum(dim=-1).mean()
+                        writer.add_scalar("losses/qf1_values", qf1_a_values.mean().item(), global_step)
+                        writer.add_scalar("losses/qf2_values", qf2_a_values.mean().item(), global_step)
+                        writer.add_scalar("losses/qf1_loss", qf1_loss.item(), global_step)
+                        writer.add_scalar("losses/qf2_loss", qf2_loss.item(), global_step)
+                        writer.add_scalar("losses/qf_loss", qf_loss.item() / 2.0, global_step)  # mean of the two
+                        writer.add_scalar("losses/actor_loss", actor_loss.item(), global_step)
+                        writer.add_scalar("losses/alpha", alpha, global_step)
+                        writer.add_scalar("losses/entropy", entropy.item(), global_step)
+                        if args.autotune:
+                            writer.add_scalar("losses/alpha_loss", alpha_loss.item(), global_step)
+                        writer.add_scalar("charts/learning_rate", q_optimizer.param_groups[0]["lr"], global_step)
+                        writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
 
+                # Target critics: θ' ← τ θ + (1 - τ) θ'
+                if iteration % args.target_network_frequency == 0:
+                    with torch.no_grad():
+                        for critic, target in ((qf1, qf1_target), (qf2, qf2_target)):
+                            for target_param, param in zip(target.parameters(), critic.parameters()):
+                                target_param.lerp_(param, args.tau)
+            if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
+                run.save_checkpoint(state, global_step, updates_start=updates_start)
+            if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
+                run.exit(envs)
+
+        envs.close()
     if args.save_model:
         run.save_model({"actor": actor, "qf1": qf1, "qf2": qf2, "alpha": torch.tensor(alpha)}, evaluate)
-    envs.close()
     run.close()

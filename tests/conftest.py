@@ -15,18 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 LONG = {
-    "test_scripts.py::test_sac_atari_on_breakout_logs_game_scores_and_evaluates",
-    "test_scripts.py::test_rainbow_atari_on_breakout_logs_game_scores_and_evaluates",
     "test_scripts.py::test_same_seed_same_returns[dqn.py]",
-    "test_scripts.py::test_dqn_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run[dqn_atari.py]",
-    "test_scripts.py::test_dqn_resume_without_the_buffer_refills_it_then_updates[dqn_atari.py-flags1-800]",
-    "test_rainbow.py::test_rainbow_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run",
-    "test_rainbow.py::test_rainbow_resume_without_the_buffer_refills_it_then_updates",
-    "test_sac_atari.py::test_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run",
-    "test_sac_atari.py::test_resume_without_the_buffer_refills_it_then_updates_on",
-    "test_qrdqn.py::test_qrdqn_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run[qrdqn_atari.py]",
-    "test_qrdqn.py::test_qrdqn_resume_without_the_buffer_refills_it_then_updates[qrdqn_atari.py-flags1-800]",
-    "test_ppo_lstm.py::test_sigterm_then_resume_equals_an_uninterrupted_run[ppo_atari_lstm.py]",
     "test_faults.py::test_a_signal_to_the_process_group_leaves_a_checkpoint_the_run_resumes_exactly_from[1-async]",
     "test_faults.py::test_a_signal_to_the_process_group_leaves_a_checkpoint_the_run_resumes_exactly_from[2-async]",
     "test_faults.py::test_a_signal_to_the_process_group_leaves_a_checkpoint_the_run_resumes_exactly_from[15-async]",

@@ -56,34 +56,7 @@ def test_q_values_are_the_means_of_the_distributions():
     torch.testing.assert_close(net.q_values(logits), torch.tensor([[0.0, 2.0]]))
 
 
-# ---- checkpoints: SIGTERM, then --resume (cleanrl_utils/checkpoint.py)
-
-# c51.py's resume is tests/test_contracts.py's
-C51_RESUME = {  # tiny runs: few updates (an Atari update costs tens of ms on one core, whatever the batch)
-    "c51_atari.py": [
-        "--total-timesteps",
-        "800",
-        "--learning-starts",
-        "200",
-        "--buffer-size",
-        "1000",
-        "--batch-size",
-        "4",
-        "--train-frequency",
-        "4",
-        "--target-network-frequency",
-        "100",
-        "--n-step",
-        "3",
-    ],
-}
-
-
-@pytest.mark.parametrize("script", C51_RESUME)
-def test_c51_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run(script, tmp_path):
-    from tests.conftest import assert_buffered_resume_is_exact
-
-    assert_buffered_resume_is_exact(script, C51_RESUME[script], "losses/loss", tmp_path)
+# ---- checkpoints: resumed without the buffer (SIGTERM, then --resume: tests/test_contracts.py)
 
 
 @pytest.mark.parametrize(

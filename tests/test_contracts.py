@@ -55,6 +55,7 @@ PENDULUM_NO_VELOCITY = ["--env-id", "cleanrl_utils.envs:PendulumNoVelocity-v1", 
                         "--num-minibatches", "2", "--lstm-size", "16"]  # fmt: skip
 PPO_CONTINUOUS = ["--env-id", "Pendulum-v1", "--num-envs", "2", "--num-steps", "64", "--num-minibatches", "2",
                   "--update-epochs", "2"]  # fmt: skip
+ATARI_REPLAY = ["--total-timesteps", "600", "--learning-starts", "400", "--buffer-size", "1000", "--batch-size", "4"]
 SCRIPTS = {
     "ppo.py": Script(
         run=["--num-envs", "2", "--num-steps", "64", "--total-timesteps", "1024"],
@@ -230,6 +231,63 @@ SCRIPTS = {
         resume=["--env-id", "cleanrl_utils.envs:MinefieldRace", "--num-envs", "2", "--num-steps", "32",
                 "--total-timesteps", "3072"],
         loss="losses/value_loss",
+    ),
+    # the Atari scripts (Breakout): tiny replays, few updates (an Atari update costs tens of ms on one core)
+    "dqn_atari.py": Script(
+        run=[*ATARI_REPLAY, "--double-q", "--dueling", "--n-step", "3", "--prioritized-replay"],
+        resume=["--total-timesteps", "800", "--learning-starts", "200", "--buffer-size", "1000", "--batch-size", "4",
+                "--target-network-frequency", "100", "--double-q", "--dueling", "--n-step", "3", "--prioritized-replay"],
+        loss="losses/td_loss",
+        buffer=True,
+        long=True,
+    ),
+    "c51_atari.py": Script(
+        run=[*ATARI_REPLAY, "--n-step", "3"],
+        resume=["--total-timesteps", "800", "--learning-starts", "200", "--buffer-size", "1000", "--batch-size", "4",
+                "--target-network-frequency", "100", "--n-step", "3"],
+        loss="losses/loss",
+        buffer=True,
+        long=True,
+    ),
+    "qrdqn_atari.py": Script(
+        run=[*ATARI_REPLAY, "--double-q", "--n-step", "3"],
+        resume=["--total-timesteps", "800", "--learning-starts", "200", "--buffer-size", "1000", "--batch-size", "4",
+                "--train-frequency", "4", "--target-network-frequency", "100", "--double-q", "--n-step", "3"],
+        loss="losses/quantile_loss",
+        buffer=True,
+        long=True,
+    ),
+    # learning from step 101: the checkpoint (step 150) holds the noise the first updates drew
+    "rainbow_atari.py": Script(
+        run=[*ATARI_REPLAY, "--target-network-frequency", "100"],
+        resume=["--total-timesteps", "600", "--learning-starts", "100", "--buffer-size", "1000", "--batch-size", "4",
+                "--train-frequency", "4", "--target-network-frequency", "100"],
+        loss="losses/loss",
+        buffer=True,
+        long=True,
+    ),
+    # the frame-stacked replay (600 transitions) wraps around; the target critics are copied every 48 steps; the
+    # losses are logged every 100 updates (every 800th step): once, at step 801
+    "sac_atari.py": Script(
+        run=ATARI_REPLAY,
+        resume=["--total-timesteps", "808", "--learning-starts", "400", "--buffer-size", "600", "--batch-size", "16",
+                "--update-frequency", "8", "--target-network-frequency", "48"],
+        loss="losses/qf_loss",
+        buffer=True,
+        long=True,
+    ),
+    "ppo_atari.py": Script(
+        run=["--num-envs", "2", "--num-steps", "128", "--total-timesteps", "512"],
+        resume=["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1",
+                "--total-timesteps", "192"],
+        loss="losses/value_loss",
+    ),
+    "ppo_atari_lstm.py": Script(
+        run=["--num-envs", "2", "--num-steps", "64", "--num-minibatches", "2", "--total-timesteps", "512"],
+        resume=["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1",
+                "--total-timesteps", "192"],
+        loss="losses/value_loss",
+        long=True,
     ),
 }  # fmt: skip
 

@@ -6,8 +6,8 @@ terminates), against recomputed numbers: values at episode starts come from a re
 the update's sequence replay reproduces the rollout's log-probabilities and values, and a
 truncation bootstraps from V(final observation) read with the episode's own LSTM state.
 Smoke runs (subprocess): run directory, tags, saved model and evaluation, async = sync, the
-same seed the same numbers, bad input; ppo_atari_lstm.py on Breakout. ppo_lstm.py's exact resume is
-tests/test_contracts.py's.
+same seed the same numbers, bad input. ppo_lstm.py's exact resume, and ppo_atari_lstm.py's short run, resume and
+refusals, are tests/test_contracts.py's.
 Learning (marked ``learning``): on the masked CartPole, ppo_lstm.py balances the pole and ppo.py,
 with the same steps, does not (budgets and measured values in the two tests' docstrings).
 """
@@ -29,7 +29,6 @@ from tests.conftest import (
     run_in_process,
     run_script,
     scalars,
-    sigterm_then_resume,
 )
 
 MASKED = "cleanrl_utils.envs:CartPoleNoVelocity-v1"
@@ -353,28 +352,6 @@ def test_same_seed_same_returns_and_async_matches_sync(tmp_path):
     assert returns["seed"] != returns["a"]
 
 
-RESUMED_RUNS = [  # script, flags, checkpoint interval, total steps (ppo_lstm.py's: tests/test_contracts.py)
-    (
-        "ppo_atari_lstm.py",
-        ["--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1", "--total-timesteps", "192"],
-        64,
-        192,
-    ),
-]
-
-
-@pytest.mark.parametrize("script,flags,interval,total", RESUMED_RUNS, ids=[run[0] for run in RESUMED_RUNS])
-def test_sigterm_then_resume_equals_an_uninterrupted_run(script, flags, interval, total, tmp_path):
-    """Stopped by SIGTERM after its first checkpoint and resumed, the run ends with the same
-    weights and TensorBoard curves as without the interruption: the LSTM state carried from one
-    rollout to the next (and where the next rollout starts episodes) comes back with it."""
-    whole, resumed = sigterm_then_resume(script, [*flags, "--save-model", "--eval-episodes", "1"], interval, total, tmp_path)
-    for name, tensor in whole["model"].items():
-        assert torch.equal(tensor, resumed["model"][name]), name
-    assert len(whole["curves"]["losses/value_loss"]) == total // (2 * int(flags[flags.index("--num-steps") + 1]))
-    assert resumed["curves"] == whole["curves"]
-
-
 BAD_INPUT = [
     (
         "ppo_lstm.py",
@@ -402,40 +379,6 @@ BAD_INPUT = [
 @pytest.mark.parametrize("script,flags,flag,message", BAD_INPUT)
 def test_bad_input_stops_with_one_line(script, flags, flag, message, tmp_path):
     assert_stops_with_one_line(script, flags, flag, message, tmp_path)
-
-
-def test_atari_lstm_on_breakout_logs_game_scores_and_evaluates(tmp_path):
-    """A real ALE game, one frame per observation; whole games (5 lives) are logged and evaluated."""
-    result = run_script(
-        "ppo_atari_lstm.py",
-        "--num-envs",
-        "2",
-        "--num-steps",
-        "64",
-        "--num-minibatches",
-        "2",
-        "--total-timesteps",
-        "512",
-        "--save-model",
-        "--eval-episodes",
-        "1",
-        cwd=tmp_path,
-        timeout=600,
-    )
-    directory = run_dir(tmp_path)
-    assert directory.name.startswith("BreakoutNoFrameskip-v4__ppo_atari_lstm__1__")
-    tags = scalars(directory)
-    assert PPO_TAGS | {"eval/episodic_return"} <= set(tags)
-    # whole games, not lives: a random Breakout game lasts more than 100 agent steps
-    assert min(v for _, v in tags["charts/episodic_length"]) > 100
-    assert "evaluation over 1 episodes" in result.stdout
-    model = directory / "ppo_atari_lstm.cleanrl_model"
-    state = torch.load(model, weights_only=True)["agent"]
-    assert state["network.0.weight"].shape == (32, 1, 8, 8)  # one frame in, not a stack of 4
-    returns = ppo_atari_lstm.evaluate(str(model), eval_episodes=1)
-    assert returns.shape == (1,) and returns[0] >= 0
-    with pytest.raises(ValueError, match="written by ppo_atari_lstm.py, not by ppo_lstm.py"):
-        ppo_lstm.evaluate(str(model), eval_episodes=1)
 
 
 # ---- learning

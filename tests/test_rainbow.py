@@ -12,12 +12,14 @@ from cleanrl.rainbow_atari import (
     NoisyLinear,
     RainbowNetwork,
     double_q_target_distribution,
+    linear_schedule,
     n_step_returns,
     noise_buffers,
     weighted_cross_entropy,
 )
-from cleanrl_utils.legacy import checkpoint
 from cleanrl_utils.buffers import PrioritizedReplayBuffer
+from cleanrl_utils.checkpoint import capture
+from cleanrl_utils.resume import restore
 
 
 def f(x):
@@ -180,7 +182,13 @@ def test_n_step_targets_with_prioritized_importance_weights():
     assert weighted.item() == pytest.approx(np.mean(list(losses.values())), rel=0.05)
 
 
-# ---- checkpoints: the noise, and SIGTERM then --resume (cleanrl_utils/checkpoint.py)
+def test_beta_is_annealed_linearly_from_its_start_to_one():
+    """Importance-sampling β (logged as charts/beta): --prioritized-replay-beta at step 0, 1 from the last step on."""
+    betas = [linear_schedule(0.4, 1.0, 600, step) for step in (0, 150, 300, 600, 900)]
+    assert betas == pytest.approx([0.4, 0.55, 0.7, 1.0, 1.0])
+
+
+# ---- checkpoints: the noise, and --resume without the buffer (SIGTERM then --resume: tests/test_contracts.py)
 
 
 def test_noise_is_saved_and_restored_outside_the_state_dict(tmp_path):
@@ -188,7 +196,7 @@ def test_noise_is_saved_and_restored_outside_the_state_dict(tmp_path):
     network = RainbowNetwork(4, n_atoms=5)
     network.reset_noise()
     path = tmp_path / "noise.pt"
-    torch.save(checkpoint.capture({"network": network, **noise_buffers(network, "network")}), path)
+    torch.save(capture({"network": network, **noise_buffers(network, "network")}), path)
     saved = torch.load(path, weights_only=True)
     assert not any("epsilon" in name for name in saved["network"])  # not in a saved model
     assert len(saved) == 1 + 3 * 4  # ε_in, ε_w, ε_b of the four noisy layers
@@ -199,7 +207,7 @@ def test_noise_is_saved_and_restored_outside_the_state_dict(tmp_path):
     other = RainbowNetwork(4, n_atoms=5)  # other parameters and noise
     other.load_state_dict(saved["network"])
     assert not torch.equal(other(x), expected)
-    checkpoint.restore({"network": other, **noise_buffers(other, "network")}, saved)  # in place
+    restore({"network": other, **noise_buffers(other, "network")}, {"state": saved, "path": str(path)})  # in place
     assert torch.equal(other(x), expected)
 
 
@@ -215,45 +223,8 @@ RAINBOW_RESUME = [
 ]  # tiny runs: each noisy-network step (acting or update) costs several ms on one core
 
 
-def test_rainbow_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run(tmp_path):
-    from tests.conftest import sigterm_then_resume
-
-    # stopped after the first updates (from step 251), so that the noise they drew must come back
-    whole, resumed = sigterm_then_resume(
-        "rainbow_atari.py",
-        [
-            *RAINBOW_RESUME,
-            "--total-timesteps",
-            "600",
-            "--learning-starts",
-            "250",
-            "--checkpoint-buffer",
-            "--save-model",
-            "--eval-episodes",
-            "1",
-        ],
-        300,
-        600,
-        tmp_path,
-    )
-    for name, tensor in whole["model"].items():
-        assert torch.equal(tensor, resumed["model"][name]), name
-    assert resumed["curves"] == whole["curves"]  # TensorBoard curves continue without a fold or a repeat
-    assert any(step > 300 for step, _ in resumed["curves"]["losses/loss"])  # updates after the cut
-
-
+@pytest.mark.long
 def test_rainbow_resume_without_the_buffer_refills_it_then_updates(tmp_path):
     from tests.conftest import resume_without_the_buffer
 
     resume_without_the_buffer("rainbow_atari.py", RAINBOW_RESUME, 600, "losses/loss", tmp_path)
-
-
-def test_rainbow_resume_refuses_another_scripts_checkpoint(tmp_path):
-    from cleanrl.dqn_atari import Args
-    from cleanrl_utils.legacy.files import checkpoint_path, write_file
-    from tests.conftest import assert_stops_with_one_line
-
-    path = write_file(checkpoint_path(tmp_path / "run", 100), "checkpoint", "dqn_atari", Args(), {"global_step": 100})
-    assert_stops_with_one_line(
-        "rainbow_atari.py", ["--resume", str(path)], "--resume", "written by dqn_atari.py, not by rainbow_atari.py", tmp_path
-    )

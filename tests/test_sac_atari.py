@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from cleanrl.sac_atari import (
-    Args,
     NatureCNN,
     discrete_actor_loss,
     discrete_temperature_loss,
@@ -190,7 +189,7 @@ def test_network_outputs_one_value_per_action_from_frames():
     torch.testing.assert_close(net(ones), net.head(net.encoder(torch.ones(1, 4, 84, 84))))
 
 
-# ---- checkpoints: interrupted by SIGTERM, resumed with --resume (whole runs on Breakout, a few seconds each)
+# ---- checkpoints: resumed without the replay (whole runs on Breakout; SIGTERM then --resume: tests/test_contracts.py)
 
 CHECKPOINTED = [
     "--total-timesteps",
@@ -210,32 +209,13 @@ CHECKPOINTED = [
 ]
 
 
-def test_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run(tmp_path):
-    from tests.conftest import run_dir, sigterm_then_resume
-
-    # the frame-stacked replay (600 transitions) wraps around; the target critics are copied every 48 steps
-    whole, resumed = sigterm_then_resume(
-        "sac_atari.py", [*CHECKPOINTED, "--checkpoint-buffer", "--save-model", "--eval-episodes", "1"], 200, 800, tmp_path
-    )
-    expected, got = (
-        torch.load(next(run_dir(tmp_path / run).glob("*.cleanrl_model")), weights_only=True) for run in ("whole", "cut")
-    )
-    assert expected["modules"].keys() == got["modules"].keys() == {"actor", "qf1", "qf2"}
-    for part in ("actor", "qf1", "qf2"):
-        for name, tensor in expected[part].items():
-            assert torch.equal(tensor, got[part][name]), (part, name)
-    assert expected["alpha"] == got["alpha"] != 1.0  # tuned from 1
-    assert resumed["curves"] == whole["curves"]  # TensorBoard curves continue without a fold or a repeat
-    assert len(whole["curves"]["charts/episodic_return"]) >= 2
-
-
+@pytest.mark.long
 def test_resume_without_the_buffer_refills_it_then_updates_on(tmp_path):
     """Resumed without the replay in the middle of a life (its frame stack full of frames the new replay does not
     hold), the run refills the replay for --learning-starts steps, then updates on with its trained optimisers."""
     from shutil import copytree
 
-    from cleanrl_utils.legacy.files import checkpoint_path, write_file
-    from tests.conftest import assert_stops_with_one_line, run_dir, run_script
+    from tests.conftest import run_dir, run_script
 
     flags = [*CHECKPOINTED, "--learning-starts", "100", "--checkpoint-interval", "200"]
     (tmp_path / "whole").mkdir()
@@ -265,15 +245,3 @@ def test_resume_without_the_buffer_refills_it_then_updates_on(tmp_path):
     # steps 601-700 and 12 in steps 701-800 (iterations 704, ..., 792), from the trained optimisers' states
     assert adam_steps(whole, 600) == [{62}] * 3 and adam_steps(whole, 800) == [{87}] * 3
     assert adam_steps(copy, 800) == [{62 + 12}] * 3
-    # another script's checkpoint is refused
-    other = write_file(checkpoint_path(tmp_path / "other", 1), "checkpoint", "sac_continuous", Args(), {"global_step": 1})
-    assert_stops_with_one_line(
-        "sac_atari.py",
-        ["--resume", str(other)],
-        "--resume",
-        "was written by sac_continuous.py, not by sac_atari.py",
-        tmp_path / "other",
-    )
-    assert_stops_with_one_line(
-        "sac_atari.py", ["--checkpoint-interval", "-1"], "--checkpoint-interval", "must be >= 0, got -1", tmp_path / "other"
-    )
