@@ -54,7 +54,7 @@ from cleanrl_utils.faults import check_finite
 from cleanrl_utils.files import read_file, script_name
 from cleanrl_utils.flags import RunArgs, fail, flag_name, parse_args, require, require_positive, require_range
 from cleanrl_utils.run import start_run
-from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, real_next_obs, timed_step
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, TimedSteps, real_next_obs
 
 try:  # the Atari games come with the atari extra; without it, --env-id says so
     import ale_py
@@ -258,8 +258,8 @@ def run_actor(actor_id: int, shared: Shared, args: Args, rb: PrioritizedReplayBu
     # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
     # that ended the episode is in infos["final_obs"].
     thunks = [make_env(args.env_id, i, args.capture_video and i == 0, video_dir) for i in columns]
-    if args.env_mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
-        envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
+    if args.env_mode == "async":  # a worker process per env (forkserver), each answering a step within --env-timeout
+        envs = TimedSteps(gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver"), args.env_timeout)
     else:
         envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
     with actor_envs(envs, first=first, timeout=args.env_timeout):  # a dead or hung env worker: one line; closed after
@@ -276,7 +276,7 @@ def run_actor(actor_id: int, shared: Shared, args: Args, rb: PrioritizedReplayBu
                 greedy = network(torch.as_tensor(obs)).argmax(1).numpy()
             explore = rng.random(E) < epsilons
             actions = np.where(explore, rng.integers(num_actions, size=E), greedy)
-            next_obs, rewards, terminations, truncations, infos = timed_step(envs, actions, args.env_timeout)
+            next_obs, rewards, terminations, truncations, infos = envs.step(actions)
             # s' is the real next observation: where an episode ended, its final observation
             ready = rb.add(
                 obs, actions, rewards, terminations, truncations, real_next_obs(next_obs, infos), columns=columns,

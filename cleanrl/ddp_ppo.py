@@ -46,7 +46,7 @@ from cleanrl_utils.evals import Evaluation
 from cleanrl_utils.faults import Fault, check_finite
 from cleanrl_utils.flags import RunArgs, parse_args, require, require_positive, require_range
 from cleanrl_utils.run import seed_everything, start_run
-from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, envs_state, real_next_obs, restore_envs, timed_step
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, TimedSteps, envs_state, real_next_obs, restore_envs
 
 try:  # the Atari games come with the atari extra; without it, --env-id says so
     import ale_py
@@ -493,8 +493,8 @@ if __name__ == "__main__":
 
     # Same-step autoreset: an ended episode's last observation is in infos["final_obs"]
     thunks = [make_env(args.env_id, i, args.capture_video and rank == 0, run.video_dir) for i in range(args.num_envs)]
-    if args.env_mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
-        envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
+    if args.env_mode == "async":  # a worker process per env (forkserver), each answering a step within --env-timeout
+        envs = TimedSteps(gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver"), args.env_timeout)
     else:
         envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
     # a fault (a failed collective too: a dead or hung rank) ends the run in one line; any error ends the env workers
@@ -538,7 +538,7 @@ if __name__ == "__main__":
                     action, logprob, _, value = agent.get_action_and_value(obs[step])
                 actions[step], logprobs[step], values[step] = action, logprob, value
 
-                next_obs, reward, termination, truncation, infos = timed_step(envs, action.cpu().numpy(), args.env_timeout)
+                next_obs, reward, termination, truncation, infos = envs.step(action.cpu().numpy())
                 rewards[step], terminations[step], dones[step] = reward, termination, termination | truncation
                 # Truncated (not terminated) envs will bootstrap from their real final observation.
                 truncated[step] = truncation & ~termination

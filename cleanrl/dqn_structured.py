@@ -49,7 +49,7 @@ from cleanrl_utils.spaces import (
     observation_leaves,
     uses_masks,
 )
-from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, real_next_obs, timed_step
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, TimedSteps, real_next_obs
 
 try:  # the MiniGrid ids come with the minigrid extra; without it, --env-id says so
     import minigrid
@@ -348,8 +348,8 @@ if __name__ == "__main__":
 
     # Same-step autoreset: an ended episode's last observation is in infos["final_obs"]
     thunks = [make_env(args.env_id, i, args.capture_video, run.video_dir, action_mask=args.action_mask) for i in range(N)]
-    if args.env_mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
-        envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
+    if args.env_mode == "async":  # a worker process per env (forkserver), each answering a step within --env-timeout
+        envs = TimedSteps(gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver"), args.env_timeout)
     else:
         envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
     with run.stop_on_fault(envs):  # a fault ends the run in one line; any error ends the env workers too
@@ -395,7 +395,7 @@ if __name__ == "__main__":
                     greedy = masked_argmax(q_values, batch.get(ACTION_MASK).bool() if masked else None).cpu().numpy()
             actions = masked_epsilon_greedy(greedy, mask, epsilon, num_actions, rng)
 
-            next_obs, rewards, terminations, truncations, infos = timed_step(envs, actions, args.env_timeout)
+            next_obs, rewards, terminations, truncations, infos = envs.step(actions)
             run.log_episodes(global_step, infos)
             # s' is the real next observation (its action mask included): where an episode ended, its final observation.
             rb.add(obs, actions, rewards, terminations, truncations, real_next_obs(next_obs, infos))

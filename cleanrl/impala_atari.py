@@ -53,7 +53,7 @@ from cleanrl_utils.faults import check_finite
 from cleanrl_utils.files import read_file, script_name
 from cleanrl_utils.flags import RunArgs, parse_args, require, require_positive, require_range
 from cleanrl_utils.run import start_run
-from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, timed_step
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, TimedSteps
 
 try:  # the Atari games come with the atari extra; without it, --env-id says so
     import ale_py
@@ -357,8 +357,8 @@ def run_actor(actor_id: int, shared: Shared, args: Args, slots: Slots, parent_pi
     # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
     # that ended the episode is in infos["final_obs"].
     thunks = [make_env(args.env_id, first + i, args.capture_video and actor_id == 0, video_dir) for i in range(args.num_envs)]
-    if args.env_mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
-        envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
+    if args.env_mode == "async":  # a worker process per env (forkserver), each answering a step within --env-timeout
+        envs = TimedSteps(gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver"), args.env_timeout)
     else:
         envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
     with actor_envs(envs, first=first, timeout=args.env_timeout):  # a dead or hung env worker: one line; closed after
@@ -384,7 +384,7 @@ def run_actor(actor_id: int, shared: Shared, args: Args, slots: Slots, parent_pi
                     logits, _ = agent(obs)
                     dist = torch.distributions.Categorical(logits=logits)
                     action = dist.sample()
-                next_obs, reward, terminated, truncated, infos = timed_step(envs, action.numpy(), args.env_timeout)
+                next_obs, reward, terminated, truncated, infos = envs.step(action.numpy())
                 slots.actions[slot, t], slots.logprobs[slot, t] = action, dist.log_prob(action)
                 slots.rewards[slot, t] = torch.as_tensor(reward)
                 slots.terminations[slot, t], slots.truncations[slot, t] = (

@@ -33,7 +33,7 @@ from cleanrl_utils.evals import Evaluation
 from cleanrl_utils.faults import check_finite
 from cleanrl_utils.flags import RunArgs, parse_args, require, require_positive, require_range
 from cleanrl_utils.run import start_run
-from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, real_next_obs, timed_step
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, TimedSteps, real_next_obs
 
 try:  # the Atari games come with the atari extra; without it, --env-id says so
     import ale_py
@@ -266,8 +266,9 @@ if __name__ == "__main__":
         envs_b.set_attr("index", list(range(N - h)))  # each ReplayableEnv's place in its vector env picks its saved log
         vector_envs = {"envs_a": envs_a, "envs_b": envs_b}
     else:  # one vector env: in this process (sync), or one worker process per env (async, from a fresh interpreter)
-        if args.env_mode == "async":
+        if args.env_mode == "async":  # each worker answers a step within --env-timeout
             envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
+            envs = TimedSteps(envs, args.env_timeout)
         else:
             envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
         vector_envs = {"envs": envs}
@@ -321,7 +322,7 @@ if __name__ == "__main__":
                     with torch.inference_mode():
                         action, logprob, _, value = agent.get_action_and_value(obs[step])
                     actions[step], logprobs[step], values[step] = action, logprob, value
-                    next_obs = record(step, slice(None), *timed_step(envs, action.cpu().numpy(), args.env_timeout))
+                    next_obs = record(step, slice(None), *envs.step(action.cpu().numpy()))
             else:  # the alternating sampler: the policy chooses one group's actions while the other group steps
                 for step in range(T + 1):  # each group's step t is sent at loop step t, received at t + 1
                     if step > 0:

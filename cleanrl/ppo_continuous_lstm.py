@@ -35,7 +35,7 @@ from cleanrl_utils.faults import check_finite
 from cleanrl_utils.flags import RunArgs, parse_args, require, require_positive, require_range
 from cleanrl_utils.normalization import Normalization, NormalizeObservation
 from cleanrl_utils.run import start_run
-from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, real_next_obs, timed_step
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, TimedSteps, real_next_obs
 
 
 @dataclass
@@ -120,19 +120,6 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
         return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
-
-
-class TimedSteps(gym.vector.VectorWrapper):
-    """``envs`` stepped with :func:`timed_step`: the workers of a ``gym.vector.AsyncVectorEnv`` answer each step within
-    ``timeout`` seconds (``--env-timeout``), else the run stops in one line. The normalisation sits on top of it."""
-
-    def __init__(self, envs: gym.vector.VectorEnv, timeout: float):
-        super().__init__(envs)
-        self.timeout = timeout
-
-    def step(self, actions):
-        """``envs.step(actions)``, timed."""
-        return timed_step(self.env, actions, self.timeout)
 
 
 def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:

@@ -32,7 +32,7 @@ from cleanrl_utils.evals import Evaluation
 from cleanrl_utils.faults import check_finite
 from cleanrl_utils.flags import RunArgs, parse_args, require, require_positive, require_range
 from cleanrl_utils.run import start_run
-from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, real_next_obs, timed_step
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, TimedSteps, real_next_obs
 
 
 @dataclass
@@ -271,8 +271,8 @@ if __name__ == "__main__":
 
     # Same-step autoreset: an ended episode's last observation is in infos["final_obs"]
     thunks = [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)]
-    if args.env_mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
-        envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
+    if args.env_mode == "async":  # a worker process per env (forkserver), each answering a step within --env-timeout
+        envs = TimedSteps(gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver"), args.env_timeout)
     else:
         envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
     with run.stop_on_fault(envs):  # a fault ends the run in one line; any error ends the env workers too
@@ -326,7 +326,7 @@ if __name__ == "__main__":
                     )
                 actions[step], logprobs[step], values[step] = action[0], logprob[0], value[0]
 
-                next_obs, reward, termination, truncation, infos = timed_step(envs, action[0].cpu().numpy(), args.env_timeout)
+                next_obs, reward, termination, truncation, infos = envs.step(action[0].cpu().numpy())
                 rewards[step], terminations[step] = reward, termination
                 dones[step] = next_start = (termination | truncation).astype(np.float32)
                 truncated = truncation & ~termination

@@ -49,7 +49,7 @@ from cleanrl_utils.spaces import (
     observation_leaves,
     uses_masks,
 )
-from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, real_next_obs, timed_step
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, TimedSteps, real_next_obs
 
 try:  # the MiniGrid ids come with the minigrid extra; without it, --env-id says so
     import minigrid
@@ -401,8 +401,8 @@ if __name__ == "__main__":
     thunks = [
         make_env(args.env_id, i, args.capture_video, run.video_dir, action_mask=args.action_mask) for i in range(args.num_envs)
     ]
-    if args.env_mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
-        envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
+    if args.env_mode == "async":  # a worker process per env (forkserver), each answering a step within --env-timeout
+        envs = TimedSteps(gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver"), args.env_timeout)
     else:
         envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
     with run.stop_on_fault(envs):  # a fault ends the run in one line; any error ends the env workers too
@@ -447,7 +447,7 @@ if __name__ == "__main__":
                 actions[step] = action
 
                 env_action = action.cpu().numpy().reshape((N, *action_space.shape))  # [N] Discrete, [N, *nvec.shape] Multi
-                next_obs, reward, termination, truncation, infos = timed_step(envs, env_action, args.env_timeout)
+                next_obs, reward, termination, truncation, infos = envs.step(env_action)
                 rewards[step], terminations[step], dones[step] = reward, termination, termination | truncation
                 # Truncated (not terminated) envs will bootstrap from their real final observation.
                 truncated[step] = truncation & ~termination

@@ -30,7 +30,7 @@ from cleanrl_utils.evals import Evaluation
 from cleanrl_utils.faults import check_finite
 from cleanrl_utils.flags import RunArgs, parse_args, require, require_positive, require_range
 from cleanrl_utils.run import start_run
-from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, real_next_obs, timed_step
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, TimedSteps, real_next_obs
 
 
 @dataclass
@@ -212,8 +212,8 @@ if __name__ == "__main__":
     # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
     # that ended the episode is in infos["final_obs"].
     thunks = [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(args.num_envs)]
-    if args.env_mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
-        envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
+    if args.env_mode == "async":  # a worker process per env (forkserver), each answering a step within --env-timeout
+        envs = TimedSteps(gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver"), args.env_timeout)
     else:
         envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
     with run.stop_on_fault(envs):  # a fault ends the run in one line; any error ends the env workers too
@@ -258,7 +258,7 @@ if __name__ == "__main__":
                         action = np.where(greedy, q_values.argmax(dim=1).cpu().numpy(), action)
                     actions[step] = action
 
-                    next_obs, reward, termination, truncation, infos = timed_step(envs, action, args.env_timeout)
+                    next_obs, reward, termination, truncation, infos = envs.step(action)
                     rewards[step], terminations[step], truncations[step] = reward, termination, truncation
                     next_obs_real[step] = real_next_obs(next_obs, infos)
                     run.log_episodes(global_step, infos)

@@ -47,7 +47,7 @@ from cleanrl_utils.evals import Evaluation
 from cleanrl_utils.faults import check_finite
 from cleanrl_utils.flags import RunArgs, fail, parse_args, require, require_positive, require_range
 from cleanrl_utils.run import start_run
-from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, real_next_obs, timed_step
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, TimedSteps, real_next_obs
 
 
 @dataclass
@@ -385,8 +385,8 @@ if __name__ == "__main__":
     # Same-step autoreset: an env whose episode ends is reset within that step(); the observation
     # that ended the episode is in infos["final_obs"].
     thunks = [make_env(args.env_id, i, args.capture_video, run.video_dir) for i in range(N)]
-    if args.env_mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
-        envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
+    if args.env_mode == "async":  # a worker process per env (forkserver), each answering a step within --env-timeout
+        envs = TimedSteps(gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver"), args.env_timeout)
     else:
         envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
     with run.stop_on_fault(envs):  # a fault ends the run in one line; any error ends the env workers too
@@ -427,7 +427,7 @@ if __name__ == "__main__":
                     logits = q_network(torch.as_tensor(obs, device=device))
                     actions = q_network.q_values(logits).argmax(dim=1).cpu().numpy()
 
-            next_obs, rewards, terminations, truncations, infos = timed_step(envs, actions, args.env_timeout)
+            next_obs, rewards, terminations, truncations, infos = envs.step(actions)
             run.log_episodes(global_step, infos)
             if fresh_buffer_mid_episode:  # the empty buffer starts its columns here, as at an episode start
                 obs, fresh_buffer_mid_episode = np.concatenate([np.zeros_like(obs[:, :-1]), obs[:, -1:]], 1), False

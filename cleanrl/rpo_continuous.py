@@ -34,7 +34,7 @@ from cleanrl_utils.faults import check_finite
 from cleanrl_utils.flags import RunArgs, parse_args, require, require_positive, require_range
 from cleanrl_utils.normalization import Normalization, NormalizeObservation
 from cleanrl_utils.run import start_run
-from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, real_next_obs, timed_step
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, TimedSteps, real_next_obs
 
 
 @dataclass
@@ -114,24 +114,6 @@ def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, trainin
         return ReplayableEnv(env, idx) if training else env  # logs the seed and actions a checkpoint replays
 
     return thunk
-
-
-class TimedSteps(gym.vector.VectorWrapper):
-    """The vector env ``env`` whose :meth:`step` is :func:`cleanrl_utils.wrappers.timed_step`: the workers of a
-    ``gym.vector.AsyncVectorEnv`` must answer within ``timeout`` seconds (``--env-timeout``), also under the
-    normalisation wrappers, whose own ``step`` would wait without a limit; a ``SyncVectorEnv`` steps as it does.
-
-    Raises (from ``step``):
-        multiprocessing.TimeoutError: a worker did not answer in time (``run.stop_on_fault`` says it in one line).
-    """
-
-    def __init__(self, env: gym.vector.VectorEnv, timeout: float):
-        super().__init__(env)
-        self.timeout = timeout
-
-    def step(self, actions):
-        """``env.step(actions)``, its async workers timed."""
-        return timed_step(self.env, actions, self.timeout)
 
 
 def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias_const: float = 0.0) -> nn.Linear:

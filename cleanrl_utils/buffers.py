@@ -548,7 +548,7 @@ class ReplayBuffer(_Storage):
             rewards: r_t.
             terminations, truncations: the episode ended at this step (bool or 0/1).
             next_obs: the real next observation s_{t+1}: where an episode ended, its final
-                observation (``infos["final_obs"]``), see :func:`cleanrl_utils.legacy.run.real_next_obs`.
+                observation (``infos["final_obs"]``), see :func:`cleanrl_utils.wrappers.real_next_obs`.
                 Only the entries of envs whose episode ended are read; the others are the
                 ``obs`` of the next call.
             columns: the columns this step writes, in the order of the arrays' rows (None: all):

@@ -65,7 +65,7 @@ def log_tail(path: str | Path, lines: int = 20) -> list[str]:
 
 def printed_run_dir(log: str | Path, cwd: str | Path) -> Path | None:
     """The run directory a script printed into its log, as a line ``run directory: runs/...``
-    (``cleanrl_utils.legacy.run``; a `` (resumed at step N)`` suffix is dropped), joined to ``cwd``, the
+    (``cleanrl_utils.run``; a `` (resumed at step N)`` suffix is dropped), joined to ``cwd``, the
     script's working directory; the last such line counts. ``None`` when the log has no such line
     or cannot be read."""
     try:

@@ -70,7 +70,7 @@ def restore_envs(envs: gym.vector.VectorEnv, state: dict) -> Any:
     observation ``[num_envs, ...]`` the run acts on next (``ValueError``: another number of envs, or an empty log)."""
     if len(state["logs"]) != envs.num_envs:
         raise ValueError(f"the checkpoint has {len(state['logs'])} envs, this run {envs.num_envs}")
-    observations = [obs for obs, _ in envs.call("restore", state["logs"])]
+    observations = [obs for obs, _ in envs.unwrapped.call("restore", state["logs"])]
     empty = gym.vector.utils.create_empty_array(envs.single_observation_space, n=envs.num_envs)
     return gym.vector.utils.concatenate(envs.single_observation_space, observations, empty)
 

@@ -184,9 +184,10 @@ class Run:
         """What ``error`` says in one line, or None for one that keeps its traceback."""
         if isinstance(error, Fault):
             return str(error)
-        workers = [(i, p) for e in self.envs if isinstance(e, gym.vector.AsyncVectorEnv) for i, p in enumerate(e.processes)]
+        asynchronous = [e.unwrapped for e in self.envs if isinstance(e.unwrapped, gym.vector.AsyncVectorEnv)]
+        workers = list(enumerate(p for e in asynchronous for p in e.processes))  # numbered across the vector envs given
         if isinstance(error, multiprocessing.TimeoutError) and workers:
-            pipes = [pipe for e in self.envs for pipe in e.parent_pipes]
+            pipes = [pipe for e in asynchronous for pipe in e.parent_pipes]
             late = next((i for i, pipe in enumerate(pipes) if pipe is not None and not pipe.poll(0)), "?")
             return f"env {late}: no answer within --env-timeout {self.args.env_timeout:g} s"
         if isinstance(error, (EOFError, BrokenPipeError, ConnectionResetError)) and workers:
@@ -201,7 +202,7 @@ class Run:
         return None
 
     def _kill_workers(self) -> None:
-        for envs in self.envs:  # gymnasium's close would wait for a pending step of a dead worker: kill them all
+        for envs in (e.unwrapped for e in self.envs):  # gymnasium's close would wait for a dead worker's step: kill them
             if isinstance(envs, gym.vector.AsyncVectorEnv) and not envs.closed:
                 for process in envs.processes:
                     process.kill()

@@ -3,7 +3,7 @@
 :class:`CheckedEnv` checks what an env returns; :class:`ReplayableEnv` logs what rebuilds its state, saved and restored
 for every env of a gymnasium vector env by :func:`envs_state` and :func:`cleanrl_utils.resume.restore_envs` through its
 public ``call``.
-Also :func:`real_next_obs` (the observation that ended an episode) and :func:`timed_step` (gymnasium's own timeout).
+Also :func:`real_next_obs` (the observation that ended an episode) and :class:`TimedSteps` (gymnasium's own timeout).
 """
 
 from __future__ import annotations
@@ -26,13 +26,21 @@ _FLAGS = frozenset({bool, np.bool_})
 _RESERVED = frozenset({"final_obs", "_final_obs", "final_info", "_final_info"})  # the vector env writes these
 
 
-def timed_step(envs: gym.vector.VectorEnv, actions: Any, timeout: float) -> tuple:
-    """``envs.step(actions)``; the workers of a ``gym.vector.AsyncVectorEnv`` must answer within ``timeout`` seconds
-    (``--env-timeout``, gymnasium's ``step_wait`` timeout), else ``multiprocessing.TimeoutError``."""
-    if isinstance(envs, gym.vector.AsyncVectorEnv):
-        envs.step_async(actions)
-        return envs.step_wait(timeout=timeout)
-    return envs.step(actions)
+class TimedSteps(gym.vector.VectorWrapper):
+    """A vector env whose ``step`` gives the workers of a ``gym.vector.AsyncVectorEnv`` ``timeout`` seconds to answer
+    (``--env-timeout``; gymnasium's own ``step_wait`` timeout, else ``multiprocessing.TimeoutError``, which
+    :meth:`cleanrl_utils.run.Run.stop_on_fault` says in one line); any other vector env steps as it does."""
+
+    def __init__(self, env: gym.vector.VectorEnv, timeout: float):
+        super().__init__(env)
+        self.timeout = timeout
+
+    def step(self, actions: Any) -> tuple:
+        """``env.step(actions)``, an async env's workers timed."""
+        if not isinstance(self.env, gym.vector.AsyncVectorEnv):
+            return self.env.step(actions)
+        self.env.step_async(actions)
+        return self.env.step_wait(timeout=self.timeout)
 
 
 def space_problem(space: gym.Space, value: Any, what: str = "observation") -> str | None:
@@ -266,7 +274,7 @@ class ReplayableEnv(gym.Wrapper):
 
 def envs_state(envs: gym.vector.VectorEnv) -> dict:
     """The replay logs of every env of ``envs`` (a vector env of :class:`ReplayableEnv`), as plain data."""
-    return {"logs": list(envs.call("replay_log"))}
+    return {"logs": list(envs.unwrapped.call("replay_log"))}
 
 
 def real_next_obs(next_obs: Any, infos: dict) -> Any:

@@ -162,7 +162,7 @@ def test_failed_run_is_reported_with_status_and_log_tail(tmp_path):
 
 
 FAKE_SCRIPT = textwrap.dedent("""\
-    # writes a run directory as cleanrl_utils.legacy.run does: args.json, episodic returns, the printed line
+    # writes a run directory as cleanrl_utils.run does: args.json, episodic returns, the printed line
     import json, os, sys, time
     from torch.utils.tensorboard import SummaryWriter
     flags = dict(zip(sys.argv[1::2], sys.argv[2::2]))
