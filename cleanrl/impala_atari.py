@@ -41,13 +41,13 @@ from cleanrl_utils.actors import (
     Shared,
     actor_envs,
     check_actors,
+    check_atari_or_vector_env,
     check_parent,
     learner_turn,
     spawn_actors,
     start_actors,
     stop_actors,
 )
-from cleanrl_utils.env_checks import check_atari_or_vector_env
 from cleanrl_utils.evals import Evaluation
 from cleanrl_utils.faults import check_finite
 from cleanrl_utils.files import read_file, script_name

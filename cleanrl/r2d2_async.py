@@ -44,6 +44,7 @@ from stable_baselines3.common import atari_wrappers  # SB3's Atari preprocessing
 from cleanrl_utils.actors import (
     Shared,
     actor_envs,
+    check_atari_or_vector_env,
     epsilon_ladder,
     learner_may_update,
     learner_turn,
@@ -53,7 +54,6 @@ from cleanrl_utils.actors import (
     wait_for_learner,
 )
 from cleanrl_utils.buffers import SequenceBuilder, SequenceReplayBuffer, sequence_priority
-from cleanrl_utils.env_checks import check_atari_or_vector_env
 from cleanrl_utils.evals import Evaluation, run_episodes
 from cleanrl_utils.faults import EnvFault, check_finite
 from cleanrl_utils.files import read_file, script_name

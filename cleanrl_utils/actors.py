@@ -27,7 +27,9 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from cleanrl_utils.env_checks import check_env
 from cleanrl_utils.faults import EnvFault, Fault
+from cleanrl_utils.flags import require
 from cleanrl_utils.writes import write_atomic
 
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
@@ -356,3 +358,22 @@ __all__ = [
     "actors_may_step",
     "wait_for_learner",
 ]
+
+
+def check_atari_or_vector_env(args: Any, make_env: Callable[[], gym.Env]) -> tuple[gym.Space, gym.Space, bool]:
+    """:func:`check_env` for the asynchronous scripts, which take an Atari NoFrameskip game (whose spaces are those
+    of the thunk ``make_env``'s preprocessing) or a task with 1-D Box observations: ``(obs_space, action_space, atari)``.
+
+    Raises:
+        SystemExit: status 2, one line naming ``--env-id``.
+    """
+    observation_space, action_space = check_env(args, gym.spaces.Discrete, gym.spaces.Box)
+    with gym.make(args.env_id) as env:
+        atari, frameskip = hasattr(env.unwrapped, "ale"), env.spec.kwargs.get("frameskip", 1)
+    if not atari:
+        shape, only = observation_space.shape, f"{args.script}.py supports Atari games and 1-dimensional observations only"
+        require(len(shape) == 1, "--env-id", f"{args.env_id} has observations of shape {shape}; {only}")
+        return observation_space, action_space, False
+    require(frameskip == 1, "--env-id", f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id")
+    with make_env() as probe:
+        return probe.observation_space, probe.action_space, True

@@ -1,10 +1,8 @@
 """Checkpoints: what a run writes to continue exactly where it stopped, as tensors and plain data.
 
-A script declares its checkpoint state once, a dict of what changes as it trains (``{"agent": agent, "optimizer":
-optimizer, "envs": envs, "rng": rng}``): networks, optimisers, anything with ``state_dict`` (a replay buffer), numpy
-and torch generators, tensors (a learnt ``log α``), and vector envs of :class:`~cleanrl_utils.wrappers.ReplayableEnv`
-(their replay logs). :mod:`cleanrl_utils.resume` loads it back. The format follows PyTorch's "Saving and loading a
-general checkpoint".
+A script declares its checkpoint state once: networks, optimisers, anything with ``state_dict`` (a replay buffer),
+generators, tensors (a learnt ``log α``) and vector envs of :class:`~cleanrl_utils.wrappers.ReplayableEnv` (their
+replay logs), by name. :mod:`cleanrl_utils.resume` loads it back (PyTorch's "Saving and loading a general checkpoint").
 """
 
 from __future__ import annotations

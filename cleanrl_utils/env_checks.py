@@ -11,7 +11,7 @@ import importlib.util
 import os
 import re
 import sys
-from typing import Any, Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -109,22 +109,3 @@ def check_env(args: Any, action_spaces: type | tuple, observation_spaces: type |
         bounded = len(action_space.shape) == 1 and np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()
         require(bool(bounded), "--env-id", f"{env_id} has unbounded actions {action_space}; {script} rescales into bounds")
     return observation_space, action_space
-
-
-def check_atari_or_vector_env(args: Any, make_env: Callable[[], gym.Env]) -> tuple[gym.Space, gym.Space, bool]:
-    """:func:`check_env` for the asynchronous scripts, which take an Atari NoFrameskip game (whose spaces are those
-    of the thunk ``make_env``'s preprocessing) or a task with 1-D Box observations: ``(obs_space, action_space, atari)``.
-
-    Raises:
-        SystemExit: status 2, one line naming ``--env-id``.
-    """
-    observation_space, action_space = check_env(args, gym.spaces.Discrete, gym.spaces.Box)
-    with gym.make(args.env_id) as env:
-        atari, frameskip = hasattr(env.unwrapped, "ale"), env.spec.kwargs.get("frameskip", 1)
-    if not atari:
-        shape, only = observation_space.shape, f"{args.script}.py supports Atari games and 1-dimensional observations only"
-        require(len(shape) == 1, "--env-id", f"{args.env_id} has observations of shape {shape}; {only}")
-        return observation_space, action_space, False
-    require(frameskip == 1, "--env-id", f"{args.env_id} skips frames itself; take its NoFrameskip-v4 id")
-    with make_env() as probe:
-        return probe.observation_space, probe.action_space, True

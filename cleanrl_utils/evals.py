@@ -104,11 +104,8 @@ class Evaluation:
             raise FileRefused(f"{model_path}: its saved {', '.join(env_args)} make no env: {error}") from None
 
     def saved_size(self, name: str, low: int, high: int) -> int:
-        """The saved argument ``name``, an integer in ``[low, high]`` (a network size, checked before it is built).
-
-        Raises:
-            cleanrl_utils.files.FileRefused: one line: missing, not an integer, or out of range.
-        """
+        """The saved argument ``name``, an integer in ``[low, high]`` (a network size, checked before it is built);
+        else :class:`~cleanrl_utils.files.FileRefused`, one line."""
         value = self.model["args"].get(name)
         if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
             raise FileRefused(f"{self.model['path']}: its saved {name} must be in [{low}, {high}], got {value!r}")
@@ -120,11 +117,8 @@ class Evaluation:
         return module.to(self.device).eval()
 
     def load_state(self, obj: Any, name: str) -> Any:
-        """``obj`` (with ``load_state_dict``: observation statistics) given the file's entry ``name``.
-
-        Raises:
-            cleanrl_utils.files.FileRefused: one line: no such entry, or one ``obj`` refuses.
-        """
+        """``obj`` (with ``load_state_dict``: observation statistics) given the file's entry ``name``; a missing entry,
+        or one ``obj`` refuses, is :class:`~cleanrl_utils.files.FileRefused`, one line."""
         try:
             obj.load_state_dict(self.model[name])
         except (ValueError, KeyError, TypeError, AttributeError) as error:

@@ -62,17 +62,10 @@ def check_parameters(tensors: dict[str, Any], what: str) -> None:
 
 
 def free_space(path: Any) -> str:
-    """The free space on the disk holding ``path`` (or its nearest existing parent): ``"12.5 MiB free on its disk"``."""
-    folder = Path(path)
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    try:
-        free = shutil.disk_usage(folder).free
-    except OSError:
-        return "free space unknown"
-    power = min(int(math.log(free, 1024)) if free > 0 else 0, 4)
-    full = ": the disk is full" if free < 2**20 else ""
-    return f"{free / 1024**power:.3g} {['B', 'KiB', 'MiB', 'GiB', 'TiB'][power]} free on its disk{full}"
+    """The free space on the disk of ``path`` (or of its nearest existing parent): ``"12 MiB free on its disk"``."""
+    folder = next((p for p in [Path(path), *Path(path).parents] if p.exists()), Path("/"))
+    free = shutil.disk_usage(folder).free // 2**20
+    return f"{free} MiB free on its disk" + (": the disk is full" if free < 1 else "")
 
 
 def first_line(error: BaseException) -> str:

@@ -1,9 +1,8 @@
 """Model and checkpoint files: tensors and plain data under a header, written atomically, checked when read.
 
-A file is a dict saved by ``torch.save`` and read with ``torch.load(..., weights_only=True)``: loading runs no code.
-Its header: ``format``; ``kind`` (``"model"``: what evaluation needs; ``"checkpoint"``: what resuming needs);
-``script``, the file's tag (``ppo``, or a copy's ``my_ppo``: a script reads only its own files); ``modules``, the
-``repr`` of each network (a copy with another network is told so); ``env_id`` and ``args``.
+A dict saved by ``torch.save``, read with ``torch.load(..., weights_only=True)`` (loading runs no code), with a header:
+``format``, ``kind`` (``"model"`` or ``"checkpoint"``), ``script`` (its tag: a script reads only its own files),
+``modules`` (each network's ``repr``: another network is refused), ``env_id`` and ``args``.
 """
 
 from __future__ import annotations

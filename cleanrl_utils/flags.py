@@ -14,6 +14,7 @@ import io
 import re
 import sys
 import typing
+from pathlib import Path
 from typing import Annotated, Any, Callable, NoReturn, Optional
 
 import tyro
@@ -98,23 +99,14 @@ value than the checkpoint's is refused."""
 
 
 def parse_args(args_class: type, script_file: str, check: Callable | None = None, argv: list | None = None) -> tuple:
-    """The script's arguments, from the command line or (``--resume``) from the run it continues, checked.
-
-    Args:
-        args_class: the script's ``Args``, a dataclass deriving from :class:`RunArgs`.
-        script_file: the script's ``__file__``: its name (``ppo`` for ``ppo.py``, ``my_ppo`` for a copy) is the
-            default ``--exp-name`` and the tag of its files.
-        check: the script's own checks, ``check(args)``; it may fill in computed fields.
-        argv: the command line (default ``sys.argv[1:]``).
-
-    Returns:
-        ``(args, checkpoint)``: with ``--resume`` the checkpoint read (:func:`cleanrl_utils.resume.load`), else None.
+    """``(args, checkpoint)``: the script's ``Args`` (a dataclass deriving from :class:`RunArgs`) from ``argv`` (the
+    command line) or, with ``--resume``, from the run it continues, whose checkpoint it returns (else None); checked
+    by :func:`check_run_args` and the script's ``check(args)``, which may fill in computed fields. The name of
+    ``script_file`` (``ppo`` for ``ppo.py``, ``my_ppo`` for a copy) is the default ``--exp-name`` and the files' tag.
 
     Raises:
         SystemExit: status 2, one line naming the flag (or the checkpoint's field), before anything is written.
     """
-    from pathlib import Path
-
     argv = sys.argv[1:] if argv is None else argv
     args = _tyro_cli(args_class, argv)
     args.script = Path(script_file).stem

@@ -35,8 +35,7 @@ from cleanrl_utils.faults import EnvFault, Fault, check_parameters, first_line, 
 from cleanrl_utils.flags import fail
 from cleanrl_utils.writes import check_tree, open_regular, write_atomic
 
-OPTIONAL_STATE = ("replay_buffer",)
-"""Entries of a checkpoint state a checkpoint may lack (an off-policy run without ``--checkpoint-buffer``)."""
+OPTIONAL_STATE = ("replay_buffer",)  # what a checkpoint may lack: the replay of a run without --checkpoint-buffer
 
 
 def seed_everything(seed: int, torch_deterministic: bool) -> None:

@@ -1,9 +1,7 @@
 """Gymnasium wrappers a script stacks in its make_env: output checks, and the replay log that restores an env exactly.
 
-:class:`CheckedEnv` checks what an env returns; :class:`ReplayableEnv` logs what rebuilds its state, saved and restored
-for every env of a gymnasium vector env by :func:`envs_state` and :func:`cleanrl_utils.resume.restore_envs` through its
-public ``call``.
-Also :func:`real_next_obs` (the observation that ended an episode) and :class:`TimedSteps` (gymnasium's own timeout).
+:class:`CheckedEnv` checks what an env returns; :class:`ReplayableEnv` logs what rebuilds it (:func:`envs_state` reads
+every env's log through the vector env's public ``call``). Also :class:`TimedSteps` and :func:`real_next_obs`.
 """
 
 from __future__ import annotations
@@ -83,18 +81,12 @@ def step_problem(result: Any, space: gym.Space | None = None) -> str | None:
 
 
 class CheckedEnv(gym.Wrapper):
-    """An env whose output is checked where it runs (in its worker process for ``gym.vector.AsyncVectorEnv``): in full
-    at its first reset and first step (:func:`step_problem` against its declared space), then cheaply at every step
-    (a number reward, finite and within float32's range; bool flags; finite floating observations).
-
-    Also: observations are copied once the env returns the same array twice (one it reuses in place,
-    Gymnasium#1132), so that a stored final observation cannot change; in a worker process, an exception of the env
-    becomes an :class:`EnvFault` saying where it was raised (its traceback does not reach the main process), and
-    SIGINT, SIGTERM and SIGHUP are ignored: a signal to the process group reaches the main process, which
-    checkpoints with its envs alive, then closes them.
-
-    Args:
-        index: the env's index in its vector env, named in the messages.
+    """An env (``index`` in its vector env) whose output is checked where it runs (in its worker process under
+    ``gym.vector.AsyncVectorEnv``): in full at its first reset and step (:func:`step_problem`), then cheaply at every
+    step: a number reward, finite and within float32's range; bool flags; finite floating observations. Observations
+    are copied once the env returns the same array twice (reusing it, Gymnasium#1132). In a worker process an env's
+    exception becomes an :class:`EnvFault` saying where it was raised, and SIGINT, SIGTERM and SIGHUP are ignored: the
+    main process gets them, checkpoints with its envs alive, then closes them.
 
     Raises (from ``reset`` or ``step``):
         EnvFault: ``env 2 returned a non-finite reward (nan) at its step 17``.
@@ -167,16 +159,15 @@ class CheckedEnv(gym.Wrapper):
 def generator_state(generator: np.random.Generator | np.random.RandomState) -> dict:
     """A numpy generator's state as plain data (a legacy ``RandomState``'s, which dm_control draws from, too)."""
     if isinstance(generator, np.random.RandomState):
-        state = generator.get_state(legacy=False)
-        return {"RandomState": {**state, "state": {"key": state["state"]["key"].tolist(), "pos": int(state["state"]["pos"])}}}
+        return {"RandomState": _plain(generator.get_state(legacy=False))}
     return generator.bit_generator.state
 
 
 def make_generator(state: dict) -> np.random.Generator | np.random.RandomState:
     """A numpy generator in the state :func:`generator_state` returned (``ValueError`` for one that does not fit)."""
     if "RandomState" in state:
-        legacy, generator = state["RandomState"], np.random.RandomState()
-        generator.set_state({**legacy, "state": {**legacy["state"], "key": np.asarray(legacy["state"]["key"], np.uint32)}})
+        generator = np.random.RandomState()
+        generator.set_state(_unplain(state["RandomState"]))
         return generator
     if not hasattr(np.random, str(state.get("bit_generator"))):
         raise ValueError(f"unknown numpy bit generator {state.get('bit_generator')!r}")

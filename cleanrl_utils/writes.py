@@ -1,7 +1,7 @@
 """Writes that a link planted in a folder cannot redirect: new files, regular files, whole-file replacements.
 
-A run directory (or the launcher's, the plot's, the tuner's folder) may come from elsewhere; a link planted there under
-a name this project writes would send the write elsewhere. Refusals raise :class:`UnsafePath` (one line). No torch.
+A folder may come from elsewhere; a link planted there under a name this project writes would send the write elsewhere.
+Refusals raise :class:`UnsafePath` (one line). No torch: the launcher and the tuner use it too.
 """
 
 from __future__ import annotations
