@@ -15,11 +15,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 LONG = {
-    "test_scripts.py::test_same_seed_same_returns[dqn.py]",
-    "test_faults.py::test_a_signal_to_the_process_group_leaves_a_checkpoint_the_run_resumes_exactly_from[1-async]",
-    "test_faults.py::test_a_signal_to_the_process_group_leaves_a_checkpoint_the_run_resumes_exactly_from[2-async]",
-    "test_faults.py::test_a_signal_to_the_process_group_leaves_a_checkpoint_the_run_resumes_exactly_from[15-async]",
-    "test_env_output.py::test_sigterm_while_many_async_workers_start_is_a_stop_not_a_traceback",
     "test_terraform.py::test_checkov_has_no_failed_check_and_every_skip_has_a_reason",
 }
 """The slowest of the other tests on 2 cores (``pytest --durations``, 33-115 s each: whole-run resume and
@@ -168,6 +163,51 @@ def tmp_cwd(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def start_script(script: str, *flags: str, cwd: Path, session: bool = False) -> subprocess.Popen:
+    """Start ``python cleanrl/<script> <flags>`` (or the script file ``script``) in ``cwd``, its output piped, as a
+    terminal's foreground job: SIGINT and SIGHUP handled (a background job of a non-interactive shell inherits SIGINT
+    ignored; a job under nohup, SIGHUP). ``session``: in a session (and process group) of its own."""
+    path = Path(script) if Path(script).is_file() else ROOT / "cleanrl" / script
+    return subprocess.Popen(
+        [sys.executable, str(path), *flags],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=session,
+        preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGHUP)],
+    )
+
+
+def wait_until_idle(process: subprocess.Popen, seconds: float = 3.0, timeout: float = 300.0) -> None:
+    """Wait until ``process`` has used no CPU time for ``seconds`` (it waits for something that never comes: a hung
+    env), failing if it exits or ``timeout`` seconds pass first."""
+
+    def cpu_ticks() -> int:
+        fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime
+
+    deadline, last, still = time.monotonic() + timeout, -1, 0.0
+    while still < seconds:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the process never went idle"
+        ticks = cpu_ticks()
+        still = still + 0.5 if ticks == last else 0.0
+        last = ticks
+        time.sleep(0.5)
+
+
+def ctrl_c_twice(process: subprocess.Popen) -> tuple[str, str]:
+    """Ctrl-C, which a run waiting on a hung env cannot act on (it is still running 2 s later), then Ctrl-C again:
+    ``(stdout, stderr)`` once it has exited."""
+    process.send_signal(signal.SIGINT)
+    time.sleep(2.0)
+    assert process.poll() is None, process.communicate()
+    process.send_signal(signal.SIGINT)
+    return process.communicate(timeout=60)
+
+
 def assert_session_ends(session: int, timeout: float = 20.0) -> None:
     """Every process of ``session`` (env workers, forkserver, resource tracker) ends within ``timeout`` s
     (zombies waiting to be reaped do not count)."""
@@ -203,7 +243,7 @@ def sigterm_then_resume(
     file when None), "curves": its scalars without charts/SPS}``, for the caller to compare
     (exactly, or as far as the script can).
     """
-    from cleanrl_utils.legacy.files import checkpoint_step, latest_checkpoint
+    from cleanrl_utils.files import checkpoint_step, checkpoints
 
     def result(directory: Path) -> dict:
         import torch
@@ -242,7 +282,7 @@ def sigterm_then_resume(
     if group:
         assert_session_ends(process.pid)
     cut = run_dir(cwd / "cut")
-    step = checkpoint_step(latest_checkpoint(cut))
+    step = checkpoint_step(checkpoints(cut)[-1])
     name = signal.Signals(signum).name
     assert interval <= step < total and f"{name}: checkpoint written" in out, (step, out)
     assert f"resume with: python {ROOT / 'cleanrl' / script} --resume runs/" in out, out

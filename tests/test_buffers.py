@@ -499,9 +499,10 @@ class DictCounter(gym.Env):
 
 
 def test_dict_observations_from_a_vector_env_with_real_final_obs():
-    from cleanrl_utils.legacy.vector import real_next_obs, vector_env
+    from cleanrl_utils.wrappers import SAME_STEP, real_next_obs
 
-    envs = vector_env([lambda: gym.wrappers.TimeLimit(DictCounter(), 3), lambda: gym.wrappers.TimeLimit(DictCounter(), 2)])
+    thunks = [lambda: gym.wrappers.TimeLimit(DictCounter(), 3), lambda: gym.wrappers.TimeLimit(DictCounter(), 2)]
+    envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
     rb = ReplayBuffer(10, 2, envs.single_observation_space, envs.single_action_space, seed=0)
     obs, _ = envs.reset(seed=0)
     for _ in range(6):

@@ -15,10 +15,10 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tomllib  # Python >= 3.11 (the only version the project runs)
 from pathlib import Path
 
 import pytest
-import tomllib  # Python >= 3.11 (the only version the project runs)
 from docker.utils.build import exclude_paths  # the Docker SDK's own .dockerignore matching
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name

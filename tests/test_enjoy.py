@@ -118,9 +118,8 @@ def test_enjoy_evaluates_a_checkpoint_with_the_scripts_networks(script, flags, t
 
 def test_a_checkpoint_without_networks_is_refused(tmp_path):
     from cleanrl_utils.enjoy import model_of_checkpoint
-    from cleanrl_utils.legacy.files import FileRefused
 
-    with pytest.raises(FileRefused, match="holds no network to evaluate"):
+    with pytest.raises(ValueError, match="holds no network to evaluate"):
         model_of_checkpoint({"path": "step_5.pt", "state": {"agent": {}}, "modules": {}})
     model = model_of_checkpoint(
         {
@@ -154,13 +153,14 @@ def _model_of(tmp, script):
     """A well-formed model file whose recorded script name is a path: it must never choose the code that runs."""
     from dataclasses import dataclass
 
-    from cleanrl_utils.legacy.files import write_file
+    from cleanrl_utils.files import write_file
 
     @dataclass
     class Args:
         env_id: str = "CartPole-v1"
+        script: str = ""
 
-    return write_file(tmp / "named.cleanrl_model", "model", script, Args(), {})
+    return write_file(tmp / "named.cleanrl_model", "model", Args(script=script), {})
 
 
 @pytest.mark.parametrize(

@@ -6,12 +6,14 @@ observations, a worker that dies or hangs, an env that reuses its observation ar
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import errno
 import os
+import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,9 +22,20 @@ import numpy as np
 import pytest
 import torch
 
-from cleanrl_utils.legacy import checkpoint, faults, files
-from cleanrl_utils.legacy.vector import SAME_STEP, real_next_obs, vector_env
-from tests.conftest import ROOT, assert_stops_with_one_line, run_dir, run_script, sigterm_then_resume
+from cleanrl_utils import faults, files, resume, writes
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, real_next_obs
+from tests.conftest import (
+    ROOT,
+    assert_stops_with_one_line,
+    ctrl_c_twice,
+    enjoy,
+    run_dir,
+    run_script,
+    scalars,
+    sigterm_then_resume,
+    start_script,
+    wait_until_idle,
+)
 from tests.envs import FaultyEnv
 
 SMALL = {
@@ -33,6 +46,15 @@ SMALL = {
 BOX = {"sac_continuous.py"}
 PPO_RUN = ["--env-id", "CartPole-v1", "--num-envs", "2", "--num-steps", "128", "--total-timesteps", "10240"]
 PPO_RUN += ["--save-model", "--eval-episodes", "1"]
+
+
+@dataclasses.dataclass
+class PpoFileArgs:
+    """The header arguments of a hand-written file of ppo.py."""
+
+    env_id: str = "CartPole-v1"
+    seed: int = 1
+    script: str = "ppo"
 
 
 def fault_line(result: subprocess.CompletedProcess, script: str) -> str:
@@ -63,12 +85,15 @@ def no_non_finite_files(cwd: Path) -> None:
 
 
 @pytest.mark.parametrize("script", ["ppo.py", "dqn.py", "sac_continuous.py"])
-@pytest.mark.parametrize("fault,message", [("NanReward", "returned a non-finite reward (nan)"), ("NanObs", "non-finite")])
+@pytest.mark.parametrize(
+    "fault,message",
+    [("NanReward", "returned a non-finite reward (nan)"), ("NanObs", "returned a non-finite observation")],
+)
 def test_nan_from_the_env_stops_the_run_naming_the_env(script, fault, message, tmp_path):
     env_id = f"tests.envs:Faulty{fault}{'Box' if script in BOX else ''}-v0"
     flags = [*SMALL[script], "--env-id", env_id, "--save-model", "--checkpoint-interval", "100"]
     line = fault_line(run_script(script, *flags, cwd=tmp_path, check=False), script)
-    assert "env 0" in line and message in line and "vector step" in line, line
+    assert f"env 0 {message} at its step 300;" in line, line  # the env's own step: its 300th
     assert "last checkpoint: runs/" in line, line  # the checkpoint before the fault is kept
     assert not list(tmp_path.glob("runs/*/*.cleanrl_model"))  # no model after a fault
     no_non_finite_files(tmp_path)
@@ -90,12 +115,58 @@ def test_an_exploding_learning_rate_stops_at_the_update(script, flags, tmp_path)
     no_non_finite_files(tmp_path)
 
 
+class _HugeEnv(gym.Env):
+    """One step in two returns ``value`` as its reward (``"reward"``) or as its observation (``"obs"``), a float64
+    that is finite but beyond float32's range (the type the rollouts and buffers store)."""
+
+    observation_space = gym.spaces.Box(-10.0, 10.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, where: str, value: float = 1e300):
+        self.where, self.value, self.t = where, value, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        huge = self.t % 2 == 0
+        obs = np.full(2, self.value) if huge and self.where == "obs" else np.zeros(2, np.float32)
+        return obs, self.value if huge and self.where == "reward" else 1.0, False, False, {}
+
+
+def _huge_envs(where: str, value: float = 1e300) -> gym.vector.SyncVectorEnv:
+    thunks = [lambda: CheckedEnv(_HugeEnv(where, value), 0), lambda: CheckedEnv(_HugeEnv("none"), 1)]
+    return gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
+
+
 def test_a_reward_beyond_float32_is_named_where_it_appears():
-    """A float64 reward of 1e300 is finite, but not once stored as float32 (the buffers' type)."""
-    obs = np.zeros((2, 4), np.float32)
-    faults.check_env_step(np.array([1.0, -3e38]), obs, {}, 7)
-    with pytest.raises(faults.EnvFault, match=r"env 1 returned a reward \(1e\+300\) beyond float32's range at vector step 7"):
-        faults.check_env_step(np.array([1.0, 1e300]), obs, {}, 7)
+    """A float64 reward of 1e300 is finite, but not once stored as float32 (the buffers' type); -3e38 fits."""
+    envs = _huge_envs("reward", -3e38)
+    envs.reset(seed=1)
+    for _ in range(4):
+        envs.step(np.zeros(2, dtype=np.int64))
+    envs = _huge_envs("reward")
+    envs.reset(seed=1)
+    envs.step(np.zeros(2, dtype=np.int64))
+    with pytest.raises(faults.EnvFault, match=r"^env 0 returned a reward beyond float32's range \(1e\+300\) at its step 2$"):
+        envs.step(np.zeros(2, dtype=np.int64))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="new-runtime bug: CheckedEnv checks a float observation with np.isfinite in its own dtype; a float64 1e300 "
+    "passes and becomes inf in the vector env's float32 batch, unnamed (the old runtime named the env)",
+)
+def test_an_observation_beyond_float32_is_named_where_it_appears():
+    envs = _huge_envs("obs")
+    envs.reset(seed=1)
+    envs.step(np.zeros(2, dtype=np.int64))
+    with pytest.raises(faults.EnvFault, match="env 0 returned a non-finite observation at its step 2"):
+        next_obs, *_ = envs.step(np.zeros(2, dtype=np.int64))
+        assert np.isfinite(next_obs).all(), next_obs  # what the script would store
 
 
 def test_check_finite_and_check_parameters_name_the_quantity():
@@ -118,46 +189,62 @@ def test_non_finite_flags_are_refused(flag, value, tmp_path):
     assert_stops_with_one_line("ppo.py", [flag, value], flag, "", tmp_path)
 
 
-@pytest.mark.parametrize("seed", ["-1", str(2**40)])
-def test_seeds_numpy_and_torch_refuse_are_refused(seed, tmp_path):
-    assert_stops_with_one_line("dqn.py", ["--seed", seed], "--seed", "must be in [0, 2**31)", tmp_path)
+def test_a_seed_numpy_and_torch_refuse_is_refused(tmp_path):
+    assert_stops_with_one_line("dqn.py", ["--seed", str(2**40)], "--seed", "must be in [0, 2**31)", tmp_path)
 
 
 # ---- env workers that die or hang; envs that reuse their arrays
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
-def test_a_hung_env_is_stopped_after_env_timeout(mode, tmp_path):
-    flags = [*SMALL["ppo.py"], "--env-id", "tests.envs:FaultyHang-v0", "--env-mode", mode, "--env-timeout", "2"]
+def test_a_hung_sync_env_is_stopped_by_a_second_ctrl_c_naming_the_last_checkpoint(tmp_path):
+    """A sync env is not timed: the first Ctrl-C waits for the step that never ends, the second stops the run at once."""
+    flags = [*SMALL["ppo.py"], "--env-id", "tests.envs:FaultyHang-v0", "--checkpoint-interval", "128"]
+    process = start_script("ppo.py", *flags, cwd=tmp_path)
+    wait_until_idle(process)  # each env hangs at its 300th step, global step 600: after the checkpoint at 512
+    _, err = ctrl_c_twice(process)
+    assert process.returncode == 130, err
+    checkpoint = f"runs/{run_dir(tmp_path).name}/checkpoints/step_512.pt"
+    assert err.strip().splitlines() == [f"ppo.py: stopped at once by a second Ctrl-C; last checkpoint: {checkpoint}"], err
+    resume.load(str(tmp_path / checkpoint), "ppo")  # whole
+
+
+def test_a_hung_async_env_is_stopped_after_env_timeout(tmp_path):
+    flags = [*SMALL["ppo.py"], "--env-id", "tests.envs:FaultyHang-v0", "--env-mode", "async", "--env-timeout", "2"]
     started = time.monotonic()
     line = fault_line(run_script("ppo.py", *flags, cwd=tmp_path, check=False, timeout=120), "ppo.py")
-    assert "env 0: no answer within --env-timeout 2 s" in line, line
-    assert time.monotonic() - started < 60
-
-
-def test_an_env_that_hangs_when_made_is_stopped_after_env_timeout(tmp_path):
-    flags = ["--env-id", "tests.envs:FaultyHangInit-v0", "--env-timeout", "2"]
-    assert_stops_with_one_line("ppo.py", flags, "--env-id", "no answer within --env-timeout 2 s", tmp_path)
+    assert re.fullmatch(r"ppo\.py: env [01]: no answer within --env-timeout 2 s; last checkpoint: none", line), line
+    assert time.monotonic() - started < 90
 
 
 def test_a_dead_worker_is_named_with_its_exit_code(tmp_path):
     flags = [*SMALL["ppo.py"], "--env-id", "tests.envs:FaultyDie-v0", "--env-mode", "async", "--checkpoint-interval", "128"]
     line = fault_line(run_script("ppo.py", *flags, cwd=tmp_path, check=False, timeout=120), "ppo.py")
-    assert "its worker process" in line and "died: exit code 3" in line, line
-    assert "last checkpoint: runs/" in line and line.rsplit(" ", 1)[-1].endswith(".pt"), line
-    checkpoint.load_checkpoint(str(tmp_path / line.rsplit(" ", 1)[-1]), "ppo")  # whole and resumable
+    assert re.search(r"env [01]: its worker process \(pid \d+\) died: exit code 3; last checkpoint: runs/", line), line
+    checkpoint = line.rsplit(" ", 1)[-1]
+    assert checkpoint.endswith("/checkpoints/step_512.pt"), line  # the last one before the fault at global step 600
+    resume.load(str(tmp_path / checkpoint), "ppo")  # whole and resumable
     # its env id imports tests.envs: the checkpoint does not choose that, the user does
     message = "imports the module 'tests.envs'; name it yourself"
     assert_stops_with_one_line("ppo.py", ["--resume", str(run_dir(tmp_path))], "--env-id", message, tmp_path / "runs")
+    flags = ["--resume", str(run_dir(tmp_path)), "--env-id", "tests.envs:FaultyDie-v0"]
+    resumed = run_script("ppo.py", *flags, cwd=tmp_path, check=False, timeout=120)  # its new workers die at their 300th
+    assert "(resumed at step 512)" in resumed.stdout and "died: exit code 3" in fault_line(resumed, "ppo.py")
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_an_env_that_mutates_its_arrays_stores_the_same_transitions(mode):
+    """An env that returns one array every step, overwritten in place (Gymnasium#1132): the observations and the
+    final observations a script stores are those of an honest env."""
+
     def transitions(fault: str) -> list[np.ndarray]:
         def make(index):
-            return lambda: gym.wrappers.TimeLimit(FaultyEnv(fault=fault), 7)
+            return lambda: CheckedEnv(gym.wrappers.RecordEpisodeStatistics(gym.wrappers.TimeLimit(FaultyEnv(fault), 7)), index)
 
-        envs = vector_env([make(i) for i in range(2)], mode, SAME_STEP, timeout=60)
+        thunks = [make(i) for i in range(2)]
+        if mode == "sync":
+            envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
+        else:
+            envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
         obs, _ = envs.reset(seed=5)
         stored = [obs]
         for _ in range(30):
@@ -195,54 +282,43 @@ def test_damaged_empty_truncated_and_misplaced_checkpoints_are_refused_in_one_li
         "empty": lambda b: b"",
         "truncated": lambda b: b[: len(b) // 3],
     }
-    messages = {"corrupted": "is corrupted: the checksum", "empty": "is empty", "truncated": "not a complete torch file"}
+    unreadable = "cannot be read as a cleanrl file (empty, truncated, or another format)"
+    messages = {"corrupted": "is corrupted: the checksum of its record", "empty": unreadable, "truncated": unreadable}
     for name, damage in cases.items():
         latest.write_bytes(bytes(damage(bytearray(data))))
-        assert_stops_with_one_line("ppo.py", ["--resume", str(latest)], "--resume", messages[name], other)
-    # a damaged newest checkpoint in a run directory: the one before it resumes, and that is said
-    resumed = run_script("ppo.py", "--resume", str(run), "--total-timesteps", "512", cwd=other, check=False)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert "--resume: " in resumed.stderr and "resuming from step_256.pt instead" in resumed.stderr, resumed.stderr
-    assert "resumed at step 256" in resumed.stdout
-    checkpoint.load_checkpoint(str(latest), "ppo")  # rewritten by the resumed run
+        assert_stops_with_one_line("ppo.py", ["--resume", str(latest)], "--resume", f"{latest} {messages[name]}", other)
+        # given its run directory, the damaged newest checkpoint is refused, named (the one before it is not taken)
+        assert_stops_with_one_line("ppo.py", ["--resume", str(run)], "--resume", f"{latest} {messages[name]}", other)
 
     class Code:  # unpickling this would run code: weights_only refuses it
         def __reduce__(self):
             return (print, ("unpickling ran code",))
 
     torch.save({"format": files.FORMAT, "kind": "checkpoint", "script": "ppo", "obj": Code()}, latest)
-    assert_stops_with_one_line("ppo.py", ["--resume", str(latest)], "--resume", "UnpicklingError", other)
+    message = f"{latest} cannot be read as a cleanrl file (UnpicklingError"
+    assert_stops_with_one_line("ppo.py", ["--resume", str(latest)], "--resume", message, other)
     os.mkfifo(tmp_path / "fifo.pt")
     assert_stops_with_one_line("ppo.py", ["--resume", str(tmp_path / "fifo.pt")], "--resume", "is not a regular file", other)
     latest.write_bytes(bytes(data))
     copied = tmp_path / "step_512.pt"
     copied.write_bytes(bytes(data))
     assert_stops_with_one_line("ppo.py", ["--resume", str(copied)], "--resume", "is not in a run directory", other)
-    result = subprocess.run(  # evaluated anywhere: evaluation writes nothing into a run directory
-        [sys.executable, "-m", "cleanrl_utils.enjoy", str(copied), "--eval-episodes", "1"], cwd=other, capture_output=True,
-        text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
-    assert result.returncode == 0 and result.stdout.startswith(f"ppo.py, {copied}: 1 episodes"), result.stderr
+    result = enjoy(str(copied), "--eval-episodes", "1", cwd=other)  # evaluated anywhere: it writes into no run directory
+    assert result.stdout.startswith(f"ppo.py, {copied}: 1 episodes"), result.stdout
 
 
 def test_a_write_that_fails_names_the_path_and_the_space_left_and_keeps_the_previous_file(tmp_path, monkeypatch):
-    from dataclasses import dataclass
-
-    @dataclass
-    class Args:
-        seed: int = 1
-
-    path = files.write_file(tmp_path / "run" / "checkpoints" / "step_1.pt", "checkpoint", "ppo", Args(), {"w": torch.ones(3)})
+    path = files.write_file(tmp_path / "run" / "checkpoints" / "step_1.pt", "checkpoint", PpoFileArgs(), {"w": torch.ones(3)})
     before = path.read_bytes()
 
     def disk_full(fd):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(files.os, "fsync", disk_full)
+    monkeypatch.setattr(writes.os, "fsync", disk_full)
     with pytest.raises(faults.WriteFailed) as raised:
-        files.write_file(path, "checkpoint", "ppo", Args(), {"w": torch.zeros(3)})
+        files.write_file(path, "checkpoint", PpoFileArgs(), {"w": torch.zeros(3)})
     message = str(raised.value)
-    assert str(path) in message and "No space left on device" in message and "free" in message, message
+    assert str(path) in message and "No space left on device" in message and "free on its disk" in message, message
     assert "\n" not in message
     assert path.read_bytes() == before and not list(path.parent.glob("*.tmp"))
 
@@ -252,10 +328,15 @@ def test_a_write_that_fails_names_the_path_and_the_space_left_and_keeps_the_prev
 
 @pytest.mark.parametrize(
     "signum,mode",
-    # SIGHUP: the terminal or ssh session closed
-    [(s, m) for s in (signal.SIGTERM, signal.SIGINT) for m in ("sync", "async")] + [(signal.SIGHUP, "async")],
+    [
+        (signal.SIGINT, "sync"),  # Ctrl-C in a terminal
+        pytest.param(signal.SIGTERM, "async", marks=pytest.mark.long),  # Slurm, timeout
+        pytest.param(signal.SIGINT, "async", marks=pytest.mark.long),
+        pytest.param(signal.SIGHUP, "async", marks=pytest.mark.long),  # the terminal or ssh session closed
+    ],
 )
 def test_a_signal_to_the_process_group_leaves_a_checkpoint_the_run_resumes_exactly_from(signum, mode, tmp_path):
+    """The env workers ignore the signal; the main process checkpoints with them alive, then ends them."""
     flags = [*PPO_RUN, "--env-mode", mode]
     whole, resumed = sigterm_then_resume("ppo.py", flags, 2048, 10240, tmp_path, signum=signum, group=True)
     for name, tensor in whole["model"].items():
@@ -263,17 +344,74 @@ def test_a_signal_to_the_process_group_leaves_a_checkpoint_the_run_resumes_exact
     assert resumed["curves"] == whole["curves"]
 
 
+@pytest.fixture(scope="module")
+def sigterm_in_the_final_evaluation(tmp_path_factory) -> dict:
+    """A ppo.py run sent SIGTERM while it evaluates its saved model (500 episodes): what it printed and left."""
+    cwd = tmp_path_factory.mktemp("evaluation")
+    flags = ["--num-envs", "1", "--num-steps", "128", "--total-timesteps", "256", "--save-model", "--eval-episodes", "500"]
+    process = start_script("ppo.py", *flags, cwd=cwd)
+    printed = []
+    for line in process.stdout:  # the evaluation starts once the model is saved
+        printed.append(line)
+        if line.startswith("model saved to"):
+            break
+    time.sleep(1.0)
+    process.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    evaluating = process.poll() is None
+    out, err = process.communicate(timeout=600)
+    return {"code": process.returncode, "out": "".join(printed) + out, "err": err, "evaluating": evaluating, "cwd": cwd}
+
+
+def test_a_sigterm_during_the_final_evaluation_lets_it_finish(sigterm_in_the_final_evaluation):
+    result = sigterm_in_the_final_evaluation
+    assert result["evaluating"], result  # the signal came during the evaluation
+    assert result["code"] == 0 and result["err"] == "", result["err"]
+    assert "evaluation over 500 episodes: " in result["out"], result["out"]
+    run = run_dir(result["cwd"])
+    files.read_file(run / "ppo.cleanrl_model", "model", "ppo")
+    assert "eval/episodic_return" in scalars(run)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="new-runtime bug: Run.close prints the closing summary only without a stop signal, so a run whose final "
+    "evaluation got SIGTERM (and finished: model saved and evaluated, exit 0) ends with no summary and no word of it",
+)
+def test_a_run_whose_final_evaluation_got_sigterm_still_prints_its_summary(sigterm_in_the_final_evaluation):
+    result = sigterm_in_the_final_evaluation
+    assert "run finished at step 256" in result["out"] and "evaluate it again: " in result["out"], result["out"]
+
+
+def test_a_second_ctrl_c_during_the_final_evaluation_stops_it_at_once(tmp_path):
+    flags = ["--num-envs", "1", "--num-steps", "128", "--total-timesteps", "256", "--save-model", "--eval-episodes", "100000"]
+    process = start_script("ppo.py", *flags, cwd=tmp_path)
+    for line in process.stdout:
+        if line.startswith("model saved to"):
+            break
+    time.sleep(1.0)
+    _, err = ctrl_c_twice(process)
+    assert process.returncode == 130, err
+    assert err.strip().splitlines() == ["ppo.py: stopped at once by a second Ctrl-C; last checkpoint: none"], err
+    files.read_file(next(tmp_path.glob("runs/*/ppo.cleanrl_model")), "model", "ppo")  # saved before, whole
+
+
+def _mount_tmpfs(folder: Path, size: str) -> None:
+    """A small tmpfs mounted at ``folder`` (root only; the test is skipped elsewhere)."""
+    folder.mkdir(exist_ok=True)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+
+
 def test_a_full_disk_stops_the_run_in_one_line_and_keeps_the_previous_checkpoint(tmp_path):
-    """A real full disk where the machine lets us mount a small tmpfs (root); else skipped (the
-    simulated ENOSPC test above still runs)."""
+    """A real full disk: a small tmpfs mounted as the run's checkpoints folder."""
     flags = ["--num-envs", "1", "--num-steps", "128", "--total-timesteps", "1024", "--checkpoint-interval", "512"]
     run_script("ppo.py", *flags, cwd=tmp_path)
     run = run_dir(tmp_path)
     (run / "checkpoints" / "step_1024.pt").unlink()
     shutil.move(run / "checkpoints" / "step_512.pt", tmp_path / "step_512.pt")
-    disk = run / "checkpoints"  # a small disk mounted as the run's checkpoints folder
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here")
+    disk = run / "checkpoints"
+    _mount_tmpfs(disk, "2m")
     try:
         shutil.copy(tmp_path / "step_512.pt", disk / "step_512.pt")
         free = shutil.disk_usage(disk).free
@@ -283,193 +421,96 @@ def test_a_full_disk_stops_the_run_in_one_line_and_keeps_the_previous_checkpoint
         assert "cannot write" in line and "step_1024.pt" in line and "the disk is full" in line, line
         assert line.endswith("step_512.pt"), line  # the last good checkpoint
         assert sorted(p.name for p in disk.iterdir()) == ["filler", "step_512.pt"]  # no partial file
-        checkpoint.load_checkpoint(str(run / "checkpoints" / "step_512.pt"), "ppo")  # intact
+        resume.load(str(run / "checkpoints" / "step_512.pt"), "ppo")  # intact
     finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
+
+
+def test_a_full_disk_under_the_tensorboard_events_stops_the_run(tmp_path):
+    """The disk fills while the run writes its TensorBoard events: the run stops, exit 1, saying ENOSPC.
+
+    What a user sees (measured): two tracebacks, TensorBoard's writer thread's ("Exception in thread Thread-1") and
+    the script's, from the ``writer.add_scalar`` that found it, both ending ``OSError: [Errno 28] No space left on
+    device``; no line naming the last checkpoint (the old runtime said it in one line)."""
+    disk = tmp_path / "disk"
+    _mount_tmpfs(disk, "2m")
+    process = start_script("ppo.py", "--num-envs", "1", "--total-timesteps", "10000000", cwd=disk)
+    try:
+        for line in process.stdout:  # set-up ends (its first events are flushed) before this line is printed
+            if line.startswith("run directory: "):
+                break
+        with contextlib.suppress(OSError), open(disk / "filler", "wb") as filler:
+            filler.write(b"\0" * (shutil.disk_usage(disk).free + 4096))
+        assert shutil.disk_usage(disk).free < 4096
+        _, err = process.communicate(timeout=300)
+        assert process.returncode == 1, err[-3000:]
+        assert err.strip().splitlines()[-1] == "OSError: [Errno 28] No space left on device", err[-3000:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
         subprocess.run(["umount", str(disk)], capture_output=True)
 
 
 def test_forged_headers_non_finite_weights_and_module_env_ids_are_refused(tmp_path):
     """From a hostile helper's attack: a checkpoint whose header has the wrong types, a model with
     NaN weights, and a model whose recorded env id names a module to import."""
-    from dataclasses import dataclass
-
     from cleanrl.ppo import evaluate
 
-    @dataclass
-    class Args:
-        env_id: str = "CartPole-v1"
-        seed: int = 1
-
-    forged = files.write_file(tmp_path / "run" / "checkpoints" / "step_1.pt", "checkpoint", "ppo", Args(), {"state": {}})
+    forged = files.write_file(tmp_path / "run" / "checkpoints" / "step_1.pt", "checkpoint", PpoFileArgs(), {"state": {}})
     original = {**torch.load(forged, weights_only=True), "global_step": 1}
-    for key, value in [("global_step", "1"), ("global_step", -5), ("state", [1]), ("rng", "x")]:
+    for key, value in [("global_step", "1"), ("global_step", -5), ("state", [1]), ("rng", "x"), ("args", [])]:
         torch.save({**original, key: value}, forged)
         with pytest.raises(files.FileRefused, match=f"damaged or forged: its '{key}'|its global_step is -5"):
             files.read_file(forged, "checkpoint", "ppo")
     net = torch.nn.Linear(4, 2)
     with torch.no_grad():
         net.weight.fill_(float("nan"))
-    model = files.write_file(tmp_path / "m.cleanrl_model", "model", "ppo", Args(), {"agent": net.state_dict()})
-    with pytest.raises(files.FileRefused, match="agent.weight holds non-finite values"):
-        files.check_module(torch.nn.Linear(4, 2), "agent", files.read_file(model, "model", "ppo"))
-    named = files.write_file(tmp_path / "n.cleanrl_model", "model", "ppo", Args(env_id="this:CartPole-v1"), {})
-    with pytest.raises(files.FileRefused, match="which imports the module 'this'"):
+    model = files.write_file(tmp_path / "m.cleanrl_model", "model", PpoFileArgs(), {"agent": net.state_dict()}, {"agent": net})
+    with pytest.raises(files.FileRefused, match="its agent.weight holds non-finite values"):
+        files.load_module(torch.nn.Linear(4, 2), "agent", files.read_file(model, "model", "ppo"))
+    named = files.write_file(tmp_path / "n.cleanrl_model", "model", PpoFileArgs(env_id="this:CartPole-v1"), {})
+    with pytest.raises(files.FileRefused, match="records the env id 'this:CartPole-v1', which imports a module; name it"):
         evaluate(str(named), 1)
 
 
-def test_an_async_env_that_raises_is_one_line(tmp_path):
+# ---- envs that raise
+
+
+def test_an_async_env_that_raises_is_one_line_naming_the_env_the_exception_where_and_the_step(tmp_path):
     result = run_script(
         "ppo.py", *SMALL["ppo.py"], "--env-id", "tests.envs:CrashingCounter-v0", "--env-mode", "async",
         cwd=tmp_path, check=False, timeout=120,
     )  # fmt: skip
-    assert result.returncode == 1, result.stderr[-2000:]
-    line = result.stderr.strip().splitlines()[-1]
-    assert line.startswith("ppo.py: env ") and "raised RuntimeError: CrashingCounter-v0" in line, result.stderr[-2000:]
-
-
-def test_a_signal_during_the_final_evaluation_ends_it_and_keeps_the_model(tmp_path):
-    flags = ["--num-envs", "1", "--num-steps", "128", "--total-timesteps", "256", "--save-model", "--eval-episodes", "100000"]
-    process = subprocess.Popen(
-        [sys.executable, str(ROOT / "cleanrl" / "ppo.py"), *flags],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    for line in process.stdout:  # the evaluation starts once the model is saved
-        if line.startswith("model saved to"):
-            break
-    time.sleep(1.0)
-    process.send_signal(signal.SIGTERM)
-    _, err = process.communicate(timeout=60)
-    assert process.returncode == 143 and "Traceback" not in err, err
-    assert err.strip().splitlines()[-1].startswith("SIGTERM: evaluation stopped; the model is saved at runs/"), err
-    files.read_file(next(tmp_path.glob("runs/*/*.cleanrl_model")), "model", "ppo")
-
-
-SECOND_CTRL_C = """
-import atexit, dataclasses, os, signal, sys, time
-from cleanrl_utils.legacy.run import RunArgs, start_run
-
-@dataclasses.dataclass
-class Args(RunArgs):
-    env_id: str = "CartPole-v1"
-    total_timesteps: int = 100
-
-args = Args(script="demo")
-run = start_run(args, record=False)
-signal.signal(signal.SIGINT, run.stop)
-from cleanrl_utils.legacy.faults import being_written
-open("step_9.pt.tmp", "wb").close()
-being_written.add("step_9.pt.tmp")  # as if a checkpoint were being written
-atexit.register(lambda: (print("in exit handlers", flush=True), time.sleep(30)))
-os.kill(os.getpid(), signal.SIGINT)  # the first Ctrl-C: a checkpoint would be due
-assert run.stop_signal == signal.SIGINT
-sys.exit(0)
-"""
-
-
-def test_a_second_ctrl_c_stops_at_once_even_in_exit_handlers(tmp_path):
-    process = subprocess.Popen(
-        [sys.executable, "-c", SECOND_CTRL_C], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert process.stdout.readline().strip() == "in exit handlers"
-    process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=20)
-    assert process.returncode == 130, err
-    assert err.strip().splitlines() == ["demo.py: stopped at once by a second Ctrl-C"], err
-    assert not (tmp_path / "step_9.pt.tmp").exists()  # no partial file stays
-
-
-AFTER_THE_END = """
-import dataclasses, os, signal
-from cleanrl_utils.legacy.run import RunArgs, start_run
-
-@dataclasses.dataclass
-class Args(RunArgs):
-    env_id: str = "CartPole-v1"
-    total_timesteps: int = 100
-
-run = start_run(Args(script="demo"), record=False)
-signal.signal(signal.SIGTERM, run.stop)
-os.kill(os.getpid(), signal.SIGTERM)  # after the loop's last check
-run.close()
-os.kill(os.getpid(), signal.SIGTERM)  # while the finished process exits: ignored
-"""
-
-
-def test_a_signal_after_training_ended_is_said_and_the_run_exits_0(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-c", AFTER_THE_END], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    assert "SIGTERM arrived after training had ended: the run is complete" in result.stdout
-
-
-def test_the_vector_step_count_continues_across_a_resume():
-    """A fault's "vector step N" counts the run's vector steps, not the resumed process's."""
-    from cleanrl.ppo import make_env
-    from cleanrl_utils.legacy.vector import envs_state, restore_envs
-
-    envs = vector_env([make_env("CartPole-v1", i, False, "") for i in range(2)], "sync", SAME_STEP)
-    envs.reset(seed=1)
-    for _ in range(7):
-        envs.step(np.zeros(2, dtype=np.int64))
-    state = envs_state(envs)
-    envs.close()
-    resumed = vector_env([make_env("CartPole-v1", i, False, "") for i in range(2)], "sync", SAME_STEP)
-    restore_envs(resumed, state)
-    assert resumed.unwrapped.steps == 7
-    resumed.close()
-
-
-def test_events_that_cannot_be_written_stop_the_run_in_one_line(tmp_path):
-    """The TensorBoard events file replaced by a folder mid-run (as a full disk or a lost mount would fail it)."""
-    process = subprocess.Popen(
-        [sys.executable, str(ROOT / "cleanrl" / "ppo.py"), "--num-envs", "1", "--total-timesteps", "10000000"],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        for line in process.stdout:  # set-up ends (its first events are flushed) before this line is printed
-            if line.startswith("run directory: "):
-                break
-        else:
-            raise AssertionError(process.communicate())
-        events = next(tmp_path.glob("runs/*/events*"))
-        events.unlink()
-        events.mkdir()
-        _, err = process.communicate(timeout=300)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 1 and "Traceback" not in err, err[-3000:]
-    line = err.strip().splitlines()[-1]
-    assert line.startswith("ppo.py: cannot write the TensorBoard events (") and "Is a directory" in line, err[-3000:]
-
-
-# ---- from the second hostile attack
+    line = fault_line(result, "ppo.py")
+    where = re.escape(f"({ROOT / 'tests' / 'envs.py'}:")
+    raised = r"raised RuntimeError: CrashingCounter-v0: deliberate failure for the crash test "
+    assert re.fullmatch(rf"ppo\.py: env [01] {raised}{where}\d+\) in step, at its step 200; last checkpoint: none", line), line
 
 
 @pytest.mark.parametrize(
     "fault,mode,message",
     [
-        ("Assert", "async", ": its env raised AssertionError: at "),  # a bare assert: where, and its line of code
-        ("Unpicklable", "async", "its env raised EnvError: LocalError: from a local class"),
-        ("Exit", "sync", "env 0 raised SystemExit(0) in step"),
+        ("Assert", "async", r"raised AssertionError: +\(.*tests/envs\.py:\d+\) in step, at its step 300"),  # bare assert
+        ("Unpicklable", "async", r"raised LocalError: from a local class \(.*tests/envs\.py:\d+\) in step"),
+        ("Exit", "async", r": its worker process \(pid \d+\) died: exit code 0;"),  # SystemExit(0) ends the worker
     ],
 )
-def test_envs_that_raise_oddly_stop_in_one_line(fault, mode, message, tmp_path):
+def test_async_envs_that_raise_oddly_stop_in_one_line(fault, mode, message, tmp_path):
     flags = [*SMALL["ppo.py"], "--env-id", f"tests.envs:Faulty{fault}-v0", "--env-mode", mode, "--env-timeout", "20"]
     line = fault_line(run_script("ppo.py", *flags, cwd=tmp_path, check=False, timeout=120), "ppo.py")
-    assert message in line, line
+    assert re.search(message, line), line
 
 
-def test_a_sync_observation_beyond_float32_names_the_env():
-    envs = vector_env([lambda: gym.wrappers.TimeLimit(FaultyEnv(fault="huge_obs", after=3), 20)], "sync", SAME_STEP)
-    envs.reset(seed=1)
-    with pytest.raises(faults.EnvFault, match="env 0 returned a non-finite observation at vector step 3"):
-        for _ in range(3):
-            envs.step(np.zeros(1, dtype=np.int64))
-    envs.close()
+@pytest.mark.xfail(
+    strict=True,
+    reason="new-runtime bug: SystemExit(0) raised by a sync env's step passes CheckedEnv (which catches Exception) and "
+    "stop_on_fault (which re-raises what is not a fault): the run stops at that step with exit 0 and says nothing",
+)
+def test_a_sync_env_that_raises_system_exit_is_not_a_silent_success(tmp_path):
+    flags = [*SMALL["ppo.py"], "--env-id", "tests.envs:FaultyExit-v0", "--save-model", "--eval-episodes", "1"]
+    result = run_script("ppo.py", *flags, cwd=tmp_path, check=False, timeout=120)
+    assert result.returncode != 0 and "env 0" in result.stderr, (result.returncode, result.stdout, result.stderr)
 
 
 @pytest.mark.parametrize(
@@ -488,19 +529,17 @@ def test_odd_names_ids_and_numbers_are_one_line(flags, flag, message, tmp_path):
 
 def test_a_run_directory_takes_one_process_and_its_own_checkpoints(tmp_path):
     """A second --resume of a run that is going is refused; a checkpoint linked in from another run is refused."""
-    flags = ["--num-envs", "1", "--num-steps", "128", "--total-timesteps", "1000000", "--checkpoint-interval", "256"]
-    flags += ["--seed", "2"]
-    process = subprocess.Popen(
-        [sys.executable, str(ROOT / "cleanrl" / "ppo.py"), *flags], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    flags = ["--num-envs", "1", "--num-steps", "128", "--total-timesteps", "1000000", "--checkpoint-interval", "5120"]
+    flags += ["--seed", "2"]  # checkpoints seconds apart: the second process reads the directory between two writes
+    process = start_script("ppo.py", *flags, cwd=tmp_path)
     try:
         while not list(tmp_path.glob("runs/*/checkpoints/step_*.pt")):
             assert process.poll() is None, process.communicate()
             time.sleep(0.05)
         running = run_dir(tmp_path)
         result = run_script("ppo.py", "--resume", str(running), cwd=tmp_path, check=False)
-        assert result.returncode == 2 and "is in use by another process (pid " in result.stderr, result.stderr
+        message = f"error: --resume: {running} is in use by another process (pid {process.pid})"
+        assert result.returncode == 2 and result.stderr.strip() == message, result.stderr
     finally:
         process.kill()
         process.communicate()
@@ -508,98 +547,17 @@ def test_a_run_directory_takes_one_process_and_its_own_checkpoints(tmp_path):
     other = _checkpoint_run(tmp_path / "other")  # seed 1
     os.symlink(next((running / "checkpoints").glob("step_*.pt")), other / "checkpoints" / "step_999999.pt")
     (tmp_path / "x").mkdir()
-    assert_stops_with_one_line("ppo.py", ["--resume", str(other)], "--resume", "(its seed differ", tmp_path / "x")
-    result = subprocess.run(
-        [sys.executable, "-m", "cleanrl_utils.enjoy", str(other), "--seed", "-5"], cwd=tmp_path / "x",
-        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
+    assert_stops_with_one_line("ppo.py", ["--resume", str(other)], "--resume", "(its seed differ)", tmp_path / "x")
+    result = enjoy(str(other), "--seed", "-5", cwd=tmp_path / "x", check=False)
     assert result.returncode == 2 and result.stderr.startswith("error: --seed: must be in [0, 2**31)"), result.stderr
 
 
 def test_a_read_only_working_directory_is_one_line(tmp_path):
     disk = tmp_path / "ro"
-    disk.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(disk)], capture_output=True).returncode:
-        pytest.skip("cannot mount a tmpfs here")
+    _mount_tmpfs(disk, "1m,ro")
     try:
         result = run_script("ppo.py", "--total-timesteps", "512", cwd=disk, check=False)
         assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
-        assert "error: runs: cannot create a run directory" in result.stderr and "Read-only file system" in result.stderr
+        assert "error: runs: cannot write in runs: " in result.stderr and "Read-only file system" in result.stderr
     finally:
         subprocess.run(["umount", str(disk)], capture_output=True)
-
-
-def test_output_piped_into_a_reader_that_stops_does_not_stop_the_run(tmp_path):
-    command = f"{sys.executable} {ROOT / 'cleanrl' / 'ppo.py'} --num-envs 1 --total-timesteps 5000 | head -1"
-    result = subprocess.run(
-        ["bash", "-c", command + "; exit ${PIPESTATUS[0]}"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
-    assert list(tmp_path.glob("runs/*/events*"))
-
-
-# ---- the alternating sampler: two groups of async envs, one stepping while the policy acts for the other
-
-
-def _fault_at(index: int, fault: str, after: int = 5):
-    """Env thunks for 4 envs, env ``index`` faulty (``fault`` after ``after`` steps), the others honest (env i's
-    episodes truncated after 7 + i steps)."""
-
-    def make(i):
-        faulty = FaultyEnv(fault=fault, after=after) if i == index else FaultyEnv(after=100 + i)
-        return lambda: gym.wrappers.RecordEpisodeStatistics(gym.wrappers.TimeLimit(faulty, 7 + i))
-
-    return [make(i) for i in range(4)]
-
-
-def test_the_alternating_sampler_steps_as_the_sync_envs_do():
-    """Group by group (send / receive) or all at once (step), the alternating sampler returns the sync envs'
-    observations, rewards, flags, final observations and episode statistics, in the same columns."""
-    sync, alternating = (vector_env(_fault_at(-1, "none"), mode, SAME_STEP, timeout=60) for mode in ("sync", "alternating"))
-    assert alternating.groups == [slice(0, 2), slice(2, 4)] and sync.groups == [slice(0, 4)]
-    obs_sync, _ = sync.reset(seed=5)
-    obs_alt, _ = alternating.reset(seed=5)
-    np.testing.assert_array_equal(obs_sync, obs_alt)
-    episodes = 0
-    for step in range(30):
-        actions = np.array([step % 2, 1, 0, (step // 3) % 2])
-        expected = sync.step(actions)
-        if step % 2:
-            got = alternating.step(actions)
-        else:
-            for g, cols in enumerate(alternating.groups):
-                alternating.send(g, actions[cols])
-            parts = [alternating.receive(g) for g in (0, 1)]
-            for (obs, rewards, *_, infos), cols in zip(parts, alternating.groups):
-                np.testing.assert_array_equal(expected[0][cols], obs)
-                np.testing.assert_array_equal(expected[1][cols], rewards)
-                np.testing.assert_array_equal(real_next_obs(expected[0], expected[4])[cols], real_next_obs(obs, infos))
-            continue
-        for a, b in zip(expected[:4], got[:4]):
-            np.testing.assert_array_equal(a, b)
-        assert expected[4].keys() == got[4].keys()
-        if "final_info" in expected[4]:
-            episodes += 1
-            np.testing.assert_array_equal(real_next_obs(expected[0], expected[4]), real_next_obs(got[0], got[4]))
-            for key in ("r", "l"):
-                np.testing.assert_array_equal(expected[4]["final_info"]["episode"][key], got[4]["final_info"]["episode"][key])
-    assert episodes >= 2 and alternating.steps == 30
-    assert alternating.get_attr("after") == (100, 101, 102, 103)  # every env, in order
-    sync.close()
-    alternating.close()
-
-
-@pytest.mark.parametrize(
-    "fault, message",
-    [("nan_reward", "env 3 returned a non-finite reward"), ("die", "env 3: its worker process")],
-)
-def test_a_fault_in_the_alternating_samplers_second_group_names_its_env(fault, message):
-    envs = vector_env(_fault_at(3, fault), "alternating", SAME_STEP, timeout=60)
-    envs.reset(seed=1)
-    with pytest.raises(faults.EnvFault, match=message):
-        for _ in range(10):
-            for g, cols in enumerate(envs.groups):
-                envs.send(g, np.zeros(cols.stop - cols.start, dtype=np.int64))
-                envs.receive(g)
-    envs.close(terminate=True)

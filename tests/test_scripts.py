@@ -1,11 +1,17 @@
 """Smoke, bad-input and reproducibility tests of every script (short runs, minutes in all)."""
 
 import json
+import shlex
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
 
 from tests.conftest import (
+    ROOT,
     assert_stops_with_one_line,
     episodic_returns,
     resume_without_the_buffer,
@@ -13,6 +19,7 @@ from tests.conftest import (
     run_dir,
     run_script,
     scalars,
+    start_script,
 )
 
 STANDARD_TAGS = {"charts/episodic_return", "charts/episodic_length", "charts/SPS", "charts/learning_rate"}
@@ -81,7 +88,6 @@ def test_evaluate_saved_model(script, tmp_path):
 
 BAD_INPUT = [
     ("ppo.py", ["--env-id", "CartPole-v9"], "--env-id", "unknown environment"),
-    ("dqn.py", ["--env-id", "NoSuchEnv-v0"], "--env-id", "unknown environment"),
     ("ppo.py", ["--env-id", "Pendulum-v1"], "--env-id", "supports Discrete only"),
     ("dqn.py", ["--env-id", "MountainCarContinuous-v0"], "--env-id", "supports Discrete only"),
     ("ppo.py", ["--env-id", "tests.envs:Image-v0"], "--env-id", "1-dimensional observations only"),
@@ -131,7 +137,6 @@ BAD_INPUT = [
     ("sac_continuous.py", ["--buffer-size", "10000000000"], "--buffer-size", "is available; lower the capacity"),
     ("sac_continuous.py", ["--target-entropy-scale", "-1"], "--target-entropy-scale", "must be above -log 2 = -0.6931"),
     ("sac_continuous.py", ["--alpha", "0"], "--alpha", "must be > 0 (>= 0 with --no-autotune)"),
-    ("ppo.py", ["--exp-name", "a/b"], "--exp-name", "without '/'"),
     ("ppo.py", ["--env-id", "ALE/NoSuchGame-v5"], "--env-id", "atari extra"),
     # an Atari id in a script that never imports ale-py: refused for its action space
     ("sac_continuous.py", ["--env-id", "BreakoutNoFrameskip-v4"], "--env-id", "supports Box only"),
@@ -142,10 +147,10 @@ def test_runs_started_in_the_same_second_get_their_own_directories(tmp_path, mon
     import time
 
     from cleanrl.ppo import Args
-    from cleanrl_utils.legacy.run import start_run
+    from cleanrl_utils.run import start_run
 
     monkeypatch.setattr(time, "time", lambda: 1_000_000.5)
-    runs = [start_run(Args(exp_name="ppo"), runs_dir=tmp_path) for _ in range(3)]
+    runs = [start_run(Args(exp_name="ppo", script="ppo"), runs_dir=tmp_path) for _ in range(3)]
     for run in runs:
         run.close()
     names = [run.directory.name for run in runs]
@@ -158,7 +163,9 @@ def test_bad_input_stops_with_one_line(script, flags, flag, message, tmp_path):
     assert_stops_with_one_line(script, flags, flag, message, tmp_path)
 
 
-@pytest.mark.parametrize("script", ["ppo.py", "dqn.py", pytest.param("c51.py", marks=pytest.mark.long)])
+@pytest.mark.parametrize(
+    "script", ["ppo.py", pytest.param("dqn.py", marks=pytest.mark.long), pytest.param("c51.py", marks=pytest.mark.long)]
+)
 def test_same_seed_same_returns(script, tmp_path):
     flags = {
         "ppo.py": ["--total-timesteps", "6144"],
@@ -209,46 +216,6 @@ def test_async_env_mode_matches_sync(script, tmp_path):
     assert returns["sync"] and returns["sync"] == returns["async"]
 
 
-def test_progress_bar_on_a_terminal_and_lines_otherwise():
-    import io
-
-    from cleanrl_utils.legacy.run import Progress
-
-    class Terminal(io.StringIO):
-        def isatty(self):
-            return True
-
-    terminal = Terminal()
-    progress = Progress(100, stream=terminal)
-    progress.episodes([10.0, 20.0])
-    progress.update(50)
-    progress.close()
-    assert "50/100" in terminal.getvalue() and "step" in terminal.getvalue()
-
-    plain = io.StringIO()
-    progress = Progress(100, interval=0.0, stream=plain)
-    progress.update(10)  # no episode has ended: no mean of nothing
-    assert plain.getvalue().splitlines()[0].endswith("| no episode ended yet")
-    plain.seek(0)
-    plain.truncate()
-    progress.episodes([10.0, 20.0])
-    progress.update(50)
-    progress.update(100)
-    progress.close()
-    lines = plain.getvalue().splitlines()
-    assert lines == [
-        "step 50/100 (50%) | SPS " + lines[0].split("SPS ")[1].split(" |")[0] + " | return (last 2) 15.0",
-        lines[1],
-    ]
-    assert lines[1].startswith("step 100/100 (100%)")
-
-    slow = io.StringIO()
-    progress = Progress(100, interval=10.0, stream=slow)
-    progress.last_print -= 60  # a set-up longer than the interval (a resume replaying its envs' episodes)
-    progress.update(10)
-    assert slow.getvalue() == ""  # the loop's first step prints no line: its SPS would read 0
-
-
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_custom_env_module_in_the_current_directory_is_found(mode, tmp_path):
     """``--env-id mymodule:Env-v0`` with mymodule.py where the command runs: found without PYTHONPATH naming the
@@ -263,7 +230,7 @@ def test_a_custom_env_module_in_the_current_directory_is_found(mode, tmp_path):
     lengths = [length for _, length in scalars(run_dir(tmp_path))["charts/episodic_length"]]
     assert lengths and max(lengths) <= 20  # the module's task, with its 20-step limit
     (tmp_path / "elsewhere").mkdir()
-    message = "cannot import 'my_tasks' to register 'ShortCartPole-v0' (looked in the current directory and on PYTHONPATH)"
+    message = "cannot import 'my_tasks' to register 'ShortCartPole-v0' (looked here and on PYTHONPATH)"
     assert_stops_with_one_line("ppo.py", flags, "--env-id", message, tmp_path / "elsewhere")
 
 
@@ -286,6 +253,52 @@ def test_a_run_that_ends_says_what_it_reached_where_its_files_are_and_how_to_plo
     lines = run_script("ppo.py", "--total-timesteps", "512", cwd=tmp_path / "other").stdout.strip().splitlines()
     assert lines[-2] == f"runs/{run_dir(tmp_path / 'other').name} holds TensorBoard events"
     assert lines[-1].startswith("plot it: ")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="new-runtime bug: Run.summary computes np.mean of the recent returns before it looks whether any episode "
+    "ended: a run with none ends with numpy's 'RuntimeWarning: Mean of empty slice' (4 lines) on stderr",
+)
+def test_a_run_in_which_no_episode_ended_says_so_and_nothing_else(tmp_path):
+    flags = ["--env-id", "Acrobot-v1", "--num-envs", "1", "--num-steps", "128", "--total-timesteps", "128"]
+    result = run_script("ppo.py", *flags, cwd=tmp_path)  # Acrobot's episodes last up to 500 steps
+    assert "run finished at step 128: no episode ended" in result.stdout
+    assert result.stderr == "", result.stderr
+
+
+def test_the_commands_a_run_prints_are_pasteable_whatever_its_exp_name(tmp_path):
+    """The resume command a stopped run prints and the closing summary's commands are shell-quoted: with a space and a
+    command substitution in --exp-name (hence in the run directory's name), pasted into a shell, each works and runs
+    nothing else."""
+    name = "my $(touch PWNED) run"
+    flags = ["--num-envs", "1", "--num-steps", "128", "--total-timesteps", "1024", "--checkpoint-interval", "256"]
+    process = start_script("ppo.py", *flags, "--exp-name", name, "--save-model", "--eval-episodes", "1", cwd=tmp_path)
+    while not list(tmp_path.glob("runs/*/checkpoints/step_*.pt")):
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 143, err
+    run = run_dir(tmp_path)
+    assert run.name.startswith(f"CartPole-v1__{name}__1__")
+
+    def paste(line: str, what: str) -> str:
+        """Run the command ``line`` gives after ``what: `` as a shell would (python: the one running the tests)."""
+        assert line.startswith(f"{what}: python "), line
+        command = shlex.quote(sys.executable) + line.removeprefix(f"{what}: python")
+        pasted = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert pasted.returncode == 0, pasted.stderr[-2000:]
+        return pasted.stdout
+
+    resumed = paste(next(line for line in out.splitlines() if "resume with: " in line).split("; ", 1)[1], "resume with")
+    assert f"run directory: runs/{run.name} (resumed at step " in resumed and run_dir(tmp_path) == run
+    summary = resumed.strip().splitlines()
+    paste(summary[-2], "plot it")
+    assert (tmp_path / "plots").is_dir()
+    scored = paste(summary[-1], "evaluate it again")
+    assert scored.startswith(f"ppo.py, runs/{run.name}/{name}.cleanrl_model: 10 episodes, return "), scored
+    assert not list(tmp_path.rglob("PWNED")) and not list(ROOT.glob("PWNED"))
 
 
 @pytest.mark.parametrize(
@@ -360,31 +373,7 @@ def test_computed_fields_are_not_flags(script, flag, tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
-# ---- checkpoints of the off-policy scripts: SIGTERM, then --resume (cleanrl_utils/checkpoint.py)
-
-DQN_RESUME = {  # tiny runs: few updates (an Atari update costs tens of ms on one core, whatever the batch)
-    "dqn.py": [
-        "--total-timesteps",
-        "2000",
-        "--learning-starts",
-        "500",
-        "--buffer-size",
-        "1000",
-        "--batch-size",
-        "32",
-        "--train-frequency",
-        "4",
-        "--target-network-frequency",
-        "100",
-    ],
-}
-
-
-@pytest.mark.parametrize("script", DQN_RESUME)
-def test_dqn_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run(script, tmp_path):
-    from tests.conftest import assert_buffered_resume_is_exact
-
-    assert_buffered_resume_is_exact(script, DQN_RESUME[script], "losses/td_loss", tmp_path)
+# ---- the off-policy scripts resumed without their replay buffer (with it: tests/test_contracts.py)
 
 
 @pytest.mark.parametrize(
@@ -401,11 +390,3 @@ def test_dqn_sigterm_then_resume_with_the_buffer_equals_an_uninterrupted_run(scr
 )
 def test_dqn_resume_without_the_buffer_refills_it_then_updates(script, flags, total, tmp_path):
     resume_without_the_buffer(script, flags, total, "losses/td_loss", tmp_path)
-
-
-def test_dqn_resume_refuses_another_scripts_checkpoint(tmp_path):
-    from cleanrl.c51 import Args
-    from cleanrl_utils.legacy.files import checkpoint_path, write_file
-
-    path = write_file(checkpoint_path(tmp_path / "run", 100), "checkpoint", "c51", Args(), {"global_step": 100})
-    assert_stops_with_one_line("dqn.py", ["--resume", str(path)], "--resume", "written by c51.py, not by dqn.py", tmp_path)

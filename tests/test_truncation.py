@@ -5,6 +5,7 @@ termination does not bootstrap. Tested on the pure functions and on a real vecto
 (tests.envs:Counter-v0, time limit 3) built the way the scripts build theirs.
 """
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -14,7 +15,7 @@ from cleanrl.dqn import compute_td_target, n_step_returns
 from cleanrl.dqn import make_env as dqn_make_env
 from cleanrl.ppo import compute_gae
 from cleanrl_utils.buffers import ReplayBuffer
-from cleanrl_utils.legacy.vector import real_next_obs, vector_env
+from cleanrl_utils.wrappers import SAME_STEP, real_next_obs
 
 GAMMA, LAM = 0.9, 0.8
 REWARDS = np.array([[1.0], [1.0], [1.0]], dtype=np.float32)
@@ -69,7 +70,9 @@ def test_td_target_hand_computed():
 
 
 def counter_envs(num_envs=1):
-    return vector_env([dqn_make_env("tests.envs:Counter-v0", i, False, "") for i in range(num_envs)])
+    """``num_envs`` Counter-v0 envs as dqn.py makes and steps them (same-step autoreset)."""
+    thunks = [dqn_make_env("tests.envs:Counter-v0", i, False, "") for i in range(num_envs)]
+    return gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
 
 
 def test_vector_env_gives_real_final_obs_at_truncation():
@@ -131,8 +134,6 @@ def test_scripts_train_on_a_custom_time_limited_env(script, tmp_path):
 
 def test_ppo_agent_samples_from_its_softmax_and_scores_what_it_sampled():
     """get_action_and_value, which acts in the rollouts: actions ~ softmax(logits); log π and entropy by hand."""
-    import gymnasium as gym
-
     from cleanrl.ppo import Agent
 
     envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")])
