@@ -178,7 +178,11 @@ def saved_args(args_class: type, saved: Any, path: str, required: tuple[str, ...
         if field.name not in saved or tyro.conf.Suppress in getattr(hints[field.name], "__metadata__", ()):
             continue
         value, flag = saved[field.name], flag_name(field.name)
-        if isinstance(value, bool) and isinstance(field.default, bool):
+        kind = type(field.default)  # a bool or text flag: tyro would read any value as one
+        require(
+            kind not in (bool, str) or type(value) is kind, path, f"its saved {field.name} is {value!r}, not a {kind.__name__}"
+        )
+        if kind is bool:
             argv.append(flag if value else f"--no-{flag[2:]}")
         else:
             argv += [flag, str(value)]

@@ -34,6 +34,18 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+class Counters(dict):
+    """The counters of a resumed checkpoint (``global_step``, ``iteration``, ...): one the script reads that the file
+    lacks is refused in one line by ``refuse``, not a ``KeyError``."""
+
+    def __init__(self, values: dict, refuse: Any) -> None:
+        super().__init__(values)
+        self.refuse = refuse
+
+    def __missing__(self, key: str) -> None:
+        self.refuse(ValueError(f"it holds no {key!r} counter"))
+
+
 def restore(state: dict[str, Any], saved: dict[str, Any]) -> tuple[Any, list[str]]:
     """Load a checkpoint's content ``saved`` (its ``"state"`` from :func:`capture`) into ``state``'s objects in place.
 
@@ -76,14 +88,24 @@ def restore_envs(envs: gym.vector.VectorEnv, state: dict) -> Any:
 
 
 def load_optimizer(optimizer: torch.optim.Optimizer, name: str, content: dict) -> None:
-    """Load the file's optimiser state ``content[name]`` into ``optimizer``: its per-parameter tensors (Adam's moments
-    and step) must be finite and of their parameter's shape (torch checks only the number of groups).
+    """Load the file's optimiser state ``content[name]`` into ``optimizer``, refusing what no training writes: a setting
+    of another kind than this optimiser's, or (a number) not finite or negative (betas below 1); per-parameter tensors
+    (Adam's moments and step) that are not finite, not of their parameter's shape, or (second moments, steps) negative.
 
     Raises:
         FileRefused: one line naming the file and the entry.
     """
     path, state = content.get("path", "the file"), content[name]
     try:
+        for group, own in zip(state["param_groups"], optimizer.param_groups, strict=True):
+            for key, value in ((key, value) for key, value in group.items() if key != "params" and key in own):
+                if isinstance(own[key], (bool, str)) or own[key] is None:
+                    fine = type(value) is type(own[key])
+                else:  # numbers: finite, not negative, betas below 1
+                    values = value if isinstance(value, (tuple, list)) else [value]
+                    fine = all(type(v) in (int, float) and 0 <= v < (1 if key == "betas" else float("inf")) for v in values)
+                if not fine:
+                    raise files.FileRefused(f"{path}: its {name}'s {key} is {value!r}")
         indices = [index for group in state["param_groups"] for index in group["params"]]
         shapes = dict(zip(indices, (p.shape for group in optimizer.param_groups for p in group["params"]), strict=True))
         for index, entries in state["state"].items():
@@ -92,6 +114,8 @@ def load_optimizer(optimizer: torch.optim.Optimizer, name: str, content: dict) -
                     raise files.FileRefused(f"{path}: its {name}'s {key} of parameter {index} is not a finite tensor")
                 if tensor.dim() > 0 and tensor.shape != shapes[index]:
                     raise files.FileRefused(f"{path}: its {name}'s {key} of parameter {index} is not of its shape")
+                if key in ("exp_avg_sq", "max_exp_avg_sq", "step") and bool((tensor < 0).any()):
+                    raise files.FileRefused(f"{path}: its {name}'s {key} of parameter {index} is negative")
         optimizer.load_state_dict(state)
     except (KeyError, TypeError, AttributeError, ValueError) as error:
         if isinstance(error, files.FileRefused):

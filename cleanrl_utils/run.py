@@ -247,11 +247,11 @@ class Run:
         Raises:
             SystemExit: status 2, one line naming ``--resume`` (this process's events file removed first).
         """
-        step = self.resumed["global_step"]
-        counters = {"global_step": step, **self.resumed.get("counters", {})}
-        try:
-            from cleanrl_utils import resume
+        from cleanrl_utils import resume
 
+        step = self.resumed["global_step"]
+        counters = resume.Counters({"global_step": step, **self.resumed.get("counters", {})}, self._refuse)
+        try:
             resume.set_rng_state(self.resumed["rng"])
             obs, missing = resume.restore(state, self.resumed)
             lacking = [name for name in missing if name not in OPTIONAL_STATE]
@@ -260,12 +260,16 @@ class Run:
             if steps_per_iteration and counters.get("iteration", step // steps_per_iteration) * steps_per_iteration != step:
                 raise ValueError(f"its iteration does not make its global_step {step} ({steps_per_iteration} steps each)")
         except Exception as error:  # a damaged or forged file, one of another network
-            self.writer.close()
-            for events in self.directory.glob(f"events.out.tfevents.*{self.events_suffix}") if self.records else ():
-                events.unlink()
-            refused = isinstance(error, files.FileRefused)  # its one line names the file already
-            fail("--resume", str(error) if refused else f"{self.resumed['path']} does not fit this run: {first_line(error)}")
-        return {**counters, "obs": obs, "missing": missing}
+            self._refuse(error)
+        counters.update(obs=obs, missing=missing)
+        return counters
+
+    def _refuse(self, error: Exception) -> NoReturn:
+        self.writer.close()
+        for events in self.directory.glob(f"events.out.tfevents.*{self.events_suffix}") if self.records else ():
+            events.unlink()
+        refused = isinstance(error, files.FileRefused)  # its one line names the file already
+        fail("--resume", str(error) if refused else f"{self.resumed['path']} does not fit this run: {first_line(error)}")
 
     def exit(self, *envs: Any) -> NoReturn:
         """After :meth:`stop` and the checkpoint: say how to resume, close ``envs`` and the run, exit 128 + the signal."""
@@ -357,7 +361,7 @@ class Run:
         """The closing lines of a finished run: its last return, its files, and the commands that plot and evaluate it."""
         saved, model = files.checkpoints(self.directory), files.model_path(self.directory, self.args.exp_name)
         held = ["TensorBoard events"] + [f"checkpoints {', '.join(f.name for f in saved)}"] * bool(saved)
-        recent = f"mean return of its last {len(self.returns)} episodes {np.mean(self.returns):.2f}"
+        recent = f"mean return of its last {len(self.returns)} episodes {np.mean(self.returns or [0]):.2f}"
         script = Path(sys.argv[0])  # a copy outside cleanrl/ is named to the evaluation tool
         options = ["--eval-episodes", "10"] + ["--script", str(script)] * (script.resolve() != files.SCRIPTS_DIR / script.name)
         lines = [
@@ -374,7 +378,7 @@ class Run:
         """Close the writer; print a finished run's summary; upload the videos to W&B; remove and release the lock."""
         self.progress(force=True)
         self.writer.close()
-        if self.records and not self.stop_signal:
+        if self.records and (not self.stop_signal or self.step >= self.total):  # a signal in the final evaluation too
             print(self.summary(), flush=True)
         if self.args.track and self.records:
             wandb = sys.modules["wandb"]

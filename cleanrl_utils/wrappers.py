@@ -95,13 +95,11 @@ class CheckedEnv(gym.Wrapper):
     def __init__(self, env: gym.Env, index: int = 0):
         super().__init__(env)
         self.index, self.steps, self._first, self._last = index, 0, {"reset", "step"}, None
-        space = env.observation_space
-        self._float_obs = isinstance(space, gym.spaces.Box) and space.dtype.kind == "f"
-        self._copy = False
-        self._in_worker = multiprocessing.parent_process() is not None
-        if self._in_worker:
-            for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-                signal.signal(signum, signal.SIG_IGN)
+        space = env.observation_space  # floating observations: finite, and within the space's dtype (float32: 3.4e38)
+        self._obs_max = (
+            float(np.finfo(space.dtype).max) if isinstance(space, gym.spaces.Box) and space.dtype.kind == "f" else 0
+        )
+        self._copy, self._in_worker = False, multiprocessing.parent_process() is not None
 
     def reset(self, **kwargs):
         """Reset as the wrapped env does; its first reset is checked in full."""
@@ -119,18 +117,21 @@ class CheckedEnv(gym.Wrapper):
         if not -_FLOAT32_MAX <= reward <= _FLOAT32_MAX:  # NaN compares false
             what = "a non-finite reward" if np.isnan(reward) or np.isinf(reward) else "a reward beyond float32's range"
             self._refuse(f"returned {what} ({reward})")
-        if self._float_obs and not np.isfinite(obs).all():
-            self._refuse("returned a non-finite observation")
+        if self._obs_max and not np.abs(obs).max(initial=0) <= self._obs_max:  # NaN compares false
+            self._refuse("returned a non-finite observation, or one beyond its space's dtype")
         return (obs.copy() if self._copy else obs, reward, terminated, truncated, info)
 
     def _call(self, name: str, argument: Any) -> Any:
+        if self._in_worker and self._first == {"reset", "step"}:  # once made, the main process handles stop signals
+            for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(signum, signal.SIG_IGN)
         try:
             result = self.env.reset(**argument) if name == "reset" else self.env.step(argument)
         except EnvFault:
             raise
-        except Exception as error:
+        except (Exception, SystemExit) as error:  # SystemExit: env code that would end the process (a game's quit)
             where = traceback.extract_tb(error.__traceback__)[-1]
-            if self._in_worker:  # the main process gets the exception without its traceback: say where
+            if self._in_worker or isinstance(error, SystemExit):  # the main process gets no traceback: say where
                 message = f"raised {type(error).__name__}: {str(error)[:200]} ({where.filename}:{where.lineno})"
                 raise EnvFault(f"env {self.index} {message} in {name}, at its step {self.steps + 1}") from None
             error.add_note(f"(raised by env {self.index} in {name}, at its step {self.steps + 1})")
