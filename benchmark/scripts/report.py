@@ -1324,10 +1324,14 @@ SCRIPT_PURPOSE = {
     "rnd.sh": "ppo_rnd_envpool.py on Montezuma's Revenge beside CleanRL's, evaluation and speed",
     "rnd_exploration.py": "the runs, evaluation, report and speed pairs rnd.sh calls",
     "same_losses.sh": "whether two checkouts log the same values in short seeded runs of every replay script (no file)",
+    "same_losses_own_envs.sh": "whether two checkouts log the same values in short seeded runs of the scripts whose "
+    "envs are a vector env of their own library: EnvPool, Procgen, PettingZoo (no file)",
     "same_scalars_ddp.sh": "whether two checkouts log the same values in short seeded runs of ddp_ppo.py (no file)",
     "sb3_ppo_structured.py": "SB3's PPO at ppo_structured.py's settings, the peer of its speed pairs",
     "script_lines.py": "lines of each script that are algorithm and plumbing, beside CleanRL's (prints a table; no file)",
     "speed.py": "our scripts against Stable-Baselines3 at identical hyperparameters",
+    "speed_pairs.py": "whole-process wall and CPU time in alternating pairs: every script of two trees, and dqn.py / "
+    "ppo.py against CleanRL's and SB3's",
     "speed.sh": "speed.py's recorded invocations",
     "structured.sh": "ppo_structured.py and dqn_structured.py learning runs",
     "value_breadth.py": "PQN against CleanRL's scripts and QR-DQN against SB3-contrib: returns and speed",
