@@ -2,14 +2,18 @@
 
 What is timed is the sampling half of an on-policy script: the policy choosing actions for ``--num-envs`` envs
 and the envs stepping, with ppo_atari.py's Atari preprocessing and its Nature CNN (or ppo.py's MLP on classic
-control), one torch thread, no learning. The three samplers:
+control), one torch thread, no learning. The envs are the scripts' ``make_env(..., training=False)`` (whole games,
+no replay log), in gymnasium's own vector envs built as ppo_atari.py builds them for each ``--env-mode``, with
+same-step autoreset. The three samplers:
 
-- ``sync``: the envs step in this process, then the policy runs; one core.
-- ``async``: one subprocess per env (cleanrl_utils.vector's async mode); the policy runs while the workers
-  idle, and the workers step while the policy idles.
-- ``alternating``: the envs in two groups of subprocesses; the policy chooses one group's actions while the
-  other group steps (Stooke & Abbeel 2019, arXiv:1909.01500, section 3.1), so that inference and env steps
-  overlap. This is the pipeline r2d2_async.py's actors run.
+- ``sync``: a ``gym.vector.SyncVectorEnv``: the envs step in this process, then the policy runs; one core.
+- ``async``: a ``gym.vector.AsyncVectorEnv`` (one worker process per env, from a forkserver), each step sent
+  with ``step_async`` and awaited with ``step_wait(timeout)``; the policy runs while the workers idle, and the
+  workers step while the policy idles.
+- ``alternating``: the envs in two ``AsyncVectorEnv`` groups (envs 0 .. N/2 - 1 and N/2 .. N - 1, seeded
+  ``seed`` and ``seed + N/2``); the policy chooses one group's actions while the other group steps (Stooke &
+  Abbeel 2019, arXiv:1909.01500, section 3.1), so that inference and env steps overlap: ppo_atari.py's loop in
+  ``--env-mode alternating``. This is the pipeline r2d2_async.py's actors run.
 
 Modes alternate round by round (the machine's load falls on each alike); each round times ``--steps`` vector
 steps after ``--warmup``. Steps per second are env steps (``num_envs`` per vector step) over the wall time.
@@ -45,7 +49,11 @@ sys.path.insert(0, str(ROOT / "benchmark" / "scripts"))
 import provenance  # noqa: E402
 
 from cleanrl import ppo, ppo_atari  # noqa: E402
-from cleanrl_utils.vector import SAME_STEP, vector_env  # noqa: E402
+from cleanrl_utils.flags import RunArgs  # noqa: E402
+from cleanrl_utils.wrappers import SAME_STEP, timed_step  # noqa: E402
+
+TIMEOUT = RunArgs.env_timeout
+"""Seconds a worker may take to answer a step: the scripts' default ``--env-timeout``."""
 
 
 def make_fns(env_id: str, first: int, n: int) -> list:
@@ -71,41 +79,51 @@ def make_policy(env_id: str, env: gym.vector.VectorEnv):
 
 
 def run_single(env_id: str, num_envs: int, mode: str, steps: int, warmup: int) -> float:
-    """Env steps per second of ``sync`` or ``async``: the policy, then all envs step."""
-    envs = vector_env(make_fns(env_id, 0, num_envs), mode, autoreset_mode=SAME_STEP)
+    """Env steps per second of ``sync`` or ``async``: the policy, then all envs step (ppo_atari.py's
+    ``timed_step``)."""
+    thunks = make_fns(env_id, 0, num_envs)
+    if mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
+        envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
+    else:
+        envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
     try:
         policy = make_policy(env_id, envs)
         obs = envs.reset(seed=1)[0]
         for i in range(warmup + steps):
             if i == warmup:
                 start = time.perf_counter()
-            obs = envs.step(policy(obs))[0]
+            obs = timed_step(envs, policy(obs), TIMEOUT)[0]
         return steps * num_envs / (time.perf_counter() - start)
     finally:
         envs.close()
 
 
 def run_alternating(env_id: str, num_envs: int, steps: int, warmup: int) -> float:
-    """Env steps per second of two async groups of ``num_envs / 2``: group k's actions are chosen while group
-    1 - k steps; ``steps`` counts steps of all ``num_envs`` (two half steps)."""
-    half = num_envs // 2
-    groups = [vector_env(make_fns(env_id, g * half, half), "async", autoreset_mode=SAME_STEP) for g in (0, 1)]
+    """Env steps per second of two async groups of ``num_envs / 2`` stepped as ppo_atari.py's alternating loop
+    steps them: at each step, each group in turn receives its last step's results, then its actions are chosen
+    and sent while the other group steps; ``steps`` counts steps of all ``num_envs`` (one step of each group)."""
+    thunks, h = make_fns(env_id, 0, num_envs), num_envs // 2
+    envs_a = gym.vector.AsyncVectorEnv(thunks[:h], autoreset_mode=SAME_STEP, context="forkserver")  # envs 0 .. h-1
     try:
-        policy = make_policy(env_id, groups[0])
-        obs = [g.reset(seed=1 + k * half)[0] for k, g in enumerate(groups)]
-        groups[0].step_async(policy(obs[0]))
-        k = 1
-        for i in range(2 * (warmup + steps)):
-            if i == 2 * warmup:
+        envs_b = gym.vector.AsyncVectorEnv(thunks[h:], autoreset_mode=SAME_STEP, context="forkserver")  # h .. N-1
+    except BaseException:
+        envs_a.close()
+        raise
+    try:
+        policy = make_policy(env_id, envs_a)
+        next_obs = np.concatenate([envs_a.reset(seed=1)[0], envs_b.reset(seed=1 + h)[0]])
+        for step in range(warmup + steps + 1):  # each group's step t is sent at loop step t, received at t + 1
+            if step == warmup:
                 start = time.perf_counter()
-            groups[k].step_async(policy(obs[k]))  # overlaps group 1 - k's step
-            k = 1 - k
-            obs[k] = groups[k].step_wait()[0]
-        groups[1 - k].step_wait()
+            for group, cols in ((envs_a, slice(0, h)), (envs_b, slice(h, num_envs))):
+                if step > 0:
+                    next_obs[cols] = group.step_wait(timeout=TIMEOUT)[0]
+                if step < warmup + steps:
+                    group.step_async(policy(next_obs[cols]))  # overlaps the other group's step
         return steps * num_envs / (time.perf_counter() - start)
     finally:
-        for g in groups:
-            g.close()
+        envs_a.close()
+        envs_b.close()
 
 
 def run_script(env_id: str, num_envs: int, mode: str, total_timesteps: int) -> float:

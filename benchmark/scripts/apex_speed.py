@@ -32,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
@@ -45,16 +46,17 @@ import provenance  # noqa: E402
 from cleanrl import apex_dqn_atari  # noqa: E402
 from cleanrl_utils.actors import Shared  # noqa: E402
 from cleanrl_utils.buffers import PrioritizedReplayBuffer  # noqa: E402
-from cleanrl_utils.vector import SAME_STEP, real_next_obs, vector_env  # noqa: E402
+from cleanrl_utils.wrappers import SAME_STEP, real_next_obs  # noqa: E402
 
 ENV_ID, BATCH, RATIO = "BreakoutNoFrameskip-v4", 32, 8.0
 
 
 def learner_bound(fill: int, updates: int, threads: int) -> dict:
     """Updates per second of the learner alone, on ``threads`` torch threads, on a replay of ``fill`` random-policy
-    Breakout steps (8 envs)."""
+    Breakout steps (8 envs: the script's ``make_env`` in gymnasium's ``SyncVectorEnv``, as an actor's, --env-mode sync)."""
     torch.set_num_threads(threads)
-    envs = vector_env([apex_dqn_atari.make_env(ENV_ID, i, False, "") for i in range(8)], "sync", autoreset_mode=SAME_STEP)
+    thunks = [apex_dqn_atari.make_env(ENV_ID, i, False, "") for i in range(8)]
+    envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
     space, actions_space = envs.single_observation_space, envs.single_action_space
     rb = PrioritizedReplayBuffer(fill // 8 + 16, 8, space, actions_space, n_step=3, frame_stack=4, alpha=0.6, shared=True)
     obs, _ = envs.reset(seed=1)

@@ -2,7 +2,8 @@
 
 Measured on this machine, each on one core (one torch thread), per env step:
 
-- ``env``: the script's Breakout envs (8, stepped in one process, random actions);
+- ``env``: the script's Breakout envs (8, its ``make_env`` in gymnasium's ``SyncVectorEnv`` as an actor's
+  with ``--env-mode sync``: stepped in one process, random actions);
 - ``inference``: the Nature CNN choosing actions for 8 envs (sampling from π), in an actor;
 - ``transfer``: an actor writing a step of 8 observations (and the other fields) into its shared-memory slot,
   and the learner copying a batch of slots out (index, transpose to time first);
@@ -30,6 +31,7 @@ import sys
 import time
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
@@ -41,7 +43,7 @@ sys.path.insert(0, str(ROOT / "benchmark" / "scripts"))
 import provenance  # noqa: E402
 
 from cleanrl import impala_atari  # noqa: E402
-from cleanrl_utils.vector import SAME_STEP, vector_env  # noqa: E402
+from cleanrl_utils.wrappers import SAME_STEP  # noqa: E402
 
 ENV_ID, E, T, B = "BreakoutNoFrameskip-v4", 8, 20, 32
 
@@ -61,7 +63,8 @@ def seconds(fn, n: int, warmup: int = 3) -> float:
 def measure(repeats: int) -> dict[str, float]:
     """Seconds per env step of each component (one core), and of the update with 2 threads."""
     torch.set_num_threads(1)
-    envs = vector_env([impala_atari.make_env(ENV_ID, i, False, "") for i in range(E)], "sync", autoreset_mode=SAME_STEP)
+    thunks = [impala_atari.make_env(ENV_ID, i, False, "") for i in range(E)]
+    envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)  # an actor's envs, --env-mode sync
     obs = torch.as_tensor(envs.reset(seed=1)[0])
     n = int(envs.single_action_space.n)
     rng = np.random.default_rng(1)

@@ -3,8 +3,9 @@
 Reads ``charts/episodic_return`` from the TensorBoard events of each run directory (on Atari
 the game scores, unclipped, all lives), bins it by environment steps, and measures a uniformly
 random policy on the same environment: on Atari through the same preprocessing
-(dqn_atari.py's ``make_env``), elsewhere the plain ``gym.make`` env (uniform actions within
-a Box's bounds).
+(dqn_atari.py's ``make_env``), elsewhere the plain ``gym.make`` env with episode statistics and
+``CheckedEnv``'s output checks (uniform actions within a Box's bounds); one env in gymnasium's
+``SyncVectorEnv`` (same-step autoreset), as the scripts evaluate.
 
     python benchmark/scripts/curve.py runs/BreakoutNoFrameskip-v4__dqn_atari__1__* \\
         --random-games 30 --json benchmark/results/atari/breakout_120k_dqn_c51_rainbow.json \\
@@ -59,20 +60,22 @@ def random_policy_returns(env_id: str, games: int, seed: int) -> list[float]:
     dqn_atari.py's preprocessing, on MiniGrid through ppo_structured.py's ``make_env``."""
     import gymnasium as gym
 
+    from cleanrl_utils import dmc
     from cleanrl_utils.evals import run_episodes
-    from cleanrl_utils.vector import register_dm_control, vector_env
+    from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv
 
-    register_dm_control(env_id)  # dm_control/... ids: registered by Shimmy (the dm_control extra)
+    dmc.register(env_id)  # dm_control/... ids: registered by Shimmy (the dm_control extra)
     if is_atari(env_id):
         from cleanrl.dqn_atari import make_env
 
-        envs = vector_env([make_env(env_id, 0, False, "", training=False)])
+        thunk = make_env(env_id, 0, False, "", training=False)
     elif env_id.startswith("MiniGrid-"):
         from cleanrl.ppo_structured import make_env  # registers MiniGrid's ids, leaves out the text mission
 
-        envs = vector_env([make_env(env_id, 0, False, "", training=False)])
+        thunk = make_env(env_id, 0, False, "", training=False)
     else:
-        envs = vector_env([lambda: gym.wrappers.RecordEpisodeStatistics(gym.make(env_id))])
+        thunk = lambda: CheckedEnv(gym.wrappers.RecordEpisodeStatistics(gym.make(env_id)))  # noqa: E731
+    envs = gym.vector.SyncVectorEnv([thunk], autoreset_mode=SAME_STEP)  # one env, as the scripts' evaluation
     rng = np.random.default_rng(seed)
     space = envs.single_action_space
     n = envs.num_envs

@@ -424,18 +424,22 @@ def peak_memory_headline() -> str:
 
 
 def vector_env_headline() -> str:
-    """Our vector env against SB3's: the median ratio of pairs, per task."""
+    """The old runtime's vector env against SB3's: the median ratio of pairs, per task."""
     results = load("speed/vector_env_cartpole_breakout.json")["results"]
     return (
-        f"ours / SB3 (median of pairs): CartPole-v1 × 4 **{f2(results['cartpole']['ratio_ours_sb3_median'])}**, "
+        "old runtime's vector env / SB3 (median of pairs): CartPole-v1 × 4 "
+        f"**{f2(results['cartpole']['ratio_ours_sb3_median'])}**, "
         f"Breakout × 8 **{f2(results['breakout']['ratio_ours_sb3_median'])}**"
     )
 
 
 def vector_env_comparisons() -> list[Comparison]:
-    """Our vector env against SB3's, per task."""
+    """The old runtime's vector env against SB3's, per task."""
     results = load("speed/vector_env_cartpole_breakout.json")["results"]
-    timed = "env steps per second, random actions, median of alternating pairs"
+    timed = (
+        "env steps per second, random actions, median of alternating pairs; the old runtime at that commit "
+        "(vector_env.py now times gymnasium's SyncVectorEnv with the scripts' per-env wrappers)"
+    )
     return [
         Comparison(
             "cleanrl_utils/vector.py",
@@ -1190,9 +1194,10 @@ MEASUREMENTS: list[Measurement] = [
     Measurement(
         "vector_env",
         ("speed/vector_env_cartpole_breakout.json",),
-        "the vector env against SB3's and gymnasium's",
+        "the old runtime's vector env against SB3's and gymnasium's",
         "env steps per second with random actions, each side building its envs as it does for training, 15 "
-        "alternating repeats",
+        "alternating repeats; ours was the old runtime's SyncVectorEnv (cleanrl_utils/vector.py, since removed) at the "
+        "commit recorded: the script now times gymnasium's SyncVectorEnv with the scripts' per-env wrappers",
         "python benchmark/scripts/vector_env.py --json benchmark/results/speed/vector_env_cartpole_breakout.json",
         vector_env_headline,
         comparisons=vector_env_comparisons,
@@ -1324,14 +1329,19 @@ SCRIPT_PURPOSE = {
     "rnd.sh": "ppo_rnd_envpool.py on Montezuma's Revenge beside CleanRL's, evaluation and speed",
     "rnd_exploration.py": "the runs, evaluation, report and speed pairs rnd.sh calls",
     "same_losses.sh": "whether two checkouts log the same values in short seeded runs of every replay script (no file)",
+    "same_losses_own_envs.sh": "whether two checkouts log the same values in short seeded runs of the scripts whose "
+    "envs are a vector env of their own library: EnvPool, Procgen, PettingZoo (no file)",
     "same_scalars_ddp.sh": "whether two checkouts log the same values in short seeded runs of ddp_ppo.py (no file)",
     "sb3_ppo_structured.py": "SB3's PPO at ppo_structured.py's settings, the peer of its speed pairs",
     "script_lines.py": "lines of each script that are algorithm and plumbing, beside CleanRL's (prints a table; no file)",
     "speed.py": "our scripts against Stable-Baselines3 at identical hyperparameters",
+    "speed_pairs.py": "whole-process wall and CPU time in alternating pairs: every script of two trees, and dqn.py / "
+    "ppo.py against CleanRL's and SB3's",
     "speed.sh": "speed.py's recorded invocations",
     "structured.sh": "ppo_structured.py and dqn_structured.py learning runs",
     "value_breadth.py": "PQN against CleanRL's scripts and QR-DQN against SB3-contrib: returns and speed",
-    "vector_env.py": "vector-env throughput against SB3's and gymnasium's",
+    "vector_env.py": "throughput of the scripts' sync vector env (gymnasium's, with their per-env wrappers) against "
+    "SB3's DummyVecEnv and bare gymnasium",
     "runtime_lines.py": "writes results/runtime/runtime_lines.json and runtime_lines.md",
 }
 """What each file of benchmark/scripts/ is for."""

@@ -8,10 +8,11 @@ A / B of the medians and pair by pair (B / A is the speed-up of A when A is the 
 
     # every script of two trees (the same flags in both): this commit against main before the change
     python benchmark/scripts/speed_pairs.py trees --before /path/to/old/checkout --after . --repeats 3 \\
-        --json benchmark/results/speed/runtime_before_after.json
+        --json /tmp/runtime_before_after.json
     # dqn.py against CleanRL's dqn.py and SB3's DQN, ppo.py against SB3's PPO (same hyperparameters, CartPole-v1)
     python benchmark/scripts/speed_pairs.py peers --cleanrl-python /tmp/crl-venv/bin/python \\
-        --cleanrl-scripts /tmp/crl-venv/cleanrl_peer --repeats 5 --json benchmark/results/speed/cartpole_peers.json
+        --cleanrl-scripts /tmp/crl-venv/cleanrl_peer --repeats 5 --json /tmp/cartpole_peers.json
+    # a result kept goes under benchmark/results/<topic>/ with its measurement in benchmark/scripts/report.py
 
 The peers: CleanRL's scripts run unmodified in a virtual environment with the versions they were written for
 (``benchmark/scripts/peer_venv.sh`` builds one; for ``dqn.py`` add ``stable-baselines3==2.3.2`` and CleanRL's
