@@ -50,7 +50,7 @@ import provenance  # noqa: E402
 
 from cleanrl import ppo, ppo_atari  # noqa: E402
 from cleanrl_utils.flags import RunArgs  # noqa: E402
-from cleanrl_utils.wrappers import SAME_STEP, timed_step  # noqa: E402
+from cleanrl_utils.wrappers import SAME_STEP, TimedSteps  # noqa: E402
 
 TIMEOUT = RunArgs.env_timeout
 """Seconds a worker may take to answer a step: the scripts' default ``--env-timeout``."""
@@ -79,11 +79,11 @@ def make_policy(env_id: str, env: gym.vector.VectorEnv):
 
 
 def run_single(env_id: str, num_envs: int, mode: str, steps: int, warmup: int) -> float:
-    """Env steps per second of ``sync`` or ``async``: the policy, then all envs step (ppo_atari.py's
-    ``timed_step``)."""
+    """Env steps per second of ``sync`` or ``async``: the policy, then all envs step (ppo_atari.py's ``envs.step``,
+    an async env's workers timed by ``TimedSteps``)."""
     thunks = make_fns(env_id, 0, num_envs)
     if mode == "async":  # one worker process per env, started from a fresh interpreter (forkserver)
-        envs = gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver")
+        envs = TimedSteps(gym.vector.AsyncVectorEnv(thunks, autoreset_mode=SAME_STEP, context="forkserver"), TIMEOUT)
     else:
         envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
     try:
@@ -92,7 +92,7 @@ def run_single(env_id: str, num_envs: int, mode: str, steps: int, warmup: int) -
         for i in range(warmup + steps):
             if i == warmup:
                 start = time.perf_counter()
-            obs = timed_step(envs, policy(obs), TIMEOUT)[0]
+            obs = envs.step(policy(obs))[0]
         return steps * num_envs / (time.perf_counter() - start)
     finally:
         envs.close()
