@@ -40,13 +40,14 @@ import tyro
 from stable_baselines3.common import atari_wrappers  # SB3's Atari preprocessing
 from torch.nn.parallel import DistributedDataParallel
 
-from cleanrl_utils.checkpoint import rng_state, set_rng_state
+from cleanrl_utils.checkpoint import rng_state
 from cleanrl_utils.env_checks import check_env
 from cleanrl_utils.evals import Evaluation
 from cleanrl_utils.faults import Fault, check_finite
 from cleanrl_utils.flags import RunArgs, parse_args, require, require_positive, require_range
+from cleanrl_utils.resume import restore_envs, set_rng_state
 from cleanrl_utils.run import seed_everything, start_run
-from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, TimedSteps, envs_state, real_next_obs, restore_envs
+from cleanrl_utils.wrappers import SAME_STEP, CheckedEnv, ReplayableEnv, TimedSteps, envs_state, real_next_obs
 
 try:  # the Atari games come with the atari extra; without it, --env-id says so
     import ale_py
@@ -659,10 +660,9 @@ if __name__ == "__main__":
         leave_group(envs)  # closes the envs; every rank leaves together
     if args.save_model and not run.stop_signal:  # rank 0 (the other ranks' Run writes nothing)
         run.save_model({"agent": agent}, evaluate)
+    if run.stop_signal:  # where the checkpoint is, and how to resume (rank 0)
+        run.say_how_to_resume()
     run.progress(force=True)
-    if run.stop_signal and run.records:  # where the checkpoint is, and how to resume
-        name = signal.Signals(run.stop_signal).name
-        print(f"{name}: checkpoint written to {run.last_checkpoint}; resume with: {run.resume_command()}", flush=True)
     run.close()
     # Everything is written: leave without the interpreter's teardown, which can abort a finished rank
     # ("terminate called without an active exception"; pytorch/pytorch PR 179291); 128 + the signal after a stop

@@ -79,7 +79,8 @@ class Evaluation:
     ):
         script = script_name(script_file)
         self.model = read_file(model_path, "model", script)
-        args_class = getattr(make_env or make_envs, "__globals__", {}).get("Args")  # the script's own Args
+        maker = getattr(make_env or make_envs, "func", make_env or make_envs)  # a functools.partial's function
+        args_class = getattr(maker, "__globals__", {}).get("Args")  # the script's own Args
         args_class = args_class if dataclasses.is_dataclass(args_class) else RunArgs
         args = saved_args(args_class, self.model["args"], model_path, ("env_id", "seed"))
         args.exp_name = args.exp_name or script

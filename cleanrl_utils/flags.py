@@ -173,9 +173,11 @@ def saved_args(args_class: type, saved: Any, path: str, required: tuple[str, ...
     require(isinstance(saved, dict), path, "its saved arguments are not a dict")
     missing = [name for name in required if name not in saved]
     require(not missing, path, f"its saved arguments lack {', '.join(missing)}")
-    hints, argv = typing.get_type_hints(args_class, include_extras=True), []
+    hints, argv, computed = typing.get_type_hints(args_class, include_extras=True), [], {}
     for field in dataclasses.fields(args_class):
-        if field.name not in saved or tyro.conf.Suppress in getattr(hints[field.name], "__metadata__", ()):
+        if field.name in saved and tyro.conf.Suppress in getattr(hints[field.name], "__metadata__", ()):
+            computed[field.name] = saved[field.name]  # not a flag: kept as saved when of its default's type
+        if field.name not in saved or field.name in computed:
             continue
         value, flag = saved[field.name], flag_name(field.name)
         kind = type(field.default)  # a bool or text flag: tyro would read any value as one
@@ -184,6 +186,10 @@ def saved_args(args_class: type, saved: Any, path: str, required: tuple[str, ...
         )
         if kind is bool:
             argv.append(flag if value else f"--no-{flag[2:]}")
-        else:
-            argv += [flag, str(value)]
-    return _tyro_cli(args_class, argv, path)
+        else:  # a list flag (ddp_ppo.py's --device-ids) takes its items
+            argv += [flag, *map(str, value)] if isinstance(value, (list, tuple)) else [flag, str(value)]
+    args = _tyro_cli(args_class, argv, path)
+    for name, value in computed.items():
+        if type(value) is type(getattr(args, name)):
+            setattr(args, name, value)
+    return args

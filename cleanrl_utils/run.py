@@ -183,7 +183,7 @@ class Run:
         """What ``error`` says in one line, or None for one that keeps its traceback."""
         if isinstance(error, Fault):
             return str(error)
-        asynchronous = [e.unwrapped for e in self.envs if isinstance(e.unwrapped, gym.vector.AsyncVectorEnv)]
+        asynchronous = [e.unwrapped for e in self.envs if isinstance(getattr(e, "unwrapped", e), gym.vector.AsyncVectorEnv)]
         workers = list(enumerate(p for e in asynchronous for p in e.processes))  # numbered across the vector envs given
         if isinstance(error, multiprocessing.TimeoutError) and workers:
             pipes = [pipe for e in asynchronous for pipe in e.parent_pipes]
@@ -201,7 +201,7 @@ class Run:
         return None
 
     def _kill_workers(self) -> None:
-        for envs in (e.unwrapped for e in self.envs):  # gymnasium's close would wait for a dead worker's step: kill them
+        for envs in (getattr(e, "unwrapped", e) for e in self.envs):  # gymnasium's close would wait for a dead worker
             if isinstance(envs, gym.vector.AsyncVectorEnv) and not envs.closed:
                 for process in envs.processes:
                     process.kill()
@@ -273,6 +273,14 @@ class Run:
 
     def exit(self, *envs: Any) -> NoReturn:
         """After :meth:`stop` and the checkpoint: say how to resume, close ``envs`` and the run, exit 128 + the signal."""
+        self.say_how_to_resume()
+        for vector_env in envs:
+            vector_env.close()
+        self.close()
+        sys.exit(128 + self.stop_signal)
+
+    def say_how_to_resume(self) -> None:
+        """A last progress line, then where the checkpoint is and the command that resumes from it."""
         self.progress(force=True)
         resume = ["--resume", str(self.directory)]
         resume += ["--env-id", self.args.env_id] * bool(files.untrusted_env_module(self.args.env_id))
@@ -283,10 +291,6 @@ class Run:
         name = signal.Signals(self.stop_signal).name
         if self.records:
             print(f"{name}: checkpoint written to {self.last_checkpoint}; resume with: {command}", flush=True)
-        for vector_env in envs:
-            vector_env.close()
-        self.close()
-        sys.exit(128 + self.stop_signal)
 
     # ---- logging and progress
 

@@ -381,7 +381,7 @@ def test_local_num_envs_is_cleanrls_name_of_num_envs():
 
     import tyro
 
-    from cleanrl_utils.flags import given_flags
+    from cleanrl_utils.resume import given_flags
 
     spec = importlib.util.spec_from_file_location("ddp_ppo", SCRIPT)
     ddp_ppo = importlib.util.module_from_spec(spec)

@@ -658,8 +658,8 @@ def test_envpool_resume_continues_the_run_with_new_envs(monkeypatch, tmp_path):
     """EnvPool's envs cannot be restored, so the resume is not exact: before the checkpoint the
     curves are the uninterrupted run's, after it every rollout is logged once (no overlap, no
     gap) with the same learning-rate schedule; and it starts from the checkpoint's weights."""
-    from cleanrl_utils.checkpoint import load
     from cleanrl_utils.files import checkpoint_step, checkpoints
+    from cleanrl_utils.resume import load
 
     whole, resumed = sigterm_then_resume("ppo_atari_envpool.py", RESUMED_RUN, 64, 192, tmp_path)
     checkpoint = checkpoints(run_dir(tmp_path / "cut"))[-1]

@@ -261,8 +261,8 @@ def test_resume_continues_the_run_with_new_envs_and_the_saved_statistics(monkeyp
     """Procgen's envs cannot be restored, so the resume is not exact: every rollout is logged once (no overlap,
     no gap) with the same learning-rate schedule; it starts from the checkpoint's weights, and the reward
     scaling goes on from the checkpoint's statistics (their count: the checkpoint's plus one per env step)."""
-    from cleanrl_utils.checkpoint import load
     from cleanrl_utils.files import checkpoint_step, checkpoints
+    from cleanrl_utils.resume import load
 
     flags = [*TINY[:-2], "--update-epochs", "1", "--anneal-lr", "--save-model", "--eval-episodes", "1"]
     whole, resumed = sigterm_then_resume("ppo_procgen.py", [*flags, "--total-timesteps", "384"], 128, 384, tmp_path)

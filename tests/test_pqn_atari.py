@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from cleanrl import pqn_atari_envpool, pqn_atari_envpool_lstm
-from cleanrl_utils.checkpoint import load
 from cleanrl_utils.files import checkpoint_step, checkpoints
+from cleanrl_utils.resume import load
 from tests.conftest import (
     ROOT,
     _run_in_process_until_exit,
