@@ -186,8 +186,11 @@ def saved_args(args_class: type, saved: Any, path: str, required: tuple[str, ...
         )
         if kind is bool:
             argv.append(flag if value else f"--no-{flag[2:]}")
-        else:  # a list flag (ddp_ppo.py's --device-ids) takes its items
-            argv += [flag, *map(str, value)] if isinstance(value, (list, tuple)) else [flag, str(value)]
+        elif typing.get_origin(typing.get_type_hints(args_class)[field.name]) is list:  # ddp_ppo.py's --device-ids
+            require(isinstance(value, list), path, f"its saved {field.name} is {value!r}, not a list")
+            argv += [flag, *map(str, value)]
+        else:
+            argv += [flag, str(value)]
     args = _tyro_cli(args_class, argv, path)
     for name, value in computed.items():
         if type(value) is type(getattr(args, name)):

@@ -135,11 +135,6 @@ def test_a_same_named_copy_with_another_network_is_refused_by_the_original(tmp_p
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="new-runtime bug: cleanrl_utils/enjoy.py catches cleanrl_utils.legacy.files.FileRefused, not the "
-    "cleanrl_utils.files.FileRefused a moved script's evaluate() raises: the refusal is a traceback, exit 1",
-)
 def test_the_original_script_refuses_a_copys_model_in_one_line_in_the_evaluation_tool(tmp_path):
     from cleanrl_utils.files import write_file
 

@@ -255,11 +255,6 @@ def test_a_run_that_ends_says_what_it_reached_where_its_files_are_and_how_to_plo
     assert lines[-1].startswith("plot it: ")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="new-runtime bug: Run.summary computes np.mean of the recent returns before it looks whether any episode "
-    "ended: a run with none ends with numpy's 'RuntimeWarning: Mean of empty slice' (4 lines) on stderr",
-)
 def test_a_run_in_which_no_episode_ended_says_so_and_nothing_else(tmp_path):
     flags = ["--env-id", "Acrobot-v1", "--num-envs", "1", "--num-steps", "128", "--total-timesteps", "128"]
     result = run_script("ppo.py", *flags, cwd=tmp_path)  # Acrobot's episodes last up to 500 steps
