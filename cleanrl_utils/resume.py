@@ -13,14 +13,16 @@ import random
 import shlex
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import gymnasium as gym
 import numpy as np
 import torch
 
 from cleanrl_utils import files
+from cleanrl_utils.faults import first_line
 from cleanrl_utils.flags import RESUMABLE_WITH_OTHER_VALUES, fail, flag_name, saved_args
+from cleanrl_utils.wrappers import ReplayableEnv
 
 
 def set_rng_state(state: dict) -> None:
@@ -32,6 +34,42 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+OPTIONAL_STATE = ("replay_buffer",)  # what a checkpoint may lack: the replay of a run without --checkpoint-buffer
+
+
+def restore_run(run: Any, state: dict[str, Any], steps_per_iteration: int | None = None) -> dict[str, Any]:
+    """Load the checkpoint ``run.resumed`` into ``state``'s objects in place (:func:`restore`), and the global
+    generators: its counters (a :class:`Counters`), ``"obs"`` (what the restored envs act on next) and ``"missing"``
+    (entries it lacks: :data:`OPTIONAL_STATE`). ``steps_per_iteration``: a rollout script's batch, of which
+    ``global_step`` must be ``iteration`` times. What :meth:`cleanrl_utils.run.Run.restore` does.
+
+    Raises:
+        SystemExit: status 2, one line naming ``--resume`` (the run's events file of this process removed first).
+    """
+    saved, step = run.resumed, run.resumed["global_step"]
+
+    def refuse(error: Exception) -> NoReturn:
+        run.writer.close()
+        for events in run.directory.glob(f"events.out.tfevents.*{run.events_suffix}") if run.records else ():
+            events.unlink()
+        refused = isinstance(error, files.FileRefused)  # its one line names the file already
+        fail("--resume", str(error) if refused else f"{saved['path']} does not fit this run: {first_line(error)}")
+
+    counters = Counters({"global_step": step, **saved.get("counters", {})}, refuse)
+    try:
+        set_rng_state(saved["rng"])
+        obs, missing = restore(state, saved)
+        lacking = [name for name in missing if name not in OPTIONAL_STATE]
+        if lacking or step > run.args.total_timesteps or any(isinstance(v, int) and v < 0 for v in counters.values()):
+            raise ValueError(f"it lacks {lacking}" if lacking else f"its counters {counters} do not fit this run")
+        if steps_per_iteration and counters.get("iteration", step // steps_per_iteration) * steps_per_iteration != step:
+            raise ValueError(f"its iteration does not make its global_step {step} ({steps_per_iteration} steps each)")
+    except Exception as error:  # a damaged or forged file, one of another network
+        refuse(error)
+    counters.update(obs=obs, missing=missing)
+    return counters
 
 
 class Counters(dict):
@@ -75,6 +113,45 @@ def restore(state: dict[str, Any], saved: dict[str, Any]) -> tuple[Any, list[str
         else:
             value.load_state_dict(content[name])
     return obs, missing
+
+
+def make_generator(state: dict) -> np.random.Generator | np.random.RandomState:
+    """A numpy generator in the state :func:`cleanrl_utils.wrappers.generator_state` returned (``ValueError``: one that
+    does not fit)."""
+    if "RandomState" in state:
+        generator = np.random.RandomState()
+        generator.set_state(unplain(state["RandomState"]))
+        return generator
+    if not hasattr(np.random, str(state.get("bit_generator"))):
+        raise ValueError(f"unknown numpy bit generator {state.get('bit_generator')!r}")
+    bit_generator = getattr(np.random, state["bit_generator"])()
+    bit_generator.state = state
+    return np.random.Generator(bit_generator)
+
+
+def unplain(value: Any) -> Any:
+    """The inverse of :func:`cleanrl_utils.wrappers._plain`."""
+    if isinstance(value, dict) and set(value) == {"ndarray", "dtype"}:
+        return np.asarray(value["ndarray"], dtype=value["dtype"])
+    return {key: unplain(item) for key, item in value.items()} if isinstance(value, dict) else value
+
+
+def replay(env: ReplayableEnv, log: dict) -> tuple:
+    """Replay ``log`` (:meth:`ReplayableEnv.replay_log`) in the fresh ``env``: ``(observation, info)`` of its last call.
+
+    Raises:
+        ValueError: an empty log, or a generator state that does not fit.
+    """
+    if not log["events"]:
+        raise ValueError("empty replay log: the env was never reset")
+    env.replay_generator = None if log["start"] is None else make_generator(log["start"])
+    result = None
+    for event in log["events"]:
+        if event[0] == "reset":
+            result = env.reset(seed=event[1], options=unplain(event[2]))
+        else:
+            result = env.step(unplain(event[1]))
+    return result[0], result[-1]
 
 
 def restore_envs(envs: gym.vector.VectorEnv, state: dict) -> Any:

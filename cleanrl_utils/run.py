@@ -35,8 +35,6 @@ from cleanrl_utils.faults import EnvFault, Fault, check_parameters, first_line, 
 from cleanrl_utils.flags import fail
 from cleanrl_utils.writes import check_tree, open_regular, write_atomic
 
-OPTIONAL_STATE = ("replay_buffer",)  # what a checkpoint may lack: the replay of a run without --checkpoint-buffer
-
 
 def seed_everything(seed: int, torch_deterministic: bool) -> None:
     """Seed python's, numpy's and torch's global generators; ask cuDNN for determinism."""
@@ -241,35 +239,14 @@ class Run:
 
     def restore(self, state: dict[str, Any], steps_per_iteration: int | None = None) -> dict[str, Any]:
         """Load the resumed checkpoint into ``state``'s objects in place, and the global generators: the counters,
-        ``"obs"`` (what the restored envs act on next) and ``"missing"`` (entries it lacks: :data:`OPTIONAL_STATE`).
-        ``steps_per_iteration``: a rollout script's batch, of which ``global_step`` must be ``iteration`` times.
+        ``"obs"`` and ``"missing"`` (:func:`cleanrl_utils.resume.restore_run`, loaded by a resumed run only).
 
         Raises:
             SystemExit: status 2, one line naming ``--resume`` (this process's events file removed first).
         """
-        from cleanrl_utils import resume
+        from cleanrl_utils.resume import restore_run
 
-        step = self.resumed["global_step"]
-        counters = resume.Counters({"global_step": step, **self.resumed.get("counters", {})}, self._refuse)
-        try:
-            resume.set_rng_state(self.resumed["rng"])
-            obs, missing = resume.restore(state, self.resumed)
-            lacking = [name for name in missing if name not in OPTIONAL_STATE]
-            if lacking or step > self.args.total_timesteps or any(isinstance(v, int) and v < 0 for v in counters.values()):
-                raise ValueError(f"it lacks {lacking}" if lacking else f"its counters {counters} do not fit this run")
-            if steps_per_iteration and counters.get("iteration", step // steps_per_iteration) * steps_per_iteration != step:
-                raise ValueError(f"its iteration does not make its global_step {step} ({steps_per_iteration} steps each)")
-        except Exception as error:  # a damaged or forged file, one of another network
-            self._refuse(error)
-        counters.update(obs=obs, missing=missing)
-        return counters
-
-    def _refuse(self, error: Exception) -> NoReturn:
-        self.writer.close()
-        for events in self.directory.glob(f"events.out.tfevents.*{self.events_suffix}") if self.records else ():
-            events.unlink()
-        refused = isinstance(error, files.FileRefused)  # its one line names the file already
-        fail("--resume", str(error) if refused else f"{self.resumed['path']} does not fit this run: {first_line(error)}")
+        return restore_run(self, state, steps_per_iteration)
 
     def exit(self, *envs: Any) -> NoReturn:
         """After :meth:`stop` and the checkpoint: say how to resume, close ``envs`` and the run, exit 128 + the signal."""

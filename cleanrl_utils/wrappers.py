@@ -164,19 +164,6 @@ def generator_state(generator: np.random.Generator | np.random.RandomState) -> d
     return generator.bit_generator.state
 
 
-def make_generator(state: dict) -> np.random.Generator | np.random.RandomState:
-    """A numpy generator in the state :func:`generator_state` returned (``ValueError`` for one that does not fit)."""
-    if "RandomState" in state:
-        generator = np.random.RandomState()
-        generator.set_state(_unplain(state["RandomState"]))
-        return generator
-    if not hasattr(np.random, str(state.get("bit_generator"))):
-        raise ValueError(f"unknown numpy bit generator {state.get('bit_generator')!r}")
-    bit_generator = getattr(np.random, state["bit_generator"])()
-    bit_generator.state = state
-    return np.random.Generator(bit_generator)
-
-
 def _plain(value: Any) -> Any:
     """An action, seed or reset option as plain data (arrays as ``{"ndarray": list, "dtype": str}``)."""
     if isinstance(value, np.ndarray):
@@ -186,13 +173,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(item) for item in value]
     return value.item() if isinstance(value, np.generic) else value
-
-
-def _unplain(value: Any) -> Any:
-    """The inverse of :func:`_plain`."""
-    if isinstance(value, dict) and set(value) == {"ndarray", "dtype"}:
-        return np.asarray(value["ndarray"], dtype=value["dtype"])
-    return {key: _unplain(item) for key, item in value.items()} if isinstance(value, dict) else value
 
 
 class ReplayableEnv(gym.Wrapper):
@@ -213,12 +193,12 @@ class ReplayableEnv(gym.Wrapper):
         self._start: dict | None = None  # the base env's generator state just before its last real reset
         self._events: list = []  # ["reset", seed, options] or the action of a step
         self._reset_start: dict | None = None  # set by a real reset during the current call
-        self._replay_start: dict | None = None  # while restoring: the generator state to reset with
+        self.replay_generator = None  # while restoring: the generator the base env's first reset draws from
         base, original_reset = env.unwrapped, env.unwrapped.reset
 
         def observed_reset(*args, **kwargs):
-            if self._replay_start is not None:
-                base.np_random, self._replay_start = make_generator(self._replay_start), None
+            if self.replay_generator is not None:
+                base.np_random, self.replay_generator = self.replay_generator, None
             if self._reset_start is None:  # the first real reset of this call
                 self._reset_start = generator_state(base.np_random)
             return original_reset(*args, **kwargs)
@@ -250,18 +230,11 @@ class ReplayableEnv(gym.Wrapper):
         return {"start": self._start, "events": events}
 
     def restore(self, logs: list[dict]) -> tuple:
-        """Replay ``logs[self.index]`` in this fresh env: ``(observation, info)`` of its last call (``ValueError``: an
-        empty log)."""
-        log = logs[self.index]
-        if not log["events"]:
-            raise ValueError("empty replay log: the env was never reset")
-        self._replay_start, result = log["start"], None
-        for event in log["events"]:
-            if event[0] == "reset":
-                result = self.reset(seed=event[1], options=_unplain(event[2]))
-            else:
-                result = self.step(_unplain(event[1]))
-        return result[0], result[-1]
+        """Replay ``logs[self.index]`` in this fresh env (:func:`cleanrl_utils.resume.replay`, loaded by a resumed run
+        only): ``(observation, info)`` of its last call."""
+        from cleanrl_utils.resume import replay
+
+        return replay(self, logs[self.index])
 
 
 def envs_state(envs: gym.vector.VectorEnv) -> dict:

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from cleanrl_utils import checkpoint, files, resume
-from cleanrl_utils.wrappers import SAME_STEP, ReplayableEnv, envs_state, generator_state, make_generator
+from cleanrl_utils.resume import make_generator
+from cleanrl_utils.wrappers import SAME_STEP, ReplayableEnv, envs_state, generator_state
 from tests.conftest import assert_stops_with_one_line, run_dir, run_script
 
 

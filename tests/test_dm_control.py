@@ -25,7 +25,8 @@ import pytest
 from cleanrl import ddpg_continuous, ppo_continuous, ppo_continuous_lstm, rpo_continuous, sac_continuous, td3_continuous
 from cleanrl_utils import checkpoint, resume
 from cleanrl_utils.env_checks import check_env
-from cleanrl_utils.wrappers import SAME_STEP, generator_state, make_generator
+from cleanrl_utils.resume import make_generator
+from cleanrl_utils.wrappers import SAME_STEP, generator_state
 from tests.conftest import ROOT, assert_stops_with_one_line, enjoy, run_dir, run_script, scalars
 
 pytest.importorskip("shimmy")

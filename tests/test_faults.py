@@ -159,7 +159,10 @@ def test_an_observation_beyond_float32_is_named_where_it_appears():
     envs = _huge_envs("obs")
     envs.reset(seed=1)
     envs.step(np.zeros(2, dtype=np.int64))
-    with pytest.raises(faults.EnvFault, match="env 0 returned a non-finite observation, or one beyond its space's dtype at its step 2"):
+    with pytest.raises(
+        faults.EnvFault,
+        match="env 0 returned a non-finite observation, or one beyond its space's dtype at its step 2",
+    ):
         next_obs, *_ = envs.step(np.zeros(2, dtype=np.int64))
         assert np.isfinite(next_obs).all(), next_obs  # what the script would store
 

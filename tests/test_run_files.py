@@ -393,7 +393,10 @@ FORGED_CONTENTS = {
     "a learning rate that is text": (lambda c: _group(c).update(lr="0.1"), "its optimizer's lr is '0.1'"),
     "a negative learning rate": (lambda c: _group(c).update(lr=-1e6), "its optimizer's lr is -1000000.0"),
     "a negative epsilon": (lambda c: _group(c).update(eps=-1.0), "its optimizer's eps is -1.0"),
-    "a negative second moment": (lambda c: _adam(c)["exp_avg_sq"].fill_(-1.0), "its optimizer's exp_avg_sq of parameter 0 is negative"),
+    "a negative second moment": (
+        lambda c: _adam(c)["exp_avg_sq"].fill_(-1.0),
+        "its optimizer's exp_avg_sq of parameter 0 is negative",
+    ),
     "a negative step": (lambda c: _adam(c)["step"].fill_(-1.0), "its optimizer's step of parameter 0 is negative"),
 }
 
