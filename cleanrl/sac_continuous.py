@@ -372,7 +372,8 @@ if __name__ == "__main__":
                     check_finite(num_updates, global_step, qf_loss=qf_losses, actor_loss=actor_loss, alpha_loss=alpha_loss)
                     if num_updates % args.target_network_frequency == 0:  # θ' ← τ θ + (1 - τ) θ'
                         with torch.no_grad():
-                            torch._foreach_lerp_(target_params, online_params, args.tau)
+                            for target_param, param in zip(target_params, online_params):
+                                target_param.lerp_(param, args.tau)
 
                 if iteration % 100 == 0 and num_updates >= args.policy_frequency:
                     writer.add_scalar("losses/qf1_values", q[0].mean().item(), global_step)

@@ -331,7 +331,8 @@ if __name__ == "__main__":
                     if num_updates % args.policy_frequency == 0:  # delayed policy and target updates
                         actor_loss = actor_update(data.obs)
                         with torch.no_grad():  # θ' ← τ θ + (1 - τ) θ'
-                            torch._foreach_lerp_(target_params, online_params, args.tau)
+                            for target_param, param in zip(target_params, online_params):
+                                target_param.lerp_(param, args.tau)
                     # stops a diverging run here
                     check_finite(num_updates, global_step, qf_loss=qf_losses, actor_loss=actor_loss)
 

@@ -117,8 +117,9 @@ class CheckedEnv(gym.Wrapper):
         if not -_FLOAT32_MAX <= reward <= _FLOAT32_MAX:  # NaN compares false
             what = "a non-finite reward" if np.isnan(reward) or np.isinf(reward) else "a reward beyond float32's range"
             self._refuse(f"returned {what} ({reward})")
-        if self._obs_max and not np.abs(obs).max(initial=0) <= self._obs_max:  # NaN compares false
-            self._refuse("returned a non-finite observation, or one beyond its space's dtype")
+        if self._obs_max and not (largest := np.abs(obs).max(initial=0)) <= self._obs_max:  # NaN compares false
+            beyond = f"an observation beyond its space's dtype ({largest:g})"
+            self._refuse(f"returned {beyond if np.isfinite(largest) else 'a non-finite observation'}")
         return (obs.copy() if self._copy else obs, reward, terminated, truncated, info)
 
     def _call(self, name: str, argument: Any) -> Any:

@@ -52,7 +52,7 @@ CASES = [
     ("ppo_continuous.py", ["--num-steps", HUGE], "--num-steps", "must be in [1, 1048576]"),
     # RPO's α: in action units, not negative, finite (beyond 1e6 the scored log-densities overflow float32)
     ("rpo_continuous.py", ["--rpo-alpha", "-0.5"], "--rpo-alpha", "must be in [0, 1e6], got -0.5"),
-    ("rpo_continuous.py", ["--rpo-alpha", "inf"], "--rpo-alpha", "is inf"),
+    ("rpo_continuous.py", ["--rpo-alpha", "inf"], "--rpo-alpha", "must be finite, got inf"),
     ("rpo_continuous.py", ["--rpo-alpha", "1e300"], "--rpo-alpha", "must be in [0, 1e6], got 1e+300"),
     ("rpo_continuous.py", ["--update-epochs", "10001"], "--update-epochs", "must be in [1, 10000]"),
     ("ppo_lstm.py", ["--target-kl", "0"], "--target-kl", "must be positive"),

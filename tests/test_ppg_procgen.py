@@ -254,7 +254,7 @@ def test_sigterm_mid_phase_checkpoints_the_phase_start_then_resume_continues(mon
 
 
 FORGED_CHECKPOINTS = {  # refused after the envs are made: one line, and Procgen's C envs closed quietly at exit
-    "no reward statistics": (lambda c: c["state"].pop("reward_normalization"), "it holds no 'reward_normalization'"),
+    "no reward statistics": (lambda c: c["state"].pop("reward_normalization"), "it lacks ['reward_normalization']"),
     "NaN reward statistics": (
         lambda c: c["state"]["reward_normalization"]["return_rms.var"].fill_(float("nan")),
         "the normalisation's 'return_rms.var' is not finite",

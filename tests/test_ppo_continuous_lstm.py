@@ -327,7 +327,7 @@ def test_evaluation_refuses_forged_normalisation_statistics_in_one_line(forged, 
     content = torch.load(hopper_run[1] / model.name, weights_only=True)
     edit(content["obs_norm"])
     torch.save(content, model)
-    with pytest.raises(FileRefused, match="its 'obs_norm' does not fit") as refused:
+    with pytest.raises(FileRefused, match="its 'obs_norm' is missing or does not fit") as refused:
         ppo_continuous_lstm.evaluate(str(model), eval_episodes=1)
     assert message in str(refused.value) and "\n" not in str(refused.value)
 
@@ -342,12 +342,12 @@ FORGED_CHECKPOINTS = {  # the live rollout's recurrent state and the normalisati
         lambda c: c["state"]["carried"].update(next_start=torch.full((2,), 0.5)),
         "carried.next_start is torch.float32, this script's torch.bool",
     ),
-    "no recurrent state": (lambda c: c["state"].pop("carried"), "it holds no 'carried'"),
+    "no recurrent state": (lambda c: c["state"].pop("carried"), "it lacks ['carried']"),
     "NaN observation statistics": (
         lambda c: c["state"]["normalization"]["obs_rms.mean"].fill_(NAN),
         "the normalisation's 'obs_rms.mean' is not finite",
     ),
-    "no normalisation": (lambda c: c["state"].pop("normalization"), "it holds no 'normalization'"),
+    "no normalisation": (lambda c: c["state"].pop("normalization"), "it lacks ['normalization']"),
 }
 
 

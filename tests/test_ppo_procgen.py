@@ -216,7 +216,7 @@ def test_evaluation_plays_the_levels_the_model_trained_on(monkeypatch, tmp_path)
     result = enjoy(str(model), "--eval-episodes", "1", cwd=tmp_path, check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     line = result.stderr.strip().splitlines()[-1]
-    assert "its saved distribution_mode is 'memory' (str), not one of 'easy', 'hard'" in line, line
+    assert "its saved distribution_mode: invalid choice 'memory' for argument '--distribution-mode'" in line, line
 
 
 def nan_reward_at(monkeypatch, at: int = 40, env: int = 1) -> None:

@@ -191,7 +191,7 @@ BAD_INPUT = [
     ("qrdqn.py", ["--learning-starts", "600000"], "--learning-starts", "leaves no training"),
     ("qrdqn.py", ["--start-e", "0.1", "--end-e", "0.5"], "--end-e", "is above --start-e"),
     ("qrdqn.py", ["--buffer-size", "100000000000"], "--buffer-size", "is available; lower the capacity"),
-    ("qrdqn_atari.py", ["--n-quantiles", "0"], "--n-quantiles", "must be positive"),
+    ("qrdqn_atari.py", ["--n-quantiles", "0"], "--n-quantiles", "must be a positive finite number"),
     ("qrdqn_atari.py", ["--env-id", "CartPole-v1"], "--env-id", "is not an Atari game"),
     ("qrdqn_atari.py", ["--env-id", "Breakout-v4"], "--env-id", "skips frames itself"),
     ("qrdqn_atari.py", ["--buffer-size", "100000000"], "--buffer-size", "is available; lower the capacity"),
@@ -246,10 +246,17 @@ def test_qrdqn_solves_cartpole(tmp_path):
     assert last100 >= 450.0
 
 
-@pytest.mark.parametrize("n_quantiles", [0, 10**7, None])
-def test_evaluation_checks_a_forged_n_quantiles_before_building_the_network(n_quantiles, tmp_path):
+@pytest.mark.parametrize(
+    "n_quantiles,message",
+    [
+        (0, "its saved n_quantiles must be in"),
+        (10**7, "its saved n_quantiles must be in"),
+        (None, "holds no network 'q_network'"),  # read as the flag's default (200): a network of that size, no weights
+    ],
+)
+def test_evaluation_checks_a_forged_n_quantiles_before_building_the_network(n_quantiles, message, tmp_path):
     """A model whose saved n_quantiles is out of range or missing is refused in one line, before
-    any network is built (10**7 quantiles would allocate gigabytes)."""
+    any network is built (10**7 quantiles would allocate gigabytes); a missing one is the flag's default."""
     from cleanrl.qrdqn import Args, evaluate
     from cleanrl_utils.files import FileRefused, write_file
 
@@ -259,5 +266,5 @@ def test_evaluation_checks_a_forged_n_quantiles_before_building_the_network(n_qu
         saved = torch.load(path, weights_only=True)
         del saved["args"]["n_quantiles"]
         torch.save(saved, path)
-    with pytest.raises(FileRefused, match="its saved n_quantiles must be in"):
+    with pytest.raises(FileRefused, match=message):
         evaluate(str(path), eval_episodes=1)

@@ -167,7 +167,7 @@ def test_smoke_hopper_saves_and_evaluates(tmp_path):
 BAD_INPUT = [
     (["--rpo-alpha", "-0.1"], "--rpo-alpha", "must be in [0, 1e6], got -0.1"),
     (["--rpo-alpha", "2e6"], "--rpo-alpha", "must be in [0, 1e6], got 2000000.0"),
-    (["--rpo-alpha", "nan"], "--rpo-alpha", "is nan"),  # check_run_args: every float flag finite
+    (["--rpo-alpha", "nan"], "--rpo-alpha", "must be finite, got nan"),  # check_run_args: every float flag finite
     (["--env-id", "CartPole-v1"], "--env-id", "supports Box only"),
     (["--num-minibatches", "3"], "--num-minibatches", "does not divide the batch of 2048"),
 ]
