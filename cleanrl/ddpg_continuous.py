@@ -8,8 +8,8 @@ What this file changes, as CleanRL's ddpg_continuous_action.py does (mostly Fuji
 arXiv:1802.09477, "Our DDPG"): Gaussian exploration noise instead of Ornstein-Uhlenbeck, 256-256
 networks, no weight decay or batch norm, 25k random steps first, and the policy and targets updated
 every second critic update (`--policy-frequency 1` for the original). Against CleanRL: the networks
-work in [-1, 1]^|A| (`scale_action` maps to the env's bounds) and the policy loss reads the critic
-through detached weights; a truncation bootstraps from the real final observation, as in CleanRL.
+work in [-1, 1]^|A| (`scale_action` maps to the env's bounds); a truncation bootstraps from the real
+final observation, as in CleanRL.
 Details, flags, metrics and results: docs/scripts/ddpg_continuous.md.
 
 Run:
@@ -17,7 +17,6 @@ Run:
     python cleanrl/ddpg_continuous.py --env-id Pendulum-v1 --total-timesteps 20000 --learning-starts 1000
 """
 
-import math
 import signal
 from dataclasses import dataclass
 from typing import Literal, Optional
@@ -26,7 +25,6 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 import torch.optim as optim
 
 from cleanrl_utils.buffers import ReplayBuffer
@@ -107,38 +105,22 @@ def unscale_action(a: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarr
 
 
 class QEnsemble(nn.Module):
-    """K independent critics Q_k(s, a), MLPs 256-256 ReLU, evaluated as one batched call (DDPG: K = 1).
-
-    Weights ``[K, in, out]`` and biases ``[K, 1, out]`` of all K critics stacked, each initialised as ``nn.Linear``
-    (U(±1/√in)); one ``baddbmm`` per layer replaces K matrix products.
-    """
+    """K independent critics Q_k(s, a), each an MLP 256-256 ReLU (CleanRL's QNetwork); DDPG has K = 1."""
 
     def __init__(self, obs_dim: int, action_dim: int, num_critics: int = 2, hidden: int = 256):
         super().__init__()
-        sizes = [obs_dim + action_dim, hidden, hidden, 1]
-        self.weights = nn.ParameterList()
-        self.biases = nn.ParameterList()
-        for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
-            bound = 1.0 / math.sqrt(fan_in)
-            self.weights.append(nn.Parameter(torch.empty(num_critics, fan_in, fan_out).uniform_(-bound, bound)))
-            self.biases.append(nn.Parameter(torch.empty(num_critics, 1, fan_out).uniform_(-bound, bound)))
+        self.critics = nn.ModuleList(
+            nn.Sequential(
+                nn.Linear(obs_dim + action_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1)
+            )
+            for _ in range(num_critics)
+        )
 
-    def forward(
-        self, obs: torch.Tensor, actions: torch.Tensor, detach: bool = False, first: Optional[int] = None
-    ) -> torch.Tensor:
-        """Q-values ``[K, B]`` of observations ``[B, obs_dim]`` and actions ``[B, |A|]``; ``detach``: the weights enter as
-        constants (gradients reach ``actions`` only); ``first = k``: critics 0..k-1 only, ``[k, B]``."""
-        k = len(self.weights[0]) if first is None else first
-        x = torch.cat([obs, actions], dim=-1).expand(k, -1, -1)  # [k, B, in]
-        last = len(self.weights) - 1
-        for i, (weight, bias) in enumerate(zip(self.weights, self.biases)):
-            weight, bias = weight[:k], bias[:k]
-            if detach:
-                weight, bias = weight.detach(), bias.detach()
-            x = torch.baddbmm(bias, x, weight)
-            if i < last:
-                x = F.relu(x)
-        return x.squeeze(-1)
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor, first: Optional[int] = None) -> torch.Tensor:
+        """Q-values ``[K, B]`` of observations ``[B, obs_dim]`` and actions ``[B, |A|]``; ``first = k``: critics
+        0..k-1 only, ``[k, B]``."""
+        x = torch.cat([obs, actions], dim=-1)
+        return torch.stack([critic(x).squeeze(-1) for critic in self.critics[:first]])
 
 
 class Actor(nn.Module):
@@ -263,7 +245,7 @@ if __name__ == "__main__":
 
         def actor_update(obs):
             """One policy step: ascend Q(s, μ(s)) (the critic's weights held constant); returns the loss."""
-            actor_loss = -qf(obs, actor(obs), detach=True)[0].mean()
+            actor_loss = -qf(obs, actor(obs))[0].mean()
             actor_optimizer.zero_grad()
             actor_loss.backward()
             actor_optimizer.step()

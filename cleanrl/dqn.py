@@ -251,7 +251,7 @@ if __name__ == "__main__":
         envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
     with run.stop_on_fault(envs):  # a fault ends the run in one line; any error ends the env workers too
         q_network = QNetwork(envs, args.dueling).to(device)
-        optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, fused=True)
+        optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, fused=True)  # fused: the same Adam, one kernel
         target_network = QNetwork(envs, args.dueling).to(device)
         target_network.load_state_dict(q_network.state_dict())
         num_actions = int(envs.single_action_space.n)

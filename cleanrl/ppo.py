@@ -133,14 +133,14 @@ class Agent(nn.Module):
 
     def get_action(self, x: torch.Tensor) -> torch.Tensor:
         """Sample actions ``[B]`` from π(·|x) by the Gumbel-max trick: argmax(logits + Gumbel noise)."""
-        logits = self.actor(x)
-        return (logits - torch.empty_like(logits).exponential_().log()).argmax(-1)
+        logits = self.actor(x)  # plain form: Categorical(logits=logits).sample(), the same distribution, more CPU time
+        return (logits - torch.empty_like(logits).exponential_().log()).argmax(-1)  # -log(Exp(1)) is Gumbel noise
 
     def get_action_and_value(self, x: torch.Tensor, action: Optional[torch.Tensor] = None):
         """``(action, log π(action|x), entropy, V(x))``, each ``[B]``; ``action`` sampled by :meth:`get_action` when None."""
         if action is None:
             action = self.get_action(x)
-        log_probs = torch.log_softmax(self.actor(x), dim=-1)
+        log_probs = torch.log_softmax(self.actor(x), dim=-1)  # Categorical(logits=...).log_prob and .entropy, by hand
         log_prob = log_probs.gather(-1, action.unsqueeze(-1)).squeeze(-1)
         entropy = -(log_probs.exp() * log_probs).sum(-1)
         return action, log_prob, entropy, self.critic(x).squeeze(-1)
@@ -228,7 +228,7 @@ if __name__ == "__main__":
         envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=SAME_STEP)
     with run.stop_on_fault(envs):  # a fault ends the run in one line; any error ends the env workers too
         agent = Agent(envs).to(device)
-        optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
+        optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # fused: the same Adam
 
         # Rollout storage [num_steps, num_envs] in numpy (cheaper than torch per step); on the device once, after it
         T, N = args.num_steps, args.num_envs

@@ -306,7 +306,8 @@ if __name__ == "__main__":
             saved = run.restore(state, steps_per_iteration=args.batch_size)
             global_step, start_iteration, next_obs = saved["global_step"], saved["iteration"] + 1, saved["next_obs"].numpy()
         elif args.env_mode == "alternating":  # env i is seeded with seed + i, as in one vector env
-            next_obs = np.concatenate([envs_a.reset(seed=args.seed)[0], envs_b.reset(seed=args.seed + h)[0]])
+            envs_a.reset_async(seed=args.seed), envs_b.reset_async(seed=args.seed + h)
+            next_obs = np.concatenate([group.reset_wait(timeout=args.env_timeout)[0] for group in (envs_a, envs_b)])
         else:
             next_obs, _ = envs.reset(seed=args.seed)
 

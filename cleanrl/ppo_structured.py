@@ -288,7 +288,7 @@ def masked_categorical(
         log_probs = torch.log_softmax(segment, dim=-1)
         if action is not None:
             a = action[:, j]
-        else:
+        else:  # Gumbel-max: the draw of Categorical(logits=segment).sample(), the plain form, at less CPU time
             scores = segment if greedy else segment - torch.empty_like(segment).exponential_(generator=generator).log()
             if segment_mask is not None:  # noise of +inf (an exponential draw of exactly 0) must not pick a masked action
                 scores = scores.masked_fill(~segment_mask, -torch.inf)

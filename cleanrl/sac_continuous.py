@@ -10,9 +10,10 @@ Soft actor-critic, the version with twin Q-functions, target critics and entropy
 What this file changes, as CleanRL's sac_continuous_action.py does: the policy takes
 `--policy-frequency` steps every `--policy-frequency` critic updates; log σ is squashed into
 [-5, 2]; α is learnt as log α. Against CleanRL: the networks work in [-1, 1]^|A| (`scale_action`
-maps to the env's bounds, so the entropy target is that of u), the twin critics are one module of
-stacked weights and the policy loss reads them through detached weights; a truncation bootstraps from
-the real final observation, as in CleanRL. Details, flags, metrics and results: docs/scripts/sac_continuous.md.
+maps to the env's bounds, so the entropy target is that of u), α starts at `--alpha` (CleanRL's at 1),
+and the temperature loss reuses the log π of the policy step (CleanRL samples again); a truncation
+bootstraps from the real final observation, as in CleanRL. Details, flags, metrics and results:
+docs/scripts/sac_continuous.md.
 
 Run:
     python cleanrl/sac_continuous.py --env-id Hopper-v5          # needs the mujoco extra
@@ -119,38 +120,22 @@ def unscale_action(a: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarr
 
 
 class QEnsemble(nn.Module):
-    """K independent critics Q_k(s, a), MLPs 256-256 ReLU, evaluated as one batched call.
-
-    Weights ``[K, in, out]`` and biases ``[K, 1, out]`` of all K critics stacked, each initialised as ``nn.Linear``
-    (U(±1/√in)); one ``baddbmm`` per layer replaces K matrix products.
-    """
+    """K independent critics Q_k(s, a), each an MLP 256-256 ReLU (CleanRL's QNetwork), called one after another."""
 
     def __init__(self, obs_dim: int, action_dim: int, num_critics: int = 2, hidden: int = 256):
         super().__init__()
-        sizes = [obs_dim + action_dim, hidden, hidden, 1]
-        self.weights = nn.ParameterList()
-        self.biases = nn.ParameterList()
-        for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
-            bound = 1.0 / math.sqrt(fan_in)
-            self.weights.append(nn.Parameter(torch.empty(num_critics, fan_in, fan_out).uniform_(-bound, bound)))
-            self.biases.append(nn.Parameter(torch.empty(num_critics, 1, fan_out).uniform_(-bound, bound)))
+        self.critics = nn.ModuleList(
+            nn.Sequential(
+                nn.Linear(obs_dim + action_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1)
+            )
+            for _ in range(num_critics)
+        )
 
-    def forward(
-        self, obs: torch.Tensor, actions: torch.Tensor, detach: bool = False, first: Optional[int] = None
-    ) -> torch.Tensor:
-        """Q-values ``[K, B]`` of observations ``[B, obs_dim]`` and actions ``[B, |A|]``; ``detach``: the weights enter as
-        constants (gradients reach ``actions`` only); ``first = k``: critics 0..k-1 only, ``[k, B]``."""
-        k = len(self.weights[0]) if first is None else first
-        x = torch.cat([obs, actions], dim=-1).expand(k, -1, -1)  # [k, B, in]
-        last = len(self.weights) - 1
-        for i, (weight, bias) in enumerate(zip(self.weights, self.biases)):
-            weight, bias = weight[:k], bias[:k]
-            if detach:
-                weight, bias = weight.detach(), bias.detach()
-            x = torch.baddbmm(bias, x, weight)
-            if i < last:
-                x = F.relu(x)
-        return x.squeeze(-1)
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor, first: Optional[int] = None) -> torch.Tensor:
+        """Q-values ``[K, B]`` of observations ``[B, obs_dim]`` and actions ``[B, |A|]``; ``first = k``: critics
+        0..k-1 only, ``[k, B]``."""
+        x = torch.cat([obs, actions], dim=-1)
+        return torch.stack([critic(x).squeeze(-1) for critic in self.critics[:first]])
 
 
 class Actor(nn.Module):
@@ -228,7 +213,7 @@ def check_args(args: Args) -> None:
     require(args.learning_starts >= 0, "--learning-starts", f"must be >= 0, got {args.learning_starts}")
     no_training = f"{args.learning_starts} leaves no training within --total-timesteps {args.total_timesteps}"
     require(args.learning_starts < args.total_timesteps, "--learning-starts", no_training)
-    require(args.alpha > 0 or (args.alpha == 0 and not args.autotune), "--alpha", "must be > 0 (>= 0 with --no-autotune)")
+    require(args.alpha > 0, "--alpha", f"must be > 0 (α is kept as log α), got {args.alpha}")
     entropy = f"above -log 2 = {-math.log(2):.4f}: the target -scale |A| must be below |A| log 2, uniform u's entropy"
     require(args.target_entropy_scale > -math.log(2), "--target-entropy-scale", f"must be {entropy}")
     require(args.buffer_size >= args.batch_size, "--buffer-size", f"smaller than --batch-size {args.batch_size}")
@@ -286,12 +271,10 @@ if __name__ == "__main__":
         qf = QEnsemble(obs_dim, action_dim, num_critics=2).to(device)
         qf_target = QEnsemble(obs_dim, action_dim, num_critics=2).to(device)
         qf_target.load_state_dict(qf.state_dict())
-        q_optimizer = optim.Adam(qf.parameters(), lr=args.q_lr, fused=True)
+        q_optimizer = optim.Adam(qf.parameters(), lr=args.q_lr, fused=True)  # fused: the same Adam, one kernel per step
         actor_optimizer = optim.Adam(actor.parameters(), lr=args.policy_lr, fused=True)
         target_entropy = -args.target_entropy_scale * action_dim
-        log_alpha = torch.tensor(
-            math.log(args.alpha) if args.alpha > 0 else -math.inf, device=device, requires_grad=args.autotune
-        )
+        log_alpha = torch.tensor(math.log(args.alpha), device=device, requires_grad=args.autotune)
         a_optimizer = optim.Adam([log_alpha], lr=args.q_lr, fused=True)  # used with --autotune
         rng = np.random.default_rng(args.seed)
 
@@ -313,7 +296,7 @@ if __name__ == "__main__":
         def actor_update(obs):
             """One policy step (and one temperature step); returns (policy loss, temperature loss)."""
             actions, log_probs = actor.sample(obs)
-            actor_loss = policy_loss(qf(obs, actions, detach=True), log_probs, log_alpha.exp().detach())
+            actor_loss = policy_loss(qf(obs, actions), log_probs, log_alpha.exp().detach())
             actor_optimizer.zero_grad()
             actor_loss.backward()
             actor_optimizer.step()

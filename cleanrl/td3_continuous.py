@@ -7,8 +7,7 @@ Twin Delayed Deep Deterministic policy gradient:
 
 What this file changes: the networks work in [-1, 1]^|A| (`scale_action` maps to the env's bounds),
 so all noises and the noise clip are fractions of each dimension's half-range; a truncation
-bootstraps from the real final observation; the twin critics are one module of stacked weights and
-the policy loss reads Q_1 through detached weights. Hyperparameters are CleanRL's
+bootstraps from the real final observation. Hyperparameters are CleanRL's
 td3_continuous_action.py's (the authors' later code: 256-256 networks, Adam 3e-4, batch 256, 25k
 random steps). Details, flags, metrics and results: docs/scripts/td3_continuous.md.
 
@@ -17,7 +16,6 @@ Run:
     python cleanrl/td3_continuous.py --env-id Pendulum-v1 --total-timesteps 20000 --learning-starts 1000
 """
 
-import math
 import signal
 from dataclasses import dataclass
 from typing import Literal, Optional
@@ -26,7 +24,6 @@ import gymnasium as gym
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 import torch.optim as optim
 
 from cleanrl_utils.buffers import ReplayBuffer
@@ -111,38 +108,22 @@ def unscale_action(a: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarr
 
 
 class QEnsemble(nn.Module):
-    """K independent critics Q_k(s, a), MLPs 256-256 ReLU, evaluated as one batched call.
-
-    Weights ``[K, in, out]`` and biases ``[K, 1, out]`` of all K critics stacked, each initialised as ``nn.Linear``
-    (U(±1/√in)); one ``baddbmm`` per layer replaces K matrix products.
-    """
+    """K independent critics Q_k(s, a), each an MLP 256-256 ReLU (CleanRL's QNetwork), called one after another."""
 
     def __init__(self, obs_dim: int, action_dim: int, num_critics: int = 2, hidden: int = 256):
         super().__init__()
-        sizes = [obs_dim + action_dim, hidden, hidden, 1]
-        self.weights = nn.ParameterList()
-        self.biases = nn.ParameterList()
-        for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
-            bound = 1.0 / math.sqrt(fan_in)
-            self.weights.append(nn.Parameter(torch.empty(num_critics, fan_in, fan_out).uniform_(-bound, bound)))
-            self.biases.append(nn.Parameter(torch.empty(num_critics, 1, fan_out).uniform_(-bound, bound)))
+        self.critics = nn.ModuleList(
+            nn.Sequential(
+                nn.Linear(obs_dim + action_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1)
+            )
+            for _ in range(num_critics)
+        )
 
-    def forward(
-        self, obs: torch.Tensor, actions: torch.Tensor, detach: bool = False, first: Optional[int] = None
-    ) -> torch.Tensor:
-        """Q-values ``[K, B]`` of observations ``[B, obs_dim]`` and actions ``[B, |A|]``; ``detach``: the weights enter as
-        constants (gradients reach ``actions`` only); ``first = k``: critics 0..k-1 only, ``[k, B]``."""
-        k = len(self.weights[0]) if first is None else first
-        x = torch.cat([obs, actions], dim=-1).expand(k, -1, -1)  # [k, B, in]
-        last = len(self.weights) - 1
-        for i, (weight, bias) in enumerate(zip(self.weights, self.biases)):
-            weight, bias = weight[:k], bias[:k]
-            if detach:
-                weight, bias = weight.detach(), bias.detach()
-            x = torch.baddbmm(bias, x, weight)
-            if i < last:
-                x = F.relu(x)
-        return x.squeeze(-1)
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor, first: Optional[int] = None) -> torch.Tensor:
+        """Q-values ``[K, B]`` of observations ``[B, obs_dim]`` and actions ``[B, |A|]``; ``first = k``: critics
+        0..k-1 only, ``[k, B]``."""
+        x = torch.cat([obs, actions], dim=-1)
+        return torch.stack([critic(x).squeeze(-1) for critic in self.critics[:first]])
 
 
 class Actor(nn.Module):
@@ -279,7 +260,7 @@ if __name__ == "__main__":
 
         def actor_update(obs):
             """One policy step: ascend Q_1(s, μ(s)) (the critic's weights held constant); returns the loss."""
-            actor_loss = -qf(obs, actor(obs), detach=True, first=1)[0].mean()
+            actor_loss = -qf(obs, actor(obs), first=1)[0].mean()
             actor_optimizer.zero_grad()
             actor_loss.backward()
             actor_optimizer.step()

@@ -22,7 +22,7 @@ import torch
 from cleanrl_utils import files
 from cleanrl_utils.faults import first_line
 from cleanrl_utils.flags import RESUMABLE_WITH_OTHER_VALUES, fail, flag_name, saved_args
-from cleanrl_utils.wrappers import ReplayableEnv
+from cleanrl_utils.wrappers import ReplayableEnv, call_envs
 
 
 def set_rng_state(state: dict) -> None:
@@ -62,7 +62,9 @@ def restore_run(run: Any, state: dict[str, Any], steps_per_iteration: int | None
         set_rng_state(saved["rng"])
         obs, missing = restore(state, saved)
         lacking = [name for name in missing if name not in OPTIONAL_STATE]
-        if lacking or step > run.args.total_timesteps or any(isinstance(v, int) and v < 0 for v in counters.values()):
+        negative = any(isinstance(v, int) and v < 0 for v in counters.values())
+        whole = all(type(counters.get(name, 0)) is int for name in ("global_step", "iteration"))
+        if lacking or negative or not whole or step > run.args.total_timesteps:
             raise ValueError(f"it lacks {lacking}" if lacking else f"its counters {counters} do not fit this run")
         if steps_per_iteration and counters.get("iteration", step // steps_per_iteration) * steps_per_iteration != step:
             raise ValueError(f"its iteration does not make its global_step {step} ({steps_per_iteration} steps each)")
@@ -159,7 +161,7 @@ def restore_envs(envs: gym.vector.VectorEnv, state: dict) -> Any:
     observation ``[num_envs, ...]`` the run acts on next (``ValueError``: another number of envs, or an empty log)."""
     if len(state["logs"]) != envs.num_envs:
         raise ValueError(f"the checkpoint has {len(state['logs'])} envs, this run {envs.num_envs}")
-    observations = [obs for obs, _ in envs.unwrapped.call("restore", state["logs"])]
+    observations = [obs for obs, _ in call_envs(envs, "restore", state["logs"])]
     empty = gym.vector.utils.create_empty_array(envs.single_observation_space, n=envs.num_envs)
     return gym.vector.utils.concatenate(envs.single_observation_space, observations, empty)
 

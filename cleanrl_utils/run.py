@@ -319,23 +319,25 @@ class Run:
         """Write ``{run_dir}/{exp_name}.cleanrl_model`` (``models``: networks, tensors and plain data by name) and log
         the score of the script's ``evaluate`` on it as ``eval/episodic_return`` (mean) and ``eval/episodic_return_std``.
 
-        Raises:
-            cleanrl_utils.faults.WriteFailed, cleanrl_utils.faults.NonFinite: one line, nothing written.
+        A fault (:class:`~cleanrl_utils.faults.WriteFailed`, :class:`~cleanrl_utils.faults.NonFinite`: nothing written;
+        an env's in the evaluation) ends the run in one line, exit 1, as :meth:`stop_on_fault` says.
         """
         self.progress(force=True)
         if not self.records:
             return None
-        modules = {name: value for name, value in models.items() if isinstance(value, torch.nn.Module)}
-        check_parameters(models, "the model")
-        content = {name: value.state_dict() if name in modules else value for name, value in models.items()}
-        path = files.model_path(self.directory, self.args.exp_name)
-        files.write_file(path, "model", self.args, {**content, "global_step": self.step}, modules)
-        print(f"model saved to {path}")
-        returns = evaluate(str(path), self.args.eval_episodes, env_id=self.args.env_id, device=str(self.device),
-                           capture_video=self.args.capture_video, video_dir=str(self.directory / "videos-eval"))  # fmt: skip
-        self.writer.add_scalar("eval/episodic_return", returns.mean(), self.step)
-        self.writer.add_scalar("eval/episodic_return_std", returns.std(), self.step)
-        print(f"evaluation over {len(returns)} episodes: {returns.mean():.1f} ± {returns.std():.1f}")
+        with self.stop_on_fault():  # a fault writing or evaluating the model ends the run in one line, as in training
+            modules = {name: value for name, value in models.items() if isinstance(value, torch.nn.Module)}
+            check_parameters(models, "the model")
+            content = {name: value.state_dict() if name in modules else value for name, value in models.items()}
+            path = files.model_path(self.directory, self.args.exp_name)
+            files.write_file(path, "model", self.args, {**content, "global_step": self.step}, modules)
+            print(f"model saved to {path}")
+            videos = str(self.directory / "videos-eval")
+            options = dict(env_id=self.args.env_id, device=str(self.device), capture_video=self.args.capture_video)
+            returns = evaluate(str(path), self.args.eval_episodes, **options, video_dir=videos)
+            self.writer.add_scalar("eval/episodic_return", returns.mean(), self.step)
+            self.writer.add_scalar("eval/episodic_return_std", returns.std(), self.step)
+            print(f"evaluation over {len(returns)} episodes: {returns.mean():.1f} ± {returns.std():.1f}")
         return path
 
     def summary(self) -> str:

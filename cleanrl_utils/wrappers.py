@@ -25,9 +25,10 @@ _RESERVED = frozenset({"final_obs", "_final_obs", "final_info", "_final_info"}) 
 
 
 class TimedSteps(gym.vector.VectorWrapper):
-    """A vector env whose ``step`` gives the workers of a ``gym.vector.AsyncVectorEnv`` ``timeout`` seconds to answer
-    (``--env-timeout``; gymnasium's own ``step_wait`` timeout, else ``multiprocessing.TimeoutError``, which
-    :meth:`cleanrl_utils.run.Run.stop_on_fault` says in one line); any other vector env steps as it does."""
+    """A vector env whose ``reset`` and ``step`` give the workers of a ``gym.vector.AsyncVectorEnv`` ``timeout`` seconds
+    to answer (``--env-timeout``; gymnasium's own ``reset_wait``/``step_wait`` timeout, else
+    ``multiprocessing.TimeoutError``, which :meth:`cleanrl_utils.run.Run.stop_on_fault` says in one line); any other
+    vector env resets and steps as it does. :func:`call_envs` times the workers' other calls."""
 
     def __init__(self, env: gym.vector.VectorEnv, timeout: float):
         super().__init__(env)
@@ -39,6 +40,25 @@ class TimedSteps(gym.vector.VectorWrapper):
             return self.env.step(actions)
         self.env.step_async(actions)
         return self.env.step_wait(timeout=self.timeout)
+
+    def reset(self, *, seed: int | list | None = None, options: dict | None = None) -> tuple:
+        """``env.reset(seed=seed, options=options)``, an async env's workers timed."""
+        if not isinstance(self.env, gym.vector.AsyncVectorEnv):
+            return self.env.reset(seed=seed, options=options)
+        self.env.reset_async(seed=seed, options=options)
+        return self.env.reset_wait(timeout=self.timeout)
+
+
+def call_envs(envs: gym.vector.VectorEnv, name: str, *args: Any) -> tuple:
+    """``envs.unwrapped.call(name, *args)``: the method ``name`` of every env, a tuple ``[num_envs]`` of its results;
+    the workers of an async env get the timeout of the :class:`TimedSteps` in ``envs`` (none there: no limit)."""
+    timeout, env = None, envs
+    while isinstance(env, gym.vector.VectorWrapper):
+        timeout, env = env.timeout if isinstance(env, TimedSteps) else timeout, env.env
+    if not isinstance(env, gym.vector.AsyncVectorEnv):
+        return env.call(name, *args)
+    env.call_async(name, *args)
+    return env.call_wait(timeout=timeout)
 
 
 def space_problem(space: gym.Space, value: Any, what: str = "observation") -> str | None:
@@ -83,7 +103,8 @@ def step_problem(result: Any, space: gym.Space | None = None) -> str | None:
 class CheckedEnv(gym.Wrapper):
     """An env (``index`` in its vector env) whose output is checked where it runs (in its worker process under
     ``gym.vector.AsyncVectorEnv``): in full at its first reset and step (:func:`step_problem`), then cheaply at every
-    step: a number reward, finite and within float32's range; bool flags; finite floating observations. Observations
+    step and reset: a number reward, finite and within float32's range; bool flags; floating observations finite and
+    within float32's range (what the scripts store), or float16's for a float16 space. Observations
     are copied once the env returns the same array twice (reusing it, Gymnasium#1132). In a worker process an env's
     exception becomes an :class:`EnvFault` saying where it was raised, and SIGINT, SIGTERM and SIGHUP are ignored: the
     main process gets them, checkpoints with its envs alive, then closes them.
@@ -95,15 +116,16 @@ class CheckedEnv(gym.Wrapper):
     def __init__(self, env: gym.Env, index: int = 0):
         super().__init__(env)
         self.index, self.steps, self._first, self._last = index, 0, {"reset", "step"}, None
-        space = env.observation_space  # floating observations: finite, and within the space's dtype (float32: 3.4e38)
-        self._obs_max = (
-            float(np.finfo(space.dtype).max) if isinstance(space, gym.spaces.Box) and space.dtype.kind == "f" else 0
-        )
+        space = env.observation_space  # floating observations: finite, and within float32's range (or float16's)
+        floating = isinstance(space, gym.spaces.Box) and space.dtype.kind == "f"
+        self._obs_max = min(float(np.finfo(space.dtype).max), _FLOAT32_MAX) if floating else 0
+        self._dtype_name = "float16" if floating and space.dtype == np.float16 else "float32"
         self._copy, self._in_worker = False, multiprocessing.parent_process() is not None
 
     def reset(self, **kwargs):
-        """Reset as the wrapped env does; its first reset is checked in full."""
+        """Reset as the wrapped env does; its first reset is checked in full, the others as a step's observation."""
         obs, info = self._call("reset", kwargs)
+        self._check_observation(obs, f"in a reset after its step {self.steps}")
         return obs.copy() if self._copy else obs, info
 
     def step(self, action):
@@ -117,10 +139,13 @@ class CheckedEnv(gym.Wrapper):
         if not -_FLOAT32_MAX <= reward <= _FLOAT32_MAX:  # NaN compares false
             what = "a non-finite reward" if np.isnan(reward) or np.isinf(reward) else "a reward beyond float32's range"
             self._refuse(f"returned {what} ({reward})")
-        if self._obs_max and not (largest := np.abs(obs).max(initial=0)) <= self._obs_max:  # NaN compares false
-            beyond = f"an observation beyond its space's dtype ({largest:g})"
-            self._refuse(f"returned {beyond if np.isfinite(largest) else 'a non-finite observation'}")
+        self._check_observation(obs)
         return (obs.copy() if self._copy else obs, reward, terminated, truncated, info)
+
+    def _check_observation(self, obs: Any, where: str = "") -> None:
+        if self._obs_max and not (largest := np.abs(obs).max(initial=0)) <= self._obs_max:  # NaN compares false
+            beyond = f"an observation beyond {self._dtype_name}'s range ({largest:g})"
+            self._refuse(f"returned {beyond if np.isfinite(largest) else 'a non-finite observation'}", where)
 
     def _call(self, name: str, argument: Any) -> Any:
         if self._in_worker and self._first == {"reset", "step"}:  # once made, the main process handles stop signals
@@ -240,7 +265,7 @@ class ReplayableEnv(gym.Wrapper):
 
 def envs_state(envs: gym.vector.VectorEnv) -> dict:
     """The replay logs of every env of ``envs`` (a vector env of :class:`ReplayableEnv`), as plain data."""
-    return {"logs": list(envs.unwrapped.call("replay_log"))}
+    return {"logs": list(call_envs(envs, "replay_log"))}
 
 
 def real_next_obs(next_obs: Any, infos: dict) -> Any:

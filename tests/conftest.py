@@ -14,22 +14,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-LONG = {
-    "test_terraform.py::test_checkov_has_no_failed_check_and_every_skip_has_a_reason",
-}
-"""The slowest of the other tests on 2 cores (``pytest --durations``, 33-115 s each: whole-run resume and
-async-equality comparisons, Atari whole runs with evaluation, signal faults with many workers, checkov),
-marked ``long`` here, so that the README's command (``-m "not long"``) stays under 30 minutes; every script
-keeps a smoke test there, and CI's second step (``-m long``) runs these."""
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest's own hook deselects by marker
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """The tests of :data:`LONG` marked ``long``; the learning tests (minutes each) first, so that with two test
-    processes (pyproject.toml's ``-n 2``) the suite does not end waiting on one long test started last."""
-    for item in items:
-        if item.nodeid.removeprefix("tests/") in LONG:
-            item.add_marker(pytest.mark.long)
+    """The learning tests (minutes each) first, so that with two test processes (pyproject.toml's ``-n 2``) the
+    suite does not end waiting on one long test started last. The ``long`` mark is set in each test file."""
     items.sort(key=lambda item: item.get_closest_marker("learning") is None)
 
 

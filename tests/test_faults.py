@@ -159,10 +159,35 @@ def test_an_observation_beyond_float32_is_named_where_it_appears():
     envs = _huge_envs("obs")
     envs.reset(seed=1)
     envs.step(np.zeros(2, dtype=np.int64))
-    beyond = r"env 0 returned an observation beyond its space's dtype \(1e\+300\) at its step 2"
+    beyond = r"env 0 returned an observation beyond float32's range \(1e\+300\) at its step 2"
     with pytest.raises(faults.EnvFault, match=beyond):
         next_obs, *_ = envs.step(np.zeros(2, dtype=np.int64))
         assert np.isfinite(next_obs).all(), next_obs  # what the script would store
+
+
+class _Float64Env(gym.Env):
+    """A float64 observation space, as MuJoCo's; its second reset (the autoreset after its one-step episode) returns
+    1e300, finite in float64 but not once stored as float32."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float64)
+    action_space = gym.spaces.Discrete(2)
+    resets = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.resets += 1
+        return np.full(2, 1e300 if self.resets == 2 else 0.0), {}
+
+    def step(self, action):
+        return np.zeros(2), 1.0, True, False, {}
+
+
+def test_a_reset_observation_beyond_float32_is_named_in_a_float64_space():
+    envs = gym.vector.SyncVectorEnv([lambda: CheckedEnv(_Float64Env(), 0)], autoreset_mode=SAME_STEP)
+    envs.reset(seed=1)
+    beyond = r"^env 0 returned an observation beyond float32's range \(1e\+300\) in a reset after its step 1$"
+    with pytest.raises(faults.EnvFault, match=beyond):
+        envs.step(np.zeros(1, dtype=np.int64))
 
 
 def test_check_finite_and_check_parameters_name_the_quantity():

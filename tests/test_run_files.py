@@ -343,7 +343,8 @@ def _adam(content: dict) -> dict:
 
 FORGED_CONTENTS = {
     "no iteration counter": (lambda c: c["counters"].pop("iteration"), "it holds no 'iteration' counter"),
-    "a text counter": (lambda c: c["counters"].update(iteration="1"), "its iteration does not make its global_step 512"),
+    "a text counter": (lambda c: c["counters"].update(iteration="1"), "do not fit this run"),
+    "a float counter": (lambda c: c["counters"].update(iteration=4.0), "do not fit this run"),
     "an iteration beyond its step": (
         lambda c: c["counters"].update(iteration=10**9),
         "its iteration does not make its global_step 512 (128 steps each)",

@@ -136,7 +136,7 @@ BAD_INPUT = [
     ("td3_continuous.py", ["--learning-starts", "2000000"], "--learning-starts", "leaves no training"),
     ("sac_continuous.py", ["--buffer-size", "10000000000"], "--buffer-size", "is available; lower the capacity"),
     ("sac_continuous.py", ["--target-entropy-scale", "-1"], "--target-entropy-scale", "must be above -log 2 = -0.6931"),
-    ("sac_continuous.py", ["--alpha", "0"], "--alpha", "must be > 0 (>= 0 with --no-autotune)"),
+    ("sac_continuous.py", ["--alpha", "0", "--no-autotune"], "--alpha", "must be > 0 (α is kept as log α), got 0.0"),
     ("ppo.py", ["--env-id", "ALE/NoSuchGame-v5"], "--env-id", "atari extra"),
     # an Atari id in a script that never imports ale-py: refused for its action space
     ("sac_continuous.py", ["--env-id", "BreakoutNoFrameskip-v4"], "--env-id", "supports Box only"),

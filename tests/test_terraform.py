@@ -346,6 +346,7 @@ def checkov():
     return str(bin_dir / "checkov")
 
 
+@pytest.mark.long  # about a minute and a half on 2 cores: CI's second step runs it
 def test_checkov_has_no_failed_check_and_every_skip_has_a_reason(checkov):
     command = [checkov, "-d", str(TF_DIR), "--framework", "terraform", "--compact", "-o", "json", "--skip-download"]
     start = time.monotonic()
