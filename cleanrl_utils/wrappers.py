@@ -21,6 +21,7 @@ SAME_STEP = gym.vector.AutoresetMode.SAME_STEP
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _NUMBERS = frozenset({float, int, np.float64, np.float32, np.float16, np.int64, np.int32, np.int16, np.int8})
 _FLAGS = frozenset({bool, np.bool_})
+_NARROW = (np.dtype(np.float32), np.dtype(np.float16))
 _RESERVED = frozenset({"final_obs", "_final_obs", "final_info", "_final_info"})  # the vector env writes these
 
 
@@ -106,8 +107,9 @@ class CheckedEnv(gym.Wrapper):
     step and reset: a number reward, finite and within float32's range; bool flags; floating observations finite and
     within float32's range (what the scripts store), or float16's for a float16 space. Observations
     are copied once the env returns the same array twice (reusing it, Gymnasium#1132). In a worker process an env's
-    exception becomes an :class:`EnvFault` saying where it was raised, and SIGINT, SIGTERM and SIGHUP are ignored: the
-    main process gets them, checkpoints with its envs alive, then closes them.
+    exception becomes an :class:`EnvFault` saying where it was raised, and SIGINT, SIGTERM and SIGHUP are ignored (unless
+    the process handles SIGINT itself, as a script run in a child process does): the main process gets them,
+    checkpoints with its envs alive, then closes them.
 
     Raises (from ``reset`` or ``step``):
         EnvFault: ``env 2 returned a non-finite reward (nan) at its step 17``.
@@ -120,7 +122,13 @@ class CheckedEnv(gym.Wrapper):
         floating = isinstance(space, gym.spaces.Box) and space.dtype.kind == "f"
         self._obs_max = min(float(np.finfo(space.dtype).max), _FLOAT32_MAX) if floating else 0
         self._dtype_name = "float16" if floating and space.dtype == np.float16 else "float32"
-        self._copy, self._in_worker = False, multiprocessing.parent_process() is not None
+        self._copy = False
+        # a worker or actor process, not a script run in a child process (which has a stop handler of its own)
+        handler = signal.getsignal(signal.SIGINT)
+        self._in_worker = multiprocessing.parent_process() is not None and handler in (
+            signal.default_int_handler,
+            signal.SIG_IGN,
+        )
 
     def reset(self, **kwargs):
         """Reset as the wrapped env does; its first reset is checked in full, the others as a step's observation."""
@@ -143,7 +151,11 @@ class CheckedEnv(gym.Wrapper):
         return (obs.copy() if self._copy else obs, reward, terminated, truncated, info)
 
     def _check_observation(self, obs: Any, where: str = "") -> None:
-        if self._obs_max and not (largest := np.abs(obs).max(initial=0)) <= self._obs_max:  # NaN compares false
+        if not self._obs_max or (
+            getattr(obs, "dtype", None) in _NARROW and abs(np.add.reduce(obs, axis=None)) <= self._obs_max
+        ):
+            return  # float32 or float16 values of a finite sum are all finite and in range: one reduction, the common case
+        if not (largest := np.abs(obs).max(initial=0)) <= self._obs_max:  # NaN compares false
             beyond = f"an observation beyond {self._dtype_name}'s range ({largest:g})"
             self._refuse(f"returned {beyond if np.isfinite(largest) else 'a non-finite observation'}", where)
 
