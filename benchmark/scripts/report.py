@@ -636,6 +636,15 @@ def curve_command(runs: str, out: str, extra: str = "") -> str:
     )
 
 
+def idioms_headline() -> str:
+    """Each idiom's CPU time against its plain form, and whether it stayed."""
+    parts = []
+    for what, r in load("speed/idioms/idioms.json")["results"].items():
+        ratio = r.get("A / B cpu, pair by pair", {}).get("median") or r["A / B cpu, of medians"]
+        parts.append(f"{what.split(' (')[0]}: {ratio:.3f} ({'kept' if r['kept'] else 'not kept'})")
+    return "; ".join(parts)
+
+
 AMD_README = "AMD EPYC, 2 cores (not in the file; from the run's notes)"
 SB3_TIMED = "env steps per second over the training loop, one torch thread, median of 3 alternating runs"
 
@@ -1190,6 +1199,29 @@ MEASUREMENTS: list[Measurement] = [
         sb3_headline("speed/hopper_td3_vs_sb3.json", {"td3": "td3_continuous.py"}),
         machine=AMD_README,
         comparisons=sb3("speed/hopper_td3_vs_sb3.json", {"td3": ("td3_continuous.py", "Hopper-v5")}, SB3_TIMED),
+    ),
+    Measurement(
+        "idioms",
+        (
+            "speed/idioms/idioms.json",
+            "speed/idioms/sac_twin.patch",
+            "speed/idioms/sac_plainadam.patch",
+            "speed/idioms/ppo_multinomial.patch",
+            "speed/idioms/ppo_categorical.patch",
+        ),
+        "optimisation idioms of ppo.py and sac_continuous.py against their plain forms",
+        "whole-process CPU time of one run, the script at the commit (/tmp/idiom) against the same with a patch of the "
+        "folder applied (/tmp/plain, its plain form), in turn, 3 times each, pinned to one CPU, one torch thread; ppo.py's "
+        "patches with ppo.py and --total-timesteps 40960 --torch-threads 1. An idiom stays where it saves at least 3%",
+        (
+            "git worktree add /tmp/idiom 3d0af30 && git worktree add /tmp/plain 3d0af30",
+            "git -C /tmp/plain apply $PWD/benchmark/results/speed/idioms/sac_twin.patch",
+            "cd /tmp/idiom && OMP_NUM_THREADS=1 taskset -c 0 python cleanrl/sac_continuous.py --env-id Hopper-v5 "
+            "--total-timesteps 6000 --learning-starts 1000 --torch-threads 1",
+            "cd /tmp/plain && OMP_NUM_THREADS=1 taskset -c 0 python cleanrl/sac_continuous.py --env-id Hopper-v5 "
+            "--total-timesteps 6000 --learning-starts 1000 --torch-threads 1",
+        ),
+        idioms_headline,
     ),
     Measurement(
         "vector_env",

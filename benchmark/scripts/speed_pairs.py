@@ -27,6 +27,7 @@ import json
 import os
 import platform
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -187,7 +188,7 @@ def main() -> None:
     if args.json:
         document = {
             "what": f"whole-process wall and CPU time in alternating pairs ({args.command}); speed_pairs.py says how",
-            "command": "python " + " ".join([os.path.relpath(__file__, ROOT), *sys.argv[1:]]),
+            "command": shlex.join(["python", os.path.relpath(__file__, ROOT), *sys.argv[1:]]),
             "python": platform.python_version(),
             **provenance.describe(),
             "results": results,
