@@ -30,6 +30,7 @@ import torch.nn as nn
 from cleanrl_utils.env_checks import check_env
 from cleanrl_utils.faults import EnvFault, Fault
 from cleanrl_utils.flags import require
+from cleanrl_utils.workers import exit_status, kill_workers, worker_fault
 from cleanrl_utils.writes import write_atomic
 
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
@@ -149,55 +150,14 @@ def actor_envs(*envs: gym.vector.VectorEnv, first: int | list[int], timeout: flo
     try:
         yield
     except BaseException as error:
-        what = _worker_fault(envs, firsts, error, timeout)
-        for vector_env in envs:
-            if isinstance(vector_env, gym.vector.AsyncVectorEnv) and not vector_env.closed:
-                for process in vector_env.processes:
-                    process.kill()
-                    process.join()
-                for pipe in vector_env.parent_pipes:
-                    if pipe is not None:
-                        pipe.close()
-                vector_env.closed = True
+        what = worker_fault(envs, error, timeout, firsts)
+        kill_workers(envs)
         if what is None:
             raise
         raise EnvFault(what) from None
     finally:
         for vector_env in envs:
             vector_env.close()
-
-
-def _worker_fault(envs: tuple, firsts: list[int], error: BaseException, timeout: float) -> str | None:
-    """What :func:`actor_envs` says of ``error``: a late or dead async worker, named by the run's env index; None for
-    other errors (a :class:`~cleanrl_utils.faults.Fault` raised in a worker is one line already)."""
-    workers = []  # (the run's index of its env, process, pipe) of each async worker
-    for vector_env, first in zip(envs, firsts):
-        if isinstance(vector_env, gym.vector.AsyncVectorEnv):
-            pairs = zip(vector_env.processes, vector_env.parent_pipes)
-            workers += [(first + i, process, pipe) for i, (process, pipe) in enumerate(pairs)]
-    if isinstance(error, mp.TimeoutError):
-        late = next((index for index, _, pipe in workers if pipe is not None and not pipe.poll(0)), "?")
-        return f"env {late}: no answer within --env-timeout {timeout:g} s"
-    if isinstance(error, (EOFError, BrokenPipeError, ConnectionResetError)) and workers:
-        for _, process, _ in workers:
-            process.join(1.0)
-        dead = next(((index, process) for index, process, _ in workers if process.exitcode is not None), None)
-        if dead is None:
-            return f"lost contact with an env worker ({type(error).__name__})"
-        return f"env {dead[0]}: its worker process (pid {dead[1].pid}) died: {exit_status(dead[1].exitcode)}"
-    return None
-
-
-def exit_status(exitcode: int | None) -> str:
-    """``"exit code 3"``, ``"killed by SIGKILL"`` or ``"still running"`` for a process's ``exitcode``."""
-    if exitcode is None:
-        return "still running"
-    if exitcode >= 0:
-        return f"exit code {exitcode}"
-    try:
-        return f"killed by {signal.Signals(-exitcode).name}"
-    except ValueError:
-        return f"killed by signal {-exitcode}"
 
 
 def check_parent(parent_pid: int) -> None:

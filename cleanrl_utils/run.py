@@ -11,7 +11,6 @@ import contextlib
 import dataclasses
 import fcntl
 import json
-import multiprocessing
 import os
 import random
 import secrets
@@ -150,7 +149,9 @@ class Run:
         second Ctrl-C stops at once, exit 130 (what ends a hung sync env)."""
         if signum == signal.SIGINT == self.stop_signal:
             print(self._line("stopped at once by a second Ctrl-C"), file=sys.stderr, flush=True)
-            self._kill_workers()
+            from cleanrl_utils.workers import kill_workers
+
+            kill_workers(self.envs)
             os._exit(128 + signal.SIGINT)
         self.stop_signal = signum
 
@@ -168,46 +169,16 @@ class Run:
             try:
                 yield
             except BaseException as error:
-                what = self._fault(error)
-                self._kill_workers()
+                from cleanrl_utils.workers import kill_workers, worker_fault  # loaded when an error ends the run
+
+                what = str(error) if isinstance(error, Fault) else worker_fault(self.envs, error, self.args.env_timeout)
+                kill_workers(self.envs)
                 if what is None:
                     raise
                 print(self._line(what), file=sys.stderr, flush=True)
                 self.writer.close()
                 self._unlock()
                 raise SystemExit(1) from None
-
-    def _fault(self, error: BaseException) -> str | None:
-        """What ``error`` says in one line, or None for one that keeps its traceback."""
-        if isinstance(error, Fault):
-            return str(error)
-        asynchronous = [e.unwrapped for e in self.envs if isinstance(getattr(e, "unwrapped", e), gym.vector.AsyncVectorEnv)]
-        workers = list(enumerate(p for e in asynchronous for p in e.processes))  # numbered across the vector envs given
-        if isinstance(error, multiprocessing.TimeoutError) and workers:
-            pipes = [pipe for e in asynchronous for pipe in e.parent_pipes]
-            late = next((i for i, pipe in enumerate(pipes) if pipe is not None and not pipe.poll(0)), "?")
-            return f"env {late}: no answer within --env-timeout {self.args.env_timeout:g} s"
-        if isinstance(error, (EOFError, BrokenPipeError, ConnectionResetError)) and workers:
-            for _, process in workers:
-                process.join(1.0)  # a worker whose pipe closed is exiting
-            dead = [(i, p) for i, p in workers if p.exitcode is not None]
-            if not dead:
-                return f"lost contact with an env worker ({type(error).__name__})"
-            (index, process), code = dead[0], dead[0][1].exitcode
-            how = f"exit code {code}" if code >= 0 else f"killed by {signal.Signals(-code).name}"
-            return f"env {index}: its worker process (pid {process.pid}) died: {how}"
-        return None
-
-    def _kill_workers(self) -> None:
-        for envs in (getattr(e, "unwrapped", e) for e in self.envs):  # gymnasium's close would wait for a dead worker
-            if isinstance(envs, gym.vector.AsyncVectorEnv) and not envs.closed:
-                for process in envs.processes:
-                    process.kill()
-                    process.join()
-                for pipe in envs.parent_pipes:
-                    if pipe is not None:
-                        pipe.close()
-                envs.closed = True
 
     # ---- checkpoints
 
