@@ -86,7 +86,8 @@ def check_env(args: Any, action_spaces: type | tuple, observation_spaces: type |
         with gym.make(env_id) as env:
             action_space, observation_space = env.action_space, env.observation_space
     except Exception as error:  # a missing extra (mujoco), a broken env
-        fail("--env-id", f"cannot create {env_id!r}: {type(error).__name__}: {error}")
+        extra = " (this project's mujoco extra: pip install -e '.[mujoco]')" * ("MuJoCo is not installed" in str(error))
+        fail("--env-id", f"cannot create {env_id!r}: {type(error).__name__}: {error}{extra}")
     if flatten and isinstance(observation_space, gym.spaces.Dict):
         for key, entry in observation_space.items():
             flat = isinstance(entry, gym.spaces.Box) and len(entry.shape) <= 1

@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import io
 import json
 import math
@@ -1055,6 +1056,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             input, or no run left to plot.
     """
     args = parse_args(argv)
+    require(importlib.util.find_spec("matplotlib") is not None, "--out", "needs the plot extra: pip install -e '.[plot]'")
     directories, warnings = summary_runs(args.summary)
     require(bool(directories or args.runs), "--summary", "no run with status ok and a run_dir in the summaries")
     if args.runs:
