@@ -28,6 +28,17 @@ def rng_state() -> dict:
     return state
 
 
+def set_rng_state(state: dict) -> None:
+    """Restore the generators :func:`rng_state` saved."""
+    python, numpy = state["python"], state["numpy"]
+    random.setstate((python[0], tuple(python[1]), python[2]))
+    keys = numpy["keys"].numpy().astype(np.uint32)
+    np.random.set_state((numpy["name"], keys, numpy["pos"], numpy["has_gauss"], numpy["cached"]))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
 def capture(state: dict[str, Any]) -> dict[str, Any]:
     """Each object of a checkpoint ``state`` as tensors and plain data (see the module docstring).
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import random
 import shlex
 import typing
 from pathlib import Path
@@ -20,21 +19,10 @@ import numpy as np
 import torch
 
 from cleanrl_utils import files
+from cleanrl_utils.checkpoint import set_rng_state
 from cleanrl_utils.faults import first_line
 from cleanrl_utils.flags import RESUMABLE_WITH_OTHER_VALUES, fail, flag_name, saved_args
 from cleanrl_utils.wrappers import ReplayableEnv, call_envs
-
-
-def set_rng_state(state: dict) -> None:
-    """Restore the generators :func:`rng_state` saved."""
-    python, numpy = state["python"], state["numpy"]
-    random.setstate((python[0], tuple(python[1]), python[2]))
-    keys = numpy["keys"].numpy().astype(np.uint32)
-    np.random.set_state((numpy["name"], keys, numpy["pos"], numpy["has_gauss"], numpy["cached"]))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
 
 OPTIONAL_STATE = ("replay_buffer",)  # what a checkpoint may lack: the replay of a run without --checkpoint-buffer
 

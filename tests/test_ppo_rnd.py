@@ -381,7 +381,7 @@ def test_resume_loads_the_networks_and_the_rnd_statistics_exactly(monkeypatch, t
     """SIGTERM, then --resume with new envs (EnvPool's cannot be saved): every rollout is logged once with the
     uninterrupted run's learning-rate schedule; the resumed run starts from the checkpoint's agent, target,
     predictor, optimiser and RND statistics exactly (no second random-play phase), and goes on from them."""
-    from cleanrl_utils import checkpoint as checkpoints
+    from cleanrl_utils import resume
     from cleanrl_utils.files import checkpoints as checkpoint_files
 
     whole, resumed = sigterm_then_resume("ppo_rnd_envpool.py", RESUMED_RUN, 64, 192, tmp_path)
@@ -391,10 +391,10 @@ def test_resume_loads_the_networks_and_the_rnd_statistics_exactly(monkeypatch, t
     assert resumed["curves"]["charts/learning_rate"] == whole["curves"]["charts/learning_rate"]
 
     checkpoint = checkpoint_files(run_dir(tmp_path / "cut"))[-1]
-    saved = checkpoints.load(str(checkpoint), "ppo_rnd_envpool")["state"]
+    saved = resume.load(str(checkpoint), "ppo_rnd_envpool")["state"]
     assert set(saved) == {"agent", "rnd", "optimizer", "rnd_statistics"}
     restored = {}
-    restore = checkpoints.restore
+    restore = resume.restore
 
     def restore_and_keep(state, content):  # what the resumed run holds right after loading the checkpoint
         result = restore(state, content)
@@ -402,7 +402,7 @@ def test_resume_loads_the_networks_and_the_rnd_statistics_exactly(monkeypatch, t
         restored["rnd"] = {name: tensor.clone() for name, tensor in state["rnd"].state_dict().items()}
         return result
 
-    monkeypatch.setattr(checkpoints, "restore", restore_and_keep)
+    monkeypatch.setattr(resume, "restore", restore_and_keep)
     (run_dir(tmp_path / "cut") / "ppo_rnd_envpool.cleanrl_model").unlink()  # finished: resumable without its model
     g = run_in_process("ppo_rnd_envpool.py", monkeypatch, tmp_path / "cut", "--resume", str(checkpoint))
     assert g["global_step"] == 192
