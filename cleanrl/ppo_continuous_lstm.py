@@ -13,7 +13,7 @@ termination stops bootstrapping. The normalisation statistics are saved with the
 Defaults: ppo_continuous.py's rollout size, epochs and optimiser, as 8 envs x 256 steps with one env's whole
 sequence a minibatch, 200k steps. Details and results: docs/scripts/ppo_continuous_lstm.md.
 
-Run (InvertedPendulum with the velocities hidden, see cleanrl_utils/envs.py; needs the mujoco extra):
+Run (InvertedPendulum with the velocities hidden, see cleanrl_utils/envs/no_velocity.py; needs the mujoco extra):
     python cleanrl/ppo_continuous_lstm.py --env-id cleanrl_utils.envs:InvertedPendulumNoVelocity-v5
 """
 

@@ -12,7 +12,7 @@ with the LSTM state after the step that produced it; only a termination stops bo
 rl-baselines3-zoo's RecurrentPPO settings for the velocity-masked CartPole, with the clip range fixed at 0.2 and the
 value loss not clipped. Details and results: docs/scripts/ppo_lstm.md.
 
-Run (CartPole with the velocities hidden, see cleanrl_utils/envs.py):
+Run (CartPole with the velocities hidden, see cleanrl_utils/envs/no_velocity.py):
     python cleanrl/ppo_lstm.py --env-id cleanrl_utils.envs:CartPoleNoVelocity-v1
 """
 

@@ -13,7 +13,7 @@ V(real final observation); the learning rate anneals to 0, the entropy coefficie
 only; no reconstruction loss. MiniGrid ids get CleanRL's 3x3 view rendered to 84x84 RGB, 96 steps.
 Details and results: docs/scripts/ppo_trxl.md.
 
-Run (the proof-of-memory task of cleanrl_utils/envs.py; Memory Gym: ``--env-id memory_gym:MysteryPath-Grid-v0``):
+Run (the proof-of-memory task of cleanrl_utils/envs/memory.py; Memory Gym: ``--env-id memory_gym:MysteryPath-Grid-v0``):
     python cleanrl/ppo_trxl.py --env-id cleanrl_utils.envs:ProofOfMemory-v0
 """
 
