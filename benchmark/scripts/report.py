@@ -636,6 +636,50 @@ def curve_command(runs: str, out: str, extra: str = "") -> str:
     )
 
 
+TREES = "speed/runtime_before_after.json"
+PEERS = "speed/cartpole_dqn_ppo_vs_cleanrl_sb3.json"
+
+
+def trees_ratios() -> dict[str, float]:
+    """Each script's CPU time before the runtime's rewrite over after (above 1: faster after), median of pairs."""
+    return {name: r["summary"]["before / after (cpu)"]["of medians"] for name, r in load(TREES)["results"].items()}
+
+
+def trees_headline() -> str:
+    """The median ratio over the scripts, and every script slower after."""
+    ratios = trees_ratios()
+    ordered = sorted(ratios.items(), key=lambda item: item[1])
+    slower = ", ".join(f"{name}.py {value:.2f}" for name, value in ordered if value < 1)
+    return (
+        f"CPU time before / after, median over {len(ratios)} scripts **{statistics.median(ratios.values()):.2f}** "
+        f"(above 1: faster after); below 1: {slower or 'none'}"
+    )
+
+
+def peers_headline() -> str:
+    """dqn.py's and ppo.py's CPU-time speed-up over CleanRL's and SB3's."""
+    parts = []
+    for name, r in load(PEERS)["results"].items():
+        for peer, label in (("cleanrl", "CleanRL's"), ("sb3", "SB3's")):
+            if f"{peer} / ours (cpu)" in r["summary"]:
+                parts.append(f"{name}.py **{ratio(r['summary'][f'{peer} / ours (cpu)']['of medians'])}** {label}")
+    return "; ".join(parts) + " (CPU time of the whole process, median of pairs)"
+
+
+def peers_comparisons() -> list[Comparison]:
+    """The same ratios as comparisons (the docs' speed table)."""
+    out = []
+    for name, r in load(PEERS)["results"].items():
+        for peer, label in (("cleanrl", f"CleanRL {name}.py"), ("sb3", "Stable-Baselines3")):
+            if f"{peer} / ours (cpu)" in r["summary"]:
+                value = r["summary"][f"{peer} / ours (cpu)"]["of medians"]
+                out.append(Comparison(f"{name}.py", "CartPole-v1", label, value, PEERS_TIMED))
+    return out
+
+
+PEERS_TIMED = "CPU time of the whole process, 50k steps, one torch thread, median of 3 alternating rounds"
+
+
 def idioms_headline() -> str:
     """Each idiom's CPU time against its plain form, and whether it stayed."""
     parts = []
@@ -1199,6 +1243,26 @@ MEASUREMENTS: list[Measurement] = [
         sb3_headline("speed/hopper_td3_vs_sb3.json", {"td3": "td3_continuous.py"}),
         machine=AMD_README,
         comparisons=sb3("speed/hopper_td3_vs_sb3.json", {"td3": ("td3_continuous.py", "Hopper-v5")}, SB3_TIMED),
+    ),
+    Measurement(
+        "runtime_before_after",
+        (TREES,),
+        "every script before and after the runtime's rewrite (main at d3f1fc6 against this tree)",
+        "whole-process CPU and wall time of each script's short run (speed_pairs.py's TIMED flags), the two trees in "
+        "turn, one torch thread, nothing else running",
+        "python benchmark/scripts/speed_pairs.py trees --before /path/to/d3f1fc6 --after . --repeats 2 "
+        "--json benchmark/results/speed/runtime_before_after.json",
+        trees_headline,
+    ),
+    Measurement(
+        "peers_cartpole",
+        (PEERS,),
+        "dqn.py and ppo.py against CleanRL's and SB3's on CartPole-v1, after the runtime's rewrite",
+        "whole-process CPU and wall time, 50k steps at the same hyperparameters, the three in turn, one torch thread",
+        "python benchmark/scripts/speed_pairs.py peers --cleanrl-python /tmp/crl-venv/bin/python --cleanrl-scripts "
+        "/tmp/crl-venv/cleanrl_peer --repeats 3 --json benchmark/results/speed/cartpole_dqn_ppo_vs_cleanrl_sb3.json",
+        peers_headline,
+        comparisons=peers_comparisons,
     ),
     Measurement(
         "idioms",

@@ -77,7 +77,7 @@ TIMED: dict[str, list[str]] = {
         "--total-timesteps",
         "4000",
     ],
-    "r2d2_async": ["--num-actors", "1", "--buffer-size", "20000", "--learning-starts", "1000", "--total-timesteps", "4000"],
+    "r2d2_async": ["--num-actors", "1", "--buffer-size", "1000", "--learning-starts", "1000", "--total-timesteps", "4000"],
     "ppo_atari_envpool": ["--total-timesteps", "8192"],
     "pqn_atari_envpool": ["--total-timesteps", "8192"],
     "pqn_atari_envpool_lstm": ["--total-timesteps", "4096"],
