@@ -79,9 +79,9 @@ def test_prose_outside_the_generated_blocks_is_left_alone(scratch: Path):
 def test_a_changed_result_file_makes_the_tables_out_of_date(scratch: Path):
     """A new measurement (here: dqn.py's ratio in the latest CartPole file) fails the check until report.py rewrites
     the tables, which then show it."""
-    path = scratch / "benchmark" / "results" / "speed" / "cartpole_ppo_dqn_vs_sb3_2026-12-03.json"
+    path = scratch / "benchmark" / "results" / "speed" / "cartpole_dqn_ppo_vs_cleanrl_sb3.json"
     data = json.loads(path.read_text())
-    data["results"]["dqn"]["ratio"] = 1.5
+    data["results"]["dqn"]["summary"]["sb3 / ours (cpu)"]["of medians"] = 1.5
     path.write_text(json.dumps(data, indent=2) + "\n")
     out = report(scratch, "--check")
     assert out.returncode == 1 and "1.50×" in out.stderr
