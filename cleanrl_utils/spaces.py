@@ -1,21 +1,11 @@
 """Structured spaces for the scripts: the leaves of Dict / Tuple observations, action masks, MultiDiscrete actions.
 
 ``ppo_structured.py`` and ``dqn_structured.py`` encode a Dict or Tuple observation key by key
-(their networks are in the scripts); this module holds what is not a network:
-
-- :func:`observation_leaves`: the paths and spaces of the leaves an encoder reads, in a fixed
-  order, with one clear error for a space no encoder reads (text, graphs, sequences);
-- :func:`leaf`: one leaf of a batch stored as a namedarraytuple (:mod:`cleanrl_utils.namedarraytuple`);
-- :func:`image_layout` and :class:`OneHot`: how a leaf is read (an image's axes, one-hot integers);
-- :func:`action_dims`: the categorical dimensions of a Discrete or MultiDiscrete action space;
-- :class:`ActionMaskFromInfo`: an env wrapper that moves ``info["action_mask"]`` into the
-  observation, so that masks travel with observations through storage, replay and checkpoints
-  (:class:`ActionMaskFault` where the info has none that fits);
-- :func:`mask_space`, :func:`uses_masks` and :func:`check_mask_space`: the ``action_mask`` key's space, whether a run
-  masks, the space checked against the actions;
-- :func:`fixed_mission`: a MiniGrid mission that is always the same sentence (a script leaves it out);
-- :func:`check_action_masks`: the all-false mask check, as a fault naming the env and step;
-- :func:`check_structured_env`: the one-line refusals of a script for structured spaces.
+(their networks are in the scripts); this module holds what is not a network: the leaves an
+encoder reads (:func:`observation_leaves`, :func:`leaf`, :func:`image_layout`, :class:`OneHot`),
+the action dimensions (:func:`action_dims`), action masks (:class:`ActionMaskFromInfo` moves
+``info["action_mask"]`` into the observation; :func:`check_action_masks`), and the scripts'
+one-line refusals for structured spaces (:func:`check_structured_env`).
 
 Masks follow the convention of Huang & Ontañón (2022), "A Closer Look at Invalid Action
 Masking in Policy Gradient Algorithms", FLAIRS-35, arXiv:2006.14171, also used by sb3-contrib's
@@ -94,20 +84,11 @@ def observation_leaves(space: gym.Space) -> list[tuple[tuple[str, ...], gym.Spac
 
 
 def fixed_mission(space: gym.Space) -> str | None:
-    """The sentence of a MiniGrid ``mission`` key that is always the same, None otherwise.
+    """The sentence of a MiniGrid ``mission`` key (a ``MissionSpace``, text) that is always the same, None otherwise.
 
-    MiniGrid observations are ``Dict(direction, image, mission)``; ``mission`` is a
-    ``MissionSpace`` (text). Without placeholders its sentence is fixed (DoorKey's "use the key
-    to open the door and then get to the goal"), so it carries no information and a script may
-    leave it out; with placeholders (Fetch: "go get a blue key", ...) it varies, and leaving
-    it out would hide the goal: no encoder here reads text, so such tasks are refused.
-
-    Args:
-        space: an observation space.
-
-    Returns:
-        The sentence, or None when ``space`` has no top-level ``mission`` key of a
-        ``MissionSpace`` without placeholders.
+    Without placeholders the sentence is fixed (DoorKey's "use the key to open the door and then get to the goal"):
+    it carries no information and a script may leave it out. With placeholders (Fetch: "go get a blue key", ...) it
+    varies and holds the goal; no encoder here reads text, so such tasks are refused.
     """
     mission = space.spaces.get("mission") if isinstance(space, gym.spaces.Dict) else None
     if type(mission).__name__ != "MissionSpace" or getattr(mission, "ordered_placeholders", 0) is not None:

@@ -637,17 +637,20 @@ def curve_command(runs: str, out: str, extra: str = "") -> str:
 
 
 TREES = "speed/runtime_before_after.json"
+TREES_EPYC = "speed/runtime_before_after_epyc.json"
 PEERS = "speed/cartpole_dqn_ppo_vs_cleanrl_sb3.json"
+PEERS_EPYC = "speed/cartpole_dqn_ppo_vs_cleanrl_sb3_epyc.json"
 
 
-def trees_ratios() -> dict[str, float]:
+def trees_ratios(path: str = TREES) -> dict[str, float]:
     """Each script's CPU time before the runtime's rewrite over after (above 1: faster after), median of pairs."""
-    return {name: r["summary"]["before / after (cpu)"]["of medians"] for name, r in load(TREES)["results"].items()}
+    results = load(path)["results"].items()
+    return {name: r["summary"]["before / after (cpu)"]["of medians"] for name, r in results if "summary" in r}
 
 
-def trees_headline() -> str:
+def trees_headline(path: str = TREES) -> str:
     """The median ratio over the scripts, and every script slower after."""
-    ratios = trees_ratios()
+    ratios = trees_ratios(path)
     ordered = sorted(ratios.items(), key=lambda item: item[1])
     slower = ", ".join(f"{name}.py {value:.2f}" for name, value in ordered if value < 1)
     return (
@@ -656,10 +659,10 @@ def trees_headline() -> str:
     )
 
 
-def peers_headline() -> str:
+def peers_headline(path: str = PEERS) -> str:
     """dqn.py's and ppo.py's CPU-time speed-up over CleanRL's and SB3's."""
     parts = []
-    for name, r in load(PEERS)["results"].items():
+    for name, r in load(path)["results"].items():
         for peer, label in (("cleanrl", "CleanRL's"), ("sb3", "SB3's")):
             if f"{peer} / ours (cpu)" in r["summary"]:
                 parts.append(f"{name}.py **{ratio(r['summary'][f'{peer} / ours (cpu)']['of medians'])}** {label}")
@@ -1255,6 +1258,29 @@ MEASUREMENTS: list[Measurement] = [
         trees_headline,
     ),
     Measurement(
+        "runtime_before_after_epyc",
+        (TREES_EPYC,),
+        "the scripts runtime_before_after leaves out (EnvPool, Procgen, PettingZoo, r2d2_async) and the eight it "
+        "found slower, again on another machine (main at d3f1fc6 against this tree)",
+        "whole-process CPU and wall time of each script's short run (speed_pairs.py's TIMED flags), the two trees in "
+        "turn, one torch thread, nothing else running; 2 pairs each (one for the Procgen scripts, whose runs take 2.5 "
+        "and 5 minutes), a warm-up round only for the eight",
+        (
+            "python benchmark/scripts/speed_pairs.py trees --before /path/to/d3f1fc6 --after . --scripts ppo_procgen "
+            "--repeats 1 --warmup 0 --json /tmp/tr_procgen.json",
+            "python benchmark/scripts/speed_pairs.py trees --before /path/to/d3f1fc6 --after . --scripts ppo_rnd_envpool "
+            "ppo_pettingzoo r2d2_async pqn_atari_envpool pqn_atari_envpool_lstm --repeats 2 --warmup 0 --json "
+            "/tmp/tr_rest.json",
+            "python benchmark/scripts/speed_pairs.py trees --before /path/to/d3f1fc6 --after . --scripts dqn_atari "
+            "ppo_trxl ppo_lstm ppo_atari_envpool c51 sac_atari dqn qrdqn --repeats 2 --json /tmp/tr_slow.json",
+            "python benchmark/scripts/speed_pairs.py trees --before /path/to/d3f1fc6 --after . --scripts ppg_procgen "
+            "--repeats 1 --warmup 0 --json /tmp/tr_ppg.json",
+            "python benchmark/scripts/speed_pairs.py merge /tmp/tr_procgen.json /tmp/tr_rest.json /tmp/tr_slow.json "
+            "/tmp/tr_ppg.json --json benchmark/results/speed/runtime_before_after_epyc.json",
+        ),
+        lambda: trees_headline(TREES_EPYC),
+    ),
+    Measurement(
         "peers_cartpole",
         (PEERS,),
         "dqn.py and ppo.py against CleanRL's and SB3's on CartPole-v1, after the runtime's rewrite",
@@ -1263,6 +1289,15 @@ MEASUREMENTS: list[Measurement] = [
         "/tmp/crl-venv/cleanrl_peer --repeats 3 --json benchmark/results/speed/cartpole_dqn_ppo_vs_cleanrl_sb3.json",
         peers_headline,
         comparisons=peers_comparisons,
+    ),
+    Measurement(
+        "peers_cartpole_epyc",
+        (PEERS_EPYC,),
+        "dqn.py and ppo.py against CleanRL's and SB3's on CartPole-v1, again on another machine",
+        "whole-process CPU and wall time, 50k steps at the same hyperparameters, the three in turn, one torch thread",
+        "python benchmark/scripts/speed_pairs.py peers --cleanrl-python /tmp/crl-venv/bin/python --cleanrl-scripts "
+        "/tmp/crl-venv/cleanrl_peer --repeats 3 --json benchmark/results/speed/cartpole_dqn_ppo_vs_cleanrl_sb3_epyc.json",
+        lambda: peers_headline(PEERS_EPYC),
     ),
     Measurement(
         "idioms",

@@ -12,6 +12,8 @@ A / B of the medians and pair by pair (B / A is the speed-up of A when A is the 
     # dqn.py against CleanRL's dqn.py and SB3's DQN, ppo.py against SB3's PPO (same hyperparameters, CartPole-v1)
     python benchmark/scripts/speed_pairs.py peers --cleanrl-python /tmp/crl-venv/bin/python \\
         --cleanrl-scripts /tmp/crl-venv/cleanrl_peer --repeats 5 --json /tmp/cartpole_peers.json
+    # several trees files (say, two sets of scripts) in one: the first file's provenance, every file's command
+    python benchmark/scripts/speed_pairs.py merge /tmp/a.json /tmp/b.json --json /tmp/trees.json
     # a result kept goes under benchmark/results/<topic>/ with its measurement in benchmark/scripts/report.py
 
 The peers: CleanRL's scripts run unmodified in a virtual environment with the versions they were written for
@@ -81,9 +83,9 @@ TIMED: dict[str, list[str]] = {
     "ppo_atari_envpool": ["--total-timesteps", "8192"],
     "pqn_atari_envpool": ["--total-timesteps", "8192"],
     "pqn_atari_envpool_lstm": ["--total-timesteps", "4096"],
-    "ppo_rnd_envpool": ["--total-timesteps", "4096", "--num-iterations-obs-norm-init", "2"],
+    "ppo_rnd_envpool": ["--num-envs", "16", "--total-timesteps", "4096", "--num-iterations-obs-norm-init", "2"],
     "ppo_procgen": ["--total-timesteps", "16384"],
-    "ppg_procgen": ["--total-timesteps", "8192", "--n-iteration", "2"],
+    "ppg_procgen": ["--num-envs", "16", "--total-timesteps", "8192", "--n-iteration", "2"],
     "ppo_pettingzoo": ["--env-id", "cleanrl_utils.envs:MinefieldRace", "--total-timesteps", "8192"],
 }
 """Flags of each script's timed run (both trees take the same)."""
@@ -98,10 +100,10 @@ def timed(argv: list[str], env: dict, cwd: Path) -> dict:
     return {"wall": round(wall, 3), "cpu": round(cpu, 3), "returncode": result.returncode, "stderr": result.stderr[-2000:]}
 
 
-def alternate(commands: dict[str, tuple[list[str], dict]], repeats: int) -> dict[str, list[dict]]:
-    """Each of ``commands`` (label -> (argv, extra environment)) ``repeats`` times, in turn, one warm-up round first."""
+def alternate(commands: dict[str, tuple[list[str], dict]], repeats: int, warmup: int = 1) -> dict[str, list[dict]]:
+    """Each of ``commands`` (label -> (argv, extra environment)) ``repeats`` times, in turn, after ``warmup`` rounds."""
     runs: dict[str, list[dict]] = {label: [] for label in commands}
-    for repeat in range(repeats + 1):
+    for repeat in range(1 - warmup, repeats + 1):
         for label, (argv, extra) in commands.items():
             with tempfile.TemporaryDirectory() as cwd:
                 env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", **extra}
@@ -109,10 +111,10 @@ def alternate(commands: dict[str, tuple[list[str], dict]], repeats: int) -> dict
                 result = timed(argv, env, Path(cwd))
             if result["returncode"] != 0:
                 raise SystemExit(f"{label} exited {result['returncode']}: {' '.join(argv)}\n{result['stderr']}")
-            if repeat:  # the first round warms the disk caches and is not counted
+            if repeat > 0:  # a warm-up round warms the disk caches and is not counted
                 runs[label].append(result)
             print(
-                f"{label}: {result['wall']:.1f} s wall, {result['cpu']:.1f} s CPU" + (" (warm-up)" * (not repeat)), flush=True
+                f"{label}: {result['wall']:.1f} s wall, {result['cpu']:.1f} s CPU" + (" (warm-up)" * (repeat <= 0)), flush=True
             )
     return runs
 
@@ -142,7 +144,12 @@ def trees(args: argparse.Namespace) -> dict:
             )
             for tree, path in (("after", args.after), ("before", args.before))
         }
-        runs = alternate(commands, args.repeats)
+        try:
+            runs = alternate(commands, args.repeats, args.warmup)
+        except SystemExit as failed:  # one script's failed run: said, kept in the results, the others still measured
+            print(failed, file=sys.stderr, flush=True)
+            results[name] = {"flags": TIMED[name], "failed": str(failed)}
+            continue
         results[name] = {"flags": TIMED[name], "runs": runs, "summary": summary(runs)}
         ratio = results[name]["summary"]["before / after (cpu)"]["of medians"]
         print(f"{name}: before / after CPU time {ratio:.3f} (above 1: the change is faster)", flush=True)
@@ -161,7 +168,7 @@ def peers(args: argparse.Namespace) -> dict:
             theirs = [args.cleanrl_python, str(Path(args.cleanrl_scripts) / f"{name}.py"), *speed.flags(hyper)]
             theirs += ["--total-timesteps", str(steps), "--env-id", "CartPole-v1", "--seed", "1"]
             commands["cleanrl"] = (theirs, {"PYTHONPATH": str(args.cleanrl_scripts)})
-        runs = alternate(commands, args.repeats)
+        runs = alternate(commands, args.repeats, args.warmup)
         results[name] = {"hyperparameters": hyper, "steps": steps, "runs": runs, "summary": summary(runs)}
         for key, value in results[name]["summary"].items():
             if "/" in key:
@@ -182,8 +189,19 @@ def main() -> None:
     peer.add_argument("--total-timesteps", type=int, default=50000)
     for sub in (tree, peer):
         sub.add_argument("--repeats", type=int, default=3)
+        sub.add_argument("--warmup", type=int, default=1, help="rounds run first and not counted (0 for long runs)")
         sub.add_argument("--json", type=Path)
+    merge = commands.add_parser("merge", help="the results of several trees files (runs of one tree pair) in one file")
+    merge.add_argument("files", type=Path, nargs="+")
+    merge.add_argument("--json", type=Path, required=True)
     args = parser.parse_args()
+    if args.command == "merge":
+        parts = [json.loads(path.read_text()) for path in args.files]
+        document = {key: value for key, value in parts[0].items() if key != "results"}
+        document["command"] = [part["command"] for part in parts]
+        document["results"] = {name: result for part in parts for name, result in part["results"].items()}
+        args.json.write_text(json.dumps(document, indent=1) + "\n")
+        return
     results = trees(args) if args.command == "trees" else peers(args)
     if args.json:
         document = {

@@ -4,8 +4,8 @@ module of the package, imported when the task is made:
 
 - :mod:`~cleanrl_utils.envs.no_velocity`: ``CartPoleNoVelocity-v1``, ``AcrobotNoVelocity-v1``,
   ``MountainCarNoVelocity-v0``, ``PendulumNoVelocity-v1``, ``InvertedPendulumNoVelocity-v5`` (partial observability);
-- :mod:`~cleanrl_utils.envs.structured`: ``CombinationLock-v0``, ``CombinationLockInfoMask-v0``,
-  ``MultiDiscreteIdentity-v0`` (action masks, MultiDiscrete actions);
+- :mod:`~cleanrl_utils.envs.combination_lock`: ``CombinationLock-v0``, ``CombinationLockInfoMask-v0`` (action masks);
+- :mod:`~cleanrl_utils.envs.multi_discrete_identity`: ``MultiDiscreteIdentity-v0`` (MultiDiscrete actions);
 - :mod:`~cleanrl_utils.envs.memory`: ``ProofOfMemory-v0`` (memory);
 - :mod:`~cleanrl_utils.envs.multi_agent`: ``MinefieldRace`` (PettingZoo's parallel API, not registered:
   ``--env-id cleanrl_utils.envs:MinefieldRace``).
@@ -42,9 +42,9 @@ for _env_id, (_base_id, _hidden) in TASKS.items():
 
 STRUCTURED_TASKS = {
     # id: (entry point, kwargs, max_episode_steps)
-    "CombinationLock-v0": ("cleanrl_utils.envs.structured:CombinationLock", {}, 16),
-    "CombinationLockInfoMask-v0": ("cleanrl_utils.envs.structured:CombinationLock", {"mask_in_info": True}, 16),
-    "MultiDiscreteIdentity-v0": ("cleanrl_utils.envs.structured:MultiDiscreteIdentity", {}, 20),
+    "CombinationLock-v0": ("cleanrl_utils.envs.combination_lock:CombinationLock", {}, 16),
+    "CombinationLockInfoMask-v0": ("cleanrl_utils.envs.combination_lock:CombinationLock", {"mask_in_info": True}, 16),
+    "MultiDiscreteIdentity-v0": ("cleanrl_utils.envs.multi_discrete_identity:MultiDiscreteIdentity", {}, 20),
 }
 """The registered structured-space tasks: id -> (entry point, kwargs, time limit)."""
 
@@ -60,8 +60,8 @@ if "ProofOfMemory-v0" not in gym.registry:  # the time limit is never reached (e
 _CLASSES = {
     "HideObservationEntries": "no_velocity",
     "make_hidden_entries_env": "no_velocity",
-    "CombinationLock": "structured",
-    "MultiDiscreteIdentity": "structured",
+    "CombinationLock": "combination_lock",
+    "MultiDiscreteIdentity": "multi_discrete_identity",
     "ProofOfMemory": "memory",
     "MinefieldRace": "multi_agent",
 }
