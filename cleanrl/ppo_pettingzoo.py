@@ -25,6 +25,7 @@ import torch.nn as nn
 import torch.optim as optim
 import tyro
 
+from cleanrl_utils.env_modules import import_env_module, shadowed
 from cleanrl_utils.evals import Evaluation, OptionRefused
 from cleanrl_utils.faults import check_finite
 from cleanrl_utils.flags import RunArgs, fail, parse_args, require, require_positive, require_range
@@ -89,15 +90,13 @@ class Args(RunArgs):
 
 
 def env_factory(env_id: str):
-    """``(parallel_env factory of env_id, whether it is an ALE game)``; ValueError if there is no such env."""
+    """``(parallel_env factory of env_id, whether it is an ALE game)``; ``module:factory`` imports the module as the
+    gymnasium scripts do (the working directory searched last). Raises ValueError (one line) if there is no such env."""
     module_name, _, name = env_id.rpartition(":")
     if module_name:
-        try:
-            module = importlib.import_module(module_name)
-        except (ImportError, TypeError, ValueError) as error:
-            raise ValueError(f"cannot import {module_name!r}: {error}") from None
+        module = import_env_module(module_name)  # a refusal says where it looked
         if not callable(getattr(module, name, None)):
-            raise ValueError(f"{module_name} has no env factory {name!r}")
+            raise ValueError(f"{module_name} has no env factory {name!r}{shadowed(module_name)}")
         return getattr(module, name), False
     for family in FAMILIES:
         try:
