@@ -185,14 +185,14 @@ class WrongShape(MinefieldRace):
 
 
 class Intruder(MinefieldRace):
-    """A race that an agent not in possible_agents joins at its first step, in env.agents and with an observation."""
+    """A race whose step 1 returns an observation, a reward and flags for an agent not in possible_agents."""
 
     def step(self, actions):
-        obs, *rest = super().step(actions)
+        obs, rewards, terminations, truncations, infos = super().step(actions)
         if self.time == 1:
-            self.agents.append("intruder")
-            obs["intruder"] = obs["racer_0"]
-        return obs, *rest
+            obs["intruder"], rewards["intruder"] = obs["racer_0"], 0.0
+            terminations["intruder"] = truncations["intruder"] = False
+        return obs, rewards, terminations, truncations, infos
 
 
 class WrongShapeAtReset(MinefieldRace):
