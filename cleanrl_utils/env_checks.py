@@ -15,7 +15,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from cleanrl_utils.env_modules import import_env_module, shadowed
 from cleanrl_utils.flags import fail, require
 
 
@@ -51,6 +50,8 @@ def check_env(args: Any, action_spaces: type | tuple, observation_spaces: type |
     env_id, script = args.env_id, f"{args.script}.py"
     module, _, name = env_id.rpartition(":")
     if module:
+        from cleanrl_utils.env_modules import import_env_module, shadowed  # loaded for an id that names a module
+
         try:
             import_env_module(module, f" to register {name!r}")
         except ValueError as error:
