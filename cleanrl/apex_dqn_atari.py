@@ -380,6 +380,7 @@ if __name__ == "__main__":
     target_network = DuelingQNetwork(observation_space.shape, num_actions, args.hidden_size).to(device)
     target_network.load_state_dict(q_network.state_dict())
     optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate, eps=args.adam_eps, fused=True)
+    model = {"q_network": q_network}  # what --save-model writes; checkpoints hold it too
     state = dict(q_network=q_network, target_network=target_network, optimizer=optimizer)  # what a checkpoint holds
     step_offset, update_offset = 0, 0  # env steps and gradient steps of the run before this process
     if run.resumed:  # the checkpoint's networks and optimiser, in place; the replay starts empty
@@ -406,7 +407,9 @@ if __name__ == "__main__":
             while True:
                 # episodes, failures, progress, checkpoints (every --checkpoint-interval steps, and after SIGTERM)
                 counters = dict(updates=update_offset + updates)
-                collected, global_step = learner_turn(run, shared, actors, state, step_offset, global_step, **counters)
+                collected, global_step = learner_turn(
+                    run, shared, actors, state, step_offset, global_step, model=model, **counters
+                )
                 if run.stop_signal:  # after SIGTERM, with the checkpoint written: the actors stop, then exit 143
                     break
                 owed = learner_may_update(updates, collected, per_update, args.learning_starts) and len(rb) >= args.batch_size
@@ -471,5 +474,5 @@ if __name__ == "__main__":
     if args.eval_interval:
         eval_envs.close()
     if args.save_model:
-        run.save_model({"q_network": q_network}, evaluate)
+        run.save_model(model, evaluate)
     run.close()

@@ -516,6 +516,7 @@ if __name__ == "__main__":
         final_obs = np.zeros((T, N) + envs.single_observation_space.shape, dtype=np.uint8 if atari else np.float32)
         episode_counts = torch.zeros(world_size, dtype=torch.int64)  # episodes of each rank so far
 
+        model = {"agent": agent}  # what --save-model writes; checkpoints hold it too
         # a checkpoint holds the networks, optimiser and counts, and each rank's envs and generators (in rank 0's file)
         state = dict(agent=agent, optimizer=optimizer, episode_counts=episode_counts, ranks=RankState(envs))
         global_step, start_iteration = 0, 1
@@ -651,7 +652,7 @@ if __name__ == "__main__":
             # a stop on any rank stops every rank after this update (the interval is the same on every rank)
             run.stop_signal = agree(run.stop_signal or 0, device=device)[0] or None
             if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after a stop
-                run.save_checkpoint(state, global_step, iteration=iteration)  # every rank's envs and generators; rank 0 writes
+                run.save_checkpoint(state, global_step, model, iteration=iteration)  # all ranks' state; rank 0 writes
             if run.stop_signal:  # after a stop, with the checkpoint written: every rank leaves the group together
                 break
 
@@ -659,7 +660,7 @@ if __name__ == "__main__":
         del ddp_agent
         leave_group(envs)  # closes the envs; every rank leaves together
     if args.save_model and not run.stop_signal:  # rank 0 (the other ranks' Run writes nothing)
-        run.save_model({"agent": agent}, evaluate)
+        run.save_model(model, evaluate)
     if run.stop_signal:  # where the checkpoint is, and how to resume (rank 0)
         run.say_how_to_resume()
     run.progress(force=True)

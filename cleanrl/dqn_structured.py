@@ -363,6 +363,7 @@ if __name__ == "__main__":
         rng = np.random.default_rng(args.seed)
         exploration_steps = args.exploration_fraction * args.total_timesteps
 
+        model = {"q_network": q_network}  # what --save-model writes; checkpoints hold it too
         # what a checkpoint holds, besides the global random generators
         state = dict(
             q_network=q_network, target_network=target_network, optimizer=optimizer, rng=rng, envs=envs, replay_rng=rb.rng
@@ -433,11 +434,11 @@ if __name__ == "__main__":
                         for target_param, param in zip(target_network.parameters(), q_network.parameters()):
                             target_param.lerp_(param, args.tau)
             if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-                run.save_checkpoint(state, global_step, updates_start=updates_start)
+                run.save_checkpoint(state, global_step, model, updates_start=updates_start)
             if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
                 run.exit(envs)
 
         envs.close()
     if args.save_model:
-        run.save_model({"q_network": q_network}, evaluate)
+        run.save_model(model, evaluate)
     run.close()

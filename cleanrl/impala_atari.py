@@ -464,6 +464,7 @@ if __name__ == "__main__":
 
     agent = Agent(observation_space.shape, int(action_space.n), args.network).to(device)
     optimizer = optim.RMSprop(agent.parameters(), lr=args.learning_rate, alpha=args.rmsprop_alpha, eps=args.rmsprop_eps)
+    model = {"agent": agent}  # what --save-model writes; checkpoints hold it too
     state = dict(agent=agent, optimizer=optimizer)  # what a checkpoint holds
     step_offset, update_offset = 0, 0  # env steps and gradient steps of the run before this process
     if run.resumed:  # the checkpoint's network and optimiser, in place; the actors start new episodes
@@ -492,7 +493,7 @@ if __name__ == "__main__":
                         check_actors(actors, shared, run.directory)
                 waited += time.perf_counter() - start_wait
                 counters = dict(updates=update_offset + updates)
-                _, global_step = learner_turn(run, shared, actors, state, step_offset, global_step, **counters)
+                _, global_step = learner_turn(run, shared, actors, state, step_offset, global_step, model=model, **counters)
                 if run.stop_signal:  # after SIGTERM, with the checkpoint written: the actors stop, then exit 143
                     break
                 index = torch.tensor(taken)
@@ -563,5 +564,5 @@ if __name__ == "__main__":
     print(f"{updates} gradient steps in this process; policy lag at the end {lag:.1f} gradient steps")
 
     if args.save_model:
-        run.save_model({"agent": agent}, evaluate)
+        run.save_model(model, evaluate)
     run.close()

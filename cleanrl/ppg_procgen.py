@@ -380,6 +380,7 @@ if __name__ == "__main__":
         aux_obs = torch.zeros((T, R) + obs_shape, dtype=torch.uint8)
         aux_returns = torch.zeros((T, R))
 
+        model = {"policy": policy, "value": value}  # what --save-model writes; checkpoints hold it too
         # what a checkpoint holds, besides the generators: not the envs, not the auxiliary buffer
         state = {"policy": policy, "value": value, "optimizer": optimizer, "reward_normalization": normalization}
         global_step, start_phase = 0, 1
@@ -515,11 +516,11 @@ if __name__ == "__main__":
                 checkpoints.set_rng_state(rng)
                 print(f"stopped in phase {phase}: the checkpoint holds the state at its start, step {global_step}", flush=True)
             if run.checkpoint_due(global_step):  # at phase ends: every --checkpoint-interval steps, and after a signal
-                run.save_checkpoint(state, global_step, iteration=global_step // args.batch_size)
+                run.save_checkpoint(state, global_step, model, iteration=global_step // args.batch_size)
             if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
                 run.exit(envs)
 
         envs.close()
     if args.save_model:
-        run.save_model({"policy": policy, "value": value}, evaluate)
+        run.save_model(model, evaluate)
     run.close()

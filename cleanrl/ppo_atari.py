@@ -299,6 +299,7 @@ if __name__ == "__main__":
             run.log_episodes(global_step, infos)
             return step_obs
 
+        model = {"agent": agent}  # what --save-model writes; checkpoints hold it too
         # what a checkpoint holds, besides the generators (and the next observation, among its counters)
         state = {"agent": agent, "optimizer": optimizer, **vector_envs}
         global_step, start_iteration = 0, 1
@@ -420,12 +421,12 @@ if __name__ == "__main__":
             writer.add_scalar("losses/explained_variance", explained_var, global_step)
             writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
             if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-                run.save_checkpoint(state, global_step, iteration=iteration, next_obs=torch.from_numpy(next_obs))
+                run.save_checkpoint(state, global_step, model, iteration=iteration, next_obs=torch.from_numpy(next_obs))
             if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
                 run.exit(*vector_envs.values())
 
         for vector_env in vector_envs.values():
             vector_env.close()
     if args.save_model:
-        run.save_model({"agent": agent}, evaluate)
+        run.save_model(model, evaluate)
     run.close()

@@ -331,6 +331,7 @@ if __name__ == "__main__":
         rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
         resets = np.zeros((T, N), dtype=bool)  # EnvPool's reset steps: not transitions of the game
 
+        model = {"agent": agent}  # what --save-model writes; checkpoints hold it too
         state = {"agent": agent, "optimizer": optimizer}  # what a checkpoint holds, besides the generators: not the envs
         global_step, start_iteration = 0, 1
         if run.resumed:  # the checkpoint's networks, optimiser and generators, in place; the envs are new
@@ -416,11 +417,11 @@ if __name__ == "__main__":
             writer.add_scalar("losses/explained_variance", explained_var, global_step)
             writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
             if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-                run.save_checkpoint(state, global_step, iteration=iteration)
+                run.save_checkpoint(state, global_step, model, iteration=iteration)
             if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
                 run.exit(envs)
 
         envs.close()
     if args.save_model:
-        run.save_model({"agent": agent}, evaluate)
+        run.save_model(model, evaluate)
     run.close()

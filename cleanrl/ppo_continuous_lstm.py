@@ -333,6 +333,7 @@ if __name__ == "__main__":
         carried.register_buffer("lstm_state", torch.zeros(2, N, args.lstm_size))
         carried.register_buffer("next_start", torch.zeros(N, dtype=torch.bool))
 
+        model = {"agent": agent, "obs_norm": normalization.obs}  # what --save-model writes; checkpoints hold it too
         # what a checkpoint holds, besides the generators: the envs below the normalisation, replayed without touching it
         state = {"agent": agent, "optimizer": optimizer, "normalization": normalization, "envs": raw_envs, "carried": carried}
         global_step, start_iteration = 0, 1
@@ -463,11 +464,11 @@ if __name__ == "__main__":
             if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
                 carried.lstm_state.copy_(torch.stack(lstm_state))
                 carried.next_start.copy_(torch.from_numpy(next_start > 0))
-                run.save_checkpoint(state, global_step, iteration=iteration)
+                run.save_checkpoint(state, global_step, model, iteration=iteration)
             if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
                 run.exit(envs)
 
         envs.close()
     if args.save_model:
-        run.save_model({"agent": agent, "obs_norm": normalization.obs.state_dict()}, evaluate)
+        run.save_model(model, evaluate)
     run.close()

@@ -25,6 +25,7 @@ import torch.nn as nn
 import torch.optim as optim
 import tyro
 
+from cleanrl_utils.env_modules import import_env_module, shadowed
 from cleanrl_utils.evals import Evaluation, OptionRefused
 from cleanrl_utils.faults import check_finite
 from cleanrl_utils.flags import RunArgs, fail, parse_args, require, require_positive, require_range
@@ -89,15 +90,13 @@ class Args(RunArgs):
 
 
 def env_factory(env_id: str):
-    """``(parallel_env factory of env_id, whether it is an ALE game)``; ValueError if there is no such env."""
+    """``(parallel_env factory of env_id, whether it is an ALE game)``; ``module:factory`` imports the module as the
+    gymnasium scripts do (the working directory searched last). Raises ValueError (one line) if there is no such env."""
     module_name, _, name = env_id.rpartition(":")
     if module_name:
-        try:
-            module = importlib.import_module(module_name)
-        except (ImportError, TypeError, ValueError) as error:
-            raise ValueError(f"cannot import {module_name!r}: {error}") from None
+        module = import_env_module(module_name)  # a refusal says where it looked
         if not callable(getattr(module, name, None)):
-            raise ValueError(f"{module_name} has no env factory {name!r}")
+            raise ValueError(f"{module_name} has no env factory {name!r}{shadowed(module_name)}")
         return getattr(module, name), False
     for family in FAMILIES:
         try:
@@ -353,6 +352,7 @@ if __name__ == "__main__":
         truncated = np.zeros((T, R), dtype=bool)  # the agent's episode ended by truncation, not termination
         final_obs = np.zeros((T, R) + obs_shape, dtype=space.dtype)  # its real final observation
 
+        model = {"agent": agent}  # what --save-model writes; checkpoints hold it too
         state = {"agent": agent, "optimizer": optimizer, "envs": envs}  # what a checkpoint holds, besides the generators
         global_step, start_iteration = 0, 1
         if run.resumed:  # the checkpoint's networks, optimiser, generators and envs (replayed), in place
@@ -477,11 +477,11 @@ if __name__ == "__main__":
             writer.add_scalar("losses/explained_variance", explained_var, global_step)
             writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
             if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-                run.save_checkpoint(state, global_step, iteration=iteration)
+                run.save_checkpoint(state, global_step, model, iteration=iteration)
             if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
                 run.exit(envs)
 
         envs.close()
     if args.save_model:
-        run.save_model({"agent": agent}, evaluate)
+        run.save_model(model, evaluate)
     run.close()

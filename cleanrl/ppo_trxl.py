@@ -399,6 +399,7 @@ if __name__ == "__main__":
         carried.register_buffer("memory", torch.zeros(M, N, L, D))
         carried.register_buffer("next_episode_step", torch.zeros(N, dtype=torch.long))
 
+        model = {"agent": agent}  # what --save-model writes; checkpoints hold it too
         # what a checkpoint holds, besides the generators
         state = {"agent": agent, "optimizer": optimizer, "envs": envs, "carried": carried}
         global_step, start_iteration = 0, 1
@@ -529,11 +530,11 @@ if __name__ == "__main__":
             if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
                 carried.memory.copy_(memory[T:])
                 carried.next_episode_step.copy_(next_episode_step)
-                run.save_checkpoint(state, global_step, iteration=iteration)
+                run.save_checkpoint(state, global_step, model, iteration=iteration)
             if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
                 run.exit(envs)
 
         envs.close()
     if args.save_model:
-        run.save_model({"agent": agent}, evaluate)
+        run.save_model(model, evaluate)
     run.close()

@@ -231,6 +231,7 @@ if __name__ == "__main__":
         # s'_{t+1}: the real next observation of step t (the episode's final one where it ended at t)
         next_obs_real = np.zeros((T, N) + envs.single_observation_space.shape, dtype=np.float32)
 
+        model = {"q_network": q_network}  # what --save-model writes; checkpoints hold it too
         state = {"q_network": q_network, "optimizer": optimizer, "rng": rng, "envs": envs}  # besides the global generators
         global_step, start_iteration = 0, 1
         if run.resumed:  # the checkpoint's network, optimiser, generators and envs (replayed), in place
@@ -293,11 +294,11 @@ if __name__ == "__main__":
             writer.add_scalar("losses/q_values", q_taken.mean().item(), global_step)
             writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
             if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-                run.save_checkpoint(state, global_step, iteration=iteration)
+                run.save_checkpoint(state, global_step, model, iteration=iteration)
             if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
                 run.exit(envs)
 
         envs.close()
     if args.save_model:
-        run.save_model({"q_network": q_network}, evaluate)
+        run.save_model(model, evaluate)
     run.close()

@@ -328,6 +328,7 @@ if __name__ == "__main__":
         rewards, terminations, truncations = (torch.zeros((T, N), device=device) for _ in range(3))
         resets = torch.zeros((T, N), dtype=torch.bool, device=device)  # EnvPool's reset steps: not transitions of the game
 
+        model = {"q_network": q_network}  # what --save-model writes; checkpoints hold it too
         state = {
             "q_network": q_network,
             "optimizer": optimizer,
@@ -402,11 +403,11 @@ if __name__ == "__main__":
             writer.add_scalar("losses/q_values", masked_mean(q_taken.detach(), mask[:, mb]).item(), global_step)
             writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
             if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-                run.save_checkpoint(state, global_step, iteration=iteration)
+                run.save_checkpoint(state, global_step, model, iteration=iteration)
             if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
                 run.exit(envs)
 
         envs.close()
     if args.save_model:
-        run.save_model({"q_network": q_network}, evaluate)
+        run.save_model(model, evaluate)
     run.close()

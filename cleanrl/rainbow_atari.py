@@ -399,6 +399,7 @@ if __name__ == "__main__":
         target_network.load_state_dict(q_network.state_dict())
         rng = np.random.default_rng(args.seed)
 
+        model = {"q_network": q_network}  # what --save-model writes; checkpoints hold it too
         # what a checkpoint holds, besides the global random generators (the networks' noise too)
         state = dict(
             q_network=q_network, target_network=target_network, optimizer=optimizer, rng=rng, envs=envs, replay_rng=rb.rng
@@ -475,11 +476,11 @@ if __name__ == "__main__":
                 if iteration % args.target_network_frequency == 0:
                     target_network.load_state_dict(q_network.state_dict())
             if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-                run.save_checkpoint(state, global_step, updates_start=updates_start)
+                run.save_checkpoint(state, global_step, model, updates_start=updates_start)
             if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
                 run.exit(envs)
 
         envs.close()
     if args.save_model:
-        run.save_model({"q_network": q_network}, evaluate)
+        run.save_model(model, evaluate)
     run.close()

@@ -286,6 +286,9 @@ if __name__ == "__main__":
         alpha = log_alpha.exp().item() if args.autotune else args.alpha
         rng = np.random.default_rng(args.seed)
 
+        def model() -> dict:  # what --save-model writes (α as it is then); checkpoints hold it too
+            return {"actor": actor, "qf1": qf1, "qf2": qf2, "alpha": torch.tensor(alpha)}
+
         # what a checkpoint holds, besides the global random generators
         state = dict(actor=actor, qf1=qf1, qf2=qf2, qf1_target=qf1_target, qf2_target=qf2_target, log_alpha=log_alpha)
         state.update(q_optimizer=q_optimizer, actor_optimizer=actor_optimizer, alpha_optimizer=alpha_optimizer)
@@ -391,11 +394,11 @@ if __name__ == "__main__":
                             for target_param, param in zip(target.parameters(), critic.parameters()):
                                 target_param.lerp_(param, args.tau)
             if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
-                run.save_checkpoint(state, global_step, updates_start=updates_start)
+                run.save_checkpoint(state, global_step, model(), updates_start=updates_start)
             if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
                 run.exit(envs)
 
         envs.close()
     if args.save_model:
-        run.save_model({"actor": actor, "qf1": qf1, "qf2": qf2, "alpha": torch.tensor(alpha)}, evaluate)
+        run.save_model(model(), evaluate)
     run.close()

@@ -270,6 +270,7 @@ if __name__ == "__main__":
             critic_update = torch.compile(critic_update)
             actor_update = torch.compile(actor_update)
 
+        model = {"actor": actor, "qf": qf}  # what --save-model writes; checkpoints hold it too
         # what a checkpoint holds, besides the global random generators
         state = dict(actor=actor, actor_target=actor_target, qf=qf, qf_target=qf_target, rng=rng, envs=envs, replay_rng=rb.rng)
         state.update(q_optimizer=q_optimizer, actor_optimizer=actor_optimizer)
@@ -328,11 +329,11 @@ if __name__ == "__main__":
                     writer.add_scalar("charts/SPS", run.sps(global_step), global_step)
             if run.checkpoint_due(global_step):  # every --checkpoint-interval steps, and after SIGTERM or Ctrl-C
                 counters = dict(num_updates=num_updates, updates_start=updates_start, actor_loss=actor_loss)
-                run.save_checkpoint(state, global_step, **counters)
+                run.save_checkpoint(state, global_step, model, **counters)
             if run.stop_signal:  # after SIGTERM or Ctrl-C, with the checkpoint written: exit 143 or 130
                 run.exit(envs)
 
         envs.close()
     if args.save_model:
-        run.save_model({"actor": actor, "qf": qf}, evaluate)
+        run.save_model(model, evaluate)
     run.close()

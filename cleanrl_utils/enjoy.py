@@ -9,10 +9,9 @@ its evaluation environment and acts with its evaluation policy (greedy or determ
 default; see the README's "Saved models and evaluation"). Prints the mean ± std of the
 episodic returns and, with ``--capture-video``, records every episode.
 
-A checkpoint (``runs/<run>/checkpoints/step_N.pt``) is evaluated the same way: its networks (and the
-observation statistics of a normalising script) are taken out of it as the model that ``--save-model``
-would have written at that step (:func:`model_of_checkpoint`), and the script's ``evaluate()`` runs on
-that; ``--export OUT`` also writes them as the model file ``OUT``.
+A checkpoint (``runs/<run>/checkpoints/step_N.pt``) is evaluated the same way: it holds the model that
+``--save-model`` would have written at that step, entry for entry (:func:`model_of_checkpoint`), and the
+script's ``evaluate()`` runs on that; ``--export OUT`` also writes it as the model file ``OUT``.
 
 Script-specific evaluation options (``epsilon`` of the DQN family, ``deterministic`` of the
 policy-gradient scripts, ...) are passed with ``--option NAME=VALUE`` and checked against the
@@ -59,32 +58,43 @@ def find_model(path: Path) -> Path:
 
 
 CHECKPOINT_NAMES = {"obs_norm": "normalization"}
-"""Entries of a model that a checkpoint holds under another name: a normalising script saves its observation
-statistics with the model as ``obs_norm``, and checkpoints them as part of its ``normalization`` (whose
-``obs_rms.*`` entries ``NormalizeObservation.load_state_dict`` reads)."""
+"""Entries of a model that a checkpoint written before checkpoints held their model (see :func:`model_of_checkpoint`)
+holds under another name: a normalising script's observation statistics (``obs_norm``), part of its ``normalization``."""
 
 
 def model_of_checkpoint(checkpoint: dict) -> dict:
-    """The model file content (header and entries) of a checkpoint's networks, as ``--save-model`` would write it.
+    """The model file content (header and entries) that ``--save-model`` would have written at a checkpoint's step.
+
+    A checkpoint holds that model (its ``"model"``: the entries and their networks' records, as the script gives
+    them to ``run.save_model``), taken as it is. One written before it did: every network of its state, every tensor of
+    its state, and the entries of :data:`CHECKPOINT_NAMES` (training-only entries too: target networks, generators).
 
     Args:
         checkpoint: a checkpoint's content, as read by :func:`cleanrl_utils.files.read_file`.
 
     Returns:
-        ``kind`` ``"model"``, the checkpoint's ``format``, ``script``, ``env_id``, ``args`` and ``global_step``; every
-        network of its state (those its ``modules`` record) with that record, every tensor of its state (a learnt
-        temperature), and the entries of :data:`CHECKPOINT_NAMES` it holds. Names in the file are only keys here.
+        ``kind`` ``"model"``, the checkpoint's ``format``, ``script``, ``env_id``, ``args`` and ``global_step``, the
+        model's entries and ``modules`` (its networks' records). Names in the file are only keys here.
 
     Raises:
-        cleanrl_utils.files.FileRefused: (one line) the checkpoint holds no network.
+        cleanrl_utils.files.FileRefused: (one line) the checkpoint holds no network, or a damaged model.
     """
+    path = checkpoint.get("path", "the checkpoint")
+    header = {key: checkpoint[key] for key in ("format", "script", "env_id", "args", "global_step") if key in checkpoint}
+    if "model" in checkpoint:
+        model = checkpoint["model"]
+        entries, modules = (model.get(key) if isinstance(model, dict) else None for key in ("entries", "modules"))
+        if not isinstance(entries, dict) or not isinstance(modules, dict) or not set(modules) <= set(entries):
+            raise FileRefused(f"{path} is damaged or forged: its model is not entries and their networks' records")
+        if not any(isinstance(entries[name], dict) for name in modules):
+            raise FileRefused(f"{path} holds no network to evaluate")
+        return {**entries, **header, "kind": "model", "modules": modules}
     state, records = checkpoint.get("state") or {}, checkpoint.get("modules") or {}
     networks = {name: value for name, value in state.items() if name in records and isinstance(value, dict)}
     if not networks:
-        raise FileRefused(f"{checkpoint.get('path', 'the checkpoint')} holds no network to evaluate")
+        raise FileRefused(f"{path} holds no network to evaluate")
     tensors = {name: value for name, value in state.items() if isinstance(value, torch.Tensor)}
     renamed = {name: state[saved] for name, saved in CHECKPOINT_NAMES.items() if isinstance(state.get(saved), dict)}
-    header = {key: checkpoint[key] for key in ("format", "script", "env_id", "args", "global_step") if key in checkpoint}
     modules = {name: records[name] for name in networks}
     return {**tensors, **renamed, **networks, **header, "kind": "model", "modules": modules}
 

@@ -10,7 +10,6 @@ import importlib
 import importlib.util
 import os
 import re
-import sys
 from typing import Any
 
 import gymnasium as gym
@@ -31,7 +30,7 @@ def check_env(args: Any, action_spaces: type | tuple, observation_spaces: type |
               bounded_actions: bool = False, id_suffix: str | None = None, flatten: bool = False) -> tuple:  # fmt: skip
     """Stop with one line unless ``args.env_id`` is known, can be made, and has spaces the script supports.
 
-    ``"package.module:Env-v0"`` imports the module (from the current directory too) to register the id; Atari ids are
+    ``"package.module:Env-v0"`` imports the module (the working directory last) to register the id; Atari ids are
     registered from ale-py, ``dm_control/...`` ids from Shimmy (:mod:`cleanrl_utils.dmc`). One env is made to read its spaces.
 
     Args:
@@ -51,12 +50,12 @@ def check_env(args: Any, action_spaces: type | tuple, observation_spaces: type |
     env_id, script = args.env_id, f"{args.script}.py"
     module, _, name = env_id.rpartition(":")
     if module:
-        if os.getcwd() not in sys.path and "" not in sys.path:  # `python cleanrl/x.py` puts cleanrl/ there, not here
-            sys.path.append(os.getcwd())
+        from cleanrl_utils.env_modules import import_env_module, shadowed  # loaded for an id that names a module
+
         try:
-            importlib.import_module(module)
-        except (ImportError, TypeError, ValueError) as error:
-            fail("--env-id", f"cannot import {module!r} to register {name!r} (looked here and on PYTHONPATH): {error}")
+            import_env_module(module, f" to register {name!r}")
+        except ValueError as error:
+            fail("--env-id", str(error))
     elif name not in gym.registry and importlib.util.find_spec("ale_py"):
         import ale_py
 
@@ -81,7 +80,7 @@ def check_env(args: Any, action_spaces: type | tuple, observation_spaces: type |
             hint += " (Atari ids need the atari extra: pip install -e '.[atari]')"
         if name.startswith(("MiniGrid-", "BabyAI-")) and not importlib.util.find_spec("minigrid"):
             hint += " (MiniGrid ids need the minigrid extra: pip install -e '.[minigrid]')"
-        fail("--env-id", f"unknown environment {env_id!r}{hint}{missing}")
+        fail("--env-id", f"unknown environment {env_id!r}{hint}{missing}{shadowed(module) if module else ''}")
     try:
         with gym.make(env_id) as env:
             action_space, observation_space = env.action_space, env.observation_space

@@ -117,7 +117,7 @@ def read_file(path: str | os.PathLike, kind: str | tuple[str, ...], script: str 
     if not isinstance(content, dict) or "format" not in content or "kind" not in content:
         raise FileRefused(f"{path} is not a model or checkpoint file of this project")
     types = {"format": int, "kind": str, "script": str, "args": dict, "modules": dict, "state": dict, "counters": dict}
-    for key, kind_of in {**types, "global_step": int, "rng": dict}.items():
+    for key, kind_of in {**types, "global_step": int, "rng": dict, "model": dict}.items():
         value, required = content.get(key), key in ("format", "kind", "script", "args")
         if (required or value is not None) and (not isinstance(value, kind_of) or isinstance(value, bool)):
             raise FileRefused(f"{path} is damaged or forged: its {key!r} is not of type {kind_of.__name__}")

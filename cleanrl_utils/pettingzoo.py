@@ -12,8 +12,9 @@ folds them into rows itself (``ppo_pettingzoo.py``'s ``fold_agents``). What it a
   seed), so a checkpoint holds, per env, the seed of its episode and the actions since, and
   :meth:`ParallelEnvs.load_state_dict` replays them into fresh envs: the exact state (emulator, frame
   stacks, statistics) of any env that is deterministic given its seed and its actions;
-- checks of each step's structure: an agent that acted but got no reward or flags, an agent that left
-  ``env.agents`` without a termination or truncation, raise :class:`EnvFault` naming the env; the numbers (a NaN or
+- checks of each reset's and step's structure: an agent that acted but got no reward or flags, an agent that left
+  ``env.agents`` without a termination or truncation, an agent not in ``possible_agents``, an observation whose shape
+  is not its space's, raise :class:`EnvFault` naming the env, the agent and the vector step; the numbers (a NaN or
   infinite reward or observation) are checked once per rollout by the script, with :func:`check_rollout`;
 - videos of env 0's episodes (``render_mode="rgb_array"``), as gymnasium's ``RecordVideo`` makes them.
 """
@@ -67,7 +68,7 @@ class ParallelEnvs:
                         f"agent {agent!r} has the spaces {env.observation_space(agent)}, {env.action_space(agent)}; "
                         f"{self.possible_agents[0]!r} {self.observation_space}, {self.action_space}: one policy acts for all"
                     )
-        self.steps = 0
+        self.steps, self._known = 0, set(self.possible_agents)
         self.obs: list[dict] = [{} for _ in self.envs]
         self._generators: list[np.random.Generator] = []
         self._logs: list[dict] = [{"seed": None, "actions": []} for _ in self.envs]
@@ -83,6 +84,9 @@ class ParallelEnvs:
 
         Returns:
             ``(obs, infos)``: per env, ``{agent: observation}`` and ``{agent: info}``.
+
+        Raises:
+            EnvFault: an agent not in ``possible_agents``, an observation of another shape than its space's.
         """
         self._generators = [np.random.default_rng([seed, index]) for index in range(self.num_envs)]
         infos = [self._reset(index) for index in range(self.num_envs)]
@@ -108,6 +112,9 @@ class ParallelEnvs:
         if seed is None:
             seed = int(self._generators[index].integers(2**31))
         obs, infos = self.envs[index].reset(seed=seed)
+        where = f"env {index} at vector step {self.steps} (its reset)"
+        self._check(where, obs, self.envs[index].agents)
+        self._check_shapes(where, obs, [agent for agent in self.possible_agents if agent in obs])
         self._logs[index] = {"seed": seed, "actions": []}
         self.obs[index] = {agent: obs[agent] for agent in self.possible_agents if agent in obs}
         self._returns[index] = dict.fromkeys(self.obs[index], 0.0)
@@ -125,6 +132,7 @@ class ParallelEnvs:
         self._logs[index]["actions"].append({agent: int(action) for agent, action in actions.items()})
         obs, rewards, terminations, truncations, infos = env.step(actions)
         where = f"env {index} at vector step {self.steps}"
+        self._check(where, obs, rewards, terminations, truncations, env.agents)
         for agent in acting:
             if agent not in rewards or agent not in terminations or agent not in truncations:
                 raise EnvFault(f"{where}: agent {agent!r} acted but got no reward, termination or truncation")
@@ -146,6 +154,7 @@ class ParallelEnvs:
         absent = [agent for agent in nexts if agent not in obs]
         if absent:
             raise EnvFault(f"{where}: agent {absent[0]!r} is in env.agents but got no observation")
+        self._check_shapes(where, obs, ended + nexts)
         for agent in nexts:
             self._returns[index].setdefault(agent, 0.0)
             self._lengths[index].setdefault(agent, 0)
@@ -159,6 +168,22 @@ class ParallelEnvs:
             if not replaying:
                 self._reset(index)
         return rewards, terminations, truncations, infos
+
+    def _check(self, where: str, *dicts: Any) -> None:
+        """Raise :class:`EnvFault` at the first agent of ``dicts`` (dicts and lists by agent) not in ``possible_agents``."""
+        for agents in dicts:
+            for agent in agents:
+                if agent not in self._known:
+                    known = f"the env's possible_agents {self.possible_agents}"
+                    raise EnvFault(f"{where}: agent {agent!r} appeared but is not one of {known}")
+
+    def _check_shapes(self, where: str, obs: dict, agents: list[str]) -> None:
+        """Raise :class:`EnvFault` at the first of ``agents`` whose observation's shape is not its space's."""
+        shape = self.observation_space.shape
+        for agent in agents if shape is not None else ():
+            if np.shape(obs[agent]) != shape:
+                got = f"an observation of shape {np.shape(obs[agent])}"
+                raise EnvFault(f"{where}: agent {agent!r} got {got}; its observation space is {self.observation_space}")
 
     # ---- videos of env 0
 

@@ -186,9 +186,13 @@ class Run:
         """Whether to write a checkpoint now: ``--checkpoint-interval`` steps passed, or :meth:`stop` was called."""
         return self.stop_signal is not None or (self.next_checkpoint is not None and global_step >= self.next_checkpoint)
 
-    def save_checkpoint(self, state: dict[str, Any], global_step: int, **counters: Any) -> Path | None:
+    def save_checkpoint(
+        self, state: dict[str, Any], global_step: int, model: dict | None = None, **counters: Any
+    ) -> Path | None:
         """Write ``{run_dir}/checkpoints/step_{global_step}.pt`` (``state`` captured, the ``counters`` the loop needs,
-        the global generators) and keep the two newest; a run that does not record only captures ``state``.
+        the global generators) and keep the two newest; a run that does not record only captures ``state``. ``model``:
+        what the script gives :meth:`save_model`, held as that file would hold it now (``enjoy --export`` writes it;
+        its networks' tensors are those of ``state``, stored once).
 
         Raises:
             cleanrl_utils.faults.NonFinite, cleanrl_utils.faults.WriteFailed: nothing written, the previous ones kept.
@@ -197,6 +201,9 @@ class Run:
         content = {"state": checkpoint.capture(state), "rng": checkpoint.rng_state(), "global_step": global_step}
         wandb_run = sys.modules["wandb"].run if self.args.track else None
         content.update(counters=counters, wandb_id=wandb_run.id if wandb_run else None)
+        if model is not None:
+            records = {name: repr(value) for name, value in model.items() if isinstance(value, torch.nn.Module)}
+            content["model"] = {"entries": checkpoint.model_content(model), "modules": records}
         modules = {name: value for name, value in state.items() if isinstance(value, torch.nn.Module)}
         check_parameters(modules, f"the checkpoint at step {global_step}")
         while self.next_checkpoint is not None and self.next_checkpoint <= global_step:
@@ -287,7 +294,7 @@ class Run:
     # ---- the model and the end
 
     def save_model(self, models: dict[str, Any], evaluate: Callable[..., np.ndarray]) -> Path | None:
-        """Write ``{run_dir}/{exp_name}.cleanrl_model`` (``models``: networks, tensors and plain data by name) and log
+        """Write ``{run_dir}/{exp_name}.cleanrl_model`` (``models``: :func:`~cleanrl_utils.checkpoint.model_content`) and log
         the score of the script's ``evaluate`` on it as ``eval/episodic_return`` (mean) and ``eval/episodic_return_std``.
 
         A fault (:class:`~cleanrl_utils.faults.WriteFailed`, :class:`~cleanrl_utils.faults.NonFinite`: nothing written;
@@ -299,7 +306,7 @@ class Run:
         with self.stop_on_fault():  # a fault writing or evaluating the model ends the run in one line, as in training
             modules = {name: value for name, value in models.items() if isinstance(value, torch.nn.Module)}
             check_parameters(models, "the model")
-            content = {name: value.state_dict() if name in modules else value for name, value in models.items()}
+            content = checkpoint.model_content(models)
             path = files.model_path(self.directory, self.args.exp_name)
             files.write_file(path, "model", self.args, {**content, "global_step": self.step}, modules)
             print(f"model saved to {path}")

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
+import torch
 
 from cleanrl_utils.files import checkpoint_path, checkpoints, write_file
 from tests.conftest import (
@@ -313,7 +315,33 @@ def test_a_short_run_trains_saves_and_its_model_and_checkpoint_evaluate(name, tm
     assert "episodes" in scored.stdout
     saved = checkpoints(directory)
     assert saved, list(directory.iterdir())
-    enjoy(str(saved[-1]), "--eval-episodes", "1", cwd=tmp_path)
+    exported = tmp_path / "exported.cleanrl_model"  # the last checkpoint, evaluated and exported as a model file
+    enjoy(str(saved[-1]), "--eval-episodes", "1", "--export", str(exported), cwd=tmp_path)
+    assert_export_is_the_model(exported, directory / f"{name[:-3]}.cleanrl_model")
+
+
+def assert_export_is_the_model(exported: Path, model: Path) -> None:
+    """A checkpoint's export is the model ``--save-model`` writes, entry for entry: the same keys and header, the same
+    tensors where the checkpoint was written at the model's step (an asynchronous learner may update after its last
+    checkpoint: then the same names, shapes and dtypes)."""
+    export, saved = (torch.load(path, map_location="cpu", weights_only=True) for path in (exported, model))
+    assert sorted(export) == sorted(saved), f"export only: {set(export) - set(saved)}, model only: {set(saved) - set(export)}"
+    same_step = export["global_step"] == saved["global_step"]
+    for key, value in saved.items():
+        if key == "global_step":
+            continue
+        if not isinstance(value, (dict, torch.Tensor)) or key in ("args", "modules"):
+            assert export[key] == value, key
+            continue
+        pairs = value.items() if isinstance(value, dict) else [("", value)]
+        assert not isinstance(value, dict) or export[key].keys() == value.keys(), key
+        for name, tensor in pairs:
+            theirs = export[key][name] if name else export[key]
+            if not isinstance(tensor, torch.Tensor):
+                assert theirs == tensor, f"{key}.{name}"
+                continue
+            assert (theirs.shape, theirs.dtype) == (tensor.shape, tensor.dtype), f"{key}.{name}"
+            assert not same_step or torch.equal(theirs, tensor), f"{key}.{name} differs at the same step"
 
 
 @pytest.mark.parametrize("name", SCRIPTS)

@@ -132,6 +132,26 @@ def test_a_checkpoint_without_networks_is_refused(tmp_path):
     assert model["kind"] == "model" and model["obs_norm"] == {} and model["modules"] == {"agent": "A"} and "path" not in model
 
 
+def test_a_checkpoint_that_holds_its_model_gives_that_model_alone():
+    """Not the target network, the generator or the whole normalisation of its state: the model the script gives."""
+    from cleanrl_utils.enjoy import model_of_checkpoint
+
+    weights, statistics = {"w": torch.ones(2)}, {"obs_rms.mean": torch.zeros(3)}
+    checkpoint = {
+        **{"path": "p", "format": 2, "script": "x", "env_id": "E", "args": {"seed": 1}, "global_step": 7},
+        "state": {"q": weights, "q_target": weights, "rng": torch.ones(1), "normalization": statistics},
+        "modules": {"q": "Q", "q_target": "Q"},
+        "model": {"entries": {"q": weights, "obs_norm": statistics}, "modules": {"q": "Q"}},
+    }
+    header = {"format": 2, "script": "x", "env_id": "E", "args": {"seed": 1}, "global_step": 7, "kind": "model"}
+    assert model_of_checkpoint(checkpoint) == {**header, "q": weights, "obs_norm": statistics, "modules": {"q": "Q"}}
+    for model in ({"entries": {"q": weights}}, {"entries": [], "modules": {}}, {"entries": {}, "modules": {"q": "Q"}}, 3):
+        with pytest.raises(ValueError, match="p is damaged or forged: its model is not entries and their networks"):
+            model_of_checkpoint({**checkpoint, "model": model})
+    with pytest.raises(ValueError, match="p holds no network to evaluate"):
+        model_of_checkpoint({**checkpoint, "model": {"entries": {"alpha": torch.ones(1)}, "modules": {}}})
+
+
 def _junk(path):
     path.write_text("not a model")
     return path

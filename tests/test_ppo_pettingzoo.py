@@ -170,6 +170,88 @@ def test_parallel_envs_end_dead_agents_reset_whole_envs_and_refuse_agents_that_v
         broken.step([{"racer_0": 2, "racer_1": 2}])
 
 
+FAULTY_RACES = '''
+from cleanrl_utils.envs.multi_agent import MinefieldRace
+
+
+class WrongShape(MinefieldRace):
+    """A race whose racer_1 gets 5 of its 12 observation entries at its first step (racer_1 acts then, always)."""
+
+    def step(self, actions):
+        obs, *rest = super().step(actions)
+        if self.time == 1:
+            obs["racer_1"] = obs["racer_1"][:5]
+        return obs, *rest
+
+
+class Intruder(MinefieldRace):
+    """A race whose step 1 returns an observation, a reward and flags for an agent not in possible_agents."""
+
+    def step(self, actions):
+        obs, rewards, terminations, truncations, infos = super().step(actions)
+        if self.time == 1:
+            obs["intruder"], rewards["intruder"] = obs["racer_0"], 0.0
+            terminations["intruder"] = truncations["intruder"] = False
+        return obs, rewards, terminations, truncations, infos
+
+
+class WrongShapeAtReset(MinefieldRace):
+    def reset(self, seed=None, options=None):
+        obs, infos = super().reset(seed, options)
+        return {**obs, "racer_0": obs["racer_0"][None]}, infos
+'''
+"""Faulty races: tested here, and written to a module in a run's working directory (``faulty_races.py``)."""
+FAULTY: dict = {}
+exec(FAULTY_RACES, FAULTY)
+
+
+def test_parallel_envs_refuse_an_observation_of_another_shape_and_an_agent_not_in_possible_agents():
+    """Checked at each step and reset, named by env, agent and vector step (before: fold_agents' traceback in the
+    script, or the unknown agent dropped without a word)."""
+    for env, message in [
+        ("WrongShape", r"env 1 at vector step 1: agent 'racer_1' got an observation of shape \(5,\); its observation "
+         r"space is Box\(-1\.0, 1\.0, \(12,\), float32\)$"),
+        ("Intruder", r"env 1 at vector step 1: agent 'intruder' appeared but is not one of the env's possible_agents "
+         r"\['racer_0', 'racer_1'\]$"),
+    ]:  # fmt: skip
+        envs = ParallelEnvs([MinefieldRace, FAULTY[env]])
+        envs.reset(seed=0)
+        with pytest.raises(EnvFault, match=message):
+            envs.step([{agent: 2 for agent in obs} for obs in envs.obs])
+    reset = r"^env 0 at vector step 0 \(its reset\): agent 'racer_0' got an observation of shape \(1, 12\)"
+    with pytest.raises(EnvFault, match=reset):
+        ParallelEnvs([FAULTY["WrongShapeAtReset"]]).reset(seed=0)
+
+
+@pytest.mark.parametrize(
+    "factory,fault",
+    [
+        ("WrongShape", r"agent 'racer_1' got an observation of shape \(5,\); its observation space is Box\(.*\)"),
+        ("Intruder", r"agent 'intruder' appeared but is not one of the env's possible_agents \['racer_0', 'racer_1'\]"),
+    ],
+)
+def test_a_faulty_env_of_a_module_in_the_working_directory_stops_the_run_in_one_line(factory, fault, tmp_path):
+    """``--env-id faulty_races:WrongShape`` with faulty_races.py where the command runs: found as the gymnasium
+    scripts find theirs (``python cleanrl/ppo_pettingzoo.py`` puts cleanrl/ on the path, not the working directory);
+    its fault ends the run in one line naming the env, the agent and the step, exit 1."""
+    (tmp_path / "faulty_races.py").write_text(FAULTY_RACES)
+    flags = ["--env-id", f"faulty_races:{factory}", "--num-envs", "2", "--num-steps", "16", "--total-timesteps", "512"]
+    result = run_script("ppo_pettingzoo.py", *flags, "--torch-threads", "1", cwd=tmp_path, check=False, timeout=300)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and len(lines) == 1, result.stderr
+    pattern = rf"ppo_pettingzoo\.py: env 0 at vector step 1: {fault}; last checkpoint: none"
+    assert re.fullmatch(pattern, lines[0]), lines[0]
+
+
+def test_a_module_found_nowhere_is_refused_saying_where_it_looked(tmp_path):
+    result = run_script("ppo_pettingzoo.py", "--env-id", "no_such_races:Race", cwd=tmp_path, check=False, timeout=300)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    looked = f"(looked in {ROOT / 'cleanrl'}, {ROOT}, the standard library and installed packages, "
+    assert lines[0].startswith(f"error: --env-id: cannot import 'no_such_races' {looked}"), lines[0]
+    assert lines[0].endswith(f" {tmp_path.resolve()} (the working directory)): No module named 'no_such_races'"), lines[0]
+
+
 def test_check_rollout_names_the_env_agent_and_step_of_the_first_non_finite_value():
     """Rows are env * agents + agent; the first bad value in step order, then row order; integer frames skipped."""
     rewards = np.zeros((4, 6), np.float32)  # 4 steps of 2 envs x 3 agents

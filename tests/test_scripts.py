@@ -1,11 +1,13 @@
 """Smoke, bad-input and reproducibility tests of every script (short runs, minutes in all)."""
 
+import importlib.util
 import json
 import shlex
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -230,8 +232,35 @@ def test_a_custom_env_module_in_the_current_directory_is_found(mode, tmp_path):
     lengths = [length for _, length in scalars(run_dir(tmp_path))["charts/episodic_length"]]
     assert lengths and max(lengths) <= 20  # the module's task, with its 20-step limit
     (tmp_path / "elsewhere").mkdir()
-    message = "cannot import 'my_tasks' to register 'ShortCartPole-v0' (looked here and on PYTHONPATH)"
+    message = "cannot import 'my_tasks' to register 'ShortCartPole-v0' (looked in "
     assert_stops_with_one_line("ppo.py", flags, "--env-id", message, tmp_path / "elsewhere")
+    where = f", {(tmp_path / 'elsewhere').resolve()} (the working directory)): No module named 'my_tasks'"
+    assert_stops_with_one_line("ppo.py", flags, "--env-id", where, tmp_path / "elsewhere")
+
+
+REGISTERS_MY_ENV = "import gymnasium as gym\ngym.register('MyEnv-v0', 'gymnasium.envs.classic_control:CartPoleEnv')\n"
+STANDARD_TEST = importlib.util.find_spec("test")
+
+
+@pytest.mark.skipif(STANDARD_TEST is None, reason="this Python has no standard library 'test' package")
+@pytest.mark.parametrize("module", ["test", "c51"])
+def test_an_env_module_that_another_module_of_its_name_shadows_is_named_with_the_one_imported(module, tmp_path):
+    """``--env-id test:MyEnv-v0`` with ./test.py imports the standard library's ``test``; ``--env-id c51:MyEnv-v0`` run
+    by ``python cleanrl/c51.py`` with ./c51.py imports cleanrl/c51.py (the script's folder comes first). The working
+    directory stays last on the path; the refusal names the file imported and the one of the working directory that
+    was not (before: only "unknown environment"). In a subprocess: the path is the command's."""
+    (tmp_path / f"{module}.py").write_text(REGISTERS_MY_ENV)
+    script = "ppo.py" if module == "test" else "c51.py"
+    result = run_script(script, "--env-id", f"{module}:MyEnv-v0", cwd=tmp_path, check=False, timeout=300)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    imported = Path(STANDARD_TEST.origin) if module == "test" else ROOT / "cleanrl" / "c51.py"
+    shadow = f"{module}.py in the working directory {tmp_path.resolve()} was not: rename it)"
+    assert lines[0] == (
+        f"error: --env-id: unknown environment '{module}:MyEnv-v0' ('{module}' was imported from {imported.resolve()}, "
+        f"earlier on the path; {shadow}"
+    )
+    assert not (tmp_path / "runs").exists()
 
 
 def test_total_timesteps_rounded_to_whole_rollouts_is_announced(tmp_path):
