@@ -482,7 +482,7 @@ class Tuner:
         total_runs = len(envs) * num_seeds
         step = 0
         trial.set_user_attr("flags", flags)
-        self._print(f"trial {trial.number}: {' '.join(flags)}")
+        self._print(f"trial {trial.number}: {shlex.join(flags)}")
         for env_id in envs:
             for seed in range(1, num_seeds + 1):
                 start = time.perf_counter()
