@@ -400,7 +400,7 @@ if __name__ == "__main__":
             eval_envs = gym.vector.SyncVectorEnv([make_env(args.env_id, 0, False, "", False)], autoreset_mode=SAME_STEP)
             next_eval = (step_offset // args.eval_interval + 1) * args.eval_interval
         per_update = args.batch_size / args.replay_ratio  # env steps each gradient step needs
-        global_step, updates, last_log, td_loss, q_mean = step_offset, 0, time.time(), float("nan"), float("nan")
+        global_step, updates, last_log, td_loss, q_mean = step_offset, 0, time.monotonic(), float("nan"), float("nan")
         waited, started = 0.0, time.perf_counter()
         try:
             start_actors(actors)  # with stop signals blocked: a signal to the process group cannot kill one half-started
@@ -423,7 +423,7 @@ if __name__ == "__main__":
                     episodic_returns = run_episodes(eval_envs, policy, args.eval_episodes, args.seed + 100_000)
                     writer.add_scalar("eval/episodic_return", episodic_returns.mean(), global_step)
                     print(f"step {global_step}: evaluation over {args.eval_episodes} episodes: {episodic_returns.mean():.1f}")
-                now = time.time()
+                now = time.monotonic()
                 if now - last_log >= 1.0 and collected > args.learning_starts:
                     last_log = now
                     ratio = updates * args.batch_size / (collected - args.learning_starts)

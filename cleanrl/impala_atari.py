@@ -480,7 +480,7 @@ if __name__ == "__main__":
         shared.publish(agent)
         actors = spawn_actors(run_actor, args.num_actors, shared, args, slots, os.getpid(), run.video_dir, name="impala-actor")
         per_batch, T = args.batch_size // args.num_envs, args.unroll_length
-        global_step, updates, waited, lag, last_log, started = step_offset, 0, 0.0, 0.0, time.time(), time.perf_counter()
+        global_step, updates, waited, lag, last_log, started = step_offset, 0, 0.0, 0.0, time.monotonic(), time.perf_counter()
         try:
             start_actors(actors)  # with stop signals blocked: a signal to the process group cannot kill one half-started
             while global_step < args.total_timesteps:
@@ -540,7 +540,7 @@ if __name__ == "__main__":
                 shared.updates[0] = updates
                 shared.publish(agent)
 
-                now = time.time()
+                now = time.monotonic()
                 if now - last_log >= 1.0:
                     last_log = now
                     n = float(rewards.numel())

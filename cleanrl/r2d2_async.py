@@ -535,7 +535,7 @@ if __name__ == "__main__":
             eval_envs = gym.vector.SyncVectorEnv([thunk], autoreset_mode=SAME_STEP)
             next_eval = (step_offset // args.eval_interval + 1) * args.eval_interval
         per_update = args.batch_size * args.learn_length / args.replay_ratio  # env steps each gradient step needs
-        global_step, updates, last_log, td_loss, q_mean = step_offset, 0, time.time(), float("nan"), float("nan")
+        global_step, updates, last_log, td_loss, q_mean = step_offset, 0, time.monotonic(), float("nan"), float("nan")
         try:
             start_actors(actors)  # with stop signals blocked: a signal to the process group cannot kill one half-started
             while True:
@@ -564,7 +564,7 @@ if __name__ == "__main__":
                         f"{episodic_returns.mean():.1f} ± {episodic_returns.std():.1f}",
                         flush=True,
                     )
-                now = time.time()
+                now = time.monotonic()
                 if now - last_log >= 1.0 and collected > args.learning_starts:
                     last_log = now
                     writer.add_scalar("charts/SPS", run.sps(global_step), global_step)

@@ -191,10 +191,10 @@ def start_actors(actors: list) -> None:
 def stop_actors(actors: list, shared: Shared, timeout: float = 10.0) -> None:
     """Ask the actors to stop, wait up to ``timeout`` s, then kill those still alive."""
     shared.stop[0] = 1
-    deadline = time.time() + timeout
+    deadline = time.monotonic() + timeout
     for process in actors:
         if process.pid is not None:
-            process.join(max(0.0, deadline - time.time()))
+            process.join(max(0.0, deadline - time.monotonic()))
     for process in actors:
         if process.is_alive():
             process.kill()

@@ -782,7 +782,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{len(jobs)} runs ({grid}) as a Slurm array job: {path}")
         if args.slurm_dry_run or shutil.which("sbatch") is None:
             reason = "--slurm-dry-run" if args.slurm_dry_run else "sbatch is not on PATH"
-            print(f"not submitted ({reason}); submit with: sbatch {path}")
+            print(f"not submitted ({reason}); submit with: {shlex.join(['sbatch', str(path)])}")
             return 0
         result = subprocess.run(["sbatch", str(path)], capture_output=True, text=True)
         if result.returncode != 0:

@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -229,7 +230,7 @@ def main(argv: Sequence[str] | None = None, s3_client: Any = None) -> int:
         if run_dir is not None:
             command = [*command, "--resume", str(run_dir)]
 
-    print(f"cloud_run: {' '.join(command)}", flush=True)
+    print(f"cloud_run: {shlex.join(command)}", flush=True)
     child = subprocess.Popen(command)
     forwarded = []
 

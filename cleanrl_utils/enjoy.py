@@ -24,6 +24,7 @@ import argparse
 import ast
 import importlib.util
 import inspect
+import shlex
 import tempfile
 from pathlib import Path
 from types import ModuleType
@@ -52,7 +53,7 @@ def find_model(path: Path) -> Path:
         if models:
             raise FileNotFoundError(f"{path} holds {len(models)} {MODEL_SUFFIX} files; give the file itself")
         latest = (checkpoints(path) or [None])[-1]
-        hint = f", or give a checkpoint: {latest}" if latest else ""
+        hint = f", or give a checkpoint: {shlex.quote(str(latest))}" if latest else ""
         raise FileNotFoundError(f"{path} holds no {MODEL_SUFFIX} file (train with --save-model{hint})")
     raise FileNotFoundError(f"no such file or directory: {path}")
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shlex
+import sys
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,14 @@ class FileRefused(ValueError):
 
 class FileDamaged(FileRefused):
     """A file that is empty, truncated or corrupted."""
+
+
+def enjoy_command(target: str | os.PathLike, *options: str) -> str:
+    """The command, quoted for pasting into a shell, that evaluates ``target`` (a run directory, model or checkpoint)
+    with ``options`` and the running script: named with ``--script`` when it is a copy, not the file of cleanrl/."""
+    script = Path(sys.argv[0])
+    options += ("--script", str(script)) * (script.resolve() != SCRIPTS_DIR / script.name)
+    return shlex.join(["python", "-m", "cleanrl_utils.enjoy", str(target), *options])
 
 
 def script_name(script_file: str | os.PathLike) -> str:

@@ -265,7 +265,7 @@ def resumed_args(args: Any, argv: list[str]) -> tuple[Any, dict]:
             fail(flag_name(name), f"{getattr(args, name)!r} differs from the resumed run's {getattr(resumed, name)!r}; {why}")
     run = Path(checkpoint["path"]).parent.parent
     if files.model_path(run, resumed.exp_name).exists():  # written once, when training ended
-        fail("--resume", f"{run} has finished (its model exists): python -m cleanrl_utils.enjoy {shlex.quote(str(run))}")
+        fail("--resume", f"{run} has finished (its model exists): {files.enjoy_command(run)}")
     for name in (given & RESUMABLE_WITH_OTHER_VALUES) | (fields - set(saved)) | {"resume", "script"}:
         setattr(resumed, name, getattr(args, name))
     return resumed, checkpoint

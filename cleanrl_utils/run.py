@@ -123,7 +123,8 @@ class Run:
         self.total = getattr(args, "num_iterations", 0) * getattr(args, "batch_size", 0) or args.total_timesteps
         self.returns: deque[float] = deque(maxlen=20)  # the last episodes' returns, for the progress lines
         self.start: float | None = None  # the clock starts at the loop's first step
-        self.last_print, self.printed_step = time.monotonic(), self.step
+        self.started = self.last_print = time.monotonic()  # the wall time the closing summary gives
+        self.printed_step = self.step
 
     def _lock(self) -> Any:
         """``run.lock`` in the directory, locked for this process and holding its pid: one process per run."""
@@ -319,20 +320,22 @@ class Run:
         return path
 
     def summary(self) -> str:
-        """The closing lines of a finished run: its last return, its files, and the commands that plot and evaluate it."""
+        """The closing lines of a finished run: its last return and wall time, its files, and the commands (quoted for
+        pasting) that plot and evaluate it."""
         saved, model = files.checkpoints(self.directory), files.model_path(self.directory, self.args.exp_name)
         held = ["TensorBoard events"] + [f"checkpoints {', '.join(f.name for f in saved)}"] * bool(saved)
         recent = f"mean return of its last {len(self.returns)} episodes {np.mean(self.returns or [0]):.2f}"
-        script = Path(sys.argv[0])  # a copy outside cleanrl/ is named to the evaluation tool
-        options = ["--eval-episodes", "10"] + ["--script", str(script)] * (script.resolve() != files.SCRIPTS_DIR / script.name)
+        wall = round(time.monotonic() - self.started)  # this process's, from start_run
+        since = f" since the resume at step {self.resumed['global_step']}" if self.resumed else ""
         lines = [
-            f"run finished at step {self.step}: {recent if self.returns else 'no episode ended'}",
+            f"run finished at step {self.step}: {recent if self.returns else 'no episode ended'}; "
+            f"wall time {wall // 3600}:{wall // 60 % 60:02d}:{wall % 60:02d}{since}",
             f"{self.directory} holds {', '.join(held + [f'the model {model.name}'] * model.exists())}",
             f"plot it: {shlex.join(['python', '-m', 'cleanrl_utils.plot', str(self.directory), '--out', 'plots'])}",
         ]
         if model.exists() or saved:
             what, target = ("evaluate it again", self.directory) if model.exists() else ("evaluate it", saved[-1])
-            lines.append(f"{what}: {shlex.join(['python', '-m', 'cleanrl_utils.enjoy', str(target), *options])}")
+            lines.append(f"{what}: {files.enjoy_command(target, '--eval-episodes', '10')}")  # a copy named with --script
         return "\n".join(lines)
 
     def close(self) -> None:

@@ -90,7 +90,8 @@ def read_outputs(path: str) -> dict[str, Any]:
     try:
         raw = json.loads(Path(path).read_text())
     except FileNotFoundError:
-        fail("--terraform-outputs", f"{path} does not exist; write it with: terraform -chdir=terraform output -json > {path}")
+        write = f"terraform -chdir=terraform output -json > {shlex.quote(str(path))}"
+        fail("--terraform-outputs", f"{path} does not exist; write it with: {write}")
     except (OSError, ValueError, RecursionError) as error:
         fail("--terraform-outputs", f"cannot read {path} as JSON: {error}")
     if not isinstance(raw, dict) or not all(isinstance(v, dict) and "value" in v for v in raw.values()):

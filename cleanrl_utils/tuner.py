@@ -56,6 +56,7 @@ import argparse
 import dataclasses
 import difflib
 import math
+import numbers
 import os
 import re
 import shlex
@@ -333,7 +334,8 @@ class Tuner:
         TypeError: a keyword given under both its names (``aggregation`` and ``aggregation_type``, or
             ``metric_last_n`` and ``metric_last_n_average_window``).
         ValueError: an empty ``target_scores``, a target with ``low >= high``, raw scores on
-            several environments, an unknown direction or aggregation, ``metric_last_n < 1``, or
+            several environments, an unknown direction or aggregation, a ``metric_last_n`` (or
+            ``metric_last_n_average_window``) that is not an int of at least 1 (2.5, nan, True), or
             a study name that is not a folder name (:func:`study_folder`).
         FileNotFoundError: ``script`` is not a file.
     """
@@ -381,8 +383,9 @@ class Tuner:
             raise ValueError(f"direction must be 'maximize' or 'minimize', got {direction!r}")
         if aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)}, got {aggregation!r}")
-        if metric_last_n < 1:
-            raise ValueError(f"metric_last_n must be at least 1, got {metric_last_n}")
+        window = "metric_last_n_average_window" if metric_last_n_average_window is not None else "metric_last_n"
+        if not isinstance(metric_last_n, numbers.Integral) or isinstance(metric_last_n, bool) or metric_last_n < 1:
+            raise ValueError(f"{window} must be a whole number of values, at least 1, got {metric_last_n!r}")
         self.metric = metric
         self.target_scores = dict(target_scores)
         self.params_fn = params_fn or (lambda trial: {})
@@ -479,7 +482,7 @@ class Tuner:
         total_runs = len(envs) * num_seeds
         step = 0
         trial.set_user_attr("flags", flags)
-        self._print(f"trial {trial.number}: {' '.join(flags)}")
+        self._print(f"trial {trial.number}: {shlex.join(flags)}")
         for env_id in envs:
             for seed in range(1, num_seeds + 1):
                 start = time.perf_counter()

@@ -110,18 +110,25 @@ def test_a_modified_copy_trains_resumes_and_evaluates_with_its_own_networks(scri
 
 
 def test_a_copys_closing_summary_evaluates_it_with_its_own_file(tmp_path):
-    """The run's last line is a command that works: enjoy is told the copy's file (it is not in cleanrl/)."""
+    """The run's last line is a command that works: enjoy is told the copy's file (it is not in cleanrl/); so is the
+    command in the refusal to resume the run once it has finished."""
     copy = tmp_path / "elsewhere" / "my_ppo.py"
     copy.parent.mkdir()
     shutil.copy(ROOT / "cleanrl" / "ppo.py", copy)
     environ = {**os.environ, "PYTHONPATH": str(ROOT)}
-    flags = ["--total-timesteps", "512", "--save-model", "--eval-episodes", "1"]
+    flags = ["--total-timesteps", "512", "--save-model", "--eval-episodes", "1", "--checkpoint-interval", "512"]
     result = subprocess.run([sys.executable, str(copy), *flags], cwd=tmp_path, env=environ, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
     run = f"runs/{run_dir(tmp_path).name}"
     command = f"python -m cleanrl_utils.enjoy {run} --eval-episodes 10 --script {copy}"
     assert result.stdout.strip().splitlines()[-1] == f"evaluate it again: {command}"
     assert enjoy(run, "--script", str(copy), "--eval-episodes", "1", cwd=tmp_path, check=False).returncode == 0
+    # resumed once finished: refused, with an evaluate command that names the copy too (it named none, and failed)
+    again = subprocess.run(
+        [sys.executable, str(copy), "--resume", run], cwd=tmp_path, env=environ, capture_output=True, text=True
+    )
+    command = f"python -m cleanrl_utils.enjoy {run} --script {copy}"
+    assert (again.returncode, again.stderr) == (2, f"error: --resume: {run} has finished (its model exists): {command}\n")
 
 
 def test_a_same_named_copy_with_another_network_is_refused_by_the_original(tmp_path):

@@ -2,7 +2,10 @@
 
 import importlib.util
 import json
+import os
+import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -274,7 +277,8 @@ def test_a_run_that_ends_says_what_it_reached_where_its_files_are_and_how_to_plo
     flags = ["--total-timesteps", "1024", "--checkpoint-interval", "512", "--save-model", "--eval-episodes", "1"]
     lines = run_script("ppo.py", *flags, cwd=tmp_path).stdout.strip().splitlines()
     run = f"runs/{run_dir(tmp_path).name}"
-    assert lines[-4].startswith("run finished at step 1024: mean return of its last 20 episodes ")
+    finished = r"run finished at step 1024: mean return of its last 20 episodes [\d.]+; wall time 0:00:\d\d"
+    assert re.fullmatch(finished, lines[-4]), lines[-4]
     assert lines[-3] == f"{run} holds TensorBoard events, checkpoints step_512.pt, step_1024.pt, the model ppo.cleanrl_model"
     assert lines[-2] == f"plot it: python -m cleanrl_utils.plot {run} --out plots"
     assert lines[-1] == f"evaluate it again: python -m cleanrl_utils.enjoy {run} --eval-episodes 10"
@@ -284,6 +288,34 @@ def test_a_run_that_ends_says_what_it_reached_where_its_files_are_and_how_to_plo
     assert lines[-1].startswith("plot it: ")
 
 
+@pytest.mark.parametrize(
+    "seconds, resumed, said",
+    [
+        (0.2, None, "wall time 0:00:00"),
+        (42.4, None, "wall time 0:00:42"),
+        (185.0, None, "wall time 0:03:05"),
+        (90061.0, None, "wall time 25:01:01"),
+        (61.0, {"global_step": 512, "path": "x"}, "wall time 0:01:01 since the resume at step 512"),
+    ],
+)
+def test_the_closing_summary_gives_the_wall_time_on_a_monotonic_clock(seconds, resumed, said, tmp_path, monkeypatch):
+    """The wall time since the run started (since its resume, for a resumed run), read on the monotonic clock: the
+    wall clock set back a day meanwhile changes nothing."""
+    from types import SimpleNamespace
+
+    from cleanrl_utils import run as run_module
+
+    clock = [1000.0]
+    monkeypatch.setattr(run_module.time, "monotonic", lambda: clock[0])
+    args = SimpleNamespace(checkpoint_interval=0, total_timesteps=1024, exp_name="ppo")
+    run = run_module.Run(args, tmp_path, run_module.torch.device("cpu"), resumed)
+    clock[0] += seconds
+    monkeypatch.setattr(run_module.time, "time", lambda: 0.0)  # the wall clock set back to 1970
+    first = run.summary().splitlines()[0]
+    assert first.endswith(f"; {said}"), first
+    run._unlock()
+
+
 def test_a_run_in_which_no_episode_ended_says_so_and_nothing_else(tmp_path):
     flags = ["--env-id", "Acrobot-v1", "--num-envs", "1", "--num-steps", "128", "--total-timesteps", "128"]
     result = run_script("ppo.py", *flags, cwd=tmp_path)  # Acrobot's episodes last up to 500 steps
@@ -291,13 +323,25 @@ def test_a_run_in_which_no_episode_ended_says_so_and_nothing_else(tmp_path):
     assert result.stderr == "", result.stderr
 
 
-def test_the_commands_a_run_prints_are_pasteable_whatever_its_exp_name(tmp_path):
-    """The resume command a stopped run prints and the closing summary's commands are shell-quoted: with a space and a
-    command substitution in --exp-name (hence in the run directory's name), pasted into a shell, each works and runs
-    nothing else."""
-    name = "my $(touch PWNED) run"
+@pytest.mark.parametrize(
+    "name, copy_folder",
+    [
+        ("x$(touch PWNED)y", None),  # cleanrl/ppo.py
+        ("a;touch PWNED;b", "my copies;touch PWNED"),  # a copy, named to the evaluation tool with --script
+        ("my run", "my copies $(touch PWNED) `touch PWNED`"),
+    ],
+)
+def test_the_commands_a_run_prints_are_pasteable_whatever_its_exp_name(name, copy_folder, tmp_path):
+    """Every command a run prints for pasting is shell-quoted: the resume command of a stopped run, the closing
+    summary's plot and evaluate commands, and the evaluate command of the refusal to resume a finished run. With a
+    command substitution, a ';' or a space in --exp-name (hence in the run directory's name) or in the folder of a
+    copy (its --script), each pasted into bash works, keeps each path one argument, and runs nothing else."""
+    script = ROOT / "cleanrl" / "ppo.py"
+    if copy_folder:
+        (tmp_path / copy_folder).mkdir()
+        script = Path(shutil.copy(script, tmp_path / copy_folder / "my_ppo.py"))
     flags = ["--num-envs", "1", "--num-steps", "128", "--total-timesteps", "1024", "--checkpoint-interval", "256"]
-    process = start_script("ppo.py", *flags, "--exp-name", name, "--save-model", "--eval-episodes", "1", cwd=tmp_path)
+    process = start_script(str(script), *flags, "--exp-name", name, "--save-model", "--eval-episodes", "1", cwd=tmp_path)
     while not list(tmp_path.glob("runs/*/checkpoints/step_*.pt")):
         assert process.poll() is None, process.communicate()
         time.sleep(0.05)
@@ -306,23 +350,40 @@ def test_the_commands_a_run_prints_are_pasteable_whatever_its_exp_name(tmp_path)
     assert process.returncode == 143, err
     run = run_dir(tmp_path)
     assert run.name.startswith(f"CartPole-v1__{name}__1__")
+    relative = f"runs/{run.name}"
+    copy = ["--script", str(script)] if copy_folder else []  # a copy is named to the evaluation tool
 
-    def paste(line: str, what: str) -> str:
-        """Run the command ``line`` gives after ``what: `` as a shell would (python: the one running the tests)."""
-        assert line.startswith(f"{what}: python "), line
-        command = shlex.quote(sys.executable) + line.removeprefix(f"{what}: python")
-        pasted = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=600)
-        assert pasted.returncode == 0, pasted.stderr[-2000:]
-        return pasted.stdout
+    def paste(command: str, words: list[str], status: int = 0) -> subprocess.CompletedProcess:
+        """Run ``command``, once checked to split into ``words``, as a shell would (python: the one running the tests)."""
+        assert shlex.split(command) == words, command
+        pasted = subprocess.run(
+            ["bash", "-c", shlex.quote(sys.executable) + command.removeprefix("python")],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert pasted.returncode == status, pasted.stderr[-2000:]
+        return pasted
 
-    resumed = paste(next(line for line in out.splitlines() if "resume with: " in line).split("; ", 1)[1], "resume with")
-    assert f"run directory: runs/{run.name} (resumed at step " in resumed and run_dir(tmp_path) == run
+    resume = next(line for line in out.splitlines() if "; resume with: " in line).split("; resume with: ", 1)[1]
+    resumed = paste(resume, ["python", str(script), "--resume", relative]).stdout
+    assert f"run directory: {relative} (resumed at step " in resumed and run_dir(tmp_path) == run
     summary = resumed.strip().splitlines()
-    paste(summary[-2], "plot it")
+    assert summary[-2].startswith("plot it: ") and summary[-1].startswith("evaluate it again: "), summary
+    paste(summary[-2].removeprefix("plot it: "), ["python", "-m", "cleanrl_utils.plot", relative, "--out", "plots"])
     assert (tmp_path / "plots").is_dir()
-    scored = paste(summary[-1], "evaluate it again")
-    assert scored.startswith(f"ppo.py, runs/{run.name}/{name}.cleanrl_model: 10 episodes, return "), scored
-    assert not list(tmp_path.rglob("PWNED")) and not list(ROOT.glob("PWNED"))
+    enjoy = ["python", "-m", "cleanrl_utils.enjoy", relative]
+    scored = paste(summary[-1].removeprefix("evaluate it again: "), [*enjoy, "--eval-episodes", "10", *copy]).stdout
+    assert scored.startswith(f"{script.name}, {relative}/{name}.cleanrl_model: 10 episodes, return "), scored
+    # the same resume command again: the run has finished, and the refusal says how to evaluate it
+    refused = paste(resume, ["python", str(script), "--resume", relative], status=2).stderr
+    said = f"error: --resume: {relative} has finished (its model exists): "
+    assert refused.startswith(said) and len(refused.strip().splitlines()) == 1, refused
+    scored = paste(refused.strip().removeprefix(said), [*enjoy, *copy]).stdout
+    assert scored.startswith(f"{script.name}, {relative}/{name}.cleanrl_model: 10 episodes, return "), scored
+    assert not list(tmp_path.rglob("PWNED")) and not (ROOT / "PWNED").exists()
 
 
 @pytest.mark.parametrize("script", ["dqn_atari", "c51_atari", "qrdqn_atari"])

@@ -148,8 +148,20 @@ def test_tuner_takes_cleanrls_keyword_names(stub: Path):
         Tuner(stub, target_scores=targets, metric_last_n=5, metric_last_n_average_window=5)
     with pytest.raises(ValueError, match="aggregation must be one of"):  # checked as ours are
         Tuner(stub, target_scores=targets, aggregation_type="mean")
-    with pytest.raises(ValueError, match="metric_last_n must be at least 1"):
+    with pytest.raises(ValueError, match="metric_last_n_average_window must be a whole number of values, at least 1"):
         Tuner(stub, target_scores=targets, metric_last_n_average_window=0)
+
+
+@pytest.mark.parametrize("name", ["metric_last_n", "metric_last_n_average_window"])
+@pytest.mark.parametrize("value", [2.5, float("nan"), True, 0, -3, "5", 5.0])
+def test_the_averaging_window_is_checked_under_either_name_before_any_trial(name, value, tmp_path: Path, stub: Path):
+    """A window that is not a whole number of at least 1 (2.5, nan, True ...) is one error naming the keyword given,
+    raised by the constructor: no trial starts (CleanRL's name was accepted, then the first trial's end was a
+    TypeError traceback)."""
+    with pytest.raises(ValueError, match=f"^{name} must be a whole number of values, at least 1, got {value!r}$"):
+        Tuner(stub, target_scores={"A-v0": None}, runs_dir=tmp_path / "tuner_runs", **{name: value})
+    assert not (tmp_path / "calls.txt").exists() and not (tmp_path / "tuner_runs").exists()
+    assert Tuner(stub, target_scores={"A-v0": None}, **{name: 3}).metric_last_n == 3
 
 
 def stub_tuner(tmp_path: Path, stub: Path, pruner, **kwargs) -> Tuner:

@@ -86,11 +86,11 @@ def train_ours(args: argparse.Namespace, flags: list[str]) -> None:
     envpool.make = recorded_make
     sys.path.insert(0, str(ROOT))
     sys.argv = ["ppo_rnd_envpool.py", *flags, "--torch-threads", "1", "--num-threads", "1"]
-    start = time.time()
+    start = time.monotonic()
     g = runpy.run_path(str(ROOT / "cleanrl" / "ppo_rnd_envpool.py"), run_name="__main__")
     torch.save({"agent": g["agent"].state_dict(), "global_step": g["global_step"]}, "agent.pt")  # in the run's folder
     training = {
-        "wall_s": round(time.time() - start, 1),
+        "wall_s": round(time.monotonic() - start, 1),
         "cells": len(record["cells"]),
         "rooms": sorted(record["rooms"]),
         "curve": record["curve"],
@@ -126,7 +126,7 @@ def command_train(args: argparse.Namespace) -> None:
         command = [*pin, *launcher, str(out / "agent.pt"), *flags]
     else:
         command = [*pin, sys.executable, str(Path(__file__).resolve()), *sys.argv[1:], "--inner"]
-    start, cpu, where = time.time(), os.times(), provenance.describe()  # the commit the run starts from
+    start, cpu, where = time.monotonic(), os.times(), provenance.describe()  # the commit the run starts from
     with open(out / "output.txt", "w") as log:
         subprocess.run(command, cwd=out, env=env, stdout=log, stderr=subprocess.STDOUT, check=True)
     after = os.times()
@@ -134,7 +134,7 @@ def command_train(args: argparse.Namespace) -> None:
         "side": args.side,
         "flags": flags,
         "seed": args.seed,
-        "wall_s": round(time.time() - start, 1),
+        "wall_s": round(time.monotonic() - start, 1),
         "cpu_s": round(after.children_user + after.children_system - cpu.children_user - cpu.children_system, 1),
         **where,
     }
