@@ -662,7 +662,9 @@ if __name__ == "__main__":
     if args.save_model and not run.stop_signal:  # rank 0 (the other ranks' Run writes nothing)
         run.save_model(model, evaluate)
     if run.stop_signal:  # where the checkpoint is, and how to resume (rank 0)
-        run.say_how_to_resume()
+        from cleanrl_utils.resume import say_how_to_resume
+
+        say_how_to_resume(run)
     run.progress(force=True)
     run.close()
     # Everything is written: leave without the interpreter's teardown, which can abort a finished rank

@@ -43,11 +43,8 @@ def model_content(model: dict[str, Any]) -> dict[str, Any]:
     """What a model file holds of ``model`` (by name: networks and other objects with ``state_dict``, tensors, plain
     data): the state dicts, the tensors detached on the CPU, the rest as it is. ``--save-model`` writes it at the end,
     and each checkpoint holds it as it is at its step (``enjoy --export`` writes that)."""
-    return {
-        name: value.state_dict() if hasattr(value, "state_dict")
-        else value.detach().cpu() if isinstance(value, torch.Tensor) else value
-        for name, value in model.items()
-    }  # fmt: skip
+    content = {name: value.state_dict() if hasattr(value, "state_dict") else value for name, value in model.items()}
+    return {name: value.detach().cpu() if isinstance(value, torch.Tensor) else value for name, value in content.items()}
 
 
 def capture(state: dict[str, Any]) -> dict[str, Any]:

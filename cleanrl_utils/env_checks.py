@@ -5,11 +5,10 @@ Each refusal is one line naming ``--env-id`` (exit 2), with the ids it may have 
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.util
 import os
-import re
+import sys
 from typing import Any
 
 import gymnasium as gym
@@ -50,12 +49,14 @@ def check_env(args: Any, action_spaces: type | tuple, observation_spaces: type |
     env_id, script = args.env_id, f"{args.script}.py"
     module, _, name = env_id.rpartition(":")
     if module:
-        from cleanrl_utils.env_modules import import_env_module, shadowed  # loaded for an id that names a module
-
+        if os.getcwd() not in sys.path and "" not in sys.path:  # the working directory last: a file there cannot
+            sys.path.append(os.getcwd())  # replace a module the script imports (`python cleanrl/x.py` puts cleanrl/ first)
         try:
-            import_env_module(module, f" to register {name!r}")
-        except ValueError as error:
-            fail("--env-id", str(error))
+            importlib.import_module(module)
+        except (ImportError, TypeError, ValueError) as error:
+            from cleanrl_utils.env_modules import cannot_import  # the refusal's words: where it looked
+
+            fail("--env-id", cannot_import(module, f" to register {name!r}", error))
     elif name not in gym.registry and importlib.util.find_spec("ale_py"):
         import ale_py
 
@@ -70,17 +71,9 @@ def check_env(args: Any, action_spaces: type | tuple, observation_spaces: type |
         except ModuleNotFoundError as error:
             missing = f" ({error})"
     if name not in gym.registry:
-        candidates = [i for i in gym.registry if id_suffix is None or i.endswith(id_suffix)]
-        close = difflib.get_close_matches(name, candidates, n=3)
-        if id_suffix and not close:  # "Pong-v5", "ALE/Pong-v5" -> PongNoFrameskip-v4
-            game = re.split(r"NoFrameskip|-v\d", name.removeprefix("ALE/"))[0].lower()
-            close = [i for i in candidates if i[: -len(id_suffix)].lower() == game]
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        if name.startswith("ALE/") or "NoFrameskip" in name:
-            hint += " (Atari ids need the atari extra: pip install -e '.[atari]')"
-        if name.startswith(("MiniGrid-", "BabyAI-")) and not importlib.util.find_spec("minigrid"):
-            hint += " (MiniGrid ids need the minigrid extra: pip install -e '.[minigrid]')"
-        fail("--env-id", f"unknown environment {env_id!r}{hint}{missing}{shadowed(module) if module else ''}")
+        from cleanrl_utils.env_modules import unknown_env  # the refusal's words: the ids it may have meant
+
+        fail("--env-id", unknown_env(env_id, id_suffix) + missing)
     try:
         with gym.make(env_id) as env:
             action_space, observation_space = env.action_space, env.observation_space

@@ -1,14 +1,20 @@
-"""The module of an env id ``module:Name``, imported with the working directory searched last; a failure says where it
-looked, and a file of the working directory that a module of the same name shadows is named."""
+"""The refusals of an env id that cannot be made, loaded only then: where an import of its module looked, a file of
+the working directory that a module of the same name shadows, the registered ids an unknown id may have meant.
+(:func:`import_env_module` imports a ``module:factory`` with the working directory searched last.)"""
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import importlib.util
 import os
+import re
 import sys
 import sysconfig
 from pathlib import Path
 from types import ModuleType
+
+import gymnasium as gym
 
 
 def import_env_module(module: str, purpose: str = "") -> ModuleType:
@@ -23,7 +29,29 @@ def import_env_module(module: str, purpose: str = "") -> ModuleType:
     try:
         return importlib.import_module(module)
     except (ImportError, TypeError, ValueError) as error:
-        raise ValueError(f"cannot import {module!r}{purpose} ({searched()}): {error}{shadowed(module)}") from None
+        raise ValueError(cannot_import(module, purpose, error)) from None
+
+
+def cannot_import(module: str, purpose: str, error: Exception) -> str:
+    """``cannot import 'mod'{purpose} (looked in ...): <error>`` and :func:`shadowed`'s words."""
+    return f"cannot import {module!r}{purpose} ({searched()}): {error}{shadowed(module)}"
+
+
+def unknown_env(env_id: str, id_suffix: str | None = None) -> str:
+    """``unknown environment 'id'`` with the registered ids it may have meant (only those ending with ``id_suffix``),
+    the extra that registers it, and :func:`shadowed`'s words for a ``module:Name`` id."""
+    module, _, name = env_id.rpartition(":")
+    candidates = [i for i in gym.registry if id_suffix is None or i.endswith(id_suffix)]
+    close = difflib.get_close_matches(name, candidates, n=3)
+    if id_suffix and not close:  # "Pong-v5", "ALE/Pong-v5" -> PongNoFrameskip-v4
+        game = re.split(r"NoFrameskip|-v\d", name.removeprefix("ALE/"))[0].lower()
+        close = [i for i in candidates if i[: -len(id_suffix)].lower() == game]
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    if name.startswith("ALE/") or "NoFrameskip" in name:
+        hint += " (Atari ids need the atari extra: pip install -e '.[atari]')"
+    if name.startswith(("MiniGrid-", "BabyAI-")) and not importlib.util.find_spec("minigrid"):
+        hint += " (MiniGrid ids need the minigrid extra: pip install -e '.[minigrid]')"
+    return f"unknown environment {env_id!r}{hint}{shadowed(module) if module else ''}"
 
 
 def searched() -> str:

@@ -90,14 +90,6 @@ class RunArgs:
     """the name of the script file that runs (filled in; not a flag)"""
 
 
-RESUMABLE_WITH_OTHER_VALUES = frozenset(
-    "resume env_timeout checkpoint_interval checkpoint_buffer track wandb_project_name wandb_entity cuda backend "
-    "device_ids torch_threads env_mode capture_video save_model eval_episodes".split()
-)
-"""Flags a resumed run may set anew (left out, they keep the checkpoint's values); another flag given with another
-value than the checkpoint's is refused."""
-
-
 def parse_args(args_class: type, script_file: str, check: Callable | None = None, argv: list | None = None) -> tuple:
     """``(args, checkpoint)``: the script's ``Args`` (a dataclass deriving from :class:`RunArgs`) from ``argv`` (the
     command line) or, with ``--resume``, from the run it continues, whose checkpoint it returns (else None); checked
@@ -107,7 +99,11 @@ def parse_args(args_class: type, script_file: str, check: Callable | None = None
     Raises:
         SystemExit: status 2, one line naming the flag (or the checkpoint's field), before anything is written.
     """
-    argv = cleanrl_booleans(args_class, sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if any(token.lower().endswith(("true", "false")) for token in argv):  # CleanRL's --track True: read as --track
+        from cleanrl_utils.spellings import cleanrl_booleans
+
+        argv = cleanrl_booleans(args_class, argv)
     args = _tyro_cli(args_class, argv)
     args.script = Path(script_file).stem
     args.exp_name = args.exp_name or args.script
@@ -120,19 +116,6 @@ def parse_args(args_class: type, script_file: str, check: Callable | None = None
     if check is not None:
         check(args)
     return args, checkpoint
-
-
-def cleanrl_booleans(args_class: type, argv: list[str]) -> list[str]:
-    """``argv`` with CleanRL's ``--track True`` / ``--cuda=false`` (any case) as tyro's ``--track`` / ``--no-cuda``."""
-    flags = {flag_name(field.name) for field in dataclasses.fields(args_class) if type(field.default) is bool}
-    out: list[str] = []
-    for i, token in enumerate(argv):
-        flag, equals, value = token.partition("=") if token.startswith("--") else (argv[i - 1] * (i > 0), "", token)
-        if (flag := flag.replace("_", "-")) in flags and value.lower() in ("true", "false"):
-            out = out if equals else out[:-1]  # the flag before its value
-            token = flag if value.lower() == "true" else f"--no-{flag[2:]}"
-        out.append(token)
-    return out
 
 
 def check_run_args(args: Any) -> None:

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shlex
+import signal
+import sys
 import typing
 from pathlib import Path
 from typing import Any, NoReturn
@@ -21,10 +24,18 @@ import torch
 from cleanrl_utils import files
 from cleanrl_utils.checkpoint import set_rng_state
 from cleanrl_utils.faults import first_line
-from cleanrl_utils.flags import RESUMABLE_WITH_OTHER_VALUES, fail, flag_name, saved_args
+from cleanrl_utils.flags import fail, flag_name, saved_args
 from cleanrl_utils.wrappers import ReplayableEnv, call_envs
 
 OPTIONAL_STATE = ("replay_buffer",)  # what a checkpoint may lack: the replay of a run without --checkpoint-buffer
+
+
+RESUMABLE_WITH_OTHER_VALUES = frozenset(
+    "resume env_timeout checkpoint_interval checkpoint_buffer track wandb_project_name wandb_entity cuda backend "
+    "device_ids torch_threads env_mode capture_video save_model eval_episodes".split()
+)
+"""Flags a resumed run may set anew (left out, they keep the checkpoint's values); another flag given with another
+value than the checkpoint's is refused."""
 
 
 def restore_run(run: Any, state: dict[str, Any], steps_per_iteration: int | None = None) -> dict[str, Any]:
@@ -236,7 +247,7 @@ def given_flags(argv: list[str], args_class: type) -> set[str]:
 
 def resumed_args(args: Any, argv: list[str]) -> tuple[Any, dict]:
     """The arguments of the run ``args.resume`` names, and its checkpoint: the checkpoint's values, but for the flags of
-    :data:`~cleanrl_utils.flags.RESUMABLE_WITH_OTHER_VALUES` given in ``argv`` and the fields it lacks.
+    :data:`RESUMABLE_WITH_OTHER_VALUES` given in ``argv`` and the fields it lacks.
 
     Raises:
         SystemExit: status 2, one line: no such checkpoint, another script's, damaged, a saved value of another
@@ -269,3 +280,18 @@ def resumed_args(args: Any, argv: list[str]) -> tuple[Any, dict]:
     for name in (given & RESUMABLE_WITH_OTHER_VALUES) | (fields - set(saved)) | {"resume", "script"}:
         setattr(resumed, name, getattr(args, name))
     return resumed, checkpoint
+
+
+def say_how_to_resume(run: Any) -> None:
+    """A last progress line of ``run`` (a :class:`cleanrl_utils.run.Run` stopped by a signal), then where its checkpoint
+    is and the command, quoted for pasting, that resumes from it."""
+    run.progress(force=True)
+    resume = ["--resume", str(run.directory)]
+    resume += ["--env-id", run.args.env_id] * bool(files.untrusted_env_module(run.args.env_id))
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # launched by torchrun: the same launch, with these flags
+        command = f"the same torchrun command, with the script's flags {shlex.join(resume)}"
+    else:
+        command = shlex.join(["python", sys.argv[0], *resume])
+    name = signal.Signals(run.stop_signal).name
+    if run.records:
+        print(f"{name}: checkpoint written to {run.last_checkpoint}; resume with: {command}", flush=True)

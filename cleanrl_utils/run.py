@@ -229,24 +229,13 @@ class Run:
 
     def exit(self, *envs: Any) -> NoReturn:
         """After :meth:`stop` and the checkpoint: say how to resume, close ``envs`` and the run, exit 128 + the signal."""
-        self.say_how_to_resume()
+        from cleanrl_utils.resume import say_how_to_resume  # loaded when a run stops early
+
+        say_how_to_resume(self)
         for vector_env in envs:
             vector_env.close()
         self.close()
         sys.exit(128 + self.stop_signal)
-
-    def say_how_to_resume(self) -> None:
-        """A last progress line, then where the checkpoint is and the command that resumes from it."""
-        self.progress(force=True)
-        resume = ["--resume", str(self.directory)]
-        resume += ["--env-id", self.args.env_id] * bool(files.untrusted_env_module(self.args.env_id))
-        if "TORCHELASTIC_RUN_ID" in os.environ:  # launched by torchrun: the same launch, with these flags
-            command = f"the same torchrun command, with the script's flags {shlex.join(resume)}"
-        else:
-            command = shlex.join(["python", sys.argv[0], *resume])
-        name = signal.Signals(self.stop_signal).name
-        if self.records:
-            print(f"{name}: checkpoint written to {self.last_checkpoint}; resume with: {command}", flush=True)
 
     # ---- logging and progress
 
