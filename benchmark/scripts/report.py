@@ -683,10 +683,10 @@ def peers_headline(path: str = PEERS) -> str:
     return "; ".join(parts) + " (CPU time of the whole process, median of pairs)"
 
 
-def peers_comparisons() -> list[Comparison]:
-    """The same ratios as comparisons (the docs' speed table)."""
+def peers_comparisons(path: str = PEERS) -> list[Comparison]:
+    """The same ratios as comparisons (the docs' speed tables)."""
     out = []
-    for name, r in load(PEERS)["results"].items():
+    for name, r in load(path)["results"].items():
         for peer, label in (("cleanrl", f"CleanRL {name}.py"), ("sb3", "Stable-Baselines3")):
             if f"{peer} / ours (cpu)" in r["summary"]:
                 value = r["summary"][f"{peer} / ours (cpu)"]["of medians"]
@@ -1313,6 +1313,7 @@ MEASUREMENTS: list[Measurement] = [
         "python benchmark/scripts/speed_pairs.py peers --cleanrl-python /tmp/crl-venv/bin/python --cleanrl-scripts "
         "/tmp/crl-venv/cleanrl_peer --repeats 3 --json benchmark/results/speed/cartpole_dqn_ppo_vs_cleanrl_sb3_epyc.json",
         lambda: peers_headline(PEERS_EPYC),
+        comparisons=lambda: peers_comparisons(PEERS_EPYC),
     ),
     Measurement(
         "idioms",
@@ -2012,6 +2013,11 @@ def cleanrl_equivalents() -> dict[str, str | None]:
     return {f"{ours}.py": theirs and f"{theirs}.py" for ours, theirs in module.CLEANRL_EQUIVALENT.items()}
 
 
+def short_machine(m: Measurement) -> str:
+    """The processor a measurement ran on, without its details (``AMD EPYC``, ``Intel(R) Xeon(R) Processor``)."""
+    return (m.provenance()["machine"] or "machine not recorded").split(",")[0]
+
+
 def docs_cleanrl_speed_block() -> str:
     """One row per script that has a CleanRL counterpart or was timed against a CleanRL script: the latest ratio of
     speeds (above 1: ours faster) with the earlier ones, whether CPU or wall time was compared, and the number of the
@@ -2032,7 +2038,7 @@ def docs_cleanrl_speed_block() -> str:
                     f"{m.command_md()}: {c.timed}; commit {p['commit']}, {p['machine'] or 'machine not recorded'}, "
                     f"{when(m)}; `benchmark/results/{m.files[0]}`",
                 )
-            earlier = "; ".join(f"{ratio(e.value)} ({em.provenance()['commit']})" for e, em in group[1:])
+            earlier = "; ".join(f"{ratio(e.value)} ({em.provenance()['commit']}, {short_machine(em)})" for e, em in group[1:])
             rows.append(
                 [
                     f"`{c.script}`",
