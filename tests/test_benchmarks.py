@@ -77,9 +77,9 @@ def test_prose_outside_the_generated_blocks_is_left_alone(scratch: Path):
 
 
 def test_a_changed_result_file_makes_the_tables_out_of_date(scratch: Path):
-    """A new measurement (here: dqn.py's ratio in the latest CartPole file) fails the check until report.py rewrites
-    the tables, which then show it."""
-    path = scratch / "benchmark" / "results" / "speed" / "cartpole_dqn_ppo_vs_cleanrl_sb3.json"
+    """A new measurement (here: dqn.py's ratio in the latest CartPole file, measured on an AMD EPYC) fails the check
+    until report.py rewrites the tables, which then show it."""
+    path = scratch / "benchmark" / "results" / "speed" / "cartpole_dqn_ppo_vs_cleanrl_sb3_epyc.json"
     data = json.loads(path.read_text())
     data["results"]["dqn"]["summary"]["sb3 / ours (cpu)"]["of medians"] = 1.5
     path.write_text(json.dumps(data, indent=2) + "\n")
@@ -174,3 +174,78 @@ def test_every_benchmark_path_the_docs_and_scripts_name_exists():
             if not ok and (str(path.relative_to(ROOT)), found) not in NOT_YET_MOVED:
                 missing.append(f"{path.relative_to(ROOT)}: {found}")
     assert not missing, "paths into benchmark/ that do not exist:\n" + "\n".join(missing)
+
+
+def _cleanrl_rows(docs: str) -> dict[str, list[str]]:
+    """The rows of docs/benchmarks.md's table against CleanRL, by our script (its first word), as lists of cells."""
+    block = dict(GENERATED.findall(docs))["speed_cleanrl"]
+    rows = [line.strip(" |").split(" | ") for line in block.strip().splitlines()[2:] if line.startswith("| `")]
+    return {row[0].strip(" `").split()[0]: [cell.strip() for cell in row] for row in rows}
+
+
+def _cleanrl_measurements(docs: str) -> dict[str, str]:
+    """The numbered list under that table: number -> the measurement's command, what it times, where and when."""
+    block = dict(GENERATED.findall(docs))["speed_cleanrl"]
+    return dict(re.findall(r"^(\d+)\. (.*)$", block, re.M))
+
+
+def test_the_speed_table_against_cleanrl_has_a_row_per_script_read_from_the_results():
+    """docs/benchmarks.md has one table against CleanRL: a row for every script timed against a CleanRL script, each
+    ratio the one its result file records, with its clock and its measurement's command listed under the table, and
+    every other script with a CleanRL counterpart (benchmark/scripts/script_lines.py's table) named as not measured;
+    the other speed table holds no CleanRL row."""
+    docs = (ROOT / "docs" / "benchmarks.md").read_text()
+    rows = _cleanrl_rows(docs)
+    sys.path.insert(0, str(ROOT / "benchmark" / "scripts"))
+    try:
+        from script_lines import CLEANRL_EQUIVALENT
+    finally:
+        sys.path.pop(0)
+    counterparts = {f"{ours}.py" for ours, theirs in CLEANRL_EQUIVALENT.items() if theirs}
+    block = dict(GENERATED.findall(docs))["speed_cleanrl"]
+    untimed = set(re.findall(r"`(\w+\.py)` \(`", re.search(r"Not measured against .*", block).group(0)))
+    assert not untimed & set(rows) and counterparts <= untimed | set(rows), (sorted(untimed), sorted(rows))
+    assert {"impala_atari.py", "apex_dqn_atari.py", "ppo.py", "dqn.py", "ppo_procgen.py"} <= set(rows), sorted(rows)
+
+    def load(path):
+        return json.loads((ROOT / "benchmark" / "results" / path).read_text())
+
+    peers = load("speed/cartpole_dqn_ppo_vs_cleanrl_sb3_epyc.json")["results"]  # the latest of the two machines
+    expected = {  # script: (ratio as the file records it, clock)
+        "ppo.py": (peers["ppo"]["summary"]["cleanrl / ours (cpu)"]["of medians"], "CPU"),
+        "dqn.py": (peers["dqn"]["summary"]["cleanrl / ours (cpu)"]["of medians"], "CPU"),
+        "ppo_procgen.py": (load("procgen/starpilot_ppo_vs_cleanrl.json")["steps_per_cpu_s_ratio"], "CPU"),
+        "ppo_pettingzoo.py": (load("multi_agent/pong_selfplay_vs_cleanrl.json")["ratio_of_medians"], "wall"),
+        "ppo_rnd_envpool.py": (load("exploration/montezuma_rnd_speed_vs_cleanrl.json")["median_ratio"], "wall"),
+        "impala_atari.py": (
+            load("parallel/impala_speed_61k_amd.json")["ratios_of_medians"]["impala_sync/cleanrl_ppo_atari"],
+            "wall",
+        ),
+        "ppo_trxl.py": (load("memory/proof_of_memory_trxl_lstm_ppo.json")["speed"]["sps_ratio_ours_over_cleanrl"], "wall"),
+    }
+    measurements = _cleanrl_measurements(docs)
+    for script, (value, clock) in expected.items():
+        assert rows[script][3].startswith(f"**{value:.2f}×**") and rows[script][4] == clock, rows[script]
+        command = measurements[rows[script][5]]
+        assert re.match(r"`(python|bash) benchmark/scripts/", command), command
+    assert rows["ppo.py"][5] == rows["dqn.py"][5] and "CPU time" in measurements[rows["ppo.py"][5]]
+    assert "; earlier " in rows["impala_atari.py"][3], rows["impala_atari.py"]  # three measurements, the latest first
+    assert "sac_continuous.py" in untimed
+    speed = dict(GENERATED.findall(docs))["speed"]
+    assert "CleanRL" not in speed and "| `ppo.py` | CartPole-v1 | Stable-Baselines3 |" in speed
+
+
+def test_a_changed_cleanrl_comparison_fails_the_check_until_the_table_shows_it(scratch: Path):
+    """A new measurement against CleanRL (ppo_pettingzoo.py's ratio) fails the check; the rewrite puts it in the
+    table against CleanRL, and in no other table of the docs."""
+    path = scratch / "benchmark" / "results" / "multi_agent" / "pong_selfplay_vs_cleanrl.json"
+    data = json.loads(path.read_text())
+    data["ratio_of_medians"] = 1.9
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    out = report(scratch, "--check")
+    assert out.returncode == 1 and "1.90×" in out.stderr, out.stderr  # the first file out of date: the index
+    assert report(scratch).returncode == 0
+    docs = (scratch / "docs" / "benchmarks.md").read_text()
+    assert _cleanrl_rows(docs)["ppo_pettingzoo.py"][3] == "**1.90×**"
+    assert "1.90×" not in dict(GENERATED.findall(docs))["speed"]
+    assert report(scratch, "--check").returncode == 0

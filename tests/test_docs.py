@@ -9,6 +9,8 @@ of another copy of the repository (tests/docs_contract.py).
 """
 
 import base64
+import contextlib
+import hashlib
 import html.parser
 import json
 import os
@@ -177,6 +179,201 @@ def test_tag_reading():
     assert not on_page("charts/episodic_return", "`charts/episodic_return_std`")
 
 
+LIST_IN_PARAGRAPH = re.compile(r"<p>(?:(?!</p>).)*?\n\s*(?:[-*+]|\d+\.) \S", re.S)
+"""A paragraph holding a line that starts as a list item: a list Markdown did not make (no blank line before it)."""
+
+
+def test_no_page_has_a_list_that_markdown_left_as_a_paragraph(site):
+    """A Markdown list needs a blank line before it; without one, its items run on as one paragraph (the
+    benchmarks page's learning tests once read as one 40-line paragraph)."""
+    found = []
+    for page in sorted(site.rglob("*.html")):
+        for match in LIST_IN_PARAGRAPH.finditer(page.read_text(encoding="utf-8", errors="replace")):
+            found.append(f"{page.relative_to(site)}: {re.sub(r'<[^>]+>', '', match.group(0))[:160]!r}")
+    assert not found, "lists rendered as paragraphs (add a blank line before the list):\n" + "\n".join(found)
+
+
+INTERNAL_WORDING = re.compile(
+    r"\btargets? (?:of )?[\d.]+×|[\d.]+× target|\b(?:was |were )?not met\b|\bfresh-user\b|\btrials?\b", re.I
+)
+"""What the project's own work items say, not a user: "the target of 1.5× was not met", "a trial". (Optuna's trials,
+in the tuning guide, the exit codes and the tuner's reference, are the tool's own word.)"""
+TRIALS_ARE_OPTUNAS = {"guides/tuning.md", "guides/faults.md", "reference/tuner.md"}
+
+
+def test_pages_say_what_was_measured_not_internal_targets():
+    """The user pages state measurements against what they were measured against, not the project's targets or
+    trials: a speed is a ratio against a named peer, and whether it met an internal goal is not the reader's concern."""
+    docs = ROOT / "docs"
+    found = []
+    for page in sorted(docs.rglob("*.md")):
+        name = str(page.relative_to(docs))
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            for match in INTERNAL_WORDING.finditer(line):
+                if match.group(0).lower().startswith("trial") and name in TRIALS_ARE_OPTUNAS:
+                    continue
+                found.append(f"docs/{name}:{number}: {line.strip()[:140]}")
+    assert not found, "wording aimed at the project's developers:\n" + "\n".join(found)
+
+
+# ---- formulas -----------------------------------------------------------------------------------------------------
+# A formula is LaTeX, \( ... \) inline or \[ ... \] displayed: pymdownx.arithmatex keeps it whole, out of Markdown's
+# reach, and KaTeX (docs/assets/katex/, served by the site) typesets it in the browser. Written as plain text, its
+# underscores and asterisks become emphasis: "δ_t = r_t + γ V(s'_t) - V(s_t), A_t = ... A_(t+1)" rendered with
+# "t) - V(s_t), A_t = δ_t + γ λ (1 - done_t) A" in italics and the subscripts gone.
+
+KATEX = ROOT / "docs" / "assets" / "katex"
+_VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+_BLOCK = {"p", "li", "td", "th", "div", "dd", "dt", "h1", "h2", "h3", "h4", "h5", "h6", "br", "tr", "table"}
+
+
+class _Prose(html.parser.HTMLParser):
+    """A page's text outside code and formulas (``code``, ``pre``, ``script``, ``style`` and ``.arithmatex`` elements
+    become one space), the spans of its ``<em>`` and ``<strong>`` elements in that text, and its formulas' sources."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.text, self.emphasis, self.formulas = "", [], []
+        self._stack: list[tuple[str, bool, bool, int]] = []  # (tag, hides its text, is a formula, where it starts)
+
+    def _hidden(self) -> bool:
+        return any(hides for _, hides, _, _ in self._stack)
+
+    def handle_starttag(self, tag, attrs):
+        if tag in _VOID:
+            self.text += "\n" if tag == "br" else ""
+            return
+        math = "arithmatex" in (dict(attrs).get("class") or "").split()
+        if math and not self._hidden():
+            self.formulas.append("")
+        self._stack.append((tag, math or tag in ("code", "pre", "script", "style", "kbd", "samp"), math, len(self.text)))
+
+    def handle_endtag(self, tag):
+        while self._stack:
+            name, hides, _, start = self._stack.pop()
+            if hides and not self._hidden():
+                self.text += " "
+            if name in ("em", "strong") and not self._hidden():
+                self.emphasis.append((start, len(self.text)))
+            if name == tag:
+                break
+        if tag in _BLOCK:
+            self.text += "\n"
+
+    def handle_data(self, data):
+        if not self._hidden():
+            self.text += data
+        elif self.formulas and any(math for _, _, math, _ in self._stack):
+            self.formulas[-1] += data
+
+
+def _prose(path: Path) -> _Prose:
+    parser = _Prose()
+    parser.feed(path.read_text(encoding="utf-8", errors="replace"))
+    parser.close()
+    return parser
+
+
+RAW_TEX = re.compile(r"\\\(|\\\)|\\\[|\\\]|\$\$|\\begin\{")
+"""A TeX delimiter left in the text: a formula that arithmatex did not take (its syntax is \\( \\) and \\[ \\] only)."""
+
+FORMULA_TEXT = re.compile(
+    r"(?<![\w/.-])[A-Za-zα-ωΑ-Ω]{1,2}[′']?_(?:[{(]|[A-Za-z0-9α-ω]{1,2}\b)"  # s_t, δ_t, s'_{t+1}, A_(t+1), u_ij
+    r"|(?<![\w/.-])[A-ZΑ-Ωα-ω][′']?_[A-Za-z]"  # Q_target, E_aux, β_clone
+    r"|[Σ∑]_|[\wα-ω)]\^[-\w({]"  # Σ_i, γ^m, (N P(i))^-β
+    r"|(?<![*\s])[\wα-ω)]\*(?![*\w])"  # a*
+)
+"""Sub- and superscripts written as plain text: the characters Markdown's emphasis takes."""
+
+EMPHASIS_GLUED = re.compile(r"[\wα-ω′')\]]")
+"""A character that never sits right before an emphasis Markdown made on purpose (nor, but ``)``/``]``, right after
+one: see ``_stray_emphasis``)."""
+
+
+def _stray_emphasis(prose: _Prose) -> list[str]:
+    """The ``<em>``/``<strong>`` spans glued to the text around them (``V(s'<em>t) - V(s_t), A</em>(t+1)``): an
+    emphasis a writer meant starts after a space or an opening bracket and ends before one or a punctuation mark."""
+    found = []
+    for start, end in prose.emphasis:
+        before, after = prose.text[start - 1 : start], prose.text[end : end + 1]
+        if EMPHASIS_GLUED.fullmatch(before or " ") or re.fullmatch(r"[\wα-ω(\[{]", after or " "):
+            found.append(
+                f"{prose.text[max(0, start - 20) : start]}<em>{prose.text[start:end][:60]}</em>{prose.text[end : end + 20]}"
+            )
+    return found
+
+
+def _formula_problems(site: Path) -> list[str]:
+    """Every page: no emphasis glued to a word (Markdown eating a formula's ``_`` or ``*``), no TeX delimiter left in
+    the text; and on the pages written in Markdown (not the reference pages, whose text is the modules' docstrings,
+    read in the source, where formulas stay plain text), no sub- or superscript written outside a formula."""
+    problems = []
+    for page in sorted(site.rglob("*.html")):
+        name, prose = str(page.relative_to(site)), _prose(page)
+        problems += [f"{name}: emphasis made from a formula: {found!r}" for found in _stray_emphasis(prose)]
+        for match in RAW_TEX.finditer(prose.text):
+            problems.append(f"{name}: TeX outside a formula: {prose.text[max(0, match.start() - 40) : match.end() + 40]!r}")
+        if not name.startswith("reference/"):
+            for match in FORMULA_TEXT.finditer(prose.text):
+                context = prose.text[max(0, match.start() - 30) : match.end() + 30]
+                problems.append(f"{name}: a formula written as text, not as \\( ... \\): {context!r}")
+    return problems
+
+
+def test_formulas_are_latex_and_markdown_eats_none(site):
+    """The site's text outside code has no emphasis made from a formula's ``_`` or ``*``, no TeX left outside a
+    formula, and (but the reference pages) no sub- or superscript written as plain text; the algorithm pages have
+    their formulas (GAE, Q(λ), the QR-DQN target and loss) as LaTeX."""
+    problems = _formula_problems(site)
+    assert not problems, f"{len(problems)} formula problems (write formulas as \\( ... \\) or \\[ ... \\]):\n" + "\n".join(
+        problems
+    )
+    formulas = {page: _prose(site / "scripts" / f"{page}.html").formulas for page in ("ppo", "pqn", "qrdqn")}
+    assert any(r"A_t = \delta_t + \gamma\lambda" in f for f in formulas["ppo"]), formulas["ppo"]
+    assert any(r"\lambda G_{t+1}" in f for f in formulas["pqn"]), formulas["pqn"]
+    assert any(r"\mathcal{T}\theta_j = G + \gamma^m" in f for f in formulas["qrdqn"]), formulas["qrdqn"]
+    assert any(r"\rho^\kappa_{\hat\tau_i}(u_{ij})" in f for f in formulas["qrdqn"]), formulas["qrdqn"]
+
+
+def test_the_formula_checks_catch_what_markdown_does_to_a_formula(tmp_path):
+    """The checks above on small pages: emphasis eaten from GAE's underscores and from QR-DQN's a*, a subscript left
+    as text, a TeX delimiter outside arithmatex; and none on the same formulas as LaTeX, nor on emphasis meant."""
+    pages = {
+        "gae.html": "<p>δ_t = r_t + γ (1 - terminated_t) V(s'<em>t) - V(s_t), A_t = δ_t + γ λ (1 - done_t) A</em>(t+1)</p>",
+        "qrdqn.html": "<p>T θ_j = G + γ^m θ_j(s', a<em>), a</em> = argmax</p>",
+        "text.html": "<p>the discount γ^m and V(s_t)</p>",
+        "tex.html": r"<p>a formula \(x_t\) arithmatex did not take</p>",
+        "latex.html": r'<p><span class="arithmatex">\(A_t = \delta_t + \gamma\lambda A_{t+1}\)</span>, <em>meant</em> and '
+        r"(<strong>bold</strong>), <code>s_t</code></p>",
+    }
+    for name, body in pages.items():
+        (tmp_path / name).write_text(f"<html><body>{body}</body></html>")
+    problems = _formula_problems(tmp_path)
+    assert {p.split(":")[0] for p in problems} == {"gae.html", "qrdqn.html", "text.html", "tex.html"}, problems
+    assert any("gae.html: emphasis made from a formula" in p for p in problems)
+    assert any("qrdqn.html: emphasis made from a formula" in p for p in problems)
+    assert any("text.html: a formula written as text" in p and "γ^m" in p for p in problems)
+    assert any("tex.html: TeX outside a formula" in p for p in problems)
+
+
+def test_katex_is_the_vendored_package_unchanged():
+    """docs/assets/katex/ holds the files SOURCE.txt lists, with the checksums it records (copied unchanged from the
+    npm package katex at the version it names), the licence among them, and every WOFF2 font katex.min.css names."""
+    source = (KATEX / "SOURCE.txt").read_text()
+    version = re.search(r"^Package:\s+katex (\S+), from the npm registry$", source, re.M).group(1)
+    recorded = dict((path, digest) for digest, path in re.findall(r"^  ([0-9a-f]{64})  (\S+)$", source, re.M))
+    present = {str(p.relative_to(KATEX)) for p in KATEX.rglob("*") if p.is_file() and p.name != "SOURCE.txt"}
+    assert set(recorded) == present, (
+        f"SOURCE.txt lists {sorted(set(recorded) - present)} not there; lists not {sorted(present - set(recorded))}"
+    )
+    changed = [path for path, digest in recorded.items() if hashlib.sha256((KATEX / path).read_bytes()).hexdigest() != digest]
+    assert not changed, f"changed since they were copied from katex {version}: {changed}"
+    assert "LICENSE" in recorded and "MIT License" in (KATEX / "LICENSE").read_text()
+    assert f'version:"{version}"' in (KATEX / "katex.min.js").read_text(), f"katex.min.js is not katex {version}"
+    fonts = re.findall(r"url\((fonts/[\w-]+\.woff2)\)", (KATEX / "katex.min.css").read_text())
+    assert len(fonts) == 20 and all((KATEX / font).is_file() for font in fonts), fonts
+
+
 # ---- the browser ------------------------------------------------------------------------------------------------
 
 
@@ -192,15 +389,24 @@ class _Quiet(SimpleHTTPRequestHandler):
         pass
 
 
+@contextlib.contextmanager
+def _serve(directory: Path):
+    """``directory`` served by http.server on a free port of 127.0.0.1: its URL."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), partial(_Quiet, directory=str(directory)))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
 @pytest.fixture(scope="module")
 def server(site):
     """The built site served by http.server on a free port of 127.0.0.1."""
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), partial(_Quiet, directory=str(site)))
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with _serve(site) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -318,3 +524,79 @@ def test_search_works_offline(site, server, driver):
     ]
     severe = [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
     assert not severe, severe
+
+
+_TYPESET = r"""
+const done = arguments[arguments.length - 1];
+const started = Date.now();
+(function poll() {
+  const math = [...document.querySelectorAll(".arithmatex")];
+  const pending = math.filter(element => !element.querySelector(".katex") && !element.dataset.katexError);
+  if (pending.length && Date.now() - started < 5000) { setTimeout(poll, 50); return; }
+  document.fonts.ready.then(() => {
+    const problems = pending.map(element => "not typeset: " + element.textContent.trim().slice(0, 120));
+    for (const element of math.filter(element => element.dataset.katexError)) {
+      problems.push(`KaTeX cannot typeset ${element.textContent.trim().slice(0, 120)}: ${element.dataset.katexError}`);
+    }
+    for (const error of document.querySelectorAll(".katex-error")) {
+      problems.push(`KaTeX cannot typeset ${error.textContent.slice(0, 120)}: ${error.title}`);
+    }
+    const raw = /\\\(|\\\)|\\\[|\\\]|\$\$|\\begin\{/;
+    const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      if (node.parentElement.closest("code, pre, script, style, textarea, .arithmatex")) continue;
+      if (raw.test(node.textContent)) problems.push("TeX left as text: " + node.textContent.trim().slice(0, 120));
+    }
+    for (const font of document.fonts) {
+      if (font.family.includes("KaTeX") && font.status === "error") problems.push("font not loaded: " + font.family);
+    }
+    done([math.length, problems]);
+  });
+})();
+"""
+
+
+def _typeset_problems(driver, url: str) -> tuple[int, list[str]]:
+    """Open ``url`` and wait for KaTeX: the number of formulas on the page, and what did not render (a formula left
+    untypeset or shown as a KaTeX error, TeX delimiters left in the text, a KaTeX font that did not load)."""
+    driver.get(url)
+    return driver.execute_async_script(_TYPESET)
+
+
+def test_every_formula_is_typeset_in_a_browser(site, server, driver):
+    """Every page in headless Chromium: each formula (``.arithmatex``) rendered by KaTeX from the site's own copy,
+    none a KaTeX error, no TeX left as text, every KaTeX font that a page needs loaded."""
+    driver.set_script_timeout(30)
+    counts, problems = {}, []
+    for page in sorted(str(path.relative_to(site)) for path in site.rglob("*.html")):
+        counts[page], found = _typeset_problems(driver, f"{server}/{page}")
+        problems += [f"{page}: {problem}" for problem in found]
+    assert not problems, f"{len(problems)} formulas not rendered:\n" + "\n".join(problems)
+    assert all(counts[f"scripts/{stem}.html"] >= 3 for stem in ("ppo", "pqn", "qrdqn")), counts
+    assert sum(counts.values()) > 200, f"only {sum(counts.values())} formulas on the whole site"
+
+
+def test_the_browser_check_catches_a_formula_katex_cannot_typeset(site, driver, tmp_path):
+    """The check above on one page that loads the site's KaTeX: a formula with a missing brace is reported with
+    KaTeX's message (an undefined command), and TeX outside arithmatex's element is reported as text; a correct formula
+    is not."""
+    shutil.copytree(site / "assets", tmp_path / "assets")
+    scripts = "".join(
+        f'<script src="assets/{path}"></script>'
+        for path in ("katex/katex.min.js", "katex/contrib/auto-render.min.js", "javascripts/katex.js")
+    )
+    (tmp_path / "page.html").write_text(
+        '<!doctype html><html><head><link rel="stylesheet" href="assets/katex/katex.min.css"></head><body>'
+        r'<p><span class="arithmatex">\(A_t = \delta_t + \gamma\lambda A_{t+1}\)</span></p>'
+        r'<p><span class="arithmatex">\(\hat\tau_i = \fracc{2i - 1}{2N}\)</span></p>'
+        r"<p>left as text: \(x_t\)</p>"
+        "<script>window.document$ = {subscribe: render => document.addEventListener('DOMContentLoaded', render)};"
+        f"</script>{scripts}</body></html>"
+    )
+    driver.set_script_timeout(30)
+    with _serve(tmp_path) as url:
+        count, problems = _typeset_problems(driver, f"{url}/page.html")
+    assert count == 2 and len(problems) == 2, problems
+    assert problems[0].startswith(r"KaTeX cannot typeset \(\hat\tau_i = \fracc{2i - 1}{2N}\): ParseError"), problems
+    assert r"Undefined control sequence: \fracc" in problems[0], problems
+    assert problems[1].startswith(r"TeX left as text: left as text: \(x_t\)"), problems
