@@ -23,6 +23,7 @@ Run:
         --buffer-size 100000 --target-network-frequency 50 --learning-starts 1000 --total-timesteps 96000 --torch-threads 1
 """
 
+import math
 import os
 import signal
 import time
@@ -48,7 +49,7 @@ from cleanrl_utils.actors import (
     stop_actors,
     wait_for_learner,
 )
-from cleanrl_utils.buffers import PrioritizedReplayBuffer, ReplaySamples
+from cleanrl_utils.buffers import PrioritizedReplayBuffer, ReplaySamples, rows_to_hold
 from cleanrl_utils.evals import Evaluation, run_episodes
 from cleanrl_utils.faults import check_finite
 from cleanrl_utils.files import read_file, script_name
@@ -84,7 +85,8 @@ class Args(RunArgs):
     num_envs: int = 4
     """environments per actor (each one rung of the ε ladder)"""
     buffer_size: int = 1000000
-    """replay capacity in transitions, over all envs (the real final observation of each episode takes one more)"""
+    """replay capacity in transitions, over all envs (the real final observation of each episode takes one more); capped
+    at what --total-timesteps can fill"""
     batch_size: int = 32
     """transitions per gradient step"""
     replay_ratio: float = 8.0
@@ -133,6 +135,14 @@ def actor_lead(args: Args) -> float:
     """Env steps the actors may collect beyond what the replay ratio lets the learner consume: four batches' worth
     and one step of every env."""
     return float(args.actor_lead) or 4 * args.batch_size / args.replay_ratio + args.num_actors * args.num_envs
+
+
+def most_steps(args: Args, done: int) -> int:
+    """The most env steps the actors can collect in this process, ``done`` steps into the run: the rest of
+    --total-timesteps and what the throttle lets them run past it before the learner holds them (its lead, a gradient
+    step's worth, and a step of every env under way twice). The replay is capped at what these can fill."""
+    columns = args.num_actors * args.num_envs
+    return args.total_timesteps - done + math.ceil(actor_lead(args) + args.batch_size / args.replay_ratio) + 2 * columns
 
 
 def make_env(env_id: str, idx: int, capture_video: bool, video_dir: str, training: bool = True, video_episodes=None):
@@ -361,8 +371,11 @@ if __name__ == "__main__":
     probe = make_env(args.env_id, 0, False, "")  # Atari: the spaces after the preprocessing
     observation_space, action_space, atari = check_atari_or_vector_env(args, probe)
     columns = args.num_actors * args.num_envs
+    # rows per env: --buffer-size over the envs, or what the run can fill if fewer (one actor may collect all of it)
+    steps = most_steps(args, resumed["global_step"] if resumed else 0)
+    asked, fill = args.buffer_size // columns, rows_to_hold(-(-steps // args.num_envs), args.n_step, 4 if atari else 1)
     try:  # n-step transitions in [buffer_size / columns, columns] rows, one column per env, Atari frames stored once
-        rows = (args.buffer_size // columns, columns, observation_space, action_space)
+        rows = (min(asked, fill), columns, observation_space, action_space)
         replay_args = dict(n_step=args.n_step, frame_stack=4 if atari else 1, alpha=args.priority_exponent)
         rb = PrioritizedReplayBuffer(*rows, **replay_args, eps=args.priority_eps, seed=args.seed, shared=True)
     except MemoryError as error:
@@ -373,7 +386,8 @@ if __name__ == "__main__":
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
         if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the learner checkpoints, stops the actors, exits
             signal.signal(signum, run.stop)  # 128 + signum (the actors ignore them)
-    print(f"replay: {args.buffer_size} transitions in shared memory ({rb.nbytes / 2**20:.1f} MiB)")
+    capped = f"; --buffer-size {args.buffer_size} capped at what {steps} env steps can fill" if fill < asked else ""
+    print(f"replay: {rb.capacity * columns} transitions in shared memory ({rb.nbytes / 2**20:.1f} MiB){capped}")
 
     num_actions = int(action_space.n)
     q_network = DuelingQNetwork(observation_space.shape, num_actions, args.hidden_size).to(device)

@@ -26,6 +26,7 @@ Run (one machine: actors and learner share memory):
 """
 
 import concurrent.futures
+import math
 import os
 import signal
 import sys
@@ -93,7 +94,7 @@ class Args(RunArgs):
     adam_eps: float = 1e-3
     """Adam ε (R2D2: 1e-3)"""
     buffer_size: int = 2000
-    """replay capacity in sequences (each burn_in + learn_length steps long)"""
+    """replay capacity in sequences (each burn_in + learn_length steps long); capped at what --total-timesteps can fill"""
     batch_size: int = 32
     """sequences per gradient step"""
     burn_in: int = 40
@@ -140,6 +141,15 @@ def actor_lead(args: Args) -> float:
         return float(args.actor_lead)
     sequence = args.burn_in + args.learn_length
     return 4 * args.batch_size * args.learn_length / args.replay_ratio + args.num_actors * args.num_envs * sequence
+
+
+def most_steps(args: Args, done: int) -> int:
+    """The most env steps the actors can collect in this process, ``done`` steps into the run: the rest of
+    --total-timesteps and what the throttle lets them run past it before the learner holds them (its lead, a gradient
+    step's worth, and a step of every env under way twice). Each step is learned in one sequence only, so the replay
+    is capped at this many sequences."""
+    per_update = args.batch_size * args.learn_length / args.replay_ratio
+    return args.total_timesteps - done + math.ceil(actor_lead(args) + per_update) + 2 * args.num_actors * args.num_envs
 
 
 def make_env(
@@ -494,8 +504,10 @@ if __name__ == "__main__":
     T = args.burn_in + args.learn_length
     state_example = np.zeros((2, args.lstm_size), np.float32)
     builder = SequenceBuilder(1, args.burn_in, args.learn_length, observation_space, action_space, state_example)
+    steps = most_steps(args, resumed["global_step"] if resumed else 0)  # at most one sequence each
+    capacity = max(min(args.buffer_size, steps), args.batch_size)
     try:
-        rb = SequenceReplayBuffer(args.buffer_size, builder, alpha=args.priority_exponent, seed=args.seed, shared=True)
+        rb = SequenceReplayBuffer(capacity, builder, alpha=args.priority_exponent, seed=args.seed, shared=True)
     except MemoryError as error:
         fail("--buffer-size", str(error))
     run = start_run(args, resumed)
@@ -503,7 +515,8 @@ if __name__ == "__main__":
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a scheduler, Ctrl-C, a closed terminal (not nohup):
         if signal.getsignal(signum) is not signal.SIG_IGN:  # recorded; the learner checkpoints, stops the actors, exits
             signal.signal(signum, run.stop)  # 128 + signum (the actors ignore them)
-    print(f"replay: {args.buffer_size} sequences of {T} steps in shared memory ({rb.nbytes / 2**20:.1f} MiB)")
+    capped = f"; --buffer-size {args.buffer_size} capped at what {steps} env steps can fill" * (capacity < args.buffer_size)
+    print(f"replay: {capacity} sequences of {T} steps in shared memory ({rb.nbytes / 2**20:.1f} MiB){capped}")
 
     num_actions = int(action_space.n)
     q_network = RecurrentQNetwork(observation_space.shape, num_actions, args.lstm_size, args.hidden_size, atari).to(device)

@@ -21,31 +21,42 @@ observation is stored once. When an episode ends, the real final observation (gy
 extra row, which is never sampled itself; columns therefore advance independently.
 
 Every buffer can live in shared memory (``shared=True``) so that several processes use it:
-actors add, a learner samples and updates priorities, all under one lock. Buffers check
-before allocating that their arrays fit in the machine's available memory.
+actors add, a learner samples and updates priorities, all under one :class:`ProcessLock`, which
+the kernel releases when its holder dies; the arrays are in an :class:`AnonymousSharedMemory`,
+which no process's end leaves behind. Buffers check before allocating that their arrays fit in
+the memory this process may still use: the machine's, and its cgroups' limits (Docker, Slurm
+``--mem``, Kubernetes).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import math
+import mmap
 import multiprocessing as mp
 import os
+import struct
+import tempfile
+import threading
+import weakref
+from multiprocessing.reduction import DupFd
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 
+from cleanrl_utils.faults import Fault
 from cleanrl_utils.namedarraytuple import (
     buffer_from_example,
     conform,
     example_from_space,
     is_namedarraytuple,
+    map_leaves,
     namedarraytuple,
-    np_to_torch,
     to_device,
-    torch_to_np,
 )
 
 ReplaySamples = namedarraytuple(
@@ -109,24 +120,215 @@ Fields (T = sequence length):
 # --------------------------------------------------------------------------------------------
 # Memory and sharing
 
+CGROUP_ROOT = "/sys/fs/cgroup"
+"""Where the cgroup file systems are mounted: v2 at the root, v1's memory controller in ``memory/`` (tests point it
+at a fake tree)."""
+PROC_CGROUP = "/proc/self/cgroup"
+"""This process's cgroups: ``0::/path`` (v2), ``N:memory:/path`` (v1)."""
 
-def available_memory(shared: bool = False) -> int:
-    """Bytes this process may still allocate: ``MemAvailable`` of /proc/meminfo (Linux), or the
-    physical memory elsewhere; with ``shared``, also bounded by the free space of /dev/shm."""
-    available = None
-    try:
+
+def memory_limits() -> dict[str, int]:
+    """Each bound on the bytes this process may still allocate, by what sets it.
+
+    ``MemAvailable`` of /proc/meminfo (elsewhere the physical memory), and for every cgroup from this process's up to
+    the root that has a memory limit (v2 ``memory.max``, v1 ``memory.limit_in_bytes``, as Docker, Slurm ``--mem``
+    and Kubernetes set), that limit less what its processes use now (``memory.current``, v1
+    ``memory.usage_in_bytes``) apart from their inactive file cache, which the kernel reclaims. Shared buffers count
+    the same (:class:`AnonymousSharedMemory` is not in /dev/shm, and the cgroup is charged for it). Files that are
+    missing or unreadable bound nothing.
+    """
+    limits = {}
+    with contextlib.suppress(OSError, ValueError, IndexError):
         with open("/proc/meminfo") as meminfo:
             for line in meminfo:
                 if line.startswith("MemAvailable:"):
-                    available = int(line.split()[1]) * 1024
+                    limits["the machine's available memory (MemAvailable)"] = int(line.split()[1]) * 1024
+    if not limits:
+        limits["the machine's memory"] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    limits.update(_cgroup_headroom())
+    return limits
+
+
+def _cgroup_headroom() -> dict[str, int]:
+    """``{description: bytes}`` of each cgroup above this process with a memory limit (see :func:`memory_limits`)."""
+    try:
+        lines = Path(PROC_CGROUP).read_text().splitlines()
     except OSError:
-        pass
-    if available is None:
-        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if shared and os.path.isdir("/dev/shm"):
-        stat = os.statvfs("/dev/shm")
-        available = min(available, stat.f_bavail * stat.f_frsize)
-    return available
+        return {}
+    found = {}
+    for line in lines:
+        _, controllers, path = line.split(":", 2) if line.count(":") >= 2 else ("", "-", "")
+        if controllers == "":  # v2: one hierarchy for every controller
+            base, names = Path(CGROUP_ROOT), ("memory.max", "memory.current", "inactive_file")
+        elif "memory" in controllers.split(","):  # v1's memory controller
+            names = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+            base = Path(CGROUP_ROOT, "memory")
+        else:
+            continue
+        parts = [part for part in path.strip().split("/") if part]
+        # its own cgroup and every one above it; in a container the mount's root is the container's own cgroup
+        for depth in range(len(parts), -1, -1):
+            folder = base.joinpath(*parts[:depth])
+            limit, used = _read_number(folder / names[0]), _read_number(folder / names[1])
+            if limit is None or used is None or limit >= 2**60:  # "max", or v1's "no limit" (about 2**63)
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                for entry in (folder / "memory.stat").read_text().splitlines():
+                    if entry.startswith(names[2] + " "):
+                        used -= int(entry.split()[1])
+            name = f"the memory limit of cgroup /{'/'.join(parts[:depth])} ({_format_bytes(limit)}"
+            found[f"{name}, {_format_bytes(max(used, 0))} of it in use)"] = max(limit - max(used, 0), 0)
+    return found
+
+
+def _read_number(path: Path) -> int | None:
+    """The integer a cgroup file holds; None for ``max``, a missing or unreadable file."""
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def available_memory() -> int:
+    """Bytes this process may still allocate: the smallest of :func:`memory_limits`."""
+    return min(memory_limits().values())
+
+
+def _anonymous_file(name: str) -> Any:
+    """A new file that has no name (Linux: ``memfd_create``, in memory; elsewhere an unnamed temporary file), open for
+    reading and writing without buffering: nothing of it outlives the last process that has it open or mapped."""
+    if hasattr(os, "memfd_create"):
+        return open(os.memfd_create(name, os.MFD_CLOEXEC), "r+b", buffering=0)
+    return tempfile.TemporaryFile(buffering=0)
+
+
+class AnonymousSharedMemory:
+    """Memory that processes share, in a file without a name (:func:`_anonymous_file`), mapped in each process.
+
+    Its pages read as zeros and take no memory until they are written (so a buffer is built in place: no private copy,
+    no zeroing pass, its peak its size once); it goes when the last process that maps it ends, however the processes
+    end (SIGKILL, the OOM killer), and no file of it is ever in /dev/shm. Pickled (to a process of
+    ``multiprocessing``, spawned or forked) it sends its file descriptor.
+
+    Args:
+        nbytes: its size.
+    """
+
+    def __init__(self, nbytes: int):
+        file = _anonymous_file("cleanrl-buffer")
+        os.ftruncate(file.fileno(), max(nbytes, 1))
+        self._map(file, nbytes)
+
+    def _map(self, file: Any, nbytes: int) -> None:
+        self._file, self.nbytes = file, nbytes
+        self._buffer = mmap.mmap(file.fileno(), max(nbytes, 1))
+
+    def __getstate__(self) -> dict:
+        return {"file": DupFd(self._file.fileno()), "nbytes": self.nbytes}
+
+    def __setstate__(self, state: dict) -> None:
+        self._map(open(state["file"].detach(), "r+b", buffering=0), state["nbytes"])
+
+    def array(self, offset: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+        """The numpy array of ``shape`` and ``dtype`` at byte ``offset`` (a view: writes are seen by every process)."""
+        return np.ndarray(shape, np.dtype(dtype), buffer=self._buffer, offset=offset)
+
+
+class LockHolderDied(Fault):
+    """A process died while it held a shared buffer's :class:`ProcessLock`: what it was writing may be half done."""
+
+
+class ProcessLock:
+    """A lock for the processes and threads that share a buffer, which the kernel releases when its holder dies.
+
+    Each process locks its own open description of one small anonymous file (Linux: ``memfd_create``; elsewhere a
+    temporary file) with ``flock(2)``, which the kernel drops when the process ends, however it ends (SIGKILL, the
+    OOM killer); a ``threading.Lock`` keeps the threads of a process apart. While it holds the lock, the holder's pid
+    and process name are written in the file; it clears them before it unlocks. A process that gets the lock and
+    finds them set knows that the holder died inside its update: it raises :class:`LockHolderDied` naming it, and so
+    does every process after it, rather than read a half-written buffer. Pickled (to a process of ``multiprocessing``,
+    spawned or not) it sends the file; a forked child opens its own description at its first use.
+
+    Raises (``acquire``, ``with``):
+        LockHolderDied: ``process 4242 (apex-actor-0) died while it held the replay buffer's lock (...)``.
+    """
+
+    _RECORD = 64  # bytes of the file read and written: the holder's pid (8) and name (56)
+
+    def __init__(self) -> None:
+        self._path = None
+        if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):  # each process reopens it there
+            file = _anonymous_file("cleanrl-buffer-lock")
+        else:  # a named temporary file, removed when the lock is collected in this process
+            descriptor, self._path = tempfile.mkstemp(prefix="cleanrl-buffer-lock-")
+            file = open(descriptor, "r+b", buffering=0)
+            weakref.finalize(self, os.unlink, self._path)
+        os.ftruncate(file.fileno(), mmap.PAGESIZE)
+        self._open(file)
+
+    def _open(self, file: Any) -> None:
+        """Use ``file``, an open description of the lock's file that is this process's own."""
+        self._file, self._pid, self._threads = file, os.getpid(), threading.Lock()
+        self._map = mmap.mmap(file.fileno(), self._RECORD)
+        name = mp.current_process().name.encode(errors="replace")[: self._RECORD - 8]
+        self._me = struct.pack("q", os.getpid()) + name.ljust(self._RECORD - 8, b"\0")
+
+    def _reopen(self, descriptor: int) -> Any:
+        """A new open description of the file behind ``descriptor`` (an flock belongs to a description)."""
+        return open(self._path or f"/proc/self/fd/{descriptor}", "r+b", buffering=0)
+
+    def __getstate__(self) -> dict:
+        return {"path": self._path, "file": None if self._path else DupFd(self._file.fileno())}
+
+    def __setstate__(self, state: dict) -> None:
+        self._path = state["path"]
+        if self._path:
+            self._open(open(self._path, "r+b", buffering=0))
+        else:
+            descriptor = state["file"].detach()  # the sender's description: this process opens its own
+            self._open(self._reopen(descriptor))
+            os.close(descriptor)
+
+    def acquire(self) -> None:
+        """Wait for the lock (Ctrl-C and stop signals are handled meanwhile; a dead holder's lock is released at once).
+
+        Raises:
+            LockHolderDied: the last holder died while it held the lock (the lock is not held then).
+        """
+        self._threads.acquire()
+        try:
+            if self._pid != os.getpid():  # forked: the parent's description is shared with the parent
+                self._open(self._reopen(self._file.fileno()))
+                self._threads.acquire()
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX)
+        except BaseException:
+            self._threads.release()
+            raise
+        holder = self._map[: self._RECORD]
+        if holder[:8] != bytes(8):
+            self._unlock()  # the record stays: every later holder stops too
+            pid, name = struct.unpack("q", holder[:8])[0], holder[8:].rstrip(b"\0").decode(errors="replace")
+            raise LockHolderDied(
+                f"process {pid} ({name}) died while it held the replay buffer's lock; what it was writing may be half "
+                "done, so the buffer is not used again"
+            )
+        self._map[: self._RECORD] = self._me
+
+    def release(self) -> None:
+        """Release the lock held by this thread."""
+        self._map[:8] = bytes(8)
+        self._unlock()
+
+    def _unlock(self) -> None:
+        fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
+        self._threads.release()
+
+    def __enter__(self) -> ProcessLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
 
 
 def nbytes_of(example: Any, leading_dims: tuple[int, ...]) -> int:
@@ -147,42 +349,68 @@ class _Storage:
 
     Subclasses declare their arrays with :meth:`_allocate` (name -> example and leading
     dimensions), then read and write them as numpy attributes. In shared mode the arrays are
-    numpy views of torch tensors in shared memory; pickling the buffer (to pass it to a
-    ``multiprocessing`` Process, fork or spawn) sends the tensors by handle, so every process
-    sees the same memory. The lock serialises add / sample / update_priorities.
+    numpy views of one :class:`AnonymousSharedMemory`: built in place (a page takes memory when
+    first written), gone with the last process that maps it, however it ends, with no file in
+    /dev/shm. Pickling the buffer (to pass it to a ``multiprocessing`` Process, fork or spawn)
+    sends that memory's file descriptor, so every process sees the same arrays. A
+    :class:`ProcessLock` serialises add / sample / update_priorities: a process that dies holding
+    it is named by the next one that takes it (:class:`LockHolderDied`), rather than leaving the
+    others blocked.
     """
 
     def _allocate(self, arrays: dict[str, tuple[Any, tuple[int, ...]]], shared: bool) -> None:
         needed = sum(nbytes_of(example, dims) for example, dims in arrays.values())
-        available = available_memory(shared)
-        if needed > available:
+        limits = memory_limits()
+        tightest = min(limits, key=limits.get)
+        if needed > limits[tightest]:
             raise MemoryError(
-                f"{type(self).__name__} needs {_format_bytes(needed)} but only {_format_bytes(available)} "
-                f"{'of shared memory ' if shared else ''}is available; lower the capacity"
+                f"{type(self).__name__} needs {_format_bytes(needed)} but only {_format_bytes(limits[tightest])} "
+                f"is available, by {tightest}; lower the capacity"
             )
         self.nbytes = needed
         self.shared = shared
         self._array_names = tuple(arrays)
-        self._tensors = {}
-        for name, (example, dims) in arrays.items():
-            if shared:
-                tensor = buffer_from_example(np_to_torch(example), dims, share_memory=True)
-                self._tensors[name] = tensor
-                setattr(self, name, torch_to_np(tensor))
-            else:
+        if not shared:
+            for name, (example, dims) in arrays.items():
                 setattr(self, name, buffer_from_example(example, dims))
-        self._lock = mp.get_context("spawn").Lock() if shared else contextlib.nullcontext()
+            self._lock = contextlib.nullcontext()
+            return
+        self._layout, end = {}, 0
+        for name, (example, dims) in arrays.items():
+
+            def place(leaf: Any, dims: tuple[int, ...] = dims) -> tuple:
+                nonlocal end
+                leaf = np.asarray(leaf)
+                start = -(-end // 64) * 64  # each array on a cache line of its own
+                end = start + int(np.prod(dims, dtype=np.int64)) * leaf.nbytes
+                return start, (*dims, *leaf.shape), leaf.dtype.str
+
+            self._layout[name] = map_leaves(place, example)  # (offset, shape, dtype) of each array
+        try:
+            self._memory = AnonymousSharedMemory(end)
+        except OSError as error:  # no address space left to map it (a ulimit -v, strict overcommit)
+            raise MemoryError(
+                f"{type(self).__name__} needs {_format_bytes(needed)} of shared memory, which this process cannot map "
+                f"({error.strerror}); lower the capacity"
+            ) from None
+        self._view_memory()
+        self._lock = ProcessLock()
+
+    def _view_memory(self) -> None:
+        for name, layout in self._layout.items():
+            setattr(self, name, map_leaves(lambda where: self._memory.array(*where), layout))
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        for name in self._tensors:
-            state[name] = None  # numpy views are rebuilt from the shared tensors
+        if self.shared:
+            for name in self._array_names:
+                state[name] = None  # numpy views are rebuilt from the shared memory
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        for name, tensor in self._tensors.items():
-            setattr(self, name, torch_to_np(tensor))
+        if self.shared:
+            self._view_memory()
         self._bind()
 
     def _bind(self) -> None:
@@ -384,6 +612,15 @@ def _check_beta(beta: float) -> None:
 # Transition replay
 
 
+def rows_to_hold(steps: int, n_step: int = 1, frame_stack: int = 1) -> int:
+    """The capacity (rows per env) of a :class:`ReplayBuffer` that holds ``steps`` steps of an env without its ring
+    wrapping: a row per step and one per episode end (at most one a step), and the rows an n-step window or a
+    frame stack reads past the newest. Such a buffer samples exactly as a larger one, draw for draw with the same
+    seed (the rows beyond are never written), so a run that cannot fill ``--buffer-size`` may be capped at it.
+    """
+    return max(2 * steps, 1) + n_step + frame_stack
+
+
 class ReplayBuffer(_Storage):
     """Uniform replay of transitions and their n-step windows over ``[capacity, num_envs]`` rows.
 
@@ -562,6 +799,7 @@ class ReplayBuffer(_Storage):
         Raises:
             ValueError: the arrays are not ``[num_envs, ...]`` (``[len(columns), ...]``), a column is out
                 of range, or (frame stacking) an episode's first stack is not zero-padded.
+            LockHolderDied: (shared) a process died holding the buffer's lock (see :class:`ProcessLock`).
         """
         if columns is None:
             columns = range(self.num_envs)
@@ -653,6 +891,7 @@ class ReplayBuffer(_Storage):
 
         Raises:
             ValueError: no transition is complete yet.
+            LockHolderDied: (shared) a process died holding the buffer's lock (see :class:`ProcessLock`).
         """
         with self._lock:
             flat = self._uniform_indices(batch_size)
@@ -812,6 +1051,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
         Raises:
             ValueError: no transition is complete yet, or β is outside [0, 1].
+            LockHolderDied: (shared) a process died holding the buffer's lock (see :class:`ProcessLock`).
         """
         _check_beta(beta)
         with self._lock:
@@ -830,6 +1070,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         Slots that are no longer sampleable (overwritten since they were sampled) are skipped;
         pass ``versions = buffer.versions.reshape(-1)[indices]`` read at sampling time to also
         skip slots rewritten and completed again in between (several processes).
+
+        Raises:
+            ValueError: a priority is NaN or infinite (a diverged loss).
+            LockHolderDied: (shared) a process died holding the buffer's lock (see :class:`ProcessLock`).
         """
         indices = np.asarray(torch.as_tensor(indices).cpu(), dtype=np.int64)
         priorities = _priorities(priorities) + self.eps
@@ -1061,7 +1305,12 @@ class SequenceReplayBuffer(_Storage):
         return int(self.counts[1])
 
     def add(self, sequences: Sequences, priorities: np.ndarray | None = None) -> None:
-        """Store K sequences (oldest overwritten first), with priorities ``[K]`` or the largest seen."""
+        """Store K sequences (oldest overwritten first), with priorities ``[K]`` or the largest seen.
+
+        Raises:
+            ValueError: a priority is NaN or infinite.
+            LockHolderDied: (shared) a process died holding the buffer's lock (see :class:`ProcessLock`).
+        """
         k = len(sequences.rewards)
         with self._lock:
             slots = (self.counts[0] + np.arange(k)) % self.capacity
@@ -1081,6 +1330,7 @@ class SequenceReplayBuffer(_Storage):
 
         Raises:
             ValueError: the buffer is empty, or β is outside [0, 1].
+            LockHolderDied: (shared) a process died holding the buffer's lock (see :class:`ProcessLock`).
         """
         _check_beta(beta)
         with self._lock:
@@ -1096,6 +1346,10 @@ class SequenceReplayBuffer(_Storage):
 
         With ``versions`` (``buffer.versions[indices]`` read when sampling), slots overwritten
         since are skipped.
+
+        Raises:
+            ValueError: a priority is NaN or infinite (a diverged loss).
+            LockHolderDied: (shared) a process died holding the buffer's lock (see :class:`ProcessLock`).
         """
         indices = np.asarray(torch.as_tensor(indices).cpu(), dtype=np.int64)
         values = _priorities(priorities) + self.eps

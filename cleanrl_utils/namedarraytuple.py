@@ -217,7 +217,7 @@ def buffer_from_example(example: Any, leading_dims: tuple[int, ...] | int, share
                 return torch.zeros(lead + tuple(leaf.shape), dtype=leaf.dtype, device=leaf.device)
             if leaf.device.type != "cpu":
                 raise ValueError(f"share_memory=True needs CPU tensors, got one on {leaf.device}")
-            return torch.zeros(lead + tuple(leaf.shape), dtype=leaf.dtype).share_memory_()
+            return shared_zeros(lead + tuple(leaf.shape), leaf.dtype)
         if not isinstance(leaf, (np.ndarray, np.generic, bool, int, float)):
             raise TypeError(
                 f"cannot allocate a buffer from a {type(leaf).__name__}; expected a numpy array or "
@@ -232,9 +232,19 @@ def buffer_from_example(example: Any, leading_dims: tuple[int, ...] | int, share
             raise TypeError(
                 f"share_memory=True allocates torch tensors, and torch has no dtype for numpy {array.dtype}: {error}"
             ) from error
-        return torch.zeros(lead + array.shape, dtype=dtype).share_memory_().numpy()
+        return shared_zeros(lead + array.shape, dtype).numpy()
 
     return map_leaves(allocate, example)
+
+
+def shared_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A CPU tensor of zeros in shared memory, built in place: its peak memory is its size once.
+
+    ``torch.zeros(...).share_memory_()`` writes private zeros, then copies them into shared memory: twice the
+    size. Here the private tensor is left uninitialised, so its pages are never touched (the copy reads them as
+    the kernel's zero page), and the shared copy is zeroed where it lies.
+    """
+    return torch.empty(shape, dtype=dtype).share_memory_().zero_()
 
 
 def np_to_torch(x: Any) -> Any:

@@ -3,6 +3,9 @@
 Importing this module registers them; scripts reach them as ``tests.envs:Counter-v0``.
 """
 
+import multiprocessing
+import os
+import signal
 import time
 
 import gymnasium as gym
@@ -145,6 +148,48 @@ class SlowCounterEnv(CounterEnv):
 
 if "SlowCounter-v0" not in gym.registry:
     gym.register("SlowCounter-v0", entry_point=SlowCounterEnv, max_episode_steps=20)
+
+
+def _sigkill_this_process(*args, **kwargs):
+    time.sleep(2.0)  # holding the lock: the other processes come to wait for it
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class DiesHoldingReplayLockEnv(CounterEnv):
+    """Like CounterEnv, but the process that made it is SIGKILLed while it holds the shared replay's lock (as the OOM
+    killer may do), 2 s after it took it, so that the others wait for it then: ``who="actor"``, an actor process
+    (named ``*-actor-*``), in its first write to the replay's sum tree after its 200th step, when the learner learns
+    (every shared replay updates the tree under its lock); ``who="learner"``, the learner (the script's main process
+    makes one to read the spaces), in its tenth sampled batch."""
+
+    def __init__(self, who: str):
+        self.who, self.total = who, 0
+        if who == "learner" and multiprocessing.current_process().name == "MainProcess":
+            from cleanrl_utils import buffers
+
+            stratified_sample, calls = buffers.SumTree.stratified_sample, []
+
+            def dies_at_the_tenth(tree, *args, **kwargs):
+                calls.append(1)
+                if len(calls) == 10:
+                    _sigkill_this_process()
+                return stratified_sample(tree, *args, **kwargs)
+
+            buffers.SumTree.stratified_sample = dies_at_the_tenth
+
+    def step(self, action):
+        self.total += 1
+        if self.who == "actor" and self.total == 200 and "-actor-" in multiprocessing.current_process().name:
+            from cleanrl_utils import buffers
+
+            buffers.SumTree.update = _sigkill_this_process
+        return super().step(action)
+
+
+for _who in ("actor", "learner"):
+    if f"{_who.title()}DiesHoldingReplayLock-v0" not in gym.registry:
+        gym.register(f"{_who.title()}DiesHoldingReplayLock-v0", entry_point=DiesHoldingReplayLockEnv, kwargs={"who": _who},
+                     max_episode_steps=3)  # fmt: skip
 
 
 class FaultyEnv(gym.Env):

@@ -1,6 +1,7 @@
 """Process helpers of the tests of the asynchronous scripts (r2d2_async.py, apex_dqn_atari.py, impala_atari.py): start
 a script in its own process group, find its descendants, and the shared-memory files live processes map."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -68,6 +69,29 @@ def wait_for_training(process: subprocess.Popen, cwd: Path, processes: int) -> s
             return descendants(process.pid)
         time.sleep(0.1)
     raise AssertionError("the run did not start")
+
+
+def stops_within(script: str, flags: list[str], cwd, seconds: float) -> tuple[subprocess.Popen, str, str, set[int]]:
+    """Run ``script`` in its own session until it ends, within ``seconds`` (else kill its session and fail); return it,
+    its output and every process seen below it."""
+    process, seen, deadline = start(script, flags, cwd), set(), time.monotonic() + seconds
+    while process.poll() is None:
+        seen |= descendants(process.pid)
+        if time.monotonic() > deadline:
+            os.killpg(process.pid, signal.SIGKILL)
+            for pid in seen:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            raise AssertionError(f"{script} did not stop within {seconds} s: {process.communicate()}")
+        time.sleep(0.05)
+    try:
+        out, err = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:  # processes below it, orphans now, still hold its output
+        for pid in seen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        raise AssertionError(f"{script} ended, but processes below it were left running: {process.communicate()}") from None
+    return process, out, err, seen
 
 
 def shm_in_use() -> set[str]:

@@ -4,12 +4,19 @@ Unit tests: the double-Q n-step TD error against hand-computed numbers; the acto
 learner's |δ| under the same network; the replay-ratio throttle's two rules. Subprocess runs: classic control with
 two actors, their tags and periodic evaluations, and Atari with its model and evaluation; the measured replay ratio
 holds with slow actors and with a slow learner; bad input one-liners; an env raising inside an actor; Ctrl-C to the
-process group leaves no process and no shared memory; SIGTERM writes a checkpoint and --resume continues. Learning
+process group leaves no process and no shared memory; SIGTERM writes a checkpoint and --resume continues; an actor or
+the learner SIGKILLed inside the replay's lock ends the run in one line, no orphan left; a short run's replay is capped
+at what it can fill; a replay beyond the cgroup's memory limit is refused before the run directory exists. Learning
 (marked ``learning``): CartPole-v1. The short run with its model and checkpoint evaluated, the generic bad input and
 another script's checkpoint: tests/test_contracts.py.
 """
 
+import contextlib
+import os
 import re
+import signal
+import subprocess
+import sys
 
 import gymnasium as gym
 import numpy as np
@@ -18,10 +25,11 @@ import torch
 
 import tests.envs  # noqa: F401  (registers Counter-v0, CrashingCounter-v0, SlowCounter-v0)
 from cleanrl import apex_dqn_atari
+from cleanrl_utils import buffers
 from cleanrl_utils.actors import actors_may_step, learner_may_update
 from cleanrl_utils.buffers import PrioritizedReplayBuffer, ReplaySamples
-from tests.conftest import assert_stops_with_one_line, override, run_dir, run_script, scalars
-from tests.processes import ctrl_c_leaves_nothing, sigterm_after_a_checkpoint
+from tests.conftest import ROOT, assert_stops_with_one_line, override, run_dir, run_script, scalars
+from tests.processes import assert_gone, ctrl_c_leaves_nothing, sigterm_after_a_checkpoint, stops_within
 
 SMALL = ["--env-mode", "sync", "--num-actors", "1", "--num-envs", "2", "--hidden-size", "16", "--batch-size", "8"]
 SMALL += ["--buffer-size", "1000", "--learning-starts", "100", "--target-network-frequency", "50"]
@@ -232,3 +240,89 @@ def test_learns_cartpole_with_two_actors(tmp_path):
     print(evaluations)
     assert len(evaluations) >= 12  # every 8k steps during training, and the final network
     assert max(evaluations) >= 475, result.stdout
+
+
+# ---- a process SIGKILLed while it holds the shared replay's lock
+
+
+@pytest.mark.timeout(240)
+def test_an_actor_killed_holding_the_replay_lock_stops_the_run_in_one_line(tmp_path):
+    """An actor SIGKILLed inside the replay's lock (tests/envs.py): the learner does not wait for ever in sample(); the
+    run ends with one line naming the dead actor, exit 1, and no process or shared memory left."""
+    shm_before = set(os.listdir("/dev/shm"))
+    flags = ["--env-id", "tests.envs:ActorDiesHoldingReplayLock-v0", *SMALL, "--num-actors", "2", "--replay-ratio", "1"]
+    flags += ["--debug-learner-sleep", "0.02"]  # a learner behind its actors: it always has a batch to sample
+    process, _, err, seen = stops_within("apex_dqn_atari.py", [*flags, "--total-timesteps", "100000"], tmp_path, 120)
+    assert process.returncode == 1 and "Traceback" not in err, err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("apex_dqn_atari.py: ") and line.endswith("; last checkpoint: none"), err
+    dead = r"\(apex-actor-[01]\) died while it held the replay buffer's lock|actor [01] died \(killed by SIGKILL"
+    assert re.search(dead, line), line
+    assert_gone(seen, shm_before)
+
+
+@pytest.mark.timeout(240)
+def test_the_learner_killed_holding_the_replay_lock_leaves_no_orphan(tmp_path):
+    """The learner SIGKILLed inside the replay's lock while its actors add and set priorities under it: the actors
+    stop (the kernel released the lock, whose record names the dead learner) rather than wait for ever as orphans."""
+    shm_before = set(os.listdir("/dev/shm"))
+    flags = ["--env-id", "tests.envs:LearnerDiesHoldingReplayLock-v0", *SMALL, "--num-actors", "2"]
+    process, _, err, seen = stops_within("apex_dqn_atari.py", [*flags, "--total-timesteps", "100000"], tmp_path, 120)
+    assert process.returncode == -signal.SIGKILL, err
+    assert len(seen) >= 2  # the actors (and the resource tracker)
+    try:
+        assert_gone(seen, shm_before)
+    finally:  # orphans waiting for ever
+        for pid in seen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_short_run_on_breakout_holds_what_it_can_fill(tmp_path):
+    """With the default --buffer-size of 1,000,000 (7 GB of shared memory), an 80-step run on Breakout caps its replay
+    at what its actors can collect, all of it perhaps by one env (and says so): a few MiB."""
+    flags = ["--env-id", "BreakoutNoFrameskip-v4", *SMALL, "--learning-starts", "40", "--total-timesteps", "80"]
+    result = run_script("apex_dqn_atari.py", *override(flags, ["--buffer-size", "1000000"]), cwd=tmp_path)
+    # 80 steps, the throttle's lead (4 batches of 8 at replay ratio 8: 4; a step of each env: 2), a gradient step's 1,
+    # a step of each env under way twice (4)
+    most = apex_dqn_atari.most_steps(apex_dqn_atari.Args(num_actors=1, num_envs=2, batch_size=8, total_timesteps=80), 0)
+    assert most == 80 + 4 + 2 + 1 + 4
+    rows = buffers.rows_to_hold(-(-most // 2), 3, 4)  # rows per env: 2 per step (an episode end takes one more) and 7
+    said = re.search(r"^replay: (\d+) transitions in shared memory \(([\d.]+) MiB\); --buffer-size 1000000 capped at what "
+                     rf"{most} env steps can fill$", result.stdout, re.M)  # fmt: skip
+    assert said and int(said.group(1)) == 2 * rows and float(said.group(2)) < 10, result.stdout
+
+
+WITH_CGROUPS = """
+import runpy, sys
+import cleanrl_utils.buffers as buffers
+buffers.CGROUP_ROOT, buffers.PROC_CGROUP = sys.argv[1], sys.argv[2]
+sys.argv = sys.argv[3:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_a_replay_beyond_the_cgroup_limit_is_refused_before_the_run_directory(tmp_path):
+    """In a 512 MiB cgroup (a fake tree the replay's memory check is pointed at), a 700 MiB replay stops the run in one
+    line naming --buffer-size and the limit, before the run directory exists (rather than an OOM kill, exit 137)."""
+    cgroups = tmp_path / "cgroups"
+    cgroups.mkdir()
+    (cgroups / "memory.max").write_text(f"{512 * 2**20}\n")
+    (cgroups / "memory.current").write_text(f"{2**20}\n")
+    (tmp_path / "cgroup").write_text("0::/\n")
+    flags = ["--env-id", "CartPole-v1", *SMALL, "--total-timesteps", "20000000"]
+    script = str(ROOT / "cleanrl" / "apex_dqn_atari.py")
+    command = [sys.executable, "-c", WITH_CGROUPS, str(cgroups), str(tmp_path / "cgroup"), script]
+    process = subprocess.Popen([*command, *override(flags, ["--buffer-size", "12000000"])], cwd=tmp_path, text=True,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               start_new_session=True)  # fmt: skip
+    try:
+        out, err = process.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # a run that started: its actors too
+    assert process.returncode == 2 and err.count("\n") == 1, err
+    limit = "is available, by the memory limit of cgroup / (0.50 GiB, 1.0 MiB of it in use); lower the capacity"
+    refused = rf"error: --buffer-size: PrioritizedReplayBuffer needs 0\.7\d GiB but only 0\.50 GiB {re.escape(limit)}\n"
+    assert re.fullmatch(refused, err), err
+    assert not (tmp_path / "runs").exists()

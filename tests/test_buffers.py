@@ -1,8 +1,18 @@
 """Replay buffers against hand-computed values: n-step windows, frame stacks, sum tree,
-importance weights, sequences with burn-in, memory estimate, and the shared-memory mode."""
+importance weights, sequences with burn-in, memory estimate, and the shared-memory mode: its lock
+(a process SIGKILLed holding it is named, not waited for), the memory check's cgroup limits, the
+build in place, nothing left in /dev/shm, and a capacity capped at what a run fills."""
 
 import multiprocessing as mp
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
 from collections import deque
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -199,14 +209,16 @@ def test_frame_stack_hand_computed_episode_start_and_unwritten_slots():
 
 def test_atari_million_transitions_fit_in_7_5_gb(monkeypatch):
     space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
-    monkeypatch.setattr(buffers, "available_memory", lambda shared=False: 7.5e9)
+    monkeypatch.setattr(buffers, "memory_limits", lambda shared=False: {"the machine's memory": int(7.5e9)})
     rb = ReplayBuffer(1_000_000, 1, space, DISCRETE, frame_stack=4)  # numpy allocates lazily: no pages touched
     assert rb.nbytes <= 7.5e9
     naive = 2 * 1_000_000 * 4 * 84 * 84
     assert naive > 56e9
     del rb
-    monkeypatch.setattr(buffers, "available_memory", lambda shared=False: 2**30)
-    with pytest.raises(MemoryError, match=r"needs 6\.\d+ GiB but only 1\.00 GiB") as error:
+    monkeypatch.setattr(buffers, "memory_limits", lambda shared=False: {"the machine's memory": 2**30})
+    with pytest.raises(
+        MemoryError, match=r"needs 6\.\d+ GiB but only 1\.00 GiB is available, by the machine's memory"
+    ) as error:
         ReplayBuffer(1_000_000, 1, space, DISCRETE, frame_stack=4)
     assert "\n" not in str(error.value)
 
@@ -614,3 +626,298 @@ def test_forged_buffer_values_are_refused_on_load(forge, message):
     forge(state["arrays"])
     with pytest.raises(ValueError, match=message):
         PrioritizedReplayBuffer(12, 2, space, gym.spaces.Discrete(3), n_step=2, seed=0).load_state_dict(state)
+
+
+# ---- a process that dies holding a shared buffer's lock (module-level functions: spawned processes import them)
+
+
+def _dies_holding_the_lock(rb, held=None, go=None):
+    """Take the buffer's lock, then die by SIGKILL while holding it (as the OOM killer may), after ``go`` if given."""
+    rb._lock.acquire()
+    if held is not None:
+        held.set()
+        go.wait(60)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _updates_priorities(rb, said):
+    """An actor's ``update_priorities`` (it waits for the lock); puts what stopped it on ``said``."""
+    try:
+        rb.update_priorities(np.array([0]), np.array([1.0]))
+        said.put("no error")
+    except buffers.LockHolderDied as error:
+        said.put(str(error))
+
+
+def shared_buffers():
+    return {
+        "prioritized": PrioritizedReplayBuffer(64, 1, SCALAR_OBS, DISCRETE, n_step=2, seed=0, shared=True),
+        "sequences": SequenceReplayBuffer(16, make_builder(), shared=True, seed=0),
+    }
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["prioritized", "sequences"])
+def test_a_process_killed_holding_the_lock_is_named_by_the_next_one_not_waited_for(kind):
+    """An actor SIGKILLed inside the lock: the learner's next sample does not block (the kernel released the lock) but
+    stops with one line naming the dead process, and so does every later call (the buffer may be half written)."""
+    rb = shared_buffers()[kind]
+    if kind == "prioritized":
+        _actor_adds_transitions(rb, 0, 10)
+    else:
+        _actor_adds_sequences(rb, 0, 2)
+    holder = mp.get_context("spawn").Process(target=_dies_holding_the_lock, args=(rb,))
+    holder.start()
+    holder.join(30)
+    assert holder.exitcode == -signal.SIGKILL
+    dead = rf"process {holder.pid} \({holder.name}\) died while it held the replay buffer's lock; [^\n]*"
+    for _ in range(2):
+        with pytest.raises(Exception) as error:  # before the fix: no exception, a wait for ever
+            rb.sample(4)
+        assert type(error.value).__name__ == "LockHolderDied" and re.fullmatch(dead, str(error.value)), error.value
+
+
+@pytest.mark.timeout(60)
+def test_a_process_waiting_for_the_lock_is_released_when_its_holder_is_killed():
+    """The learner SIGKILLed while it holds the lock and an actor waits in ``update_priorities``: the actor stops at
+    once with the line naming the learner, instead of waiting for ever as an orphan."""
+    context = mp.get_context("spawn")
+    rb = shared_buffers()["prioritized"]
+    held, go, said = context.Event(), context.Event(), context.SimpleQueue()
+    holder = context.Process(target=_dies_holding_the_lock, args=(rb, held, go), name="learner")
+    holder.start()
+    assert held.wait(30)
+    waiter = context.Process(target=_updates_priorities, args=(rb, said))
+    waiter.start()
+    try:
+        time.sleep(1.0)  # the waiter is blocked on the lock
+        assert waiter.is_alive()
+        go.set()
+        waiter.join(30)
+        holder.join(30)
+    finally:
+        if waiter.is_alive():  # an orphan waiting for ever
+            waiter.kill()
+    assert waiter.exitcode == 0 and holder.exitcode == -signal.SIGKILL
+    assert re.fullmatch(rf"process {holder.pid} \(learner\) died while it held the replay buffer's lock.*", said.get())
+
+
+def _counts_under_the_lock(rb, rounds):
+    for _ in range(rounds):
+        with rb._lock:
+            value = int(rb.counts[0])
+            time.sleep(0.0005)
+            rb.counts[0] = value + 1
+
+
+def test_the_lock_keeps_threads_and_forked_processes_apart():
+    """Read-modify-writes of one shared counter under the lock, from two threads of this process and from a forked
+    child (which opens its own description of the lock's file): none is lost."""
+    rb = shared_buffers()["prioritized"]
+    child = mp.get_context("fork").Process(target=_counts_under_the_lock, args=(rb, 200))
+    child.start()
+    threads = [threading.Thread(target=_counts_under_the_lock, args=(rb, 200)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    child.join(60)
+    assert child.exitcode == 0 and int(rb.counts[0]) == 600
+
+
+# ---- memory: the cgroup's limit, shared buffers built in place, a capacity that holds the whole run
+
+
+def fake_cgroups(root, monkeypatch, version, limit=512 * 2**20, used=2**20):
+    """A cgroup tree under ``root`` where this process is in ``/job/step`` and ``/job`` has a ``limit``; v1 as a
+    container sees it: its own cgroup is the mount's root, so the path /proc names is not under it."""
+    if version == 2:
+        proc, folder = "0::/job/step\n", root / "job"
+        (folder / "step").mkdir(parents=True)
+        (folder / "step" / "memory.max").write_text("max\n")
+        (folder / "step" / "memory.current").write_text(f"{used}\n")
+        (folder / "memory.max").write_text(f"{limit}\n")
+        (folder / "memory.current").write_text(f"{used + 4096}\n")
+        (folder / "memory.stat").write_text(f"anon {used}\ninactive_file 4096\n")
+    else:
+        proc, folder = "12:pids:/docker/abc\n4:memory:/docker/abc\n0::/\n", root / "memory"
+        folder.mkdir(parents=True)
+        (folder / "memory.limit_in_bytes").write_text(f"{limit}\n")
+        (folder / "memory.usage_in_bytes").write_text(f"{used}\n")
+        (folder / "memory.stat").write_text("cache 0\ntotal_inactive_file 0\n")
+    (root / "cgroup").write_text(proc)
+    monkeypatch.setattr(buffers, "CGROUP_ROOT", str(root))
+    monkeypatch.setattr(buffers, "PROC_CGROUP", str(root / "cgroup"))
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_memory_check_reads_the_cgroup_limit(version, tmp_path, monkeypatch):
+    """In a 512 MiB cgroup (1 MiB in use) a 700 MiB replay is refused in one line that names the limit, though the
+    machine has the memory; a 100 MiB one is built (numpy allocates lazily: nothing is touched)."""
+    fake_cgroups(tmp_path, monkeypatch, version)
+    limits = buffers.memory_limits()
+    where = "/job" if version == 2 else "/"
+    assert limits[f"the memory limit of cgroup {where} (0.50 GiB, 1.0 MiB of it in use)"] == 511 * 2**20
+    frames = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    refused = rf"needs 0\.6\d GiB but only 0\.50 GiB is available, by the memory limit of cgroup {where} \(0\.50 GiB, 1\.0 MiB"
+    with pytest.raises(MemoryError, match=refused) as error:
+        ReplayBuffer(104_000, 1, frames, DISCRETE, frame_stack=4)
+    assert "\n" not in str(error.value)
+    assert ReplayBuffer(14_000, 1, frames, DISCRETE, frame_stack=4).nbytes < 100 * 2**20
+
+
+def test_no_cgroup_limit_bounds_nothing(tmp_path, monkeypatch):
+    fake_cgroups(tmp_path, monkeypatch, 2, limit="max")
+    assert not [name for name in buffers.memory_limits() if "cgroup" in name]
+    monkeypatch.setattr(buffers, "PROC_CGROUP", str(tmp_path / "missing"))
+    assert not [name for name in buffers.memory_limits() if "cgroup" in name]
+
+
+PEAK = """
+import resource, gymnasium as gym, numpy as np
+from cleanrl_utils.buffers import ReplayBuffer
+def resident():
+    return int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize()
+def peak():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+space = gym.spaces.Box(0, 255, (84, 84), np.uint8)
+ReplayBuffer(10, 1, space, gym.spaces.Discrete(4), shared=True)  # what the first one loads
+before = resident()
+rb = ReplayBuffer(256 * 2**20 // (84 * 84), 1, space, gym.spaces.Discrete(4), shared=True)
+built = resident() - before
+rb.observations.fill(1)
+print(rb.nbytes, built, peak() - before)
+"""
+
+
+def test_a_shared_buffer_is_built_in_place():
+    """A 256 MiB shared replay takes no memory until it is written (pages of zeros), and its peak is its size once
+    when it is full: not twice its size at the start, as when zeros were written in private memory and copied into
+    shared memory (the process's resident memory now, then its peak, against its resident memory before)."""
+    environ = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    result = subprocess.run([sys.executable, "-c", PEAK], capture_output=True, text=True, env=environ, timeout=120)
+    nbytes, built, written = map(int, result.stdout.split())
+    print(f"replay {nbytes / 2**20:.1f} MiB: memory up {built / 2**20:.1f} MiB built, peak up {written / 2**20:.1f} MiB full")
+    assert nbytes >= 256 * 2**20 * 0.99 and built <= 0.1 * nbytes and written <= 1.1 * nbytes
+
+
+HOLDS = """
+import time, gymnasium as gym, numpy as np
+from cleanrl_utils.buffers import PrioritizedReplayBuffer, SequenceReplayBuffer
+from tests.test_buffers import make_builder
+frames = gym.spaces.Box(0, 255, (84, 84), np.uint8)
+rb = PrioritizedReplayBuffer(20_000, 2, frames, gym.spaces.Discrete(4), n_step=3, shared=True)
+rb.observations.fill(1)
+sequences = SequenceReplayBuffer(100, make_builder(), shared=True)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_nothing_of_a_shared_buffer_outlives_its_process_group():
+    """A process holding two shared buffers (one filled) maps no file of /dev/shm (torch's shared tensors were named
+    there a moment, the lock was a named semaphore there), so SIGKILL to its whole process group, resource tracker
+    and all, leaves nothing there: their memory goes with the process."""
+    root, before = Path(__file__).resolve().parent.parent, set(os.listdir("/dev/shm"))
+    process = subprocess.Popen([sys.executable, "-c", HOLDS], stdout=subprocess.PIPE, text=True, start_new_session=True,
+                               env={**os.environ, "PYTHONPATH": str(root)}, cwd=root)  # fmt: skip
+    try:
+        assert process.stdout.readline() == "ready\n"
+        maps = Path(f"/proc/{process.pid}/maps").read_text()
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(30)
+    named = {line.split("/dev/shm/", 1)[1].split()[0] for line in maps.splitlines() if "/dev/shm/" in line}
+    time.sleep(0.5)
+    left = {name for name in set(os.listdir("/dev/shm")) - before if name in named or f"_{process.pid}_" in name}
+    assert not named and not left, (named, left)
+
+
+NO_ROOM = """
+import os, resource, sys, gymnasium as gym, numpy as np
+from cleanrl_utils.buffers import ReplayBuffer
+size = 256 * 2**20
+space = gym.spaces.Box(0, 255, (84, 84), np.uint8)
+ReplayBuffer(10, 1, space, gym.spaces.Discrete(4), shared=True)  # what the first one loads
+mapped = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+room = mapped + int(float(sys.argv[1]) * size)
+resource.setrlimit(resource.RLIMIT_AS, (room, room))  # as ulimit -v: address space for that much more
+try:
+    print(ReplayBuffer(size // (84 * 84), 1, space, gym.spaces.Discrete(4), shared=True).nbytes)
+except MemoryError as error:
+    print(error)
+print([name for name in os.listdir("/dev/shm") if name.startswith(f"torch_{os.getpid()}_")])
+"""
+
+
+@pytest.mark.parametrize("room", [1.5, 0.5])
+def test_a_shared_buffer_that_cannot_be_mapped_is_refused_in_one_line_and_leaves_nothing(room):
+    """With address space for 1.5 times its size (``ulimit -v``), a 256 MiB shared replay is built (it was not: its
+    private zeros took one share, and the shared copy that could not be mapped left a 256 MiB torch_* file in
+    /dev/shm); with half its size, a MemoryError says so in one line, and nothing is left in /dev/shm either."""
+    environ = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    result = subprocess.run([sys.executable, "-c", NO_ROOM, str(room)], capture_output=True, text=True, env=environ)
+    lines = result.stdout.splitlines()
+    assert result.returncode == 0 and len(lines) == 2 and lines[1] == "[]", (result.stdout, result.stderr[-2000:])
+    if room > 1:
+        assert int(lines[0]) > 256 * 2**20
+    else:
+        assert lines[0].startswith("ReplayBuffer needs 0.25 GiB of shared memory, which this process cannot map")
+
+
+def random_episodes(rng, steps, num_envs, builder=None):
+    """``steps`` vector steps of ``num_envs`` envs with episodes of 1 to 6 steps (to a buffer's ``add``), or the
+    sequences ``builder`` cuts from them."""
+    t = np.zeros(num_envs)
+    for _ in range(steps):
+        ended = rng.random(num_envs) < 0.3
+        truncated = ended & (rng.random(num_envs) < 0.5)
+        obs = t[:, None].astype(np.float32)
+        step = (obs, rng.integers(4, size=num_envs), rng.standard_normal(num_envs), ended & ~truncated, truncated, obs + 0.5)
+        t = np.where(ended, 0, t + 1)
+        if builder is None:
+            yield step
+        else:
+            states = StateHC(rng.standard_normal((num_envs, 3), np.float32), rng.standard_normal((num_envs, 3), np.float32))
+            sequences = builder.add(*step, states)
+            if sequences is not None:
+                yield sequences
+
+
+def assert_same(one, other):
+    """Two batches (namedarraytuples of tensors, nested, or None) are equal, bit for bit."""
+    if one is None or not hasattr(one, "_fields"):
+        torch.testing.assert_close(one, other, rtol=0, atol=0)
+        return
+    for name in one._fields:
+        assert_same(getattr(one, name), getattr(other, name))
+
+
+@pytest.mark.parametrize("kind", ["uniform", "prioritized", "sequences"])
+def test_a_buffer_that_holds_every_step_samples_as_a_larger_one(kind):
+    """Capped at what the run can fill (``rows_to_hold``; a sequence per step at most), a replay draws the very
+    batches a 10x larger one draws with the same seed, priority updates included: the rows beyond are never used."""
+    steps, num_envs = 300, 3
+    if kind == "sequences":
+        make = lambda capacity: SequenceReplayBuffer(capacity, make_builder(num_envs), seed=1)  # noqa: E731
+        small, large = make(steps * num_envs), make(10 * steps * num_envs)
+        episodes = random_episodes(np.random.default_rng(0), steps, num_envs, make_builder(num_envs))
+    else:
+        space = gym.spaces.Box(-1, 1000, (4, 1), np.float32)
+        kind_of = PrioritizedReplayBuffer if kind == "prioritized" else ReplayBuffer
+        make = lambda capacity: kind_of(capacity, num_envs, space, DISCRETE, n_step=3, frame_stack=4, seed=1)  # noqa: E731
+        small, large = make(buffers.rows_to_hold(steps, 3, 4)), make(10 * buffers.rows_to_hold(steps, 3, 4))
+        episodes = ((np.repeat(obs[:, None], 4, 1) * (np.arange(4) == 3)[:, None], *rest[:-1],
+                     np.repeat(rest[-1][:, None], 4, 1)) for obs, *rest in random_episodes(np.random.default_rng(0), steps,
+                                                                                           num_envs))  # fmt: skip
+    for k, step in enumerate(episodes):
+        for rb in (small, large):
+            rb.add(step) if kind == "sequences" else rb.add(*step)
+        if k % 50 == 49 and len(small):
+            batches = [rb.sample(64) for rb in (small, large)]
+            assert_same(*batches)
+            if kind != "uniform":
+                priorities = batches[0].rewards.abs().reshape(64, -1).sum(1)
+                for rb, batch in zip((small, large), batches):
+                    rb.update_priorities(batch.indices, priorities)
+    assert len(small) == len(large) > 0

@@ -6,10 +6,12 @@ ladder, the seqlock parameter publishing. Subprocess runs: bad input one-liners;
 replay-ratio throttle with slow actors and with a slow learner; an env raising inside an actor,
 or hanging, stops the run in one line and status 1 (an actor's own error names its traceback's
 file); Ctrl-C (SIGINT to the process group) leaves no process and no shared-memory file; SIGTERM
-writes a checkpoint (no replay) and --resume continues. Learning (marked ``learning``): greedy
-evaluation on the velocity-masked CartPole.
+writes a checkpoint (no replay) and --resume continues; an actor SIGKILLed inside the replay's lock
+ends the run in one line; the replay's cap. Learning (marked ``learning``): greedy evaluation on the
+velocity-masked CartPole.
 """
 
+import os
 import re
 import time
 
@@ -21,7 +23,7 @@ import tests.envs  # noqa: F401  (registers Counter-v0, CrashingCounter-v0, Slow
 from cleanrl import r2d2_async
 from cleanrl_utils.actors import ActorFailed, Shared, check_actors
 from tests.conftest import assert_stops_with_one_line, override, run_dir, run_script, scalars
-from tests.processes import ctrl_c_leaves_nothing, sigterm_after_a_checkpoint
+from tests.processes import assert_gone, ctrl_c_leaves_nothing, sigterm_after_a_checkpoint, stops_within
 
 MASKED = "cleanrl_utils.envs:CartPoleNoVelocity-v1"
 # a small, fast configuration on the 3-step Counter-v0 episodes
@@ -347,3 +349,31 @@ def test_learns_masked_cartpole(tmp_path):
     evaluations = [value for _, value in scalars(run_dir(tmp_path))["eval/episodic_return"]]
     assert len(evaluations) >= 9  # every 8k steps during training, and the final network
     assert max(evaluations) >= 400, result.stdout
+
+
+# ---- the shared replay: a process killed holding its lock, a capacity capped at what the run can fill
+
+
+@pytest.mark.timeout(240)
+def test_an_actor_killed_holding_the_replay_lock_stops_the_run_in_one_line(tmp_path):
+    """The sequence replay's lock is the same kind as Ape-X's: an actor SIGKILLed inside it ends the run in one line
+    naming it, exit 1, nothing left behind (not a learner waiting for ever in sample())."""
+    shm_before = set(os.listdir("/dev/shm"))
+    flags = [*SMALL, "--env-id", "tests.envs:ActorDiesHoldingReplayLock-v0", "--num-actors", "2"]
+    flags += ["--debug-learner-sleep", "0.02"]  # a learner behind its actors: it always has a batch to sample
+    process, _, err, seen = stops_within("r2d2_async.py", [*flags, "--total-timesteps", "100000"], tmp_path, 120)
+    assert process.returncode == 1 and "Traceback" not in err, err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("r2d2_async.py: ") and line.endswith("; last checkpoint: none"), err
+    dead = r"\(r2d2-actor-[01]\) died while it held the replay buffer's lock|actor [01] died \(killed by SIGKILL"
+    assert re.search(dead, line), line
+    assert_gone(seen, shm_before)
+
+
+def test_the_replay_is_capped_at_what_the_run_can_fill():
+    """Each env step is learned in one sequence only, so a run holds at most as many sequences as its actors can
+    collect: --total-timesteps (less a resumed run's steps, its replay refilled from empty) and what the throttle lets
+    them run past it (its lead of 7,680 steps by default; a gradient step's 1,280; a step of every env, twice)."""
+    args = r2d2_async.Args(total_timesteps=1000, learning_starts=100, buffer_size=20_000)
+    assert r2d2_async.most_steps(args, 0) == 1000 + 7680 + 1280 + 2 * 32
+    assert r2d2_async.most_steps(args, 600) == r2d2_async.most_steps(args, 0) - 600
