@@ -190,11 +190,11 @@ BAD_INPUT = [
     ("qrdqn.py", ["--buffer-size", "64"], "--buffer-size", "smaller than --batch-size"),
     ("qrdqn.py", ["--learning-starts", "600000"], "--learning-starts", "leaves no training"),
     ("qrdqn.py", ["--start-e", "0.1", "--end-e", "0.5"], "--end-e", "is above --start-e"),
-    ("qrdqn.py", ["--buffer-size", "100000000000"], "--buffer-size", "is available; lower the capacity"),
+    ("qrdqn.py", ["--buffer-size", "100000000000"], "--buffer-size", "lower the capacity"),
     ("qrdqn_atari.py", ["--n-quantiles", "0"], "--n-quantiles", "must be a positive finite number"),
     ("qrdqn_atari.py", ["--env-id", "CartPole-v1"], "--env-id", "is not an Atari game"),
     ("qrdqn_atari.py", ["--env-id", "Breakout-v4"], "--env-id", "skips frames itself"),
-    ("qrdqn_atari.py", ["--buffer-size", "100000000"], "--buffer-size", "is available; lower the capacity"),
+    ("qrdqn_atari.py", ["--buffer-size", "100000000"], "--buffer-size", "lower the capacity"),
 ]
 
 
