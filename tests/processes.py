@@ -3,6 +3,7 @@ a script in its own process group, find its descendants, and the shared-memory f
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -153,3 +154,18 @@ def sigterm_after_a_checkpoint(script: str, flags: list[str], cwd: Path) -> tupl
     assert "SIGTERM: checkpoint written" in out
     run = run_dir(cwd)
     return run, torch.load(checkpoints(run)[-1], weights_only=True)
+
+
+def an_actor_killed_in_the_lock_stops_the_run(script: str, flags: list[str], actor: str, tmp_path: Path) -> None:
+    """``script`` (an asynchronous script whose actors share a replay) with ``flags`` on
+    ``tests.envs:ActorDiesHoldingReplayLock-v0``, one actor SIGKILLed inside the replay's lock: the run ends within
+    120 s with one line naming the dead actor (``{actor}-0`` or ``-1``), exit 1, no process or shared memory left."""
+    shm_before = set(os.listdir("/dev/shm"))
+    flags = [*flags, "--debug-learner-sleep", "0.02"]  # a learner behind its actors: it always has a batch to sample
+    process, _, err, seen = stops_within(script, [*flags, "--total-timesteps", "100000"], tmp_path, 120)
+    assert process.returncode == 1 and "Traceback" not in err, err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(f"{script}: ") and line.endswith("; last checkpoint: none"), err
+    dead = rf"\({actor}-[01]\) died while it held the replay buffer's lock|actor [01] died \(killed by SIGKILL"
+    assert re.search(dead, line), line
+    assert_gone(seen, shm_before)

@@ -29,7 +29,13 @@ from cleanrl_utils import buffers
 from cleanrl_utils.actors import actors_may_step, learner_may_update
 from cleanrl_utils.buffers import PrioritizedReplayBuffer, ReplaySamples
 from tests.conftest import ROOT, assert_stops_with_one_line, override, run_dir, run_script, scalars
-from tests.processes import assert_gone, ctrl_c_leaves_nothing, sigterm_after_a_checkpoint, stops_within
+from tests.processes import (
+    an_actor_killed_in_the_lock_stops_the_run,
+    assert_gone,
+    ctrl_c_leaves_nothing,
+    sigterm_after_a_checkpoint,
+    stops_within,
+)
 
 SMALL = ["--env-mode", "sync", "--num-actors", "1", "--num-envs", "2", "--hidden-size", "16", "--batch-size", "8"]
 SMALL += ["--buffer-size", "1000", "--learning-starts", "100", "--target-network-frequency", "50"]
@@ -249,16 +255,8 @@ def test_learns_cartpole_with_two_actors(tmp_path):
 def test_an_actor_killed_holding_the_replay_lock_stops_the_run_in_one_line(tmp_path):
     """An actor SIGKILLed inside the replay's lock (tests/envs.py): the learner does not wait for ever in sample(); the
     run ends with one line naming the dead actor, exit 1, and no process or shared memory left."""
-    shm_before = set(os.listdir("/dev/shm"))
     flags = ["--env-id", "tests.envs:ActorDiesHoldingReplayLock-v0", *SMALL, "--num-actors", "2", "--replay-ratio", "1"]
-    flags += ["--debug-learner-sleep", "0.02"]  # a learner behind its actors: it always has a batch to sample
-    process, _, err, seen = stops_within("apex_dqn_atari.py", [*flags, "--total-timesteps", "100000"], tmp_path, 120)
-    assert process.returncode == 1 and "Traceback" not in err, err
-    line = err.strip().splitlines()[-1]
-    assert line.startswith("apex_dqn_atari.py: ") and line.endswith("; last checkpoint: none"), err
-    dead = r"\(apex-actor-[01]\) died while it held the replay buffer's lock|actor [01] died \(killed by SIGKILL"
-    assert re.search(dead, line), line
-    assert_gone(seen, shm_before)
+    an_actor_killed_in_the_lock_stops_the_run("apex_dqn_atari.py", flags, "apex-actor", tmp_path)
 
 
 @pytest.mark.timeout(240)

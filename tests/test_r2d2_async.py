@@ -11,7 +11,6 @@ ends the run in one line; the replay's cap. Learning (marked ``learning``): gree
 velocity-masked CartPole.
 """
 
-import os
 import re
 import time
 
@@ -23,7 +22,11 @@ import tests.envs  # noqa: F401  (registers Counter-v0, CrashingCounter-v0, Slow
 from cleanrl import r2d2_async
 from cleanrl_utils.actors import ActorFailed, Shared, check_actors
 from tests.conftest import assert_stops_with_one_line, override, run_dir, run_script, scalars
-from tests.processes import assert_gone, ctrl_c_leaves_nothing, sigterm_after_a_checkpoint, stops_within
+from tests.processes import (
+    an_actor_killed_in_the_lock_stops_the_run,
+    ctrl_c_leaves_nothing,
+    sigterm_after_a_checkpoint,
+)
 
 MASKED = "cleanrl_utils.envs:CartPoleNoVelocity-v1"
 # a small, fast configuration on the 3-step Counter-v0 episodes
@@ -358,16 +361,8 @@ def test_learns_masked_cartpole(tmp_path):
 def test_an_actor_killed_holding_the_replay_lock_stops_the_run_in_one_line(tmp_path):
     """The sequence replay's lock is the same kind as Ape-X's: an actor SIGKILLed inside it ends the run in one line
     naming it, exit 1, nothing left behind (not a learner waiting for ever in sample())."""
-    shm_before = set(os.listdir("/dev/shm"))
     flags = [*SMALL, "--env-id", "tests.envs:ActorDiesHoldingReplayLock-v0", "--num-actors", "2"]
-    flags += ["--debug-learner-sleep", "0.02"]  # a learner behind its actors: it always has a batch to sample
-    process, _, err, seen = stops_within("r2d2_async.py", [*flags, "--total-timesteps", "100000"], tmp_path, 120)
-    assert process.returncode == 1 and "Traceback" not in err, err
-    line = err.strip().splitlines()[-1]
-    assert line.startswith("r2d2_async.py: ") and line.endswith("; last checkpoint: none"), err
-    dead = r"\(r2d2-actor-[01]\) died while it held the replay buffer's lock|actor [01] died \(killed by SIGKILL"
-    assert re.search(dead, line), line
-    assert_gone(seen, shm_before)
+    an_actor_killed_in_the_lock_stops_the_run("r2d2_async.py", flags, "r2d2-actor", tmp_path)
 
 
 def test_the_replay_is_capped_at_what_the_run_can_fill():
