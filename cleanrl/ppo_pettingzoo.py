@@ -81,7 +81,7 @@ class Args(RunArgs):
     eval_opponent: Literal["random", "self"] = "random"
     """who plays the other agents in evaluation: uniformly random actions, or the policy itself"""
     checkpoint_interval: int = 0
-    """agent steps (as --total-timesteps) between checkpoints in `{run_dir}/checkpoints/` (0: only on SIGTERM or Ctrl-C)"""
+    """agent steps between checkpoints, the two newest kept, and one at the last step (0: only on SIGTERM or Ctrl-C)"""
     env_timeout: float = 600.0
     """not used: the envs are made and stepped in this process, untimed (RunArgs' flag, for scripts with workers)"""
     num_agents: tyro.conf.Suppress[int] = 0  # agents per env, read from the env (not a flag)

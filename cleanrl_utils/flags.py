@@ -79,7 +79,7 @@ class RunArgs:
     eval_episodes: int = 10
     """episodes of each evaluation: the saved model's (--save-model), and the periodic ones (--eval-interval, if any)"""
     checkpoint_interval: int = 0
-    """environment steps between checkpoints in `{run_dir}/checkpoints/` (0: only on SIGTERM or Ctrl-C)"""
+    """env steps between checkpoints, the two newest kept, and one at the last step (0: only on SIGTERM or Ctrl-C)"""
     resume: Optional[str] = None
     """continue the run of this checkpoint file, or of the latest checkpoint in this run directory"""
     torch_threads: int = 1

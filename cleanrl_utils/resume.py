@@ -32,10 +32,12 @@ OPTIONAL_STATE = ("replay_buffer",)  # what a checkpoint may lack: the replay of
 
 RESUMABLE_WITH_OTHER_VALUES = frozenset(
     "resume env_timeout checkpoint_interval checkpoint_buffer track wandb_project_name wandb_entity cuda backend "
-    "device_ids torch_threads env_mode capture_video save_model eval_episodes".split()
+    "device_ids torch_threads env_mode capture_video save_model eval_episodes total_timesteps".split()
 )
 """Flags a resumed run may set anew (left out, they keep the checkpoint's values); another flag given with another
-value than the checkpoint's is refused."""
+value than the checkpoint's is refused. ``--total-timesteps`` trains a run longer (or less long), finished or not: every
+schedule that depends on it takes, from the resumed step on, its value for the new total (as SB3's
+``learn(reset_num_timesteps=False)``)."""
 
 
 def restore_run(run: Any, state: dict[str, Any], steps_per_iteration: int | None = None) -> dict[str, Any]:
@@ -210,7 +212,8 @@ def load(path: str, script: str) -> dict:
     """
     found = files.checkpoints(path) if Path(path).is_dir() else [Path(path)]
     if not found:
-        raise files.FileRefused(f"{path} has no checkpoints (looked in {Path(path) / 'checkpoints'})")
+        where = f"looked in {Path(path) / 'checkpoints'}; a run keeps them with --checkpoint-interval"
+        raise files.FileRefused(f"{path} has no checkpoints ({where})")
     content = files.read_file(found[-1], "checkpoint", script)
     run = Path(content["path"]).parent.parent
     try:
@@ -252,7 +255,7 @@ def resumed_args(args: Any, argv: list[str]) -> tuple[Any, dict]:
     Raises:
         SystemExit: status 2, one line: no such checkpoint, another script's, damaged, a saved value of another
             type; a flag given with another value; an env id that imports a module the user did not name; a
-            finished run.
+            finished run, unless ``--total-timesteps`` trains it longer; a total below the checkpoint's step.
     """
     try:
         checkpoint = load(args.resume, args.script)
@@ -274,9 +277,21 @@ def resumed_args(args: Any, argv: list[str]) -> tuple[Any, dict]:
         if getattr(args, name) != getattr(resumed, name):
             why = "leave it out to continue the run as it was started"
             fail(flag_name(name), f"{getattr(args, name)!r} differs from the resumed run's {getattr(resumed, name)!r}; {why}")
-    run = Path(checkpoint["path"]).parent.parent
-    if files.model_path(run, resumed.exp_name).exists():  # written once, when training ended
-        fail("--resume", f"{run} has finished (its model exists): {files.enjoy_command(run)}")
+    run, step, longer = Path(checkpoint["path"]).parent.parent, checkpoint["global_step"], "total_timesteps" in given
+    if longer and args.total_timesteps < step:
+        fail("--total-timesteps", f"{args.total_timesteps} is below step {step}, where {run} was checkpointed")
+    model = files.model_path(run, resumed.exp_name)
+    if model.exists():  # written when training ended: the run finished, unless it is being trained longer
+        try:
+            trained = files.read_file(model, "model", args.script).get("global_step", 0)
+        except files.FileRefused as error:
+            fail("--resume", str(error))
+        finished = f"{run} has finished at step {trained}"
+        if trained >= step and not longer:
+            more = "add --total-timesteps above it to train longer"
+            fail("--resume", f"{finished} ({more}): {files.enjoy_command(run)}")
+        if trained >= step and args.total_timesteps <= trained:
+            fail("--total-timesteps", f"{args.total_timesteps} is not above step {trained}: {finished}")
     for name in (given & RESUMABLE_WITH_OTHER_VALUES) | (fields - set(saved)) | {"resume", "script"}:
         setattr(resumed, name, getattr(args, name))
     return resumed, checkpoint

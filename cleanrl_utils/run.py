@@ -77,8 +77,8 @@ def start_run(args: Any, resumed: dict | None = None, runs_dir: str = "runs", re
                     break
                 except FileExistsError:
                     stamp += 1
-            write_atomic(directory / "args.json", json.dumps(config, indent=2) + "\n")
-        run = Run(args, directory, device, resumed)
+        run = Run(args, directory, device, resumed)  # locked: then args.json, a resumed run's with its flags given anew
+        write_atomic(directory / "args.json", json.dumps(config, indent=2) + "\n")
     except OSError as error:  # a full or read-only disk, a link in the way
         fail("--resume" if resumed else "runs", f"cannot write in {directory or runs_dir}: {first_line(error)}")
     if args.track:
@@ -117,14 +117,13 @@ class Run:
         self.events_suffix = f".{secrets.token_hex(4)}"  # the events file's name ends at random: no link planted at it
         self.video_dir, self.lock = str(directory / "videos") if self.records else "", self._lock() if self.records else None
         self.last_checkpoint = Path(resumed["path"]) if resumed else None
-        self.step = self.start_step = resumed["global_step"] if resumed else 0
-        interval = args.checkpoint_interval
+        self.step = self.start_step = self.printed_step = resumed["global_step"] if resumed else 0
+        interval, n = args.checkpoint_interval, getattr(args, "num_envs", 1)  # the last step: whole rollouts or n-env steps
         self.next_checkpoint = (self.step // interval + 1) * interval if interval > 0 else None
-        self.total = getattr(args, "num_iterations", 0) * getattr(args, "batch_size", 0) or args.total_timesteps
+        self.total = getattr(args, "num_iterations", 0) * getattr(args, "batch_size", 0) or args.total_timesteps // n * n
         self.returns: deque[float] = deque(maxlen=20)  # the last episodes' returns, for the progress lines
         self.start: float | None = None  # the clock starts at the loop's first step
         self.started = self.last_print = time.monotonic()  # the wall time the closing summary gives
-        self.printed_step = self.step
 
     def _lock(self) -> Any:
         """``run.lock`` in the directory, locked for this process and holding its pid: one process per run."""
@@ -184,8 +183,9 @@ class Run:
     # ---- checkpoints
 
     def checkpoint_due(self, global_step: int) -> bool:
-        """Whether to write a checkpoint now: ``--checkpoint-interval`` steps passed, or :meth:`stop` was called."""
-        return self.stop_signal is not None or (self.next_checkpoint is not None and global_step >= self.next_checkpoint)
+        """Whether to checkpoint now: every ``--checkpoint-interval`` steps, at the last step, or after :meth:`stop`."""
+        due = self.next_checkpoint is not None and global_step >= min(self.next_checkpoint, self.total)
+        return self.stop_signal is not None or due
 
     def save_checkpoint(
         self, state: dict[str, Any], global_step: int, model: dict | None = None, **counters: Any

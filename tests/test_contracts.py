@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cleanrl_utils.files import checkpoint_path, checkpoints, write_file
+from cleanrl_utils.files import checkpoint_path, checkpoint_step, checkpoints, write_file
 from tests.conftest import (
     assert_buffered_resume_is_exact,
     assert_stops_with_one_line,
@@ -315,6 +315,8 @@ def test_a_short_run_trains_saves_and_its_model_and_checkpoint_evaluate(name, tm
     assert "episodes" in scored.stdout
     saved = checkpoints(directory)
     assert saved, list(directory.iterdir())
+    model = torch.load(directory / f"{name[:-3]}.cleanrl_model", weights_only=True)
+    assert checkpoint_step(saved[-1]) == model["global_step"], saved  # a run with checkpoints ends with one
     exported = tmp_path / "exported.cleanrl_model"  # the last checkpoint, evaluated and exported as a model file
     enjoy(str(saved[-1]), "--eval-episodes", "1", "--export", str(exported), cwd=tmp_path)
     assert_export_is_the_model(exported, directory / f"{name[:-3]}.cleanrl_model")

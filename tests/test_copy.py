@@ -128,7 +128,8 @@ def test_a_copys_closing_summary_evaluates_it_with_its_own_file(tmp_path):
         [sys.executable, str(copy), "--resume", run], cwd=tmp_path, env=environ, capture_output=True, text=True
     )
     command = f"python -m cleanrl_utils.enjoy {run} --script {copy}"
-    assert (again.returncode, again.stderr) == (2, f"error: --resume: {run} has finished (its model exists): {command}\n")
+    finished = f"{run} has finished at step 512 (add --total-timesteps above it to train longer)"
+    assert (again.returncode, again.stderr) == (2, f"error: --resume: {finished}: {command}\n")
 
 
 def test_a_same_named_copy_with_another_network_is_refused_by_the_original(tmp_path):

@@ -61,9 +61,14 @@ def test_resuming_a_finished_run_is_refused_and_its_model_kept(finished_run, tmp
     run = tmp_path / "runs" / finished_run.name
     shutil.copytree(finished_run, run)
     model = (run / "ppo.cleanrl_model").read_bytes()
-    message = f"{run} has finished (its model exists): python -m cleanrl_utils.enjoy {shlex.quote(str(run))}"
+    more = "add --total-timesteps above it to train longer"
+    message = f"{run} has finished at step 1024 ({more}): python -m cleanrl_utils.enjoy {shlex.quote(str(run))}"
     (tmp_path / "elsewhere").mkdir()
     assert_stops_with_one_line("ppo.py", ["--resume", str(run), "--save-model"], "--resume", message, tmp_path / "elsewhere")
+    # trained longer only to a total above the step it finished at, and from no step before its checkpoint's
+    for total, message in (("1024", "1024 is not above step 1024"), ("1000", "1000 is below step 1024, where")):
+        flags = ["--resume", str(run), "--total-timesteps", total]
+        assert_stops_with_one_line("ppo.py", flags, "--total-timesteps", message, tmp_path / "elsewhere")
     assert (run / "ppo.cleanrl_model").read_bytes() == model
 
 

@@ -379,7 +379,7 @@ def test_the_commands_a_run_prints_are_pasteable_whatever_its_exp_name(name, cop
     assert scored.startswith(f"{script.name}, {relative}/{name}.cleanrl_model: 10 episodes, return "), scored
     # the same resume command again: the run has finished, and the refusal says how to evaluate it
     refused = paste(resume, ["python", str(script), "--resume", relative], status=2).stderr
-    said = f"error: --resume: {relative} has finished (its model exists): "
+    said = f"error: --resume: {relative} has finished at step 1024 (add --total-timesteps above it to train longer): "
     assert refused.startswith(said) and len(refused.strip().splitlines()) == 1, refused
     scored = paste(refused.strip().removeprefix(said), [*enjoy, *copy]).stdout
     assert scored.startswith(f"{script.name}, {relative}/{name}.cleanrl_model: 10 episodes, return "), scored
