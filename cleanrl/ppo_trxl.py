@@ -1,4 +1,4 @@
-"""PPO with a Transformer-XL episodic memory (PPO-TrXL) for discrete actions.
+"""PPO with a Transformer-XL episodic memory (PPO-TrXL) for Discrete and MultiDiscrete actions.
 
 Papers: Pleines, Pallasch, Zimmer, Preuss (2023), "Memory Gym: Towards Endless Tasks to Benchmark Memory
 Capabilities of Agents", arXiv:2309.17207 (the episodic memory); Dai et al. (2019), "Transformer-XL",
@@ -9,11 +9,13 @@ computes one new token; each layer attends from it to its own input and that lay
 What this file changes against CleanRL's ppo_trxl.py: the memory is one buffer per rollout
 ``[memory_length + num_steps, num_envs, layers, dim]`` instead of whole-episode tensors; a step attends to itself as
 well as its window and masked slots get no weight; separate per-head projections; a truncation bootstraps from
-V(real final observation); the learning rate anneals to 0, the entropy coefficient is fixed; Discrete actions
-only; no reconstruction loss. MiniGrid ids get CleanRL's 3x3 view rendered to 84x84 RGB, 96 steps.
+V(real final observation); the learning rate anneals to 0, the entropy coefficient is fixed; a MultiDiscrete action
+(one categorical per dimension) has one ratio, of the dimensions' summed log-probs, where CleanRL clips each
+dimension's; no reconstruction loss. MiniGrid ids get CleanRL's 3x3 view rendered to 84x84 RGB, 96 steps.
 Details and results: docs/scripts/ppo_trxl.md.
 
-Run (the proof-of-memory task of cleanrl_utils/envs/memory.py; Memory Gym: ``--env-id memory_gym:MysteryPath-Grid-v0``):
+Run (the proof-of-memory task of cleanrl_utils/envs/memory.py; Memory Gym: ``--env-id memory_gym:MysteryPath-Grid-v0``,
+``--env-id memory_gym:Endless-MortarMayhem-v0``, whose actions are MultiDiscrete([3 3])):
     python cleanrl/ppo_trxl.py --env-id cleanrl_utils.envs:ProofOfMemory-v0
 """
 
@@ -52,7 +54,8 @@ class Args(RunArgs):
     """PPO-TrXL's hyperparameters; the flags every script takes (--seed, --save-model, --resume ...) come from RunArgs."""
 
     env_id: str = "cleanrl_utils.envs:ProofOfMemory-v0"
-    """gymnasium id of the environment (Discrete actions; vector or HxWxC image observations; MiniGrid)"""
+    """gymnasium id of the environment (Discrete or MultiDiscrete actions; vector or HxWxC image observations; MiniGrid;
+    Memory Gym as memory_gym:Endless-MortarMayhem-v0)"""
     env_mode: Literal["sync", "async"] = "sync"
     """step the envs in this process (sync) or in one subprocess each (async)"""
     total_timesteps: int = 100000
@@ -186,13 +189,15 @@ class TransformerLayer(nn.Module):
 
 class Agent(nn.Module):
     """Encoder (Linear + ReLU, or the Nature CNN for images) -> Transformer-XL layers over the episodic memory -> ReLU
-    layer -> actor and critic heads (initialised as ppo.py's)."""
+    layer -> actor and critic heads (initialised as ppo.py's). The actor has one categorical head per action dimension
+    (Discrete(n): one of n; MultiDiscrete(nvec): one of nvec[d] for each d), their logits side by side in one layer."""
 
     def __init__(
         self, envs: gym.vector.VectorEnv, dim: int = 64, num_layers: int = 2, num_heads: int = 4, memory_length: int = 16
     ):
         super().__init__()
-        shape, num_actions = envs.single_observation_space.shape, int(envs.single_action_space.n)
+        shape, actions = envs.single_observation_space.shape, envs.single_action_space
+        self.action_nvec = [int(actions.n)] if isinstance(actions, gym.spaces.Discrete) else actions.nvec.tolist()
         self.memory_length, self.num_layers, self.dim = memory_length, num_layers, dim
         if len(shape) == 3:
             cnn = nn.Sequential(
@@ -211,7 +216,7 @@ class Agent(nn.Module):
             self.encoder = nn.Sequential(layer_init(nn.Linear(shape[0], dim)), nn.ReLU())
         self.layers = nn.ModuleList([TransformerLayer(dim, num_heads) for _ in range(num_layers)])
         self.post = nn.Sequential(layer_init(nn.Linear(dim, dim)), nn.ReLU())
-        self.actor = layer_init(nn.Linear(dim, num_actions), std=0.01)
+        self.actor = layer_init(nn.Linear(dim, sum(self.action_nvec)), std=0.01)
         self.critic = layer_init(nn.Linear(dim, 1), std=1.0)
 
     def encode(self, obs: torch.Tensor) -> torch.Tensor:
@@ -239,16 +244,21 @@ class Agent(nn.Module):
         """V of observations ``[B, *obs_shape]`` read with their memory windows (see :meth:`trxl`) -> ``[B]``."""
         return self.critic(self.trxl(obs, memory, episode_step)[0]).squeeze(-1)
 
+    def action_logits(self, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The logits of each action dimension's head, ``[B, nvec[d]]`` for each d (one for Discrete)."""
+        return self.actor(hidden).split(self.action_nvec, dim=-1)
+
     def get_action_and_value(
         self, obs: torch.Tensor, memory: torch.Tensor, episode_step: torch.Tensor, action: Optional[torch.Tensor] = None
     ):
-        """``(action, log π(action|history), entropy, V, layer_inputs)`` given the memory window; samples when None."""
+        """``(action [B, dims], log π(action|history), entropy, V, layer_inputs)`` given the memory window; samples
+        when None. The dimensions are independent: the action's log π and the entropy are sums over them."""
         hidden, layer_inputs = self.trxl(obs, memory, episode_step)
-        log_probs = torch.log_softmax(self.actor(hidden), dim=-1)
+        log_probs = [torch.log_softmax(logits, dim=-1) for logits in self.action_logits(hidden)]
         if action is None:
-            action = torch.multinomial(log_probs.exp(), 1)[:, 0]
-        log_prob = log_probs.gather(-1, action[:, None])[:, 0]
-        entropy = -(log_probs.exp() * log_probs).sum(-1)
+            action = torch.stack([torch.multinomial(lp.exp(), 1)[:, 0] for lp in log_probs], dim=1)
+        log_prob = sum(lp.gather(-1, action[:, d, None])[:, 0] for d, lp in enumerate(log_probs))
+        entropy = sum(-(lp.exp() * lp).sum(-1) for lp in log_probs)
         return action, log_prob, entropy, self.critic(hidden).squeeze(-1), layer_inputs
 
 
@@ -305,10 +315,11 @@ def check_args(args: Args) -> None:
     require(not args.norm_adv or args.minibatch_size >= 2, "--num-minibatches", "too small to normalise advantages")
     rollout = f"{args.batch_size} steps (--num-envs {args.num_envs} x --num-steps {args.num_steps})"
     require(args.num_iterations > 0, "--total-timesteps", f"less than one rollout of {rollout}")
+    actions = (gym.spaces.Discrete, gym.spaces.MultiDiscrete)  # one categorical head per action dimension
     if is_minigrid(args.env_id):  # a Dict observation, of which make_env keeps the image rendered as RGB
-        check_env(args, gym.spaces.Discrete, gym.spaces.Dict)
+        _, action_space = check_env(args, actions, gym.spaces.Dict)
     else:
-        observation_space, _ = check_env(args, gym.spaces.Discrete, gym.spaces.Box)
+        observation_space, action_space = check_env(args, actions, gym.spaces.Box)
         shape, images = observation_space.shape, "HxWxC uint8 images of at least 36x36 pixels (the Nature CNN)"
         require(
             len(shape) in (1, 3),
@@ -320,6 +331,9 @@ def check_args(args: Args) -> None:
             "--env-id",
             f"{args.env_id} has {observation_space.dtype} observations of shape {shape}; ppo_trxl.py supports {images}",
         )
+    table = isinstance(action_space, gym.spaces.MultiDiscrete) and action_space.nvec.ndim != 1
+    one_row = f"{args.env_id} has MultiDiscrete actions of shape {action_space.shape}; ppo_trxl.py supports one row"
+    require(not table, "--env-id", one_row)
     # after every check: a refused command prints nothing else
     if args.num_iterations * args.batch_size != args.total_timesteps:
         total = args.num_iterations * args.batch_size
@@ -346,10 +360,12 @@ def evaluate(model_path: str, eval_episodes: int, deterministic: bool = True, **
         hidden, layer_inputs = agent.trxl(torch.as_tensor(obs, device=device), memory["window"], memory["episode_step"])
         memory["window"] = torch.cat([memory["window"][:, 1:], layer_inputs[:, None]], dim=1)  # slide by one step
         memory["episode_step"] = memory["episode_step"] + 1
-        logits = agent.actor(hidden)
+        logits = agent.action_logits(hidden)  # one head per action dimension
         if deterministic:
-            return logits.argmax(-1).cpu()
-        return torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0].cpu()
+            action = torch.stack([x.argmax(-1) for x in logits], dim=1)
+        else:
+            action = torch.stack([torch.multinomial(x.softmax(-1), 1, generator=generator)[:, 0] for x in logits], dim=1)
+        return action.reshape(evaluation.envs.action_space.shape).cpu()  # Discrete: [1]; MultiDiscrete: [1, dims]
 
     def on_done(done: np.ndarray) -> None:  # where an episode ended, the next observation is its step 0
         memory["episode_step"] = memory["episode_step"] * torch.as_tensor(1 - done.astype(np.int64), device=device)
@@ -385,7 +401,7 @@ if __name__ == "__main__":
         # The episodic memory: row M + t holds the inputs of every layer at step t; rows 0 .. M-1 the M steps
         # before the rollout (the previous rollout's last rows), so that every step's window is in the buffer.
         memory = torch.zeros((M + T, N, L, D), device=device)
-        actions = torch.zeros((T, N), dtype=torch.long, device=device)
+        actions = torch.zeros((T, N, len(agent.action_nvec)), dtype=torch.long, device=device)  # one per dimension
         logprobs = torch.zeros((T, N), device=device)
         values = torch.zeros((T, N), device=device)
         rewards, terminations, dones = (np.zeros((T, N), dtype=np.float32) for _ in range(3))
@@ -434,7 +450,8 @@ if __name__ == "__main__":
                 memory[M + step] = layer_inputs
                 actions[step], logprobs[step], values[step] = action, logprob, value
 
-                next_obs, reward, termination, truncation, infos = envs.step(action.cpu().numpy())
+                env_action = action.cpu().numpy().reshape(envs.action_space.shape)  # Discrete: [N]; MultiDiscrete: [N, dims]
+                next_obs, reward, termination, truncation, infos = envs.step(env_action)
                 rewards[step], terminations[step] = reward, termination
                 dones[step] = done = (termination | truncation).astype(np.float32)
                 truncated = truncation & ~termination
@@ -462,7 +479,7 @@ if __name__ == "__main__":
             b_advantages = torch.as_tensor(advantages, device=device).flatten()
             b_returns = torch.as_tensor(returns, device=device).flatten()
             b_obs, b_episode_steps = obs.flatten(0, 1), episode_steps.flatten()
-            b_actions, b_logprobs, b_values = actions.flatten(), logprobs.flatten(), values.flatten()
+            b_actions, b_logprobs, b_values = actions.flatten(0, 1), logprobs.flatten(), values.flatten()
 
             # Optimise on minibatches of single steps, each read with its stored memory window
             # (sample b is step b // N of env b % N)

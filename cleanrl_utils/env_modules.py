@@ -51,6 +51,9 @@ def unknown_env(env_id: str, id_suffix: str | None = None) -> str:
         hint += " (Atari ids need the atari extra: pip install -e '.[atari]')"
     if name.startswith(("MiniGrid-", "BabyAI-")) and not importlib.util.find_spec("minigrid"):
         hint += " (MiniGrid ids need the minigrid extra: pip install -e '.[minigrid]')"
+    if not module and name.removeprefix("Endless-").startswith(("MortarMayhem", "MysteryPath", "SearingSpotlights")):
+        install = "" if importlib.util.find_spec("memory_gym") else "; pip install --no-deps -r requirements/memory_gym.txt"
+        hint += f" (Memory Gym ids name their module, which registers them: --env-id memory_gym:{name}{install})"
     return f"unknown environment {env_id!r}{hint}{shadowed(module) if module else ''}"
 
 

@@ -386,6 +386,31 @@ if "StartsAtOne-v0" not in gym.registry:
     gym.register("StartsAtOne-v0", entry_point=StartsAtOneEnv, max_episode_steps=3)
 
 
+class MultiDiscreteCounterEnv(CounterEnv):
+    """Like CounterEnv, with actions ``MultiDiscrete([2, 3])``: action[0] == 1 terminates the episode and the reward is
+    action[1] (0, 1 or 2), so a test reads from the rollout which dimension reached the env."""
+
+    action_space = gym.spaces.MultiDiscrete([2, 3])
+
+    def step(self, action):
+        obs, _, terminated, truncated, info = super().step(int(action[0]))
+        return obs, float(action[1]), terminated, truncated, info
+
+
+class MultiDiscreteTableEnv(CounterEnv):
+    """Like CounterEnv, with a 2-D ``MultiDiscrete([[2, 2], [2, 2]])`` of actions (a table, not one row)."""
+
+    action_space = gym.spaces.MultiDiscrete([[2, 2], [2, 2]])
+
+    def step(self, action):
+        return super().step(0)
+
+
+if "MultiDiscreteCounter-v0" not in gym.registry:
+    gym.register("MultiDiscreteCounter-v0", entry_point=MultiDiscreteCounterEnv, max_episode_steps=3)
+    gym.register("MultiDiscreteTable-v0", entry_point=MultiDiscreteTableEnv, max_episode_steps=3)
+
+
 class HangingCloseEnv(CounterEnv):
     """Like CounterEnv, but once it has stepped 8 times its ``close`` never returns (a sync run must still end,
     within --env-timeout; the start-up checks' env steps less and closes)."""

@@ -8,7 +8,10 @@ the minibatch forward from stored memory equals the rollout's forward (same log 
 replayed from its episode's start with a fresh memory gets the rollout's value, and a truncation
 bootstraps from V(final observation) read with the episode's memory. Smoke runs (subprocess): run
 directory, tags, saved model and evaluation, the same seed the same numbers, async = sync, bad input,
-MiniGrid (and Memory Gym where installed); exact resume is tests/test_contracts.py's.
+MiniGrid (and Memory Gym where installed); exact resume is tests/test_contracts.py's (Discrete actions).
+MultiDiscrete actions (one head per dimension, log π and entropy summed): the heads' sampling and sums, the
+rollout's actions per dimension and what the env receives, a Memory Gym Endless task's run, saved model,
+evaluation and exact resume.
 Learning (marked ``learning``): on the proof-of-memory task ppo_trxl.py wins most episodes and
 ppo.py, with the same steps, stays at chance (budget and measured values in the test's docstring).
 """
@@ -31,6 +34,7 @@ from tests.conftest import (
     run_in_process,
     run_script,
     scalars,
+    sigterm_then_resume,
 )
 
 POM = "cleanrl_utils.envs:ProofOfMemory-v0"
@@ -109,11 +113,11 @@ def test_gather_windows_slides_along_the_rollout_rows():
         torch.testing.assert_close(windows[b], memory[steps[b] : steps[b] + M, envs[b]])
 
 
-def spaces(obs_dim, num_actions):
-    """What an Agent reads of a vector env: its single observation and action spaces."""
-    return SimpleNamespace(
-        single_observation_space=gym.spaces.Box(-1.0, 1.0, (obs_dim,)), single_action_space=gym.spaces.Discrete(num_actions)
-    )
+def spaces(obs_dim, actions):
+    """What an Agent reads of a vector env: its single observation and action spaces (``actions``: Discrete's n, or
+    a space)."""
+    action_space = gym.spaces.Discrete(actions) if isinstance(actions, int) else actions
+    return SimpleNamespace(single_observation_space=gym.spaces.Box(-1.0, 1.0, (obs_dim,)), single_action_space=action_space)
 
 
 def test_a_step_never_reads_memory_of_an_earlier_episode():
@@ -151,12 +155,44 @@ def test_agent_samples_from_its_softmax_and_scores_what_it_sampled():
         action, log_prob, entropy, value, _ = agent.get_action_and_value(
             torch.randn(B, 3), torch.randn(B, 4, 1, 8), torch.randint(0, 9, (B,))
         )
+    assert action.shape == (B, 1) and value.shape == (B,)  # Discrete: one action dimension
+    action = action[:, 0]
     probs = torch.softmax(torch.tensor([0.0, 1.0]), -1)
     frequencies = torch.bincount(action, minlength=2).double() / B
     torch.testing.assert_close(frequencies, probs.double(), atol=0.006, rtol=0)  # > 3 standard errors
     torch.testing.assert_close(log_prob, torch.log(probs)[action])
     torch.testing.assert_close(entropy, torch.full((B,), float(-(probs * probs.log()).sum())))
-    assert value.shape == (B,)
+
+
+def test_multidiscrete_heads_sample_independently_and_their_log_probs_and_entropies_add_up():
+    """MultiDiscrete([2, 3]): one head per dimension, each sampled from its own softmax; the joint action's log π
+    is the sum of the dimensions', and so is the entropy."""
+    torch.manual_seed(0)
+    agent = ppo_trxl.Agent(spaces(3, gym.spaces.MultiDiscrete([2, 3])), dim=8, num_layers=1, num_heads=2, memory_length=4)
+    assert agent.action_nvec == [2, 3] and agent.actor.out_features == 5
+    with torch.no_grad():
+        agent.actor.weight.zero_()
+        agent.actor.bias.copy_(torch.tensor([0.0, 1.0, 0.5, -1.0, 1.5]))  # logits [0, 1] and [0.5, -1, 1.5]
+        B = 30000
+        action, log_prob, entropy, value, _ = agent.get_action_and_value(
+            torch.randn(B, 3), torch.randn(B, 4, 1, 8), torch.randint(0, 9, (B,))
+        )
+    assert action.shape == (B, 2) and value.shape == (B,)
+    probs = [torch.softmax(torch.tensor([0.0, 1.0]), -1), torch.softmax(torch.tensor([0.5, -1.0, 1.5]), -1)]
+    for d, p in enumerate(probs):
+        frequencies = torch.bincount(action[:, d], minlength=len(p)).double() / B
+        torch.testing.assert_close(frequencies, p.double(), atol=0.01, rtol=0)  # > 3 standard errors (0.0029 at most)
+    pairs = torch.bincount(action[:, 0] * 3 + action[:, 1], minlength=6).double() / B  # independent: p0 x p1
+    torch.testing.assert_close(pairs, (probs[0][:, None] * probs[1][None]).flatten().double(), atol=0.01, rtol=0)
+    torch.testing.assert_close(log_prob, probs[0].log()[action[:, 0]] + probs[1].log()[action[:, 1]])
+    total_entropy = sum(float(-(p * p.log()).sum()) for p in probs)
+    torch.testing.assert_close(entropy, torch.full((B,), total_entropy))
+    # a given action is scored, not resampled
+    with torch.no_grad():
+        given = torch.tensor([[1, 2], [0, 1]])
+        again = agent.get_action_and_value(torch.randn(2, 3), torch.randn(2, 4, 1, 8), torch.tensor([0, 5]), given)
+    assert again[0] is given
+    torch.testing.assert_close(again[1], torch.stack([probs[0][1] * probs[1][2], probs[0][0] * probs[1][1]]).log())
 
 
 def test_gae_is_ppo_lstm_s():
@@ -259,6 +295,24 @@ def test_truncation_bootstraps_with_the_episodes_memory(monkeypatch, tmp_path):
             assert abs(expected - blank.item()) > 1e-4  # the memory matters
 
 
+def test_multidiscrete_rollout_keeps_one_action_per_dimension_and_the_env_receives_them(monkeypatch, tmp_path):
+    """MultiDiscreteCounter-v0 (MultiDiscrete([2, 3]); action[0] == 1 terminates, the reward is action[1]): the
+    rollout stores actions [T, N, 2], the env gets each row, and every sample read from the stored memory scores
+    its stored action with the rollout's log π (same weights)."""
+    g = frozen("tests.envs:MultiDiscreteCounter-v0", 10, monkeypatch, tmp_path, "--trxl-memory-length", "2")
+    actions, T, N = g["actions"], g["T"], g["N"]
+    assert actions.shape == (T, N, 2) and g["b_actions"].shape == (T * N, 2)
+    np.testing.assert_array_equal(g["rewards"], actions[..., 1].numpy())  # dimension 1 reached the env
+    np.testing.assert_array_equal(g["terminations"], actions[..., 0].numpy() == 1)  # and dimension 0
+    assert len(set(map(tuple, g["b_actions"].tolist()))) == 6  # every pair sampled
+    everything = torch.arange(T * N)
+    with torch.no_grad():
+        window = ppo_trxl.gather_windows(g["memory"], everything // N, everything % N, g["M"])
+        _, logprob, entropy, _, _ = g["agent"].get_action_and_value(g["b_obs"], window, g["b_episode_steps"], g["b_actions"])
+    torch.testing.assert_close(logprob, g["b_logprobs"], rtol=0, atol=1e-6)
+    assert (entropy > np.log(3)).all()  # two heads near uniform: about log 2 + log 3
+
+
 # ---- whole scripts
 
 
@@ -347,6 +401,39 @@ def test_memory_gym_grid_task_runs(tmp_path):
     assert "losses/value_loss" in scalars(run_dir(tmp_path))
 
 
+ENDLESS = "memory_gym:Endless-MortarMayhem-v0"  # MultiDiscrete([3 3]) actions, 84x84 RGB, no time limit
+
+
+def test_memory_gym_endless_task_with_multidiscrete_actions_runs_saves_and_evaluates(tmp_path):
+    """CleanRL's headline Memory Gym task: two heads of 3 are trained and saved, and the model evaluates, in this
+    process and with the evaluation tool (a module's env id is named again: --env-id), as training's evaluation did."""
+    pytest.importorskip("memory_gym")
+    run_script("ppo_trxl.py", "--env-id", ENDLESS, *IMAGE_SMOKE, "--save-model", "--eval-episodes", "2", cwd=tmp_path)
+    directory = run_dir(tmp_path)
+    assert directory.name.startswith("memory_gym-Endless-MortarMayhem-v0__ppo_trxl__1__")
+    assert PPO_TAGS | {"eval/episodic_return", "eval/episodic_return_std"} <= set(scalars(directory))
+    model = str(directory / "ppo_trxl.cleanrl_model")
+    assert torch.load(model, weights_only=True)["agent"]["actor.weight"].shape == (6, 64)  # the heads side by side
+    trained = scalars(directory)["eval/episodic_return"][-1][1]
+    assert ppo_trxl.evaluate(model, eval_episodes=2, env_id=ENDLESS).mean() == pytest.approx(trained)
+    assert ppo_trxl.evaluate(model, eval_episodes=2, deterministic=False, seed=5, env_id=ENDLESS).shape == (2,)
+    out = enjoy(str(directory), "--env-id", ENDLESS, "--eval-episodes", "2", cwd=tmp_path).stdout
+    assert float(out.split("return ")[1].split(" ±")[0]) == pytest.approx(trained)
+
+
+def test_memory_gym_endless_task_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path):
+    """tests/test_contracts.py's exact-resume check for MultiDiscrete actions (its own runs are Discrete): the
+    checkpoint's envs are replayed, and the model and curves end as an uninterrupted run's."""
+    pytest.importorskip("memory_gym")
+    flags = ["--env-id", ENDLESS, "--num-envs", "2", "--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "1"]
+    flags += ["--trxl-dim", "16", "--total-timesteps", "1024", "--save-model", "--eval-episodes", "1"]
+    whole, resumed = sigterm_then_resume("ppo_trxl.py", flags, 256, 1024, tmp_path)
+    assert whole["model"].keys() == resumed["model"].keys() and whole["model"]["actor.weight"].shape == (6, 16)
+    for key, tensor in whole["model"].items():
+        assert tensor.equal(resumed["model"][key]), key
+    assert resumed["curves"] == whole["curves"] and len(whole["curves"]["charts/episodic_return"]) > 10
+
+
 BAD_INPUT = [
     ("--trxl-num-heads", ["--trxl-num-heads", "3"], "3 does not divide --trxl-dim 64"),
     ("--trxl-dim", ["--trxl-dim", "63", "--trxl-num-heads", "1"], "must be even"),
@@ -354,7 +441,12 @@ BAD_INPUT = [
     ("--trxl-num-layers", ["--trxl-num-layers", "65"], "must be in [1, 64]"),
     ("--num-minibatches", ["--num-minibatches", "4096"], "does not divide the batch of 2048"),
     ("--num-minibatches", ["--num-minibatches", "3"], "does not divide the batch of 2048 (--num-envs 16 x --num-steps 128)"),
-    ("--env-id", ["--env-id", "Pendulum-v1"], "supports Discrete only"),
+    ("--env-id", ["--env-id", "Pendulum-v1"], "supports Discrete or MultiDiscrete only"),
+    (
+        "--env-id",
+        ["--env-id", "tests.envs:MultiDiscreteTable-v0"],
+        "MultiDiscrete actions of shape (2, 2); ppo_trxl.py supports one row",
+    ),
     ("--env-id", ["--env-id", "tests.envs:Image-v0"], "supports vectors or HxWxC uint8 images"),
     ("--env-id", ["--env-id", "cleanrl_utils.envs:NoSuchTask-v1"], "unknown environment"),
     ("--total-timesteps", ["--total-timesteps", "100"], "less than one rollout of 2048"),
@@ -364,6 +456,16 @@ BAD_INPUT = [
 @pytest.mark.parametrize("flag,flags,message", BAD_INPUT, ids=[case[0] + str(i) for i, case in enumerate(BAD_INPUT)])
 def test_bad_input_stops_with_one_line(flag, flags, message, tmp_path):
     assert_stops_with_one_line("ppo_trxl.py", flags, flag, message, tmp_path)
+
+
+def test_a_bare_memory_gym_id_is_refused_with_its_module_prefix(tmp_path):
+    """CleanRL's ``--env-id Endless-MortarMayhem-v0``: one line giving ``memory_gym:Endless-MortarMayhem-v0``. In a
+    subprocess: this process may have imported memory_gym, which registers the bare ids."""
+    result = run_script("ppo_trxl.py", "--env-id", "Endless-MortarMayhem-v0", cwd=tmp_path, check=False, timeout=120)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and not (tmp_path / "runs").exists(), result.stderr
+    unknown = "error: --env-id: unknown environment 'Endless-MortarMayhem-v0' (Memory Gym ids name their module, "
+    assert lines[0].startswith(unknown + "which registers them: --env-id memory_gym:Endless-MortarMayhem-v0"), lines[0]
 
 
 # ---- learning
