@@ -24,8 +24,7 @@ from cleanrl_utils.writes import atomic_file
 FORMAT = 2
 MODEL_SUFFIX = ".cleanrl_model"
 SCRIPTS_DIR = Path(__file__).resolve().parent.parent / "cleanrl"
-TRUSTED_ENV_MODULES = ("cleanrl_utils.envs",)
-"""Modules a file's env id may import without the user naming it: this project's own envs."""
+TRUSTED_ENV_MODULES = ("cleanrl_utils.envs",)  # what a file's env id may import unasked: this project's own envs
 
 
 class FileRefused(ValueError):
@@ -36,10 +35,11 @@ class FileDamaged(FileRefused):
     """A file that is empty, truncated or corrupted."""
 
 
-def enjoy_command(target: str | os.PathLike, *options: str) -> str:
-    """The command, quoted for pasting into a shell, that evaluates ``target`` (a run directory, model or checkpoint)
-    with ``options`` and the running script: named with ``--script`` when it is a copy, not the file of cleanrl/."""
+def enjoy_command(target: str | os.PathLike, *options: str, env_id: str = "") -> str:
+    """The command, quoted for pasting into a shell, that evaluates ``target`` (a run directory, model or checkpoint) with
+    ``options``, ``--env-id env_id`` if it imports a module, and ``--script`` the running script if it is a copy."""
     script = Path(sys.argv[0])
+    options += ("--env-id", env_id) * bool(untrusted_env_module(env_id))
     options += ("--script", str(script)) * (script.resolve() != SCRIPTS_DIR / script.name)
     return shlex.join(["python", "-m", "cleanrl_utils.enjoy", str(target), *options])
 

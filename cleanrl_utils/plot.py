@@ -217,7 +217,9 @@ def read_run(directory: Path, tag: str = "charts/episodic_return", keep_unfinish
     if tag not in tags:
         raise RunSkipped(f"no scalar {tag!r} (crashed or unfinished?); it has {', '.join(sorted(tags)) or 'no scalars'}")
     events = accumulator.Scalars(tag)
-    total = config.get("total_timesteps")
+    total, rollouts = config.get("total_timesteps"), [config.get(key) for key in ("num_iterations", "batch_size")]
+    if all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in rollouts):  # rounded down to whole rollouts
+        total = rollouts[0] * rollouts[1]
     if not keep_unfinished and isinstance(total, int) and total > 0:
         last = max(event.step for name in tags for event in accumulator.Scalars(name))
         if last < UNFINISHED * total:

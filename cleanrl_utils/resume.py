@@ -286,10 +286,13 @@ def resumed_args(args: Any, argv: list[str]) -> tuple[Any, dict]:
             trained = files.read_file(model, "model", args.script).get("global_step", 0)
         except files.FileRefused as error:
             fail("--resume", str(error))
-        finished = f"{run} has finished at step {trained}"
+        finished, at_end = f"{run} has finished at step {trained}", trained == step  # else: stopped, resumed, finished
+        none = f"its newest checkpoint is at step {step}: none at its end (runs with --checkpoint-interval have one)"
         if trained >= step and not longer:
-            more = "add --total-timesteps above it to train longer"
-            fail("--resume", f"{finished} ({more}): {files.enjoy_command(run)}")
+            more = "add --total-timesteps above it to train longer" if at_end else f"not to be trained longer: {none}"
+            fail("--resume", f"{finished} ({more}): {files.enjoy_command(run, env_id=resumed.env_id)}")
+        if trained > step:  # training it longer would train it again from its newest checkpoint, losing what followed
+            fail("--total-timesteps", f"{finished}, cannot go on from there: {none}")
         if trained >= step and args.total_timesteps <= trained:
             fail("--total-timesteps", f"{args.total_timesteps} is not above step {trained}: {finished}")
     for name in (given & RESUMABLE_WITH_OTHER_VALUES) | (fields - set(saved)) | {"resume", "script"}:

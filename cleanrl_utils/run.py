@@ -324,7 +324,7 @@ class Run:
         ]
         if model.exists() or saved:
             what, target = ("evaluate it again", self.directory) if model.exists() else ("evaluate it", saved[-1])
-            lines.append(f"{what}: {files.enjoy_command(target, '--eval-episodes', '10')}")  # a copy named with --script
+            lines.append(f"{what}: {files.enjoy_command(target, '--eval-episodes', '10', env_id=self.args.env_id)}")
         return "\n".join(lines)
 
     def close(self) -> None:

@@ -495,9 +495,9 @@ class Tuner:
                 trial.set_user_attr("normalized_scores", normalized)
                 trial.set_user_attr("run_dirs", run_dirs)
                 self._print(
-                    f"trial {trial.number}: {env_id} seed {seed}: {self.metric} {score:.4g} "
-                    f"(normalised {normalize(score, self.target_scores[env_id]):.4g}), "
-                    f"{self.aggregation} so far {value:.4g} [{time.perf_counter() - start:.0f} s]"
+                    f"trial {trial.number}: {env_id} seed {seed}: {self.metric} {score:.4g}"
+                    + (f" (normalised {normalize(score, target):.4g})" if (target := self.target_scores[env_id]) else "")
+                    + f", {self.aggregation} so far {value:.4g} [{time.perf_counter() - start:.0f} s]"
                 )
                 trial.report(value, step)
                 step += 1
@@ -592,7 +592,9 @@ def best_summary(study: Any, script: str, fixed: Mapping[str, Any]) -> str:
     if trial.user_attrs.get("scores"):
         lines.append("  scores: " + ", ".join(f"{e} {s:.4g}" for e, s in trial.user_attrs["scores"].items()))
     flags = trial.user_attrs.get("flags") or to_flags({**fixed, **trial.params})
-    lines.append("  command: " + shlex.join(["python", script, *flags]))
+    for env_id in trial.user_attrs.get("scores") or [None]:  # the trial's command on each env it was scored on
+        where = f" on {env_id}" if env_id else ""
+        lines.append(f"  command{where}: " + shlex.join(["python", script, *flags, *(["--env-id", env_id] if env_id else [])]))
     return "\n".join(lines)
 
 

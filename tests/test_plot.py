@@ -608,3 +608,17 @@ def test_outputs_replace_regular_files_whole(fake_runs, tmp_path, capsys):
     os.link(other, out / "returns.md")
     plot.main([str(fake_runs), "--out", str(out), "--reps", "20"])
     assert other.read_text() == "keep\n" and (out / "returns.md").read_text().startswith("| env | exp_name |")
+
+
+def test_a_run_rounded_down_to_whole_rollouts_is_finished(tmp_path, capsys):
+    """ppo.py --total-timesteps 2000 trains 3 rollouts of 512 (it says so): its last event at step 1,536 ends it, by
+    args.json's num_iterations x batch_size; the same last event in a run asked for 2,000 steps of one env is not."""
+    root = tmp_path / "runs"
+    rounded = write_run(root, "CartPole-v1", "ppo", 1, [1.0] * 15, total=2000)  # last event at 1,500
+    config = json.loads((rounded / "args.json").read_text())
+    (rounded / "args.json").write_text(json.dumps(config | {"num_iterations": 3, "batch_size": 500}))
+    cut = write_run(root, "CartPole-v1", "ppo", 2, [1.0] * 15, total=2000)
+    plot.main([str(root), "--out", str(tmp_path / "out"), "--reps", "20"])
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"warning: skipped {cut}: unfinished: its last event is at step 1,500 of 2,000 (--keep-unfinished draws it)"
+    ]

@@ -16,6 +16,7 @@ Learning (marked ``learning``): on the proof-of-memory task ppo_trxl.py wins mos
 ppo.py, with the same steps, stays at chance (budget and measured values in the test's docstring).
 """
 
+import shlex
 from types import SimpleNamespace
 
 import gymnasium as gym
@@ -408,7 +409,8 @@ def test_memory_gym_endless_task_with_multidiscrete_actions_runs_saves_and_evalu
     """CleanRL's headline Memory Gym task: two heads of 3 are trained and saved, and the model evaluates, in this
     process and with the evaluation tool (a module's env id is named again: --env-id), as training's evaluation did."""
     pytest.importorskip("memory_gym")
-    run_script("ppo_trxl.py", "--env-id", ENDLESS, *IMAGE_SMOKE, "--save-model", "--eval-episodes", "2", cwd=tmp_path)
+    flags = ["--env-id", ENDLESS, *IMAGE_SMOKE, "--save-model", "--eval-episodes", "2"]
+    summary = run_script("ppo_trxl.py", *flags, cwd=tmp_path).stdout.strip().splitlines()[-1]
     directory = run_dir(tmp_path)
     assert directory.name.startswith("memory_gym-Endless-MortarMayhem-v0__ppo_trxl__1__")
     assert PPO_TAGS | {"eval/episodic_return", "eval/episodic_return_std"} <= set(scalars(directory))
@@ -417,7 +419,10 @@ def test_memory_gym_endless_task_with_multidiscrete_actions_runs_saves_and_evalu
     trained = scalars(directory)["eval/episodic_return"][-1][1]
     assert ppo_trxl.evaluate(model, eval_episodes=2, env_id=ENDLESS).mean() == pytest.approx(trained)
     assert ppo_trxl.evaluate(model, eval_episodes=2, deterministic=False, seed=5, env_id=ENDLESS).shape == (2,)
-    out = enjoy(str(directory), "--env-id", ENDLESS, "--eval-episodes", "2", cwd=tmp_path).stdout
+    # the closing summary's evaluate command names the env id again (the run's file may not choose a module to import)
+    command = ["python", "-m", "cleanrl_utils.enjoy", f"runs/{directory.name}", "--eval-episodes", "10", "--env-id", ENDLESS]
+    assert shlex.split(summary.removeprefix("evaluate it again: ")) == command, summary
+    out = enjoy(*command[3:5], "2", *command[6:], cwd=tmp_path).stdout  # the pasted command, with 2 episodes
     assert float(out.split("return ")[1].split(" ±")[0]) == pytest.approx(trained)
 
 

@@ -70,6 +70,15 @@ def test_resuming_a_finished_run_is_refused_and_its_model_kept(finished_run, tmp
         flags = ["--resume", str(run), "--total-timesteps", total]
         assert_stops_with_one_line("ppo.py", flags, "--total-timesteps", message, tmp_path / "elsewhere")
     assert (run / "ppo.cleanrl_model").read_bytes() == model
+    # a run whose newest checkpoint is before its end (stopped, resumed, finished without --checkpoint-interval) is
+    # not trained longer: that would train it again from the checkpoint, losing what followed (its model, its curves)
+    (run / "checkpoints" / "step_1024.pt").unlink()
+    cannot = "has finished at step 1024, cannot go on from there: its newest checkpoint is at step 512: none at its end"
+    flags = ["--resume", str(run), "--total-timesteps", "2048"]
+    assert_stops_with_one_line("ppo.py", flags, "--total-timesteps", cannot, tmp_path / "elsewhere")
+    not_longer = "has finished at step 1024 (not to be trained longer: its newest checkpoint is at step 512"
+    assert_stops_with_one_line("ppo.py", ["--resume", str(run)], "--resume", not_longer, tmp_path / "elsewhere")
+    assert (run / "ppo.cleanrl_model").read_bytes() == model
 
 
 # ---- links planted in a run directory

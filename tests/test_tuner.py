@@ -365,3 +365,14 @@ def test_best_command_is_quoted_for_the_shell():
     text = tuner.best_summary(types.SimpleNamespace(best_trial=trial), "my script.py", {"tag": "$(touch pwned)"})
     command = text.splitlines()[-1].removeprefix("  command: ")
     assert shlex.split(command) == ["python", "my script.py", "--tag", "$(touch pwned)", "--note", "a b; touch pwned"]
+
+
+def test_best_command_names_each_env_it_was_scored_on():
+    """Pasted, the best trial's command trains on the env it was scored on, not the script's default env (a CleanRL
+    user's trial printed a command without --env-id that trained CartPole after a study on Acrobot)."""
+    attrs = {"scores": {"Acrobot-v1": -90.0, "MountainCar-v0": -150.0}}
+    trial = types.SimpleNamespace(number=0, value=0.5, params={"learning_rate": 0.001}, user_attrs=attrs)
+    lines = tuner.best_summary(types.SimpleNamespace(best_trial=trial), "ppo.py", {}).splitlines()[-2:]
+    for line, env_id in zip(lines, attrs["scores"], strict=True):
+        command = line.removeprefix(f"  command on {env_id}: ")
+        assert shlex.split(command) == ["python", "ppo.py", "--learning-rate", "0.001", "--env-id", env_id], line
