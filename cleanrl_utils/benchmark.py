@@ -643,8 +643,9 @@ def check_args(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         fail("--env-ids", "two ids map to the same log file name ('/' and ':' become '-')")
     if not 1 <= args.num_seeds <= 100_000:
         fail("--num-seeds", f"must be in [1, 100000], got {args.num_seeds}")
-    if args.start_seed < 0:
-        fail("--start-seed", f"must be >= 0, got {args.start_seed}")
+    if not 0 <= args.start_seed <= 2**31 - args.num_seeds:  # every seed a script takes: [0, 2**31)
+        last = args.start_seed + args.num_seeds - 1
+        fail("--start-seed", f"seeds {args.start_seed} to {last} must be in [0, 2**31), as the scripts' --seed")
     for flag, text in (("--command", args.command), ("--extra", args.extra)):
         try:
             shlex.split(text)

@@ -19,8 +19,7 @@ from typing import Annotated, Any, Callable, NoReturn, Optional
 
 import tyro
 
-USAGE_ERROR = 2
-"""Exit status of a command refused for bad input (argparse's)."""
+USAGE_ERROR = 2  # the exit status of a command refused for bad input (argparse's)
 
 
 def fail(flag: str, message: str) -> NoReturn:
@@ -177,9 +176,8 @@ def saved_args(args_class: type, saved: Any, path: str, required: tuple[str, ...
             continue
         value, flag = saved[field.name], flag_name(field.name)
         kind = type(field.default)  # a bool or text flag: tyro would read any value as one
-        require(
-            kind not in (bool, str) or type(value) is kind, path, f"its saved {field.name} is {value!r}, not a {kind.__name__}"
-        )
+        not_kind = f"its saved {field.name} is {value!r}, not a {kind.__name__}"
+        require(kind not in (bool, str) or type(value) is kind, path, not_kind)
         if kind is bool:
             argv.append(flag if value else f"--no-{flag[2:]}")
         elif typing.get_origin(typing.get_type_hints(args_class)[field.name]) is list:  # ddp_ppo.py's --device-ids

@@ -51,12 +51,16 @@ def restore_run(run: Any, state: dict[str, Any], steps_per_iteration: int | None
     """
     saved, step = run.resumed, run.resumed["global_step"]
 
-    def refuse(error: Exception) -> NoReturn:
+    def refuse(error: Exception, flag: str = "--resume") -> NoReturn:
         run.writer.close()
         for events in run.directory.glob(f"events.out.tfevents.*{run.events_suffix}") if run.records else ():
             events.unlink()
-        refused = isinstance(error, files.FileRefused)  # its one line names the file already
-        fail("--resume", str(error) if refused else f"{saved['path']} does not fit this run: {first_line(error)}")
+        said = isinstance(error, files.FileRefused) or flag != "--resume"  # its one line names the file already
+        fail(flag, str(error) if said else f"{saved['path']} does not fit this run: {first_line(error)}")
+
+    if run.args.total_timesteps != saved["args"].get("total_timesteps") and run.total <= step:  # longer by no step
+        whole = f"{run.args.total_timesteps} trains {run.total} steps (whole rollouts or vector steps)"
+        refuse(ValueError(f"{whole}, not above step {step}, where {run.directory} was checkpointed"), "--total-timesteps")
 
     counters = Counters({"global_step": step, **saved.get("counters", {})}, refuse)
     try:
@@ -71,6 +75,18 @@ def restore_run(run: Any, state: dict[str, Any], steps_per_iteration: int | None
             raise ValueError(f"its iteration does not make its global_step {step} ({steps_per_iteration} steps each)")
     except Exception as error:  # a damaged or forged file, one of another network
         refuse(error)
+    model = files.model_path(run.directory, run.args.exp_name) if run.records else None
+    if model is not None and model.exists():  # a finished run trained longer: its model is of its old end, kept aside
+        try:
+            trained = files.read_file(model, "model", run.args.script).get("global_step", 0)
+            kept = model.parent / "earlier_models" / f"{model.stem}.step_{trained}{model.suffix}"
+            kept.parent.mkdir(exist_ok=True)
+            os.replace(model, kept)
+        except files.FileRefused as error:
+            refuse(error)
+        except OSError as error:
+            refuse(files.FileRefused(f"cannot keep {model} aside in earlier_models/: {first_line(error)}"))
+        print(f"training longer: the model of step {trained} is kept as {kept}; the new one is written at the end")
     counters.update(obs=obs, missing=missing)
     return counters
 

@@ -49,7 +49,7 @@ def start_run(args: Any, resumed: dict | None = None, runs_dir: str = "runs", re
     device. ``record`` False: a process of a run another one records (a rank but 0), which writes nothing.
 
     Raises:
-        SystemExit: status 2, one line: the directory cannot be made or written, holds a link, or is locked.
+        SystemExit: status 2, one line: no W&B API key; the directory cannot be made or written, holds a link, or is locked.
     """
     from torch.utils.tensorboard import SummaryWriter
 
@@ -63,6 +63,10 @@ def start_run(args: Any, resumed: dict | None = None, runs_dir: str = "runs", re
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
     if not record:
         return Run(args, None, device, resumed)
+    if args.track:  # logged in to W&B before the run directory is made: no API key is one line
+        from cleanrl_utils.tracking import wandb_login
+
+        wandb_login()
     config, directory = dataclasses.asdict(args), Path(resumed["path"]).parent.parent if resumed else None
     try:
         if resumed:
@@ -77,8 +81,8 @@ def start_run(args: Any, resumed: dict | None = None, runs_dir: str = "runs", re
                     break
                 except FileExistsError:
                     stamp += 1
-        run = Run(args, directory, device, resumed)  # locked: then args.json, a resumed run's with its flags given anew
-        write_atomic(directory / "args.json", json.dumps(config, indent=2) + "\n")
+            write_atomic(directory / "args.json", json.dumps(config, indent=2) + "\n")
+        run = Run(args, directory, device, resumed)
     except OSError as error:  # a full or read-only disk, a link in the way
         fail("--resume" if resumed else "runs", f"cannot write in {directory or runs_dir}: {first_line(error)}")
     if args.track:
@@ -100,9 +104,7 @@ def start_run(args: Any, resumed: dict | None = None, runs_dir: str = "runs", re
     return run
 
 
-class _NoWriter:
-    """The writer of a run that records nothing: every ``SummaryWriter`` method does nothing."""
-
+class _NoWriter:  # the writer of a run that records nothing: every SummaryWriter method does nothing
     def __getattr__(self, name: str) -> Callable[..., None]:
         return lambda *args, **kwargs: None
 
@@ -145,8 +147,7 @@ class Run:
     # ---- stop signals and faults
 
     def stop(self, signum: int, frame: Any = None) -> None:
-        """The handler of the stop signals: records the signal, so that the loop checkpoints and calls :meth:`exit`. A
-        second Ctrl-C stops at once, exit 130 (what ends a hung sync env)."""
+        """Stop signals' handler: the loop checkpoints, then :meth:`exit`; a second Ctrl-C exits 130 at once (a hung env)."""
         if signum == signal.SIGINT == self.stop_signal:
             print(self._line("stopped at once by a second Ctrl-C"), file=sys.stderr, flush=True)
             from cleanrl_utils.workers import kill_workers

@@ -343,6 +343,12 @@ def test_workers_0_prints_the_commands_and_runs_nothing(tmp_path):
         ),
         (["--env-ids", "A", "--command", f"{sys.executable} probe.py", "--", "--seed", "4"], "--extra", "set by the launcher"),
         (["--env-ids", "A", "A", "--command", f"{sys.executable} probe.py"], "--env-ids", "more than once"),
+        (  # the second seed is past the scripts' --seed range: refused before the first runs (it ran, then failed)
+            ["--env-ids", "A", "--command", f"{sys.executable} probe.py", "--start-seed", str(2**31 - 1), "--num-seeds", "2"],
+            "--start-seed",
+            f"seeds {2**31 - 1} to {2**31} must be in [0, 2**31)",
+        ),
+        (["--env-ids", "A", "--command", f"{sys.executable} probe.py", "--start-seed", "-1"], "--start-seed", "must be in"),
     ],
 )
 def test_bad_input_one_line_before_any_run(tmp_path, flags, flag, message):

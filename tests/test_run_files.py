@@ -17,6 +17,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -514,3 +515,18 @@ def test_a_run_without_a_model_names_its_last_checkpoint_to_evaluate(tmp_path):
     checkpoint = f"runs/{run_dir(tmp_path).name}/checkpoints/step_1024.pt"
     assert lines[-1] == f"evaluate it: python -m cleanrl_utils.enjoy {checkpoint} --eval-episodes 10"
     assert "return" in enjoy(checkpoint, "--eval-episodes", "1", cwd=tmp_path).stdout  # the command works
+
+
+def test_track_without_a_wandb_key_is_one_line_before_any_run_directory(tmp_path):
+    """--track with no W&B API key (none in the environment, no `wandb login` credentials): one line naming --track,
+    exit 2, no run directory (d3f1fc6 and aca6c2e: wandb's 19-line traceback, exit 1, a run directory left with its
+    args.json and run.lock)."""
+    environ = {key: value for key, value in os.environ.items() if not key.startswith("WANDB_")}
+    environ.update(PYTHONPATH=str(ROOT), HOME=str(tmp_path), NETRC=str(tmp_path / "netrc"), WANDB_DIR=str(tmp_path))
+    command = [sys.executable, str(ROOT / "cleanrl" / "ppo.py"), "--track", "--total-timesteps", "512"]
+    result = subprocess.run(
+        command, cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL
+    )
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: --track: W&B: "), result.stderr
+    assert "WANDB_MODE=offline" in lines[0] and not (tmp_path / "runs").exists()

@@ -47,8 +47,16 @@ def test_a_finished_run_trained_longer_is_the_run_trained_that_long(tmp_path):
     run_script("ppo.py", *PPO, "--no-anneal-lr", "--total-timesteps", "256", cwd=tmp_path / "longer")
     run = run_dir(tmp_path / "longer")
     assert [checkpoint_step(path) for path in checkpoints(run)] == [256]  # the last step, not a multiple of the interval
+    first = (run / "ppo.cleanrl_model").read_bytes()
+    # 300 steps are 2 rollouts of 128, as the run has trained: refused, nothing changed
+    refused = run_script("ppo.py", "--resume", str(run), "--total-timesteps", "300", cwd=tmp_path / "longer", check=False)
+    said = f"error: --total-timesteps: 300 trains 256 steps (whole rollouts or vector steps), not above step 256, where {run}"
+    assert refused.returncode == 2 and refused.stderr.startswith(said), refused.stderr
+    assert (run / "ppo.cleanrl_model").read_bytes() == first and not (run / "earlier_models").exists()
     result = run_script("ppo.py", "--resume", str(run), "--total-timesteps", "512", cwd=tmp_path / "longer")
     assert "(resumed at step 256)" in result.stdout and "run finished at step 512" in result.stdout, result.stdout
+    kept = run / "earlier_models" / "ppo.step_256.cleanrl_model"  # the model of the old end, kept aside, unchanged
+    assert f"the model of step 256 is kept as {kept}" in result.stdout and kept.read_bytes() == first
     assert [checkpoint_step(path) for path in checkpoints(run)] == [256, 512]
     assert torch.load(run / "ppo.cleanrl_model", weights_only=True)["global_step"] == 512
     assert_same(trained(run, "agent"), trained(run_dir(tmp_path / "whole"), "agent"))
