@@ -106,15 +106,14 @@ def parse_args(args_class: type, script_file: str, check: Callable | None = None
     args = _tyro_cli(args_class, argv)
     args.script = Path(script_file).stem
     args.exp_name = args.exp_name or args.script
-    checkpoint = None
-    if args.resume:  # the run it continues: its arguments, checked, and its checkpoint
+    if args.resume:  # the run it continues: its arguments, checked (and by check), and its checkpoint
         from cleanrl_utils.resume import resumed_args
 
-        args, checkpoint = resumed_args(args, argv)
+        return resumed_args(args, argv, check)
     check_run_args(args)
     if check is not None:
         check(args)
-    return args, checkpoint
+    return args, None
 
 
 def check_run_args(args: Any) -> None:

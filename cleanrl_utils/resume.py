@@ -15,7 +15,7 @@ import signal
 import sys
 import typing
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Callable, NoReturn
 
 import gymnasium as gym
 import numpy as np
@@ -24,7 +24,7 @@ import torch
 from cleanrl_utils import files
 from cleanrl_utils.checkpoint import set_rng_state
 from cleanrl_utils.faults import first_line
-from cleanrl_utils.flags import fail, flag_name, saved_args
+from cleanrl_utils.flags import check_run_args, fail, flag_name, saved_args
 from cleanrl_utils.wrappers import ReplayableEnv, call_envs
 
 OPTIONAL_STATE = ("replay_buffer",)  # what a checkpoint may lack: the replay of a run without --checkpoint-buffer
@@ -51,16 +51,12 @@ def restore_run(run: Any, state: dict[str, Any], steps_per_iteration: int | None
     """
     saved, step = run.resumed, run.resumed["global_step"]
 
-    def refuse(error: Exception, flag: str = "--resume") -> NoReturn:
+    def refuse(error: Exception) -> NoReturn:
         run.writer.close()
         for events in run.directory.glob(f"events.out.tfevents.*{run.events_suffix}") if run.records else ():
             events.unlink()
-        said = isinstance(error, files.FileRefused) or flag != "--resume"  # its one line names the file already
-        fail(flag, str(error) if said else f"{saved['path']} does not fit this run: {first_line(error)}")
-
-    if run.args.total_timesteps != saved["args"].get("total_timesteps") and run.total <= step:  # longer by no step
-        whole = f"{run.args.total_timesteps} trains {run.total} steps (whole rollouts or vector steps)"
-        refuse(ValueError(f"{whole}, not above step {step}, where {run.directory} was checkpointed"), "--total-timesteps")
+        refused = isinstance(error, files.FileRefused)  # its one line names the file already
+        fail("--resume", str(error) if refused else f"{saved['path']} does not fit this run: {first_line(error)}")
 
     counters = Counters({"global_step": step, **saved.get("counters", {})}, refuse)
     try:
@@ -86,7 +82,7 @@ def restore_run(run: Any, state: dict[str, Any], steps_per_iteration: int | None
             refuse(error)
         except OSError as error:
             refuse(files.FileRefused(f"cannot keep {model} aside in earlier_models/: {first_line(error)}"))
-        print(f"training longer: the model of step {trained} is kept as {kept}; the new one is written at the end")
+        print(f"training longer: the model of step {trained} is kept as {kept}", flush=True)
     counters.update(obs=obs, missing=missing)
     return counters
 
@@ -264,14 +260,16 @@ def given_flags(argv: list[str], args_class: type) -> set[str]:
     return {spellings[token.split("=", 1)[0]] for token in argv if token.split("=", 1)[0] in spellings}
 
 
-def resumed_args(args: Any, argv: list[str]) -> tuple[Any, dict]:
+def resumed_args(args: Any, argv: list[str], check: Callable | None = None) -> tuple[Any, dict]:
     """The arguments of the run ``args.resume`` names, and its checkpoint: the checkpoint's values, but for the flags of
-    :data:`RESUMABLE_WITH_OTHER_VALUES` given in ``argv`` and the fields it lacks.
+    :data:`RESUMABLE_WITH_OTHER_VALUES` given in ``argv`` and the fields it lacks; checked by
+    :func:`~cleanrl_utils.flags.check_run_args` and the script's ``check`` (which fills in computed fields).
 
     Raises:
         SystemExit: status 2, one line: no such checkpoint, another script's, damaged, a saved value of another
             type; a flag given with another value; an env id that imports a module the user did not name; a
-            finished run, unless ``--total-timesteps`` trains it longer; a total below the checkpoint's step.
+            finished run, unless ``--total-timesteps`` trains it longer from a checkpoint at its end; a total below
+            the checkpoint's step or that trains no step past it.
     """
     try:
         checkpoint = load(args.resume, args.script)
@@ -296,24 +294,43 @@ def resumed_args(args: Any, argv: list[str]) -> tuple[Any, dict]:
     run, step, longer = Path(checkpoint["path"]).parent.parent, checkpoint["global_step"], "total_timesteps" in given
     if longer and args.total_timesteps < step:
         fail("--total-timesteps", f"{args.total_timesteps} is below step {step}, where {run} was checkpointed")
-    model = files.model_path(run, resumed.exp_name)
-    if model.exists():  # written when training ended: the run finished, unless it is being trained longer
+    for name in (given & RESUMABLE_WITH_OTHER_VALUES) | (fields - set(saved)) | {"resume", "script"}:
+        setattr(resumed, name, getattr(args, name))
+    check_run_args(resumed)
+    if check is not None:
+        check(resumed)
+    check_not_finished(resumed, run, step, longer)
+    return resumed, checkpoint
+
+
+def check_not_finished(args: Any, run: Path, step: int, longer: bool) -> None:
+    """Refuse to resume the run ``run`` from its checkpoint at ``step`` if the run has ended there: its model is at that
+    step or past it, or (a run without ``--save-model``) the checkpoint is at the last step ``args`` trains to. With
+    ``--total-timesteps`` (``longer``) a run goes on from a checkpoint at its end, to a last step past it.
+
+    Raises:
+        SystemExit: status 2, one line naming ``--resume`` (with the command that evaluates the run) or
+            ``--total-timesteps``.
+    """
+    n = getattr(args, "num_envs", 1)  # the last step, as Run.total: whole rollouts, or whole vector steps
+    end = getattr(args, "num_iterations", 0) * getattr(args, "batch_size", 0) or args.total_timesteps // n * n
+    model, trained = files.model_path(run, args.exp_name), None
+    if model.exists():  # written when training ended
         try:
             trained = files.read_file(model, "model", args.script).get("global_step", 0)
         except files.FileRefused as error:
             fail("--resume", str(error))
-        finished, at_end = f"{run} has finished at step {trained}", trained == step  # else: stopped, resumed, finished
+    evaluate = files.enjoy_command(run if trained is not None else files.checkpoints(run)[-1], env_id=args.env_id)
+    if trained is not None and trained > step:  # stopped, resumed and finished with no checkpoint at its end
         none = f"its newest checkpoint is at step {step}: none at its end (runs with --checkpoint-interval have one)"
-        if trained >= step and not longer:
-            more = "add --total-timesteps above it to train longer" if at_end else f"not to be trained longer: {none}"
-            fail("--resume", f"{finished} ({more}): {files.enjoy_command(run, env_id=resumed.env_id)}")
-        if trained > step:  # training it longer would train it again from its newest checkpoint, losing what followed
-            fail("--total-timesteps", f"{finished}, cannot go on from there: {none}")
-        if trained >= step and args.total_timesteps <= trained:
-            fail("--total-timesteps", f"{args.total_timesteps} is not above step {trained}: {finished}")
-    for name in (given & RESUMABLE_WITH_OTHER_VALUES) | (fields - set(saved)) | {"resume", "script"}:
-        setattr(resumed, name, getattr(args, name))
-    return resumed, checkpoint
+        if not longer:
+            fail("--resume", f"{run} has finished at step {trained} (not to be trained longer: {none}): {evaluate}")
+        fail("--total-timesteps", f"{run} has finished at step {trained}, cannot go on from there: {none}")
+    if step >= end and (trained is not None or not args.save_model):  # at its end (a model to write: not yet finished)
+        if not longer:
+            fail("--resume", f"{run} has finished at step {step} (add --total-timesteps above it to train longer): {evaluate}")
+        whole = f"{args.total_timesteps} trains {end} steps (whole rollouts or vector steps)"
+        fail("--total-timesteps", f"{whole}, not above step {step}, where {run} was checkpointed")
 
 
 def say_how_to_resume(run: Any) -> None:

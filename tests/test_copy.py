@@ -138,9 +138,8 @@ def test_a_same_named_copy_with_another_network_is_refused_by_the_original(tmp_p
     (tmp_path / "original").mkdir()
     run_script(str(copy), "--total-timesteps", "512", "--num-envs", "1", "--checkpoint-interval", "256", cwd=tmp_path / "fork")
     run = run_dir(tmp_path / "fork")
-    assert_stops_with_one_line(
-        "ppo.py", ["--resume", str(run)], "--resume", "its agent differs from this script's", tmp_path / "original"
-    )
+    longer = ["--resume", str(run), "--total-timesteps", "1024"]  # the copy's run finished at 512: trained on
+    assert_stops_with_one_line("ppo.py", longer, "--resume", "its agent differs from this script's", tmp_path / "original")
 
 
 def test_the_original_script_refuses_a_copys_model_in_one_line_in_the_evaluation_tool(tmp_path):

@@ -67,7 +67,10 @@ def test_resuming_a_finished_run_is_refused_and_its_model_kept(finished_run, tmp
     (tmp_path / "elsewhere").mkdir()
     assert_stops_with_one_line("ppo.py", ["--resume", str(run), "--save-model"], "--resume", message, tmp_path / "elsewhere")
     # trained longer only to a total above the step it finished at, and from no step before its checkpoint's
-    for total, message in (("1024", "1024 is not above step 1024"), ("1000", "1000 is below step 1024, where")):
+    for total, message in (
+        ("1024", "1024 trains 1024 steps (whole rollouts or vector steps), not above step 1024"),
+        ("1000", "1000 is below step 1024, where"),
+    ):
         flags = ["--resume", str(run), "--total-timesteps", total]
         assert_stops_with_one_line("ppo.py", flags, "--total-timesteps", message, tmp_path / "elsewhere")
     assert (run / "ppo.cleanrl_model").read_bytes() == model

@@ -103,3 +103,14 @@ def test_a_run_without_checkpoints_cannot_be_trained_longer_and_says_why(tmp_pat
     flags = ["--resume", str(run), "--total-timesteps", "256"]
     assert_stops_with_one_line("ppo.py", flags, "--resume", "has no checkpoints", tmp_path)
     assert_stops_with_one_line("ppo.py", flags, "--resume", "a run keeps them with --checkpoint-interval", tmp_path)
+
+
+def test_a_finished_run_without_its_model_is_finished_too(tmp_path):
+    """A run without --save-model whose newest checkpoint is at its end: --resume alone is refused with the command that
+    evaluates that checkpoint (55d2d59 resumed it, trained nothing and wrote another events file)."""
+    (tmp_path / "first").mkdir()
+    run_script("ppo.py", *PPO[:-5], "--checkpoint-interval", "100000", "--total-timesteps", "256", cwd=tmp_path / "first")
+    run = run_dir(tmp_path / "first")
+    evaluate = f"python -m cleanrl_utils.enjoy {run / 'checkpoints' / 'step_256.pt'}"
+    message = f"{run} has finished at step 256 (add --total-timesteps above it to train longer): {evaluate}"
+    assert_stops_with_one_line("ppo.py", ["--resume", str(run)], "--resume", message, tmp_path)
