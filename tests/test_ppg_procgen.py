@@ -282,7 +282,8 @@ def test_resume_refuses_a_forged_checkpoint_in_one_line(forged, checkpointed_run
     content = torch.load(checkpoint, weights_only=True)
     edit(content)
     torch.save(content, checkpoint)
-    result = run_script("ppg_procgen.py", "--resume", str(checkpoint), cwd=tmp_path, check=False)
+    longer = ["--resume", str(checkpoint), "--total-timesteps", "128"]  # the run finished at 64: trained on, not refused
+    result = run_script("ppg_procgen.py", *longer, cwd=tmp_path, check=False)  # as finished before its state is read
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1 and message in lines[0], result.stderr[-2000:]
 
