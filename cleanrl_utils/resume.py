@@ -71,15 +71,13 @@ def restore_run(run: Any, state: dict[str, Any], steps_per_iteration: int | None
             raise ValueError(f"its iteration does not make its global_step {step} ({steps_per_iteration} steps each)")
     except Exception as error:  # a damaged or forged file, one of another network
         refuse(error)
-    model = files.model_path(run.directory, run.args.exp_name) if run.records else None
-    if model is not None and model.exists():  # a finished run trained longer: its model is of its old end, kept aside
+    trained = saved.get("model_step")  # the step of the run's model, read by check_not_finished
+    if run.records and trained is not None:  # a finished run trained longer: its model is of its old end, kept aside
+        model = files.model_path(run.directory, run.args.exp_name)
+        kept = model.parent / "earlier_models" / f"{model.stem}.step_{trained}{model.suffix}"
         try:
-            trained = files.read_file(model, "model", run.args.script).get("global_step", 0)
-            kept = model.parent / "earlier_models" / f"{model.stem}.step_{trained}{model.suffix}"
             kept.parent.mkdir(exist_ok=True)
             os.replace(model, kept)
-        except files.FileRefused as error:
-            refuse(error)
         except OSError as error:
             refuse(files.FileRefused(f"cannot keep {model} aside in earlier_models/: {first_line(error)}"))
         print(f"training longer: the model of step {trained} is kept as {kept}", flush=True)
@@ -299,14 +297,15 @@ def resumed_args(args: Any, argv: list[str], check: Callable | None = None) -> t
     check_run_args(resumed)
     if check is not None:
         check(resumed)
-    check_not_finished(resumed, run, step, longer)
+    checkpoint["model_step"] = check_not_finished(resumed, run, step, longer)  # kept aside by restore_run
     return resumed, checkpoint
 
 
-def check_not_finished(args: Any, run: Path, step: int, longer: bool) -> None:
+def check_not_finished(args: Any, run: Path, step: int, longer: bool) -> int | None:
     """Refuse to resume the run ``run`` from its checkpoint at ``step`` if the run has ended there: its model is at that
     step or past it, or (a run without ``--save-model``) the checkpoint is at the last step ``args`` trains to. With
-    ``--total-timesteps`` (``longer``) a run goes on from a checkpoint at its end, to a last step past it.
+    ``--total-timesteps`` (``longer``) a run goes on from a checkpoint at its end, to a last step past it. Returns the
+    step of the run's model (None: it has none).
 
     Raises:
         SystemExit: status 2, one line naming ``--resume`` (with the command that evaluates the run) or
@@ -331,6 +330,7 @@ def check_not_finished(args: Any, run: Path, step: int, longer: bool) -> None:
             fail("--resume", f"{run} has finished at step {step} (add --total-timesteps above it to train longer): {evaluate}")
         whole = f"{args.total_timesteps} trains {end} steps (whole rollouts or vector steps)"
         fail("--total-timesteps", f"{whole}, not above step {step}, where {run} was checkpointed")
+    return trained
 
 
 def say_how_to_resume(run: Any) -> None:
